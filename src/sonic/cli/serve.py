@@ -1,0 +1,94 @@
+"""``sonic serve``: run the inference server until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from sonic.errors import SonicError
+from sonic.server.config import ModelControlMode, ServerConfig
+from sonic.server.devices import detect_gpu_count
+from sonic.server.server import Server
+
+log = logging.getLogger(__name__)
+
+
+def _backend_config(values: list[str]) -> dict[str, dict[str, str]]:
+    """``--backend-config onnxruntime,intra_op_thread_count=2`` entries, as Triton spells them."""
+    result: dict[str, dict[str, str]] = {}
+    for value in values:
+        backend, _, setting = value.partition(",")
+        key, sep, item = setting.partition("=")
+        if not backend or not sep or not key:
+            raise argparse.ArgumentTypeError(f"--backend-config {value!r}: expected BACKEND,KEY=VALUE")
+        result.setdefault(backend, {})[key] = item
+    return result
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("serve", help="run the KServe v2 / Triton-compatible inference server")
+    parser.add_argument(
+        "--model-repository", action="append", required=True, type=Path, help="model repository (repeatable)"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    parser.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (0: pick a free one)")
+    parser.add_argument(
+        "--model-control-mode", choices=[m.value for m in ModelControlMode], default=ModelControlMode.NONE.value
+    )
+    parser.add_argument(
+        "--load-model", action="append", default=[], help="explicit mode: model to load at start ('*': all)"
+    )
+    parser.add_argument("--repository-poll-secs", type=float, default=15.0, help="poll mode: rescan period")
+    parser.add_argument("--exit-timeout-secs", type=float, default=30.0, help="drain time at shutdown")
+    parser.add_argument(
+        "--backend-config", action="append", default=[], help="BACKEND,KEY=VALUE (e.g. onnxruntime,enable_mem_arena=0)"
+    )
+    parser.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all that are detected)")
+    parser.set_defaults(run=run)
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    return ServerConfig(
+        model_repositories=tuple(args.model_repository),
+        host=args.host,
+        grpc_port=args.grpc_port,
+        model_control_mode=ModelControlMode(args.model_control_mode),
+        load_models=tuple(args.load_model),
+        repository_poll_s=args.repository_poll_secs,
+        exit_timeout_s=args.exit_timeout_secs,
+        gpu_count=detect_gpu_count() if args.gpus is None else args.gpus,
+        backend_options=_backend_config(args.backend_config),
+    )
+
+
+async def serve(config: ServerConfig) -> None:
+    server = Server(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start()
+        print(server.ready_line, flush=True)
+        await stop.wait()
+        log.info("shutdown requested: draining requests in flight")
+    finally:
+        await server.shutdown()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = config_from_args(args)
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        print(f"sonic serve: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve(config))
+    except (SonicError, OSError) as exc:
+        print(f"sonic serve: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,1 @@
+"""Models for tests, benchmarks and demos, built locally (never downloaded)."""

@@ -1,0 +1,1 @@
+"""Transport-neutral protocol pieces: datatypes, tensor bytes, model configuration."""

@@ -1,0 +1,183 @@
+"""Triton / KServe v2 datatypes: names, config enums, numpy types and tensor byte encoding.
+
+BYTES tensors travel as a sequence of elements, each a 4-byte little-endian length followed by the
+bytes; every other type travels as the raw little-endian array. BF16 uses ``ml_dtypes.bfloat16``
+(a dependency of onnx) so it keeps its 2-byte width end to end.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+from tritonclient.grpc import model_config_pb2
+
+from sonic.errors import InvalidArgumentError
+
+
+@dataclass(frozen=True)
+class Datatype:
+    """One KServe v2 datatype: wire name, config enum, numpy type and typed-contents field."""
+
+    name: str
+    config_enum: int
+    numpy: np.dtype[np.generic]
+    contents_field: str | None  # field of InferTensorContents; None: raw bytes only
+
+
+def _dt(name: str, enum_name: str, numpy_type: type | np.dtype[np.generic], field: str | None) -> Datatype:
+    return Datatype(name, model_config_pb2.DataType.Value(enum_name), np.dtype(numpy_type), field)
+
+
+DATATYPES: tuple[Datatype, ...] = (
+    _dt("BOOL", "TYPE_BOOL", np.bool_, "bool_contents"),
+    _dt("UINT8", "TYPE_UINT8", np.uint8, "uint_contents"),
+    _dt("UINT16", "TYPE_UINT16", np.uint16, "uint_contents"),
+    _dt("UINT32", "TYPE_UINT32", np.uint32, "uint_contents"),
+    _dt("UINT64", "TYPE_UINT64", np.uint64, "uint64_contents"),
+    _dt("INT8", "TYPE_INT8", np.int8, "int_contents"),
+    _dt("INT16", "TYPE_INT16", np.int16, "int_contents"),
+    _dt("INT32", "TYPE_INT32", np.int32, "int_contents"),
+    _dt("INT64", "TYPE_INT64", np.int64, "int64_contents"),
+    _dt("FP16", "TYPE_FP16", np.float16, None),
+    _dt("FP32", "TYPE_FP32", np.float32, "fp32_contents"),
+    _dt("FP64", "TYPE_FP64", np.float64, "fp64_contents"),
+    _dt("BF16", "TYPE_BF16", np.dtype(ml_dtypes.bfloat16), None),
+    _dt("BYTES", "TYPE_STRING", np.object_, "bytes_contents"),
+)
+
+BY_NAME: dict[str, Datatype] = {d.name: d for d in DATATYPES}
+BY_CONFIG_ENUM: dict[int, Datatype] = {d.config_enum: d for d in DATATYPES}
+BY_NUMPY: dict[np.dtype[np.generic], Datatype] = {d.numpy: d for d in DATATYPES}
+
+
+def from_name(name: str) -> Datatype:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise InvalidArgumentError(
+            f"unknown datatype '{name}', expected one of {', '.join(BY_NAME)}"
+        ) from None
+
+
+def from_config_enum(value: int) -> Datatype:
+    try:
+        return BY_CONFIG_ENUM[value]
+    except KeyError:
+        name = model_config_pb2.DataType.Name(value) if value in model_config_pb2.DataType.values() else value
+        raise InvalidArgumentError(f"datatype {name} has no KServe v2 equivalent") from None
+
+
+def from_numpy(dtype: np.dtype[np.generic]) -> Datatype:
+    if dtype.kind in "SUO":
+        return BY_NAME["BYTES"]
+    try:
+        return BY_NUMPY[dtype.newbyteorder("=") if dtype.byteorder == ">" else dtype]
+    except KeyError:
+        raise InvalidArgumentError(f"numpy dtype {dtype} has no KServe v2 datatype") from None
+
+
+def config_enum_name(value: int) -> str:
+    """'TYPE_FP32' for the enum value, as Triton prints it in configs."""
+    return str(model_config_pb2.DataType.Name(value))
+
+
+def element_count(shape: tuple[int, ...] | list[int]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+# --- BYTES encoding -----------------------------------------------------------------------------------
+
+_LENGTH = struct.Struct("<I")
+
+
+def serialize_bytes_tensor(array: np.ndarray) -> bytes:
+    """Length-prefixed encoding of a BYTES tensor (object, bytes or str array), in C order."""
+    parts: list[bytes] = []
+    for item in array.reshape(-1):
+        data = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+        parts.append(_LENGTH.pack(len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, where: str) -> np.ndarray:
+    """Decode ``count`` length-prefixed elements; ``where`` names the tensor in errors."""
+    view = memoryview(buffer)
+    items = np.empty(count, dtype=np.object_)
+    offset = 0
+    for index in range(count):
+        if offset + 4 > len(view):
+            raise InvalidArgumentError(
+                f"{where}: malformed BYTES data: element {index} of {count} has no 4-byte length prefix "
+                f"(buffer is {len(view)} bytes)"
+            )
+        (length,) = _LENGTH.unpack_from(view, offset)
+        offset += 4
+        if offset + length > len(view):
+            raise InvalidArgumentError(
+                f"{where}: malformed BYTES data: element {index} declares {length} bytes but only "
+                f"{len(view) - offset} remain"
+            )
+        items[index] = bytes(view[offset : offset + length])
+        offset += length
+    if offset != len(view):
+        raise InvalidArgumentError(
+            f"{where}: malformed BYTES data: {len(view) - offset} bytes left over after {count} elements"
+        )
+    return items
+
+
+def array_from_bytes(
+    buffer: bytes | memoryview, datatype: Datatype, shape: tuple[int, ...], where: str
+) -> np.ndarray:
+    """View request bytes as an array without copying (BYTES elements are decoded)."""
+    count = element_count(shape)
+    if datatype.name == "BYTES":
+        return deserialize_bytes_tensor(buffer, count, where).reshape(shape)
+    expected = count * datatype.numpy.itemsize
+    if len(buffer) != expected:
+        raise InvalidArgumentError(
+            f"{where}: unexpected total byte size {len(buffer)} for {datatype.name} shape {list(shape)}, "
+            f"expecting {expected}"
+        )
+    return np.frombuffer(buffer, dtype=datatype.numpy).reshape(shape)
+
+
+def array_to_bytes(array: np.ndarray, datatype: Datatype) -> bytes | memoryview:
+    """Bytes of an output array; a view of C-contiguous data, a copy only when it must."""
+    if datatype.name == "BYTES":
+        return serialize_bytes_tensor(array)
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)
+    # A uint8 view gives a plain byte buffer for every dtype (bool and bfloat16 included).
+    return memoryview(array.reshape(-1).view(np.uint8))
+
+
+def array_from_contents(values: object, datatype: Datatype, shape: tuple[int, ...], where: str) -> np.ndarray:
+    """Array from typed contents (gRPC ``InferTensorContents``, HTTP JSON ``data``)."""
+    count = element_count(shape)
+    if datatype.name == "BYTES":
+        items = np.empty(count, dtype=np.object_)
+        flat = list(values)  # type: ignore[call-overload]
+        if len(flat) != count:
+            raise InvalidArgumentError(
+                f"{where}: expected {count} BYTES elements for shape {list(shape)}, got {len(flat)}"
+            )
+        for index, item in enumerate(flat):
+            items[index] = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+        return items.reshape(shape)
+    try:
+        array = np.asarray(values, dtype=datatype.numpy).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"{where}: contents are not {datatype.name} values: {exc}") from None
+    if array.size != count:
+        raise InvalidArgumentError(
+            f"{where}: expected {count} {datatype.name} elements for shape {list(shape)}, got {array.size}"
+        )
+    return array.reshape(shape)

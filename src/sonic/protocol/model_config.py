@@ -1,0 +1,196 @@
+"""Model configuration: parse ``config.pbtxt`` into Triton's ``ModelConfig`` and check it.
+
+Parsing uses ``google.protobuf.text_format`` on the generated ``model_config_pb2.ModelConfig``
+that ships with tritonclient, so every field Triton knows is accepted and kept (the
+``model_repository_agents`` checksums SonicTriton compares come back unchanged).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
+
+from sonic.errors import ModelConfigError
+from sonic.protocol import dtypes
+
+ModelConfig = model_config_pb2.ModelConfig
+
+CONFIG_FILENAME = "config.pbtxt"
+
+# Triton platform names and the backend that serves each.
+PLATFORM_TO_BACKEND = {
+    "onnxruntime_onnx": "onnxruntime",
+    "pytorch_libtorch": "pytorch",
+    "ensemble": "ensemble",
+}
+
+
+def parse_config_text(text: str, source: str) -> model_config_pb2.ModelConfig:
+    """Parse config text; errors name ``source`` with line and column."""
+    config = model_config_pb2.ModelConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as exc:
+        line, column = exc.GetLine(), exc.GetColumn()
+        where = f"{source}:{line}:{column}" if line else source
+        raise ModelConfigError(f"{where}: cannot parse model configuration: {exc}") from None
+    return config
+
+
+def load_config_file(path: Path) -> model_config_pb2.ModelConfig:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ModelConfigError(f"{path}: cannot read model configuration: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ModelConfigError(f"{path}: model configuration is not UTF-8 text: {exc}") from None
+    return parse_config_text(text, str(path))
+
+
+def parse_config_json(text: str, source: str) -> model_config_pb2.ModelConfig:
+    """The JSON form (RepositoryModelLoad's ``config`` parameter, Triton's HTTP config)."""
+    config = model_config_pb2.ModelConfig()
+    try:
+        json_format.Parse(text, config)
+    except json_format.ParseError as exc:
+        raise ModelConfigError(f"{source}: cannot parse model configuration JSON: {exc}") from None
+    return config
+
+
+def backend_name(config: model_config_pb2.ModelConfig) -> str:
+    """The backend a config asks for: ``backend`` wins, else the one mapped from ``platform``."""
+    if config.backend:
+        return str(config.backend)
+    if config.platform:
+        if config.platform not in PLATFORM_TO_BACKEND:
+            raise ModelConfigError(
+                f"model '{config.name}': unknown platform '{config.platform}', "
+                f"expected one of {', '.join(sorted(PLATFORM_TO_BACKEND))}"
+            )
+        return PLATFORM_TO_BACKEND[config.platform]
+    return ""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """An input or output as the client sees it (dims without the batch dimension)."""
+
+    name: str
+    datatype: dtypes.Datatype
+    dims: tuple[int, ...]
+    model_dims: tuple[int, ...]  # after ``reshape``: the shape the model itself takes, per sample
+    optional: bool = False
+
+    @property
+    def has_variable_dims(self) -> bool:
+        return any(d < 0 for d in self.dims)
+
+
+def _tensor_spec(
+    model: str, kind: str, tensor: model_config_pb2.ModelInput | model_config_pb2.ModelOutput
+) -> TensorSpec:
+    if not tensor.name:
+        raise ModelConfigError(f"model '{model}': an {kind} has no name")
+    if tensor.data_type == model_config_pb2.TYPE_INVALID:
+        raise ModelConfigError(f"model '{model}': {kind} '{tensor.name}' has no data_type")
+    try:
+        datatype = dtypes.from_config_enum(tensor.data_type)
+    except Exception as exc:
+        raise ModelConfigError(f"model '{model}': {kind} '{tensor.name}': {exc}") from None
+    dims = tuple(int(d) for d in tensor.dims)
+    if any(d == 0 or d < -1 for d in dims):
+        raise ModelConfigError(
+            f"model '{model}': {kind} '{tensor.name}' has invalid dims {list(dims)}: each must be -1 or > 0"
+        )
+    model_dims = tuple(int(d) for d in tensor.reshape.shape) if tensor.HasField("reshape") else dims
+    optional = bool(getattr(tensor, "optional", False))
+    return TensorSpec(tensor.name, datatype, dims, model_dims, optional)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What request validation and batching need from a config, computed once per load."""
+
+    name: str
+    max_batch_size: int
+    inputs: dict[str, TensorSpec]
+    outputs: dict[str, TensorSpec]
+
+    @property
+    def batched(self) -> bool:
+        return self.max_batch_size > 0
+
+
+def validate_config(config: model_config_pb2.ModelConfig) -> ModelSpec:
+    """Check a complete config for consistency; return the spec used at request time."""
+    name = config.name
+    if config.max_batch_size < 0:
+        raise ModelConfigError(f"model '{name}': max_batch_size must be >= 0, got {config.max_batch_size}")
+    if not config.input:
+        raise ModelConfigError(f"model '{name}': the configuration declares no input")
+    if not config.output:
+        raise ModelConfigError(f"model '{name}': the configuration declares no output")
+    inputs: dict[str, TensorSpec] = {}
+    for tensor in config.input:
+        if tensor.name in inputs:
+            raise ModelConfigError(f"model '{name}': input '{tensor.name}' is declared twice")
+        inputs[tensor.name] = _tensor_spec(name, "input", tensor)
+    outputs: dict[str, TensorSpec] = {}
+    for tensor in config.output:
+        if tensor.name in outputs:
+            raise ModelConfigError(f"model '{name}': output '{tensor.name}' is declared twice")
+        outputs[tensor.name] = _tensor_spec(name, "output", tensor)
+    if config.HasField("dynamic_batching"):
+        batching = config.dynamic_batching
+        if config.max_batch_size == 0:
+            raise ModelConfigError(
+                f"model '{name}': dynamic_batching needs max_batch_size > 0 (the model has max_batch_size 0)"
+            )
+        for size in batching.preferred_batch_size:
+            if not 0 < size <= config.max_batch_size:
+                raise ModelConfigError(
+                    f"model '{name}': preferred_batch_size {size} must be in 1..max_batch_size "
+                    f"({config.max_batch_size})"
+                )
+        levels = batching.priority_levels
+        if levels and not 0 < batching.default_priority_level <= levels:
+            raise ModelConfigError(
+                f"model '{name}': default_priority_level {batching.default_priority_level} must be in "
+                f"1..priority_levels ({levels})"
+            )
+        for level in batching.priority_queue_policy:
+            if not 0 < level <= levels:
+                raise ModelConfigError(
+                    f"model '{name}': priority_queue_policy for level {level}, but priority_levels is {levels}"
+                )
+    for group in config.instance_group:
+        if group.count < 0:
+            raise ModelConfigError(f"model '{name}': instance_group count must be >= 0, got {group.count}")
+    return ModelSpec(name, int(config.max_batch_size), inputs, outputs)
+
+
+def fill_defaults(config: model_config_pb2.ModelConfig, *, default_filename: str, gpu_count: int) -> None:
+    """Fill what Triton fills in when it loads a model, so ModelConfig answers look the same."""
+    if not config.HasField("version_policy"):
+        config.version_policy.latest.num_versions = 1
+    if not config.instance_group:
+        group = config.instance_group.add()
+        group.kind = model_config_pb2.ModelInstanceGroup.KIND_AUTO
+    for index, group in enumerate(config.instance_group):
+        if not group.name:
+            group.name = f"{config.name}_{index}"
+        if group.count == 0:
+            group.count = 1
+        if group.kind == model_config_pb2.ModelInstanceGroup.KIND_AUTO:
+            group.kind = (
+                model_config_pb2.ModelInstanceGroup.KIND_GPU
+                if gpu_count
+                else model_config_pb2.ModelInstanceGroup.KIND_CPU
+            )
+        if group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU and not group.gpus:
+            group.gpus.extend(range(gpu_count))
+    if not config.default_model_filename:
+        config.default_model_filename = default_filename

@@ -1,0 +1,94 @@
+"""Protobuf wire-format helpers for the inference hot path.
+
+``ModelInferRequest`` and ``ModelInferResponse`` carry tensors in repeated ``bytes`` fields
+(``raw_input_contents`` = 7, ``raw_output_contents`` = 6). Parsing them through protobuf copies each
+tensor twice; here the top-level fields are walked by hand so tensor bytes stay views of the
+received buffer, and only the small remainder goes through protobuf.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sonic.errors import InvalidArgumentError
+
+RAW_INPUT_CONTENTS_TAG = (7 << 3) | 2  # ModelInferRequest.raw_input_contents, length-delimited
+RAW_OUTPUT_CONTENTS_TAG = bytes([(6 << 3) | 2])  # ModelInferResponse.raw_output_contents
+STREAM_INFER_RESPONSE_TAG = bytes([(2 << 3) | 2])  # ModelStreamInferResponse.infer_response
+
+
+def _read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    end = len(data)
+    while True:
+        if pos >= end:
+            raise InvalidArgumentError("malformed protobuf message: truncated varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise InvalidArgumentError("malformed protobuf message: varint too long")
+
+
+def encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def split_raw_contents(data: bytes, tag: int = RAW_INPUT_CONTENTS_TAG) -> tuple[bytes, list[memoryview]]:
+    """Cut the ``tag`` fields out of a serialized message: (rest of the message, views of those fields)."""
+    view = memoryview(data)
+    raw: list[memoryview] = []
+    kept: list[memoryview] = []
+    kept_from = 0
+    pos = 0
+    end = len(data)
+    while pos < end:
+        field_start = pos
+        key, pos = _read_varint(data, pos)
+        wire_type = key & 7
+        if wire_type == 2:
+            length, pos = _read_varint(data, pos)
+            field_end = pos + length
+        elif wire_type == 0:
+            _, field_end = _read_varint(data, pos)
+        elif wire_type == 1:
+            field_end = pos + 8
+        elif wire_type == 5:
+            field_end = pos + 4
+        else:
+            raise InvalidArgumentError(f"malformed protobuf message: wire type {wire_type} at byte {field_start}")
+        if field_end > end:
+            raise InvalidArgumentError("malformed protobuf message: field runs past the end of the message")
+        if key == tag:
+            kept.append(view[kept_from:field_start])
+            raw.append(view[pos:field_end])
+            kept_from = field_end
+        pos = field_end
+    if not raw:
+        return data, raw
+    kept.append(view[kept_from:])
+    return b"".join(kept), raw
+
+
+def append_raw_contents(head: bytes, contents: Sequence[bytes | memoryview]) -> bytes:
+    """A serialized message followed by ``raw_output_contents`` fields: one copy of each tensor."""
+    parts: list[bytes | memoryview] = [head]
+    for item in contents:
+        parts.append(RAW_OUTPUT_CONTENTS_TAG)
+        parts.append(encode_varint(item.nbytes if isinstance(item, memoryview) else len(item)))
+        parts.append(item)
+    return b"".join(parts)
+
+
+def wrap_stream_response(infer_response: bytes) -> bytes:
+    """A ``ModelStreamInferResponse`` holding an already serialized ``ModelInferResponse``."""
+    return b"".join((STREAM_INFER_RESPONSE_TAG, encode_varint(len(infer_response)), infer_response))

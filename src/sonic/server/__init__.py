@@ -1,0 +1,1 @@
+"""The inference server: repository, batching, backends and protocol frontends."""

@@ -1,0 +1,57 @@
+"""Backend registry: built-in backends, and others through the ``sonic.backends`` entry points.
+
+A third-party package (an FPGA or IPU runtime, say) registers ``name = "module:Class"`` under the
+``sonic.backends`` entry-point group; the class implements :class:`sonic.server.backends.base.Backend`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from sonic.errors import ModelConfigError
+from sonic.server.backends.base import Backend, InstanceContext
+
+__all__ = ["Backend", "InstanceContext", "backend_class", "detect_backend"]
+
+# name -> "module:Class"; imported on first use so a missing optional framework only matters
+# for the models that need it.
+BUILTIN_BACKENDS = {
+    "onnxruntime": "sonic.server.backends.onnxruntime:OnnxRuntimeBackend",
+}
+
+ENTRY_POINT_GROUP = "sonic.backends"
+
+
+def _registered() -> dict[str, str]:
+    found = dict(BUILTIN_BACKENDS)
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(entry.name, entry.value)
+    return found
+
+
+def backend_class(name: str) -> type[Backend]:
+    registered = _registered()
+    if name not in registered:
+        raise ModelConfigError(f"unknown backend '{name}', available: {', '.join(sorted(registered))}")
+    module_name, _, class_name = registered[name].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ModelConfigError(f"backend '{name}' cannot be imported: {exc}") from None
+    cls = getattr(module, class_name)
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        raise ModelConfigError(f"backend '{name}' ({registered[name]}) is not a sonic Backend class")
+    return cls
+
+
+def detect_backend(filenames: set[str]) -> str | None:
+    """Guess a backend from the files of a version folder, as Triton does for configless models."""
+    for name in _registered():
+        try:
+            cls = backend_class(name)
+        except ModelConfigError:
+            continue
+        if cls.default_filename in filenames:
+            return name
+    return None

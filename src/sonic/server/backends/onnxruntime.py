@@ -1,0 +1,151 @@
+"""ONNX Runtime backend (Triton's ``onnxruntime_onnx`` platform).
+
+Config ``parameters`` (or ``--backend-config onnxruntime,KEY=VALUE``):
+``intra_op_thread_count``, ``inter_op_thread_count`` (0 = onnxruntime's default),
+``enable_mem_arena`` (default ``1``), ``execution_mode`` (``sequential``/``parallel``),
+``graph_optimization_level`` (``disable``/``basic``/``extended``/``all``).
+GPU instances use the CUDA execution provider (TensorRT first when the config's
+``optimization.execution_accelerators`` asks for ``tensorrt``) and need ``onnxruntime-gpu``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import onnxruntime as ort
+from tritonclient.grpc import model_config_pb2
+
+from sonic.errors import InternalError, ModelConfigError
+from sonic.server.backends.base import Backend, InstanceContext
+
+# ONNX TensorProto element types to Triton config enums.
+_ONNX_TO_CONFIG = {
+    1: model_config_pb2.TYPE_FP32,
+    2: model_config_pb2.TYPE_UINT8,
+    3: model_config_pb2.TYPE_INT8,
+    4: model_config_pb2.TYPE_UINT16,
+    5: model_config_pb2.TYPE_INT16,
+    6: model_config_pb2.TYPE_INT32,
+    7: model_config_pb2.TYPE_INT64,
+    8: model_config_pb2.TYPE_STRING,
+    9: model_config_pb2.TYPE_BOOL,
+    10: model_config_pb2.TYPE_FP16,
+    11: model_config_pb2.TYPE_FP64,
+    12: model_config_pb2.TYPE_UINT32,
+    13: model_config_pb2.TYPE_UINT64,
+    16: model_config_pb2.TYPE_BF16,
+}
+
+_OPT_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+# Triton's default when auto-completing a model whose first dimension is dynamic
+# (``--backend-config=default-max-batch-size``).
+DEFAULT_MAX_BATCH_SIZE = 4
+
+
+def _signature(model_path: Path) -> tuple[list[tuple[str, int, list[int]]], list[tuple[str, int, list[int]]]]:
+    import onnx  # noqa: PLC0415  (only needed when a config must be completed)
+
+    try:
+        model = onnx.load(str(model_path), load_external_data=False)
+    except Exception as exc:
+        raise ModelConfigError(f"{model_path}: cannot read ONNX model: {exc}") from None
+    initializers = {init.name for init in model.graph.initializer}
+
+    def describe(values: Sequence[object]) -> list[tuple[str, int, list[int]]]:
+        result = []
+        for value in values:
+            tensor_type = value.type.tensor_type  # type: ignore[attr-defined]
+            if tensor_type.elem_type not in _ONNX_TO_CONFIG:
+                raise ModelConfigError(
+                    f"{model_path}: tensor '{value.name}' has ONNX element type "  # type: ignore[attr-defined]
+                    f"{tensor_type.elem_type}, which has no Triton datatype"
+                )
+            dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else -1 for d in tensor_type.shape.dim]
+            result.append((value.name, _ONNX_TO_CONFIG[tensor_type.elem_type], dims))  # type: ignore[attr-defined]
+        return result
+
+    graph_inputs = [v for v in model.graph.input if v.name not in initializers]
+    return describe(graph_inputs), describe(model.graph.output)
+
+
+class OnnxRuntimeBackend(Backend):
+    name: ClassVar[str] = "onnxruntime"
+    default_filename: ClassVar[str] = "model.onnx"
+
+    @classmethod
+    def auto_complete_config(cls, config: model_config_pb2.ModelConfig, model_path: Path) -> None:
+        if config.input and config.output:
+            return
+        if not model_path.is_file():
+            raise ModelConfigError(
+                f"model '{config.name}': no config inputs/outputs and no model file {model_path} to read them from"
+            )
+        inputs, outputs = _signature(model_path)
+        batched = all(dims and dims[0] == -1 for _, _, dims in inputs + outputs)
+        if config.max_batch_size == 0 and batched and not config.input and not config.output:
+            config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
+            if not config.HasField("dynamic_batching"):
+                config.dynamic_batching.SetInParent()
+        strip = 1 if config.max_batch_size > 0 else 0
+        if not config.input:
+            for name, data_type, dims in inputs:
+                config.input.add(name=name, data_type=data_type, dims=dims[strip:])  # type: ignore[arg-type]
+        if not config.output:
+            for name, data_type, dims in outputs:
+                config.output.add(name=name, data_type=data_type, dims=dims[strip:])  # type: ignore[arg-type]
+
+    def __init__(self, context: InstanceContext) -> None:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = int(context.parameter("intra_op_thread_count") or 0)
+        options.inter_op_num_threads = int(context.parameter("inter_op_thread_count") or 0)
+        options.enable_cpu_mem_arena = (context.parameter("enable_mem_arena") or "1") != "0"
+        if (context.parameter("execution_mode") or "sequential") == "parallel":
+            options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+        level = context.parameter("graph_optimization_level") or "all"
+        if level not in _OPT_LEVELS:
+            raise ModelConfigError(
+                f"model '{context.config.name}': graph_optimization_level '{level}', expected one of "
+                f"{', '.join(_OPT_LEVELS)}"
+            )
+        options.graph_optimization_level = _OPT_LEVELS[level]
+        providers = self._providers(context)
+        try:
+            self._session = ort.InferenceSession(str(context.model_path), options, providers=providers)
+        except Exception as exc:
+            raise ModelConfigError(f"{context.model_path}: onnxruntime cannot load the model: {exc}") from None
+        self._model = context.config.name
+        self._run_options = ort.RunOptions()
+
+    @staticmethod
+    def _providers(context: InstanceContext) -> list[str | tuple[str, dict[str, str]]]:
+        if context.device_kind != "gpu":
+            return ["CPUExecutionProvider"]
+        available = ort.get_available_providers()
+        if "CUDAExecutionProvider" not in available:
+            raise ModelConfigError(
+                f"model '{context.config.name}' asks for a GPU instance, but onnxruntime has no CUDA "
+                f"execution provider (available: {', '.join(available)}); install sonic-inference[gpu]"
+            )
+        device = {"device_id": str(context.device_id)}
+        providers: list[str | tuple[str, dict[str, str]]] = []
+        accelerators = context.config.optimization.execution_accelerators.gpu_execution_accelerator
+        if any(acc.name == "tensorrt" for acc in accelerators) and "TensorrtExecutionProvider" in available:
+            providers.append(("TensorrtExecutionProvider", device))
+        providers += [("CUDAExecutionProvider", device), "CPUExecutionProvider"]
+        return providers
+
+    def execute(self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str]) -> dict[str, np.ndarray]:
+        try:
+            results = self._session.run(list(output_names), dict(inputs), self._run_options)
+        except Exception as exc:
+            raise InternalError(f"model '{self._model}': onnxruntime execution failed: {exc}") from None
+        return dict(zip(output_names, results, strict=True))

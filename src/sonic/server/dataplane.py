@@ -1,0 +1,139 @@
+"""The transport-neutral data plane: every KServe v2 operation, once, for the gRPC and HTTP adapters.
+
+Control-plane answers are the protobuf messages of Triton's gRPC service (the HTTP adapter renders
+them as JSON); inference uses the lighter :mod:`sonic.server.types` dataclasses.
+"""
+
+from __future__ import annotations
+
+import json
+
+from google.protobuf import json_format
+from tritonclient.grpc import service_pb2
+
+import sonic
+from sonic.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError
+from sonic.protocol.model_config import parse_config_json
+from sonic.server.config import ModelControlMode, ServerConfig
+from sonic.server.manager import ModelManager
+from sonic.server.types import InferRequest, InferResponse
+
+EXTENSIONS = (
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "statistics",
+    "parameters",
+)
+
+
+class DataPlane:
+    def __init__(self, config: ServerConfig, models: ModelManager) -> None:
+        self._config = config
+        self.models = models
+        self.accepting = False  # false before start-up is done and once shutdown began
+
+    # --- health and metadata ------------------------------------------------------------------------
+
+    def server_live(self) -> bool:
+        return True
+
+    def server_ready(self) -> bool:
+        return self.accepting
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.models.get(name, version)
+        except (NotFoundError, UnavailableError):
+            return False
+        return True
+
+    def server_metadata(self) -> service_pb2.ServerMetadataResponse:
+        return service_pb2.ServerMetadataResponse(
+            name=self._config.server_name, version=sonic.__version__, extensions=list(EXTENSIONS)
+        )
+
+    def model_metadata(self, name: str, version: str = "") -> service_pb2.ModelMetadataResponse:
+        model = self.models.get(name, version)
+        response = service_pb2.ModelMetadataResponse(
+            name=name,
+            versions=[str(m.version) for m in self.models.ready_versions(name)],
+            platform=model.config.platform or model.config.backend,
+        )
+        lead = [-1] if model.spec.batched else []
+        for spec in model.spec.inputs.values():
+            response.inputs.add(name=spec.name, datatype=spec.datatype.name, shape=lead + list(spec.dims))
+        for spec in model.spec.outputs.values():
+            response.outputs.add(name=spec.name, datatype=spec.datatype.name, shape=lead + list(spec.dims))
+        return response
+
+    def model_config(self, name: str, version: str = "") -> service_pb2.ModelConfigResponse:
+        if version:
+            self.models.get(name, version)  # NOT_FOUND / UNAVAILABLE for a bad version
+        response = service_pb2.ModelConfigResponse()
+        response.config.CopyFrom(self.models.config_of(name))
+        return response
+
+    def model_statistics(self, name: str = "", version: str = "") -> service_pb2.ModelStatisticsResponse:
+        response = service_pb2.ModelStatisticsResponse()
+        names = [name] if name else self.models.loaded_models()
+        for model_name in names:
+            if version:
+                versions = [self.models.get(model_name, version)]
+            else:
+                versions = self.models.ready_versions(model_name)
+                if name and not versions:
+                    self.models.get(model_name)  # raises the right NOT_FOUND / UNAVAILABLE
+            for model in versions:
+                response.model_stats.append(model.stats.to_proto(model.name, model.version))
+        return response
+
+    # --- repository -----------------------------------------------------------------------------------
+
+    def repository_index(self, ready_only: bool) -> service_pb2.RepositoryIndexResponse:
+        response = service_pb2.RepositoryIndexResponse()
+        for row in self.models.index(ready_only):
+            response.models.add(name=row.name, version=row.version, state=row.state, reason=row.reason)
+        return response
+
+    def _check_explicit(self, action: str) -> None:
+        if self._config.model_control_mode is not ModelControlMode.EXPLICIT:
+            raise FailedPreconditionError(
+                f"explicit model {action} is not allowed in model control mode "
+                f"'{self._config.model_control_mode}'; start the server with --model-control-mode explicit"
+            )
+
+    async def load_model(self, name: str, parameters: dict[str, object]) -> None:
+        self._check_explicit("load")
+        override = None
+        for key, value in parameters.items():
+            if key == "config":
+                if not isinstance(value, str):
+                    raise InvalidArgumentError(f"load of '{name}': parameter 'config' must be a JSON string")
+                override = parse_config_json(value, f"load of '{name}' parameter 'config'")
+            elif key.startswith("file:"):
+                raise InvalidArgumentError(
+                    f"load of '{name}': model file overrides ('{key}') are not supported; put files in the "
+                    "repository"
+                )
+            else:
+                raise InvalidArgumentError(f"load of '{name}': unknown parameter '{key}'")
+        await self.models.load(name, override)
+
+    async def unload_model(self, name: str) -> None:
+        self._check_explicit("unload")
+        await self.models.unload(name)
+
+    # --- inference ------------------------------------------------------------------------------------
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        if not self.accepting:
+            raise UnavailableError("server is not accepting requests (starting up or shutting down)")
+        model = self.models.get(request.model_name, request.model_version)
+        return await model.infer(request)
+
+
+def config_to_json(response: service_pb2.ModelConfigResponse) -> str:
+    """Triton's HTTP form of a model config (proto JSON with field names as in config.pbtxt)."""
+    return json.dumps(json_format.MessageToDict(response.config, preserving_proto_field_name=True))

@@ -1,0 +1,1 @@
+"""Protocol frontends: thin adapters from gRPC and HTTP onto the data plane."""

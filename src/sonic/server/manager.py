@@ -1,0 +1,335 @@
+"""Model lifecycle: load, reload, unload and lookup of model versions.
+
+Loading (reading files, creating sessions) runs in worker threads; the event loop keeps serving
+other models meanwhile. A model that fails to load stays listed as UNAVAILABLE with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from tritonclient.grpc import model_config_pb2
+
+from sonic.errors import ModelConfigError, NotFoundError, SonicError, UnavailableError
+from sonic.protocol.model_config import (
+    CONFIG_FILENAME,
+    ModelSpec,
+    backend_name,
+    fill_defaults,
+    load_config_file,
+    validate_config,
+)
+from sonic.server import backends
+from sonic.server.backends.base import InstanceContext
+from sonic.server.batcher import ModelInstance
+from sonic.server.config import ServerConfig
+from sonic.server.model import ModelVersion
+from sonic.server.repository import (
+    ModelLocation,
+    Repository,
+    available_versions,
+    fingerprint,
+    select_versions,
+)
+
+log = logging.getLogger(__name__)
+
+READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
+
+
+@dataclass(eq=False)
+class VersionState:
+    state: str
+    reason: str = ""
+    model: ModelVersion | None = None
+
+
+@dataclass(eq=False)
+class ModelEntry:
+    name: str
+    versions: dict[int, VersionState] = field(default_factory=dict)
+    state: str = UNAVAILABLE  # model-level, for failures before any version exists
+    reason: str = ""
+    config: model_config_pb2.ModelConfig | None = None
+    fingerprint: tuple[object, ...] = ()
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+@dataclass(frozen=True)
+class IndexRow:
+    name: str
+    version: str
+    state: str
+    reason: str
+
+
+def _prepare_config(
+    location: ModelLocation, override: model_config_pb2.ModelConfig | None, gpu_count: int
+) -> tuple[model_config_pb2.ModelConfig, ModelSpec, type[backends.Backend], list[int]]:
+    """Read, auto-complete and validate a model's config (blocking: runs in a thread)."""
+    config_path = location.path / CONFIG_FILENAME
+    if override is not None:
+        config = model_config_pb2.ModelConfig()
+        config.CopyFrom(override)
+    elif config_path.is_file():
+        config = load_config_file(config_path)
+    else:
+        config = model_config_pb2.ModelConfig()
+    if config.name and config.name != location.name:
+        raise ModelConfigError(
+            f"{config_path}: model name '{config.name}' does not match its folder '{location.name}'"
+        )
+    config.name = location.name
+    versions = available_versions(location.path)
+    if not versions:
+        raise ModelConfigError(f"model '{location.name}': no numeric version folder in {location.path}")
+    name = backend_name(config)
+    if not name:
+        filenames = {p.name for v in versions for p in (location.path / str(v)).iterdir()}
+        detected = backends.detect_backend(filenames)
+        if detected is None:
+            raise ModelConfigError(
+                f"model '{location.name}': the config names no backend or platform and no known model "
+                f"file was found in {location.path}"
+            )
+        name = detected
+    if not config.backend and not config.platform:
+        config.backend = name
+    backend_cls = backends.backend_class(name)
+    selected = select_versions(config.version_policy, versions)
+    filename = config.default_model_filename or backend_cls.default_filename
+    backend_cls.auto_complete_config(config, location.path / str(selected[-1]) / filename)
+    fill_defaults(config, default_filename=backend_cls.default_filename, gpu_count=gpu_count)
+    spec = validate_config(config)
+    return config, spec, backend_cls, selected
+
+
+class ModelManager:
+    def __init__(self, config: ServerConfig) -> None:
+        self._config = config
+        self.repository = Repository(config.model_repositories)
+        self._entries: dict[str, ModelEntry] = {}
+
+    def _entry(self, name: str) -> ModelEntry:
+        if name not in self._entries:
+            self._entries[name] = ModelEntry(name)
+        return self._entries[name]
+
+    # --- lookup ---------------------------------------------------------------------------------------
+
+    def get(self, name: str, version: str = "") -> ModelVersion:
+        entry = self._entries.get(name)
+        if entry is None:
+            raise NotFoundError(f"Request for unknown model: '{name}' is not found")
+        if version:
+            if not version.isdigit():
+                raise NotFoundError(f"Request for unknown model: '{name}' version '{version}' is not a number")
+            state = entry.versions.get(int(version))
+            if state is None:
+                raise NotFoundError(f"Request for unknown model: '{name}' version {version} is not found")
+            if state.model is None or state.state != READY:
+                raise UnavailableError(
+                    f"Request for unknown model: '{name}' version {version} is not at ready state"
+                    + (f": {state.reason}" if state.reason else "")
+                )
+            return state.model
+        ready = [v for v, s in entry.versions.items() if s.state == READY and s.model is not None]
+        if not ready:
+            reason = entry.reason or next((s.reason for s in entry.versions.values() if s.reason), "")
+            raise UnavailableError(
+                f"Request for unknown model: '{name}' has no available versions" + (f": {reason}" if reason else "")
+            )
+        model = entry.versions[max(ready)].model
+        assert model is not None
+        return model
+
+    def config_of(self, name: str) -> model_config_pb2.ModelConfig:
+        entry = self._entries.get(name)
+        if entry is None or entry.config is None:
+            raise NotFoundError(f"Request for unknown model: '{name}' is not found")
+        return entry.config
+
+    def ready_versions(self, name: str) -> list[ModelVersion]:
+        entry = self._entries.get(name)
+        if entry is None:
+            return []
+        return [s.model for _, s in sorted(entry.versions.items()) if s.state == READY and s.model is not None]
+
+    def loaded_models(self) -> list[str]:
+        return [name for name in self._entries if self.ready_versions(name)]
+
+    def index(self, ready_only: bool) -> list[IndexRow]:
+        found, conflicts = self.repository.scan()
+        rows: list[IndexRow] = []
+        for name in sorted(set(found) | set(conflicts) | set(self._entries)):
+            entry = self._entries.get(name)
+            if entry is None or (not entry.versions and not entry.reason):
+                if not ready_only:
+                    rows.append(IndexRow(name, "", "", conflicts.get(name, "")))
+                continue
+            if not entry.versions:
+                if not ready_only:
+                    rows.append(IndexRow(name, "", entry.state, entry.reason))
+                continue
+            for version, state in sorted(entry.versions.items()):
+                if ready_only and state.state != READY:
+                    continue
+                rows.append(IndexRow(name, str(version), state.state, state.reason))
+        return rows
+
+    # --- load / unload ----------------------------------------------------------------------------------
+
+    async def load(self, name: str, override: model_config_pb2.ModelConfig | None = None) -> None:
+        """Load (or reload) a model; raises the load error after recording it in the index."""
+        location = self.repository.locate(name)
+        entry = self._entry(name)
+        async with entry.lock:
+            try:
+                await self._load_locked(entry, location, override)
+            except SonicError as exc:
+                entry.state, entry.reason = UNAVAILABLE, str(exc)
+                log.error("model %s failed to load: %s", name, exc)  # noqa: TRY400  (message says it all)
+                raise
+
+    async def _load_locked(
+        self, entry: ModelEntry, location: ModelLocation, override: model_config_pb2.ModelConfig | None
+    ) -> None:
+        config, spec, backend_cls, selected = await asyncio.to_thread(
+            _prepare_config, location, override, self._config.gpu_count
+        )
+        new_models: dict[int, ModelVersion] = {}
+        failures: dict[int, str] = {}
+        for version in selected:
+            previous = entry.versions.get(version)
+            if previous is None or previous.state != READY:
+                entry.versions[version] = VersionState(LOADING)
+            try:
+                new_models[version] = await self._create_version(config, spec, backend_cls, location, version)
+            except SonicError as exc:
+                failures[version] = str(exc)
+        if not new_models and failures:
+            for version, reason in failures.items():
+                entry.versions[version] = VersionState(UNAVAILABLE, reason)
+            first = next(iter(failures.values()))
+            raise ModelConfigError(f"failed to load '{location.name}': {first}")
+        old = {v: s for v, s in entry.versions.items() if s.model is not None and s.state == READY}
+        for version, model in new_models.items():
+            model.scheduler.start()
+            entry.versions[version] = VersionState(READY, "", model)
+        for version, reason in failures.items():
+            entry.versions[version] = VersionState(UNAVAILABLE, reason)
+        entry.config, entry.state, entry.reason = config, READY, ""
+        entry.fingerprint = await asyncio.to_thread(fingerprint, location.path)
+        for version, state in old.items():
+            if version not in selected:
+                entry.versions[version] = VersionState(UNLOADING, "", state.model)
+            assert state.model is not None
+            await self._close_version(state.model)
+            if version not in selected:
+                entry.versions[version] = VersionState(UNAVAILABLE, "unloaded")
+        log.info("model %s loaded, versions %s", location.name, sorted(new_models))
+
+    async def _create_version(
+        self,
+        config: model_config_pb2.ModelConfig,
+        spec: ModelSpec,
+        backend_cls: type[backends.Backend],
+        location: ModelLocation,
+        version: int,
+    ) -> ModelVersion:
+        version_dir = location.path / str(version)
+        loop = asyncio.get_running_loop()
+        instances: list[ModelInstance] = []
+        options = self._config.backend_options.get(backend_cls.name, {})
+        try:
+            for group in config.instance_group:
+                kind = "gpu" if group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU else "cpu"
+                devices = list(group.gpus) if kind == "gpu" else [0]
+                for device in devices:
+                    for index in range(group.count):
+                        instance_name = f"{group.name}_{device}_{index}" if kind == "gpu" else f"{group.name}_{index}"
+                        executor = ThreadPoolExecutor(1, thread_name_prefix=f"sonic-{instance_name}")
+                        context = InstanceContext(
+                            config=config,
+                            spec=spec,
+                            version=version,
+                            version_dir=version_dir,
+                            model_path=version_dir / config.default_model_filename,
+                            instance_name=instance_name,
+                            device_kind=kind,
+                            device_id=device,
+                            options=options,
+                        )
+                        try:
+                            backend = await loop.run_in_executor(executor, backend_cls, context)
+                        except BaseException:
+                            executor.shutdown(wait=False)
+                            raise
+                        instances.append(ModelInstance(instance_name, backend, executor))
+        except BaseException:
+            await self._close_instances(instances)
+            raise
+        return ModelVersion.create(config, spec, version, instances)
+
+    async def _close_instances(self, instances: list[ModelInstance]) -> None:
+        loop = asyncio.get_running_loop()
+        for instance in instances:
+            try:
+                await loop.run_in_executor(instance.executor, instance.backend.close)
+            except Exception:
+                log.exception("closing instance %s failed", instance.name)
+            instance.executor.shutdown(wait=False)
+
+    async def _close_version(self, model: ModelVersion) -> None:
+        await model.scheduler.close(self._config.exit_timeout_s)
+        await self._close_instances(model.instances)
+
+    async def unload(self, name: str) -> None:
+        entry = self._entries.get(name)
+        if entry is None:
+            self.repository.locate(name)  # NOT_FOUND for names that are nowhere
+            return
+        async with entry.lock:
+            closing = [(v, s.model) for v, s in entry.versions.items() if s.model is not None]
+            for version, model in closing:
+                entry.versions[version] = VersionState(UNLOADING, "", model)
+            for version, model in closing:
+                assert model is not None
+                await self._close_version(model)
+                entry.versions[version] = VersionState(UNAVAILABLE, "unloaded")
+            entry.state, entry.reason = UNAVAILABLE, "unloaded"
+            log.info("model %s unloaded", name)
+
+    async def load_all(self) -> None:
+        found, conflicts = self.repository.scan()
+        for name, reason in conflicts.items():
+            entry = self._entry(name)
+            entry.state, entry.reason = UNAVAILABLE, reason
+        for name in found:
+            try:
+                await self.load(name)
+            except SonicError:
+                continue  # recorded in the index; the server stays up
+
+    async def poll(self) -> None:
+        """One repository rescan: load new or changed models, unload removed ones."""
+        found, _ = self.repository.scan()
+        for name in list(self._entries):
+            if name not in found and self.ready_versions(name):
+                await self.unload(name)
+        for name, location in found.items():
+            entry = self._entries.get(name)
+            current = await asyncio.to_thread(fingerprint, location.path)
+            if entry is not None and entry.fingerprint == current:
+                continue
+            try:
+                await self.load(name)
+            except SonicError:
+                self._entry(name).fingerprint = current  # do not retry until the files change
+
+    async def close(self) -> None:
+        for name in list(self._entries):
+            await self.unload(name)

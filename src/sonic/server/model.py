@@ -1,0 +1,178 @@
+"""A loaded model version: request validation against its config, scheduling, statistics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2
+
+from sonic.errors import InvalidArgumentError
+from sonic.protocol import dtypes
+from sonic.protocol.model_config import ModelSpec
+from sonic.server.batcher import BatchPolicy, ModelInstance, Scheduler, WorkItem
+from sonic.server.stats import ModelStats
+from sonic.server.types import InferRequest, InferResponse, InputTensor, OutputTensor
+
+
+def _shape_matches(given: tuple[int, ...], expected: tuple[int, ...]) -> bool:
+    return len(given) == len(expected) and all(e == -1 or g == e for g, e in zip(given, expected, strict=True))
+
+
+@dataclass(eq=False)
+class ModelVersion:
+    """One ready version of a model."""
+
+    config: model_config_pb2.ModelConfig
+    spec: ModelSpec
+    version: int
+    instances: list[ModelInstance]
+    scheduler: Scheduler
+    stats: ModelStats
+
+    @classmethod
+    def create(
+        cls,
+        config: model_config_pb2.ModelConfig,
+        spec: ModelSpec,
+        version: int,
+        instances: list[ModelInstance],
+    ) -> ModelVersion:
+        stats = ModelStats()
+        scheduler = Scheduler(
+            model_name=spec.name,
+            policy=BatchPolicy.from_config(config),
+            instances=instances,
+            output_names=list(spec.outputs),
+            stats=stats,
+        )
+        return cls(config, spec, version, instances, scheduler, stats)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    # --- validation -----------------------------------------------------------------------------------
+
+    def _where(self, request: InferRequest, tensor: str) -> str:
+        rid = f"[request id: {request.request_id}] " if request.request_id else ""
+        return f"{rid}model '{self.name}' version {self.version} input '{tensor}'"
+
+    def _decode_input(self, request: InferRequest, tensor: InputTensor) -> np.ndarray:
+        where = self._where(request, tensor.name)
+        spec = self.spec.inputs.get(tensor.name)
+        if spec is None:
+            raise InvalidArgumentError(
+                f"{where}: unexpected inference input '{tensor.name}' for model '{self.name}', "
+                f"expected one of {sorted(self.spec.inputs)}"
+            )
+        if tensor.datatype != spec.datatype.name:
+            raise InvalidArgumentError(
+                f"{where}: inference input '{tensor.name}' data-type is '{tensor.datatype}', but model "
+                f"'{self.name}' expects '{spec.datatype.name}'"
+            )
+        shape = tensor.shape
+        if any(d < 0 for d in shape):
+            raise InvalidArgumentError(f"{where}: shape {list(shape)} has a negative dimension")
+        if self.spec.batched:
+            if not shape:
+                raise InvalidArgumentError(
+                    f"{where}: shape [] has no batch dimension; expected [batch] + {list(spec.dims)}"
+                )
+            if shape[0] < 1 or shape[0] > self.spec.max_batch_size:
+                raise InvalidArgumentError(
+                    f"{where}: inference request batch-size must be in 1..{self.spec.max_batch_size} "
+                    f"for '{self.name}', got {shape[0]}"
+                )
+            sample = shape[1:]
+        else:
+            sample = shape
+        if not _shape_matches(sample, spec.dims):
+            expected = [-1, *spec.dims] if self.spec.batched else list(spec.dims)
+            raise InvalidArgumentError(
+                f"{where}: unexpected shape for input '{tensor.name}' for model '{self.name}'. "
+                f"Expected {expected}, got {list(shape)}"
+            )
+        if tensor.raw is not None:
+            array = dtypes.array_from_bytes(tensor.raw, spec.datatype, shape, where)
+        elif tensor.array is not None:
+            array = tensor.array
+            if tuple(array.shape) != shape:
+                raise InvalidArgumentError(f"{where}: data has shape {list(array.shape)}, declared {list(shape)}")
+        else:
+            raise InvalidArgumentError(f"{where}: input has no data")
+        if spec.model_dims != spec.dims:
+            lead = shape[:1] if self.spec.batched else ()
+            target = lead + spec.model_dims
+            try:
+                array = array.reshape(target)
+            except ValueError:
+                raise InvalidArgumentError(
+                    f"{where}: shape {list(shape)} cannot be reshaped to the model's {list(target)}"
+                ) from None
+        return array
+
+    def prepare(self, request: InferRequest) -> WorkItem:
+        """Validate and decode a request into a work item (raises InvalidArgumentError)."""
+        arrays: dict[str, np.ndarray] = {}
+        for tensor in request.inputs:
+            if tensor.name in arrays:
+                raise InvalidArgumentError(
+                    f"{self._where(request, tensor.name)}: input '{tensor.name}' is given more than once"
+                )
+            arrays[tensor.name] = self._decode_input(request, tensor)
+        missing = [n for n, s in self.spec.inputs.items() if n not in arrays and not s.optional]
+        if missing:
+            raise InvalidArgumentError(
+                f"{self._where(request, missing[0])}: expected {len(self.spec.inputs)} inputs but got "
+                f"{len(arrays)} inputs for model '{self.name}'; missing {missing}"
+            )
+        if request.outputs is not None:
+            for name in request.outputs:
+                if name not in self.spec.outputs:
+                    raise InvalidArgumentError(
+                        f"model '{self.name}': unexpected inference output '{name}', expected one of "
+                        f"{sorted(self.spec.outputs)}"
+                    )
+        if self.spec.batched:
+            batch_sizes = {name: a.shape[0] for name, a in arrays.items()}
+            if len(set(batch_sizes.values())) > 1:
+                raise InvalidArgumentError(
+                    f"model '{self.name}': inputs have different batch sizes {batch_sizes}; all must match"
+                )
+            batch_size = next(iter(batch_sizes.values()))
+            shape_key = tuple((name, arrays[name].shape[1:]) for name in sorted(arrays))
+        else:
+            batch_size = 1
+            shape_key = ()
+        return WorkItem(
+            inputs=arrays,
+            batch_size=batch_size,
+            shape_key=shape_key,
+            future=asyncio.get_running_loop().create_future(),
+            priority=request.priority,
+            timeout_us=request.timeout_us,
+        )
+
+    # --- inference ------------------------------------------------------------------------------------
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        received = request.received_ns or time.perf_counter_ns()
+        self.stats.pending_requests += 1
+        try:
+            item = self.prepare(request)
+            outputs, timing = await self.scheduler.submit(item)
+        except BaseException:
+            self.stats.record_failure(time.perf_counter_ns() - received)
+            raise
+        finally:
+            self.stats.pending_requests -= 1
+        names = request.outputs if request.outputs is not None else list(self.spec.outputs)
+        tensors = []
+        for name in names:
+            array = outputs[name]
+            tensors.append(OutputTensor(name, self.spec.outputs[name].datatype.name, tuple(array.shape), array))
+        self.stats.record_success(time.perf_counter_ns() - received, timing, item.batch_size)
+        return InferResponse(self.name, str(self.version), request.request_id, tensors)

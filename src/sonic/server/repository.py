@@ -1,0 +1,96 @@
+"""Model repositories in Triton's layout: ``<repo>/<model>/config.pbtxt`` and ``<repo>/<model>/<version>/``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2
+
+from sonic.errors import InvalidArgumentError, ModelConfigError, NotFoundError
+
+# Model names become directory names: keep them to one plain path component.
+_VALID_MODEL_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def check_model_name(name: str) -> None:
+    if not _VALID_MODEL_NAME.match(name) or name in {".", ".."}:
+        raise InvalidArgumentError(
+            f"invalid model name {name!r}: use letters, digits, '_', '-' and '.', one path component"
+        )
+
+
+@dataclass(frozen=True)
+class ModelLocation:
+    name: str
+    path: Path
+
+
+class Repository:
+    """The union of one or more repository folders."""
+
+    def __init__(self, roots: tuple[Path, ...]) -> None:
+        self.roots = tuple(root.resolve() for root in roots)
+
+    def scan(self) -> tuple[dict[str, ModelLocation], dict[str, str]]:
+        """Models found, and names that cannot be used with the reason (e.g. in two repositories)."""
+        found: dict[str, ModelLocation] = {}
+        conflicts: dict[str, str] = {}
+        for root in self.roots:
+            if not root.is_dir():
+                continue
+            for child in sorted(root.iterdir()):
+                if not child.is_dir() or child.name.startswith(".") or not _VALID_MODEL_NAME.match(child.name):
+                    continue
+                if child.name in found:
+                    conflicts[child.name] = (
+                        f"model '{child.name}' appears in more than one repository: "
+                        f"{found[child.name].path.parent} and {root}"
+                    )
+                    continue
+                found[child.name] = ModelLocation(child.name, child)
+        for name in conflicts:
+            found.pop(name, None)
+        return found, conflicts
+
+    def locate(self, name: str) -> ModelLocation:
+        check_model_name(name)
+        found, conflicts = self.scan()
+        if name in conflicts:
+            raise ModelConfigError(conflicts[name])
+        if name not in found:
+            raise NotFoundError(
+                f"failed to load '{name}': no model folder '{name}' in the model repositories "
+                f"{[str(r) for r in self.roots]}"
+            )
+        return found[name]
+
+
+def available_versions(model_dir: Path) -> list[int]:
+    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def select_versions(policy: model_config_pb2.ModelVersionPolicy, versions: list[int]) -> list[int]:
+    """Apply a version policy (latest N, all, specific) to the version folders present."""
+    which = policy.WhichOneof("policy_choice")
+    if which == "all":
+        return list(versions)
+    if which == "specific":
+        wanted = set(policy.specific.versions)
+        missing = sorted(wanted - set(versions))
+        if missing:
+            raise ModelConfigError(f"version policy asks for version(s) {missing}, which have no folder")
+        return sorted(wanted)
+    count = policy.latest.num_versions if which == "latest" else 1
+    return versions[-max(1, count) :]
+
+
+def fingerprint(model_dir: Path) -> tuple[tuple[str, int, int], ...]:
+    """Names, sizes and modification times of a model's files: what polling compares."""
+    entries = []
+    for path in sorted(model_dir.rglob("*")):
+        if path.is_file():
+            stat = path.stat()
+            entries.append((str(path.relative_to(model_dir)), stat.st_size, stat.st_mtime_ns))
+    return tuple(entries)
