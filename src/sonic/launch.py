@@ -97,7 +97,9 @@ class ServerProcess:
                 line = stdout.readline()
                 if not line:
                     code = process.wait()
-                    raise ServerStartError(f"sonic serve exited with code {code} before ready; log:\n{_tail(log_path)}")
+                    raise ServerStartError(
+                        f"sonic serve exited with code {code} before ready; log:\n{_tail(log_path)}"
+                    )
                 match = READY_PATTERN.match(line.strip())
                 if match:
                     return dict(field.split("=", 1) for field in match["fields"].split())

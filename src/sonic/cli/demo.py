@@ -29,17 +29,23 @@ def run(args: argparse.Namespace) -> int:
             client = grpcclient.InferenceServerClient(server.grpc_address)
             a = np.arange(16, dtype=np.int32).reshape(1, 16)
             b = np.ones((1, 16), dtype=np.int32)
-            inputs = [grpcclient.InferInput("INPUT0", [1, 16], "INT32"), grpcclient.InferInput("INPUT1", [1, 16], "INT32")]
+            inputs = [
+                grpcclient.InferInput("INPUT0", [1, 16], "INT32"),
+                grpcclient.InferInput("INPUT1", [1, 16], "INT32"),
+            ]
             inputs[0].set_data_from_numpy(a)
             inputs[1].set_data_from_numpy(b)
             result = client.infer("add_sub", inputs)
             total, difference = result.as_numpy("OUTPUT0"), result.as_numpy("OUTPUT1")
-            assert total is not None and difference is not None
+            assert total is not None
+            assert difference is not None
             print(f"add_sub: INPUT0 + INPUT1 = {total.tolist()[0]}")
             print(f"add_sub: INPUT0 - INPUT1 = {difference.tolist()[0]}")
             ok = np.array_equal(total, a + b) and np.array_equal(difference, a - b)
             stats = client.get_inference_statistics("add_sub").model_stats[0]
-            print(f"server statistics: {stats.inference_count} inference(s), {stats.execution_count} execution(s)")
+            print(
+                f"server statistics: {stats.inference_count} inference(s), {stats.execution_count} execution(s)"
+            )
             client.close()
     print("demo: OK" if ok else "demo: WRONG RESULT")
     return 0 if ok else 1

@@ -37,7 +37,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     parser.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (0: pick a free one)")
     parser.add_argument(
-        "--model-control-mode", choices=[m.value for m in ModelControlMode], default=ModelControlMode.NONE.value
+        "--model-control-mode",
+        choices=[m.value for m in ModelControlMode],
+        default=ModelControlMode.NONE.value,
     )
     parser.add_argument(
         "--load-model", action="append", default=[], help="explicit mode: model to load at start ('*': all)"
@@ -45,7 +47,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--repository-poll-secs", type=float, default=15.0, help="poll mode: rescan period")
     parser.add_argument("--exit-timeout-secs", type=float, default=30.0, help="drain time at shutdown")
     parser.add_argument(
-        "--backend-config", action="append", default=[], help="BACKEND,KEY=VALUE (e.g. onnxruntime,enable_mem_arena=0)"
+        "--backend-config",
+        action="append",
+        default=[],
+        help="BACKEND,KEY=VALUE (e.g. onnxruntime,enable_mem_arena=0)",
     )
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all that are detected)")
     parser.set_defaults(run=run)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import ml_dtypes
 import numpy as np
+import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
 from sonic.errors import InvalidArgumentError
@@ -96,7 +98,7 @@ def element_count(shape: tuple[int, ...] | list[int]) -> int:
 _LENGTH = struct.Struct("<I")
 
 
-def serialize_bytes_tensor(array: np.ndarray) -> bytes:
+def serialize_bytes_tensor(array: npt.NDArray[Any]) -> bytes:
     """Length-prefixed encoding of a BYTES tensor (object, bytes or str array), in C order."""
     parts: list[bytes] = []
     for item in array.reshape(-1):
@@ -106,7 +108,7 @@ def serialize_bytes_tensor(array: np.ndarray) -> bytes:
     return b"".join(parts)
 
 
-def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, where: str) -> np.ndarray:
+def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, where: str) -> npt.NDArray[Any]:
     """Decode ``count`` length-prefixed elements; ``where`` names the tensor in errors."""
     view = memoryview(buffer)
     items = np.empty(count, dtype=np.object_)
@@ -135,7 +137,7 @@ def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, where: str)
 
 def array_from_bytes(
     buffer: bytes | memoryview, datatype: Datatype, shape: tuple[int, ...], where: str
-) -> np.ndarray:
+) -> npt.NDArray[Any]:
     """View request bytes as an array without copying (BYTES elements are decoded)."""
     count = element_count(shape)
     if datatype.name == "BYTES":
@@ -149,17 +151,19 @@ def array_from_bytes(
     return np.frombuffer(buffer, dtype=datatype.numpy).reshape(shape)
 
 
-def array_to_bytes(array: np.ndarray, datatype: Datatype) -> bytes | memoryview:
+def array_to_bytes(array: npt.NDArray[Any], datatype: Datatype) -> bytes | memoryview:
     """Bytes of an output array; a view of C-contiguous data, a copy only when it must."""
     if datatype.name == "BYTES":
         return serialize_bytes_tensor(array)
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)
     # A uint8 view gives a plain byte buffer for every dtype (bool and bfloat16 included).
-    return memoryview(array.reshape(-1).view(np.uint8))
+    return memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
 
 
-def array_from_contents(values: object, datatype: Datatype, shape: tuple[int, ...], where: str) -> np.ndarray:
+def array_from_contents(
+    values: object, datatype: Datatype, shape: tuple[int, ...], where: str
+) -> npt.NDArray[Any]:
     """Array from typed contents (gRPC ``InferTensorContents``, HTTP JSON ``data``)."""
     count = element_count(shape)
     if datatype.name == "BYTES":

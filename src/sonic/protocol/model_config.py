@@ -13,7 +13,7 @@ from pathlib import Path
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import ModelConfigError
+from sonic.errors import InvalidArgumentError, ModelConfigError
 from sonic.protocol import dtypes
 
 ModelConfig = model_config_pb2.ModelConfig
@@ -98,7 +98,7 @@ def _tensor_spec(
         raise ModelConfigError(f"model '{model}': {kind} '{tensor.name}' has no data_type")
     try:
         datatype = dtypes.from_config_enum(tensor.data_type)
-    except Exception as exc:
+    except InvalidArgumentError as exc:
         raise ModelConfigError(f"model '{model}': {kind} '{tensor.name}': {exc}") from None
     dims = tuple(int(d) for d in tensor.dims)
     if any(d == 0 or d < -1 for d in dims):

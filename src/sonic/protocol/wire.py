@@ -23,7 +23,8 @@ def _read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     end = len(data)
     while True:
         if pos >= end:
-            raise InvalidArgumentError("malformed protobuf message: truncated varint")
+            msg = "malformed protobuf message: truncated varint"
+            raise InvalidArgumentError(msg)
         byte = data[pos]
         pos += 1
         result |= (byte & 0x7F) << shift
@@ -31,7 +32,8 @@ def _read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
             return result, pos
         shift += 7
         if shift > 63:
-            raise InvalidArgumentError("malformed protobuf message: varint too long")
+            msg = "malformed protobuf message: varint too long"
+            raise InvalidArgumentError(msg)
 
 
 def encode_varint(value: int) -> bytes:
@@ -65,9 +67,12 @@ def split_raw_contents(data: bytes, tag: int = RAW_INPUT_CONTENTS_TAG) -> tuple[
         elif wire_type == 5:
             field_end = pos + 4
         else:
-            raise InvalidArgumentError(f"malformed protobuf message: wire type {wire_type} at byte {field_start}")
+            raise InvalidArgumentError(
+                f"malformed protobuf message: wire type {wire_type} at byte {field_start}"
+            )
         if field_end > end:
-            raise InvalidArgumentError("malformed protobuf message: field runs past the end of the message")
+            msg = "malformed protobuf message: field runs past the end of the message"
+            raise InvalidArgumentError(msg)
         if key == tag:
             kept.append(view[kept_from:field_start])
             raw.append(view[pos:field_end])

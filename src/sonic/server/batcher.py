@@ -8,21 +8,24 @@ in the instance's own thread so the event loop only moves references.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
 from sonic.errors import InternalError, SonicError, UnavailableError
 from sonic.server.backends.base import Backend
 from sonic.server.stats import ModelStats, RequestTiming
 
-ItemOutputs = dict[str, np.ndarray]
+ItemOutputs = dict[str, npt.NDArray[Any]]
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,7 @@ class _State(enum.Enum):
 class WorkItem:
     """One request waiting for, or taking part in, an execution."""
 
-    inputs: dict[str, np.ndarray]
+    inputs: dict[str, npt.NDArray[Any]]
     batch_size: int
     shape_key: tuple[object, ...]
     future: asyncio.Future[tuple[ItemOutputs, RequestTiming]]
@@ -215,7 +218,9 @@ class Scheduler:
         self._drop(item)
         if not item.future.done():
             item.future.set_exception(
-                UnavailableError(f"Request timeout expired: request for model '{self._model}' waited in the queue")
+                UnavailableError(
+                    f"Request timeout expired: request for model '{self._model}' waited in the queue"
+                )
             )
 
     # --- batch formation ------------------------------------------------------------------------------
@@ -276,11 +281,11 @@ class Scheduler:
             if self._closing and deadline_ns is None:
                 return None
             self._wakeup.clear()
-            timeout_s = None if deadline_ns is None else max(0.0, (deadline_ns - time.perf_counter_ns()) / 1e9)
-            try:
+            timeout_s = (
+                None if deadline_ns is None else max(0.0, (deadline_ns - time.perf_counter_ns()) / 1e9)
+            )
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout_s)
-            except TimeoutError:
-                pass
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -324,7 +329,9 @@ class Scheduler:
         if result is None:
             for item in batch:
                 if not item.future.done():
-                    item.future.set_exception(error or InternalError(f"model '{self._model}' produced no result"))
+                    item.future.set_exception(
+                        error or InternalError(f"model '{self._model}' produced no result")
+                    )
             return
         total = sum(item.batch_size for item in batch)
         self._stats.record_execution(total, result.input_ns, result.infer_ns, result.output_ns)

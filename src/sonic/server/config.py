@@ -34,6 +34,7 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         if not self.model_repositories:
-            raise ValueError("at least one model repository is needed")
+            msg = "at least one model repository is needed"
+            raise ValueError(msg)
         if self.repository_poll_s <= 0:
             raise ValueError(f"repository_poll_s must be > 0, got {self.repository_poll_s}")

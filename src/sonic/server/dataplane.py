@@ -129,7 +129,8 @@ class DataPlane:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         if not self.accepting:
-            raise UnavailableError("server is not accepting requests (starting up or shutting down)")
+            msg = "server is not accepting requests (starting up or shutting down)"
+            raise UnavailableError(msg)
         model = self.models.get(request.model_name, request.model_version)
         return await model.infer(request)
 

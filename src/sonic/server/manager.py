@@ -126,7 +126,9 @@ class ModelManager:
             raise NotFoundError(f"Request for unknown model: '{name}' is not found")
         if version:
             if not version.isdigit():
-                raise NotFoundError(f"Request for unknown model: '{name}' version '{version}' is not a number")
+                raise NotFoundError(
+                    f"Request for unknown model: '{name}' version '{version}' is not a number"
+                )
             state = entry.versions.get(int(version))
             if state is None:
                 raise NotFoundError(f"Request for unknown model: '{name}' version {version} is not found")
@@ -140,7 +142,8 @@ class ModelManager:
         if not ready:
             reason = entry.reason or next((s.reason for s in entry.versions.values() if s.reason), "")
             raise UnavailableError(
-                f"Request for unknown model: '{name}' has no available versions" + (f": {reason}" if reason else "")
+                f"Request for unknown model: '{name}' has no available versions"
+                + (f": {reason}" if reason else "")
             )
         model = entry.versions[max(ready)].model
         assert model is not None
@@ -156,7 +159,9 @@ class ModelManager:
         entry = self._entries.get(name)
         if entry is None:
             return []
-        return [s.model for _, s in sorted(entry.versions.items()) if s.state == READY and s.model is not None]
+        return [
+            s.model for _, s in sorted(entry.versions.items()) if s.state == READY and s.model is not None
+        ]
 
     def loaded_models(self) -> list[str]:
         return [name for name in self._entries if self.ready_versions(name)]
@@ -250,7 +255,9 @@ class ModelManager:
                 devices = list(group.gpus) if kind == "gpu" else [0]
                 for device in devices:
                     for index in range(group.count):
-                        instance_name = f"{group.name}_{device}_{index}" if kind == "gpu" else f"{group.name}_{index}"
+                        instance_name = (
+                            f"{group.name}_{device}_{index}" if kind == "gpu" else f"{group.name}_{index}"
+                        )
                         executor = ThreadPoolExecutor(1, thread_name_prefix=f"sonic-{instance_name}")
                         context = InstanceContext(
                             config=config,

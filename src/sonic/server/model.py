@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
+import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
 from sonic.errors import InvalidArgumentError
@@ -18,7 +19,7 @@ from sonic.server.types import InferRequest, InferResponse, InputTensor, OutputT
 
 
 def _shape_matches(given: tuple[int, ...], expected: tuple[int, ...]) -> bool:
-    return len(given) == len(expected) and all(e == -1 or g == e for g, e in zip(given, expected, strict=True))
+    return len(given) == len(expected) and all(e in (-1, g) for g, e in zip(given, expected, strict=True))
 
 
 @dataclass(eq=False)
@@ -60,7 +61,7 @@ class ModelVersion:
         rid = f"[request id: {request.request_id}] " if request.request_id else ""
         return f"{rid}model '{self.name}' version {self.version} input '{tensor}'"
 
-    def _decode_input(self, request: InferRequest, tensor: InputTensor) -> np.ndarray:
+    def _decode_input(self, request: InferRequest, tensor: InputTensor) -> npt.NDArray[Any]:
         where = self._where(request, tensor.name)
         spec = self.spec.inputs.get(tensor.name)
         if spec is None:
@@ -100,7 +101,9 @@ class ModelVersion:
         elif tensor.array is not None:
             array = tensor.array
             if tuple(array.shape) != shape:
-                raise InvalidArgumentError(f"{where}: data has shape {list(array.shape)}, declared {list(shape)}")
+                raise InvalidArgumentError(
+                    f"{where}: data has shape {list(array.shape)}, declared {list(shape)}"
+                )
         else:
             raise InvalidArgumentError(f"{where}: input has no data")
         if spec.model_dims != spec.dims:
@@ -116,7 +119,7 @@ class ModelVersion:
 
     def prepare(self, request: InferRequest) -> WorkItem:
         """Validate and decode a request into a work item (raises InvalidArgumentError)."""
-        arrays: dict[str, np.ndarray] = {}
+        arrays: dict[str, npt.NDArray[Any]] = {}
         for tensor in request.inputs:
             if tensor.name in arrays:
                 raise InvalidArgumentError(
@@ -173,6 +176,8 @@ class ModelVersion:
         tensors = []
         for name in names:
             array = outputs[name]
-            tensors.append(OutputTensor(name, self.spec.outputs[name].datatype.name, tuple(array.shape), array))
+            tensors.append(
+                OutputTensor(name, self.spec.outputs[name].datatype.name, tuple(array.shape), array)
+            )
         self.stats.record_success(time.perf_counter_ns() - received, timing, item.batch_size)
         return InferResponse(self.name, str(self.version), request.request_id, tensors)

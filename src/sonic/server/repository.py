@@ -41,7 +41,11 @@ class Repository:
             if not root.is_dir():
                 continue
             for child in sorted(root.iterdir()):
-                if not child.is_dir() or child.name.startswith(".") or not _VALID_MODEL_NAME.match(child.name):
+                if (
+                    not child.is_dir()
+                    or child.name.startswith(".")
+                    or not _VALID_MODEL_NAME.match(child.name)
+                ):
                     continue
                 if child.name in found:
                     conflicts[child.name] = (

@@ -53,9 +53,7 @@ class Server:
             raise RuntimeError(f"server can only be started once (state: {self.state.value})")
         self.state = ServerState.STARTING
         mode = self.config.model_control_mode
-        if mode in {ModelControlMode.NONE, ModelControlMode.POLL}:
-            await self.models.load_all()
-        elif "*" in self.config.load_models:
+        if mode in {ModelControlMode.NONE, ModelControlMode.POLL} or "*" in self.config.load_models:
             await self.models.load_all()
         else:
             for name in self.config.load_models:
@@ -69,7 +67,9 @@ class Server:
             self._poller = asyncio.create_task(self._poll_repository(), name="repository-poll")
         self.dataplane.accepting = True
         self.state = ServerState.SERVING
-        log.info("serving %d model(s) on %s:%d", len(self.models.loaded_models()), self.config.host, self.grpc_port)
+        log.info(
+            "serving %d model(s) on %s:%d", len(self.models.loaded_models()), self.config.host, self.grpc_port
+        )
 
     async def _poll_repository(self) -> None:
         while True:

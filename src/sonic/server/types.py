@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-import numpy as np
+import numpy.typing as npt
 
 
 @dataclass(slots=True)
@@ -15,7 +16,7 @@ class InputTensor:
     datatype: str
     shape: tuple[int, ...]
     raw: bytes | memoryview | None = None
-    array: np.ndarray | None = None
+    array: npt.NDArray[Any] | None = None
 
 
 @dataclass(slots=True)
@@ -36,7 +37,7 @@ class OutputTensor:
     name: str
     datatype: str
     shape: tuple[int, ...]
-    array: np.ndarray
+    array: npt.NDArray[Any]
 
 
 @dataclass(slots=True)

@@ -10,9 +10,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import numpy as np
+import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.model_config import ModelSpec
@@ -45,15 +45,17 @@ class Backend(ABC):
     name: ClassVar[str]
     default_filename: ClassVar[str]
 
-    @classmethod
-    def auto_complete_config(cls, config: model_config_pb2.ModelConfig, model_path: Path) -> None:  # noqa: B027
+    @classmethod  # noqa: B027  (optional hook with a do-nothing default)
+    def auto_complete_config(cls, config: model_config_pb2.ModelConfig, model_path: Path) -> None:
         """Fill inputs, outputs and ``max_batch_size`` from the model file where it carries them.
 
         The default does nothing: the config must then be complete.
         """
 
     @abstractmethod
-    def execute(self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str]) -> dict[str, np.ndarray]:
+    def execute(
+        self, inputs: Mapping[str, npt.NDArray[Any]], output_names: Sequence[str]
+    ) -> dict[str, npt.NDArray[Any]]:
         """Run one (possibly merged) batch; called from the instance's own thread."""
 
     def close(self) -> None:  # noqa: B027

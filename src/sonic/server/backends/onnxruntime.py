@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import numpy as np
+import numpy.typing as npt
 import onnxruntime as ort
 from tritonclient.grpc import model_config_pb2
 
@@ -56,7 +56,7 @@ def _signature(model_path: Path) -> tuple[list[tuple[str, int, list[int]]], list
 
     try:
         model = onnx.load(str(model_path), load_external_data=False)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (onnx raises many types for a bad file)
         raise ModelConfigError(f"{model_path}: cannot read ONNX model: {exc}") from None
     initializers = {init.name for init in model.graph.initializer}
 
@@ -69,7 +69,10 @@ def _signature(model_path: Path) -> tuple[list[tuple[str, int, list[int]]], list
                     f"{model_path}: tensor '{value.name}' has ONNX element type "  # type: ignore[attr-defined]
                     f"{tensor_type.elem_type}, which has no Triton datatype"
                 )
-            dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else -1 for d in tensor_type.shape.dim]
+            dims = [
+                d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else -1
+                for d in tensor_type.shape.dim
+            ]
             result.append((value.name, _ONNX_TO_CONFIG[tensor_type.elem_type], dims))  # type: ignore[attr-defined]
         return result
 
@@ -98,10 +101,10 @@ class OnnxRuntimeBackend(Backend):
         strip = 1 if config.max_batch_size > 0 else 0
         if not config.input:
             for name, data_type, dims in inputs:
-                config.input.add(name=name, data_type=data_type, dims=dims[strip:])  # type: ignore[arg-type]
+                config.input.add(name=name, data_type=data_type, dims=dims[strip:])
         if not config.output:
             for name, data_type, dims in outputs:
-                config.output.add(name=name, data_type=data_type, dims=dims[strip:])  # type: ignore[arg-type]
+                config.output.add(name=name, data_type=data_type, dims=dims[strip:])
 
     def __init__(self, context: InstanceContext) -> None:
         options = ort.SessionOptions()
@@ -120,8 +123,10 @@ class OnnxRuntimeBackend(Backend):
         providers = self._providers(context)
         try:
             self._session = ort.InferenceSession(str(context.model_path), options, providers=providers)
-        except Exception as exc:
-            raise ModelConfigError(f"{context.model_path}: onnxruntime cannot load the model: {exc}") from None
+        except Exception as exc:  # noqa: BLE001  (any load failure marks the model unavailable)
+            raise ModelConfigError(
+                f"{context.model_path}: onnxruntime cannot load the model: {exc}"
+            ) from None
         self._model = context.config.name
         self._run_options = ort.RunOptions()
 
@@ -143,9 +148,11 @@ class OnnxRuntimeBackend(Backend):
         providers += [("CUDAExecutionProvider", device), "CPUExecutionProvider"]
         return providers
 
-    def execute(self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str]) -> dict[str, np.ndarray]:
+    def execute(
+        self, inputs: Mapping[str, npt.NDArray[Any]], output_names: Sequence[str]
+    ) -> dict[str, npt.NDArray[Any]]:
         try:
             results = self._session.run(list(output_names), dict(inputs), self._run_options)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  (fails this batch only)
             raise InternalError(f"model '{self._model}': onnxruntime execution failed: {exc}") from None
         return dict(zip(output_names, results, strict=True))

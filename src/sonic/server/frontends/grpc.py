@@ -42,7 +42,7 @@ def decode_infer_request(data: bytes, received_ns: int) -> InferRequest:
     rest, raw = split_raw_contents(data)
     try:
         head = service_pb2.ModelInferRequest.FromString(rest)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (protobuf's DecodeError and friends)
         raise InvalidArgumentError(f"malformed ModelInferRequest: {exc}") from None
     if raw and len(raw) != len(head.inputs):
         raise InvalidArgumentError(
@@ -125,12 +125,12 @@ class GrpcFrontend:
 
     # --- handlers ---------------------------------------------------------------------------------------
 
-    def _handlers(self) -> grpc.GenericRpcHandler:
+    def _handlers(self) -> grpc.GenericRpcHandler[Any, Any]:
         pb = service_pb2
 
         def unary(
             method: Callable[[Any], Awaitable[Any]], request_type: Any, response_type: Any
-        ) -> grpc.RpcMethodHandler:
+        ) -> grpc.RpcMethodHandler[Any, Any]:
             async def handler(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
                 try:
                     return await method(request)
@@ -211,13 +211,15 @@ class GrpcFrontend:
     async def _model_infer(self, data: bytes, context: aio.ServicerContext[Any, Any]) -> bytes:
         try:
             return await self._infer_bytes(data)
-        except Exception as exc:  # noqa: BLE001  (mapped to a status below)
+        except Exception as exc:
             error = _as_sonic_error(exc)
             await context.abort(grpc_status(error), error.message)
             raise  # unreachable: abort raises
 
     async def _model_stream_infer(
-        self, requests: AsyncIterator[bytes], context: aio.ServicerContext[Any, Any]
+        self,
+        requests: AsyncIterator[bytes],
+        context: aio.ServicerContext[Any, Any],  # noqa: ARG002  (gRPC handler signature)
     ) -> AsyncIterator[bytes]:
         """Requests of a stream run concurrently; responses go back as each completes."""
         results: asyncio.Queue[bytes | None] = asyncio.Queue()
