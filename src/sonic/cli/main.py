@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from sonic import __version__
-from sonic.cli import demo, serve
+from sonic.cli import demo, models, serve
 
 
 def _commands() -> list[ModuleType]:
-    return [serve, demo]
+    return [serve, models, demo]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,80 @@
+"""Export reference models to ONNX and write them as a Triton model repository.
+
+Existing files are reused when their stamp (model name and recipe version) matches, so tests and
+demos build each model once.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from sonic.models.zoo import ReferenceModel, registry
+
+OPSET = 17
+STAMP = ".sonic-build.json"
+
+
+def _stamp(model: ReferenceModel) -> dict[str, object]:
+    return {"name": model.name, "recipe_version": model.recipe_version, "opset": OPSET}
+
+
+def is_up_to_date(model: ReferenceModel, model_dir: Path) -> bool:
+    stamp = model_dir / STAMP
+    if not (stamp.is_file() and (model_dir / "1" / "model.onnx").is_file()):
+        return False
+    try:
+        return bool(json.loads(stamp.read_text()) == _stamp(model))
+    except (OSError, ValueError):
+        return False
+
+
+def export_onnx(model: ReferenceModel, path: Path) -> None:
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        raise ImportError(
+            "building reference models needs PyTorch: pip install 'sonic-inference[torch]'"
+        ) from None
+    module = model.make_module()
+    example = model.make_inputs(2, np.random.default_rng(0))
+    args = tuple(torch.from_numpy(example[name]) for name in model.input_names)
+    dynamic = {name: {0: "batch"} for name in (*model.input_names, *model.output_names)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        # The TorchScript-based exporter is the one that handles these models on CPU-only torch;
+        # it warns about its own deprecation, which is not the user's concern.
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            input_names=list(model.input_names),
+            output_names=list(model.output_names),
+            dynamic_axes=dynamic,
+            opset_version=OPSET,
+            dynamo=False,
+        )
+
+
+def build_model(model: ReferenceModel, repository: Path) -> Path:
+    model_dir = repository / model.name
+    if is_up_to_date(model, model_dir):
+        return model_dir
+    tmp = model_dir / "1" / "model.onnx.tmp"
+    export_onnx(model, tmp)
+    tmp.replace(model_dir / "1" / "model.onnx")
+    (model_dir / "config.pbtxt").write_text(model.config_text.lstrip(), encoding="utf-8")
+    (model_dir / STAMP).write_text(json.dumps(_stamp(model)))
+    return model_dir
+
+
+def build_repository(repository: Path, names: list[str] | None = None) -> list[Path]:
+    models = registry()
+    unknown = sorted(set(names or []) - set(models))
+    if unknown:
+        raise KeyError(f"unknown reference model(s) {unknown}; available: {sorted(models)}")
+    return [build_model(models[name], repository) for name in (names or sorted(models))]
