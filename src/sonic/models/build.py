@@ -36,9 +36,8 @@ def export_onnx(model: ReferenceModel, path: Path) -> None:
     try:
         import torch  # noqa: PLC0415
     except ImportError:
-        raise ImportError(
-            "building reference models needs PyTorch: pip install 'sonic-inference[torch]'"
-        ) from None
+        message = "building reference models needs PyTorch: pip install 'sonic-inference[torch]'"
+        raise ImportError(message) from None
     module = model.make_module()
     example = model.make_inputs(2, np.random.default_rng(0))
     args = tuple(torch.from_numpy(example[name]) for name in model.input_names)
