@@ -252,13 +252,13 @@ class AsyncClient:
     # --- metadata -------------------------------------------------------------------------------------
 
     async def model_info(self) -> ModelInfo:
-        info = self._info
-        if info is None:
-            info, _ = await self._with_retries(
-                lambda entry: entry.transport.model_info(self.model, self.version)
-            )
-            self._info = info
-        return info
+        if self._info is not None:
+            return self._info
+        fetched, _ = await self._with_retries(
+            lambda entry: entry.transport.model_info(self.model, self.version)
+        )
+        self._info = fetched
+        return fetched
 
     # --- inference ------------------------------------------------------------------------------------
 

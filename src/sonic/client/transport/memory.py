@@ -36,6 +36,7 @@ from sonic.protocol import dtypes
 
 ModelFunction = Callable[[dict[str, npt.NDArray[Any]]], dict[str, npt.NDArray[Any]]]
 
+CONNECTION_LOST = "CONNECTION_LOST"  # for fail_next(): the connection breaks instead of a status
 _STATUS_ERRORS: dict[str, type[ClientError]] = {
     "UNAVAILABLE": UnavailableError,
     "RESOURCE_EXHAUSTED": ResourceExhaustedError,
@@ -78,15 +79,14 @@ class MemoryServer:
         self._open.set()
 
     def _error(self, status: str, message: str) -> ClientError:
-        if status == "CONNECTION":
+        if status == CONNECTION_LOST:
             return ConnectionLostError(message, status="UNAVAILABLE", server=self.address)
         cls = _STATUS_ERRORS[status]
         return cls(message, status=status, server=self.address)  # type: ignore[call-arg]
 
     def _check_alive(self) -> None:
         if self.dead:
-            msg = "failed to connect to all addresses"
-            raise self._error("CONNECTION", msg)
+            raise self._error(CONNECTION_LOST, "failed to connect to all addresses")
 
     def _model(self, name: str) -> MemoryModel:
         model = self.models.get(name)
