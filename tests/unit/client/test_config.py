@@ -31,7 +31,8 @@ def test_from_toml_and_environment(tmp_path: Path) -> None:
     assert config.servers == ("a:8001", "b:1", "c:2")
     assert (config.timeout_s, config.compression, config.allowed_tries) == (2.5, Compression.GZIP, 5)
     assert (config.token, config.shared_memory) == ("t", SharedMemoryMode.OFF)
-    assert config.fallback.enable and config.fallback.repositories == (tmp_path / "models",)
+    assert config.fallback.enable
+    assert config.fallback.repositories == (tmp_path / "models",)
 
 
 def test_from_env_without_anything_is_the_default() -> None:
@@ -59,7 +60,8 @@ def test_container_commands(tmp_path: Path) -> None:
     )
     command = container_command(config, 9001, Device.GPU)
     assert command[:3] == ["docker", "run", "--rm"]
-    assert "--gpus" in command and f"{tmp_path}:/models/0:ro" in command
+    assert "--gpus" in command
+    assert f"{tmp_path}:/models/0:ro" in command
     assert command[-4:] == [
         "--grpc-port=9001",
         "--allow-http=false",
@@ -70,7 +72,8 @@ def test_container_commands(tmp_path: Path) -> None:
         enable=True, repositories=(tmp_path,), container="apptainer", image="triton.sif"
     )
     command = container_command(apptainer, 9001, Device.CPU)
-    assert command[:3] == ["apptainer", "exec", "--cleanenv"] and "--nv" not in command
+    assert command[:3] == ["apptainer", "exec", "--cleanenv"]
+    assert "--nv" not in command
 
 
 @pytest.mark.parametrize(

@@ -103,7 +103,8 @@ def test_empty_batch_makes_no_inference_call(
     out = run(_infer(transports, "double", {"INPUT0": np.zeros((0, 4), np.float32)}))
     assert out["OUTPUT0"].shape == (0, 4)
     assert out["OUTPUT0"].dtype == np.float32
-    assert not servers[0].batch_sizes and not servers[1].batch_sizes
+    assert not servers[0].batch_sizes
+    assert not servers[1].batch_sizes
 
 
 def test_model_without_batching(transports: list[MemoryTransport]) -> None:

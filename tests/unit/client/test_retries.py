@@ -42,7 +42,8 @@ def test_retry_goes_to_the_same_server_then_another(
     result = asyncio.run(_infer_detailed(transports))
     assert result.timing.tries == 3
     assert result.timing.servers == ("memory-1:1",)
-    assert servers[0].failures == [] and len(servers[1].batch_sizes) == 1
+    assert servers[0].failures == []
+    assert len(servers[1].batch_sizes) == 1
 
 
 def test_invalid_request_is_never_retried(
@@ -51,7 +52,8 @@ def test_invalid_request_is_never_retried(
     servers[0].fail_next(1, "INVALID_ARGUMENT")
     with pytest.raises(InvalidRequestError, match="INVALID_ARGUMENT"):
         asyncio.run(_infer_detailed(transports))
-    assert not servers[0].batch_sizes and not servers[1].batch_sizes
+    assert not servers[0].batch_sizes
+    assert not servers[1].batch_sizes
 
 
 def test_exhausted_tries_list_every_attempt(
@@ -83,7 +85,8 @@ def test_least_outstanding_server_is_chosen(
             await slow
 
     asyncio.run(go())
-    assert len(servers[0].batch_sizes) == 1 and len(servers[1].batch_sizes) == 5
+    assert len(servers[0].batch_sizes) == 1
+    assert len(servers[1].batch_sizes) == 5
 
 
 def test_server_dying_mid_job_requests_answered_once_elsewhere(
