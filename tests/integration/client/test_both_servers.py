@@ -124,7 +124,9 @@ def test_verbose_timing_has_server_breakdown(server: Any) -> None:
     with SyncClient("identity", _config(server, verbose=True)) as client:
         result = client.infer_detailed({"INPUT0": x})
     timing = result.timing
-    assert timing.serialize_s > 0 and timing.wait_s > 0 and timing.deserialize_s > 0
+    assert timing.serialize_s > 0
+    assert timing.wait_s > 0
+    assert timing.deserialize_s > 0
     assert timing.server is not None
     assert timing.server.success_count == 1
     assert timing.server.compute_infer_ns > 0
