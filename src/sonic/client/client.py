@@ -156,6 +156,7 @@ class AsyncClient:
             tls=self.config.tls,
             token=self.config.token,
             default_timeout_s=self.config.timeout_s,
+            stream_max_bytes=self.config.stream_max_bytes,
         )
 
     async def _start_fallback(self) -> Transport:

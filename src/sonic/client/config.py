@@ -92,6 +92,7 @@ class ClientConfig:
     retry_backoff_s: float = 0.05  # delay before the second try, doubled each time
     retry_backoff_max_s: float = 2.0
     max_in_flight: int = 64  # requests on the wire at once, per client
+    stream_max_bytes: int = 65536  # smaller requests share one ModelStreamInfer stream; 0: unary only
     compression: Compression = Compression.NONE
     tls: TlsConfig | None = None
     token: str = ""

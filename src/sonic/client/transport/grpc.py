@@ -31,12 +31,14 @@ from sonic.client.transport.base import (
     IndexEntry,
     ModelInfo,
     ServerTiming,
+    ShmPlacement,
     TensorInfo,
     Transport,
     WireOutput,
     WireRequest,
     WireResponse,
 )
+from sonic.client.transport.stream import InferStream, StreamFailedError
 from sonic.protocol.wire import encode_varint, split_raw_contents
 
 SERVICE = "/inference.GRPCInferenceService/"
@@ -96,7 +98,8 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def encode_request(request: WireRequest) -> bytes:
+def encode_request(request: WireRequest) -> tuple[Any, list[bytes | memoryview]]:
+    """The request head (a ModelInferRequest without tensor bytes) and its raw_input_contents fields."""
     head = service_pb2.ModelInferRequest(model_name=request.model, model_version=request.version)
     if request.request_id:
         head.id = request.request_id
@@ -104,10 +107,7 @@ def encode_request(request: WireRequest) -> bytes:
     for tensor in request.inputs:
         message = head.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
         if tensor.shm is not None:
-            message.parameters["shared_memory_region"].string_param = tensor.shm.region
-            message.parameters["shared_memory_byte_size"].int64_param = tensor.shm.byte_size
-            if tensor.shm.offset:
-                message.parameters["shared_memory_offset"].int64_param = tensor.shm.offset
+            _set_shm(message.parameters, tensor.shm)
             continue
         assert tensor.data is not None
         size = tensor.data.nbytes if isinstance(tensor.data, memoryview) else len(tensor.data)
@@ -115,21 +115,28 @@ def encode_request(request: WireRequest) -> bytes:
     for output in request.outputs:
         message = head.outputs.add(name=output.name)
         if output.shm is not None:
-            message.parameters["shared_memory_region"].string_param = output.shm.region
-            message.parameters["shared_memory_byte_size"].int64_param = output.shm.byte_size
-            if output.shm.offset:
-                message.parameters["shared_memory_offset"].int64_param = output.shm.offset
-    return b"".join([head.SerializeToString(), *parts])
+            _set_shm(message.parameters, output.shm)
+    return head, parts
 
 
-def decode_response(data: bytes) -> WireResponse:
-    rest, raw = split_raw_contents(data, RAW_OUTPUT_CONTENTS_TAG)
-    head = service_pb2.ModelInferResponse.FromString(rest)
+def _set_shm(parameters: Any, placement: ShmPlacement) -> None:
+    parameters["shared_memory_region"].string_param = placement.region
+    parameters["shared_memory_byte_size"].int64_param = placement.byte_size
+    if placement.offset:
+        parameters["shared_memory_offset"].int64_param = placement.offset
+
+
+def decode_response(head: Any, raw: list[memoryview]) -> WireResponse:
     outputs = []
     for index, tensor in enumerate(head.outputs):
         payload: bytes | memoryview = raw[index] if index < len(raw) else b""
         outputs.append(WireOutput(tensor.name, tensor.datatype, tuple(int(d) for d in tensor.shape), payload))
     return WireResponse(head.model_name, head.model_version, tuple(outputs))
+
+
+def split_response(data: bytes) -> tuple[Any, list[memoryview]]:
+    rest, raw = split_raw_contents(data, RAW_OUTPUT_CONTENTS_TAG)
+    return service_pb2.ModelInferResponse.FromString(rest), raw
 
 
 def _tensor_infos(tensors: Any, batched: bool) -> tuple[TensorInfo, ...]:
@@ -148,7 +155,9 @@ class GrpcTransport(Transport):
         tls: TlsConfig | None = None,
         token: str = "",
         default_timeout_s: float | None = None,
+        stream_max_bytes: int = 0,
     ) -> None:
+        """``stream_max_bytes``: requests up to this size go on a ModelStreamInfer stream (0: never)."""
         self.address = address
         self.is_local = is_loopback(address) and tls is None
         options: Sequence[tuple[str, Any]] = [
@@ -163,6 +172,9 @@ class GrpcTransport(Transport):
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         self._compression = _COMPRESSION[compression]
         self._timeout_s = default_timeout_s
+        # Compression is per call; the stream path is only taken without it.
+        self._stream_max_bytes = stream_max_bytes if compression is Compression.NONE else 0
+        self._stream: InferStream | None = None
         # Bytes in, bytes out: tensor bytes are spliced in and cut out by hand (see module docstring).
         self._infer = self._channel.unary_unary(SERVICE + "ModelInfer", None, None)
 
@@ -232,19 +244,44 @@ class GrpcTransport(Transport):
 
     async def infer(self, request: WireRequest) -> WireResponse:
         start = time.perf_counter_ns()
-        payload = encode_request(request)
+        head, tail = encode_request(request)
+        size = head.ByteSize() + sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in tail)
+        timeout_s = request.timeout_s or self._timeout_s
+        if self._stream_max_bytes and size <= self._stream_max_bytes:
+            sent = time.perf_counter_ns()
+            try:
+                decoded = await self._streamed(head, tail, timeout_s)
+            except StreamFailedError:
+                # The stream gives no status code: the unary call below gets it (and may succeed).
+                decoded = None
+            except TimeoutError:
+                msg = f"no response within {timeout_s} s"
+                raise DeadlineExceededError(msg, status="DEADLINE_EXCEEDED", server=self.address) from None
+            if decoded is not None:
+                return replace(
+                    decode_response(*decoded),
+                    serialize_ns=sent - start,
+                    wait_ns=time.perf_counter_ns() - sent,
+                )
+            head.id = request.request_id
+        payload = b"".join([head.SerializeToString(), *tail])
         sent = time.perf_counter_ns()
         try:
             data = await self._infer(
-                payload,
-                timeout=request.timeout_s or self._timeout_s,
-                metadata=self._metadata,
-                compression=self._compression,
+                payload, timeout=timeout_s, metadata=self._metadata, compression=self._compression
             )
         except aio.AioRpcError as exc:
             raise convert_error(exc, self.address) from exc
-        response = decode_response(data)
+        response = decode_response(*split_response(data))
         return replace(response, serialize_ns=sent - start, wait_ns=time.perf_counter_ns() - sent)
+
+    async def _streamed(self, head: Any, tail: list[bytes | memoryview], timeout_s: float | None) -> Any:
+        stream = self._stream
+        if stream is None or stream.broken is not None:
+            if stream is not None:
+                await stream.close()
+            stream = self._stream = InferStream(self._channel, self.address, self._metadata)
+        return await stream.infer(head, tail, timeout_s)
 
     async def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         pb = service_pb2
@@ -257,4 +294,7 @@ class GrpcTransport(Transport):
         await self._call("SystemSharedMemoryUnregister", request, pb.SystemSharedMemoryUnregisterResponse)
 
     async def close(self) -> None:
+        if self._stream is not None:
+            await self._stream.close()
+            self._stream = None
         await self._channel.close(None)
