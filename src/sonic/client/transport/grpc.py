@@ -10,7 +10,6 @@ from __future__ import annotations
 import ipaddress
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -38,7 +37,7 @@ from sonic.client.transport.base import (
     WireRequest,
     WireResponse,
 )
-from sonic.client.transport.stream import InferStream, StreamFailedError
+from sonic.client.transport.stream import SPLIT_ABOVE_BYTES, InferStream, StreamFailedError
 from sonic.protocol.wire import encode_varint, split_raw_contents
 
 SERVICE = "/inference.GRPCInferenceService/"
@@ -126,15 +125,20 @@ def _set_shm(parameters: Any, placement: ShmPlacement) -> None:
         parameters["shared_memory_offset"].int64_param = placement.offset
 
 
-def decode_response(head: Any, raw: list[memoryview]) -> WireResponse:
+def decode_response(
+    head: Any, raw: list[memoryview], *, serialize_ns: int = 0, wait_ns: int = 0
+) -> WireResponse:
     outputs = []
     for index, tensor in enumerate(head.outputs):
         payload: bytes | memoryview = raw[index] if index < len(raw) else b""
         outputs.append(WireOutput(tensor.name, tensor.datatype, tuple(int(d) for d in tensor.shape), payload))
-    return WireResponse(head.model_name, head.model_version, tuple(outputs))
+    return WireResponse(head.model_name, head.model_version, tuple(outputs), serialize_ns, wait_ns)
 
 
 def split_response(data: bytes) -> tuple[Any, list[memoryview]]:
+    if len(data) < SPLIT_ABOVE_BYTES:
+        head = service_pb2.ModelInferResponse.FromString(data)
+        return head, [memoryview(r) for r in head.raw_output_contents]
     rest, raw = split_raw_contents(data, RAW_OUTPUT_CONTENTS_TAG)
     return service_pb2.ModelInferResponse.FromString(rest), raw
 
@@ -258,11 +262,9 @@ class GrpcTransport(Transport):
                 msg = f"no response within {timeout_s} s"
                 raise DeadlineExceededError(msg, status="DEADLINE_EXCEEDED", server=self.address) from None
             if decoded is not None:
-                return replace(
-                    decode_response(*decoded),
-                    serialize_ns=sent - start,
-                    wait_ns=time.perf_counter_ns() - sent,
-                )
+                head_in, raw = decoded
+                wait_ns = time.perf_counter_ns() - sent
+                return decode_response(head_in, raw, serialize_ns=sent - start, wait_ns=wait_ns)
             head.id = request.request_id
         payload = b"".join([head.SerializeToString(), *tail])
         sent = time.perf_counter_ns()
@@ -272,8 +274,9 @@ class GrpcTransport(Transport):
             )
         except aio.AioRpcError as exc:
             raise convert_error(exc, self.address) from exc
-        response = decode_response(*split_response(data))
-        return replace(response, serialize_ns=sent - start, wait_ns=time.perf_counter_ns() - sent)
+        return decode_response(
+            *split_response(data), serialize_ns=sent - start, wait_ns=time.perf_counter_ns() - sent
+        )
 
     async def _streamed(self, head: Any, tail: list[bytes | memoryview], timeout_s: float | None) -> Any:
         stream = self._stream

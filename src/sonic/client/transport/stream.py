@@ -25,6 +25,7 @@ from sonic.protocol.wire import split_raw_contents
 STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
 STREAM_INFER_RESPONSE_TAG = (2 << 3) | 2  # ModelStreamInferResponse.infer_response
 RAW_OUTPUT_CONTENTS_TAG = (6 << 3) | 2  # ModelInferResponse.raw_output_contents
+SPLIT_ABOVE_BYTES = 65536  # responses at least this big have their tensor bytes cut out by hand
 Decoded = tuple[Any, list[memoryview]]  # (ModelInferResponse without tensors, views of tensor bytes)
 
 
@@ -63,17 +64,23 @@ class InferStream:
             self._fail(error)
 
     def _deliver(self, data: bytes) -> None:
-        # Cut the infer_response out as a view and its tensors out of that: no copy of output bytes.
-        rest, inner = split_raw_contents(data, STREAM_INFER_RESPONSE_TAG)
-        if inner:
-            head_bytes, raw = split_raw_contents(inner[0], RAW_OUTPUT_CONTENTS_TAG)  # type: ignore[arg-type]
-            head = service_pb2.ModelInferResponse.FromString(head_bytes)
+        if len(data) < SPLIT_ABOVE_BYTES:
+            # Small: protobuf's C parser beats walking the fields in Python; the tensor copy is tiny.
+            message = service_pb2.ModelStreamInferResponse.FromString(data)
+            head, error = message.infer_response, message.error_message
+            raw = [memoryview(r) for r in head.raw_output_contents]
         else:
-            head, raw = service_pb2.ModelInferResponse(), []
+            # Large: cut the infer_response out as a view and its tensors out of that, without copies.
+            rest, inner = split_raw_contents(data, STREAM_INFER_RESPONSE_TAG)
+            if inner:
+                head_bytes, raw = split_raw_contents(inner[0], RAW_OUTPUT_CONTENTS_TAG)  # type: ignore[arg-type]
+                head = service_pb2.ModelInferResponse.FromString(head_bytes)
+            else:
+                head, raw = service_pb2.ModelInferResponse(), []
+            error = service_pb2.ModelStreamInferResponse.FromString(rest).error_message
         future = self._pending.pop(head.id, None)
         if future is None or future.done():
             return  # a request that timed out meanwhile
-        error = service_pb2.ModelStreamInferResponse.FromString(rest).error_message
         if error:
             future.set_exception(StreamFailedError(error))
         else:
