@@ -290,6 +290,8 @@ class AsyncClient:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(self._infer_part(info, p, names)) for p in parts]
             results = [t.result() for t in tasks]
+        if len(results) == 1:
+            return results[0]
         timing = CallTiming()
         for result in results:
             timing = timing + result.timing

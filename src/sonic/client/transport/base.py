@@ -29,7 +29,7 @@ class ModelInfo:
     max_batch_size: int  # 0: the model takes no batch dimension
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ShmPlacement:
     """Where a tensor lies in a registered system shared-memory region."""
 
@@ -38,7 +38,7 @@ class ShmPlacement:
     offset: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # hot path: plain slots init, no frozen setattr
 class WireInput:
     name: str
     datatype: str
@@ -47,13 +47,13 @@ class WireInput:
     shm: ShmPlacement | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # hot path: plain slots init, no frozen setattr
 class WireOutputRequest:
     name: str
     shm: ShmPlacement | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # hot path: plain slots init, no frozen setattr
 class WireRequest:
     model: str
     version: str
@@ -63,7 +63,7 @@ class WireRequest:
     timeout_s: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # hot path: plain slots init, no frozen setattr
 class WireOutput:
     name: str
     datatype: str
@@ -71,7 +71,7 @@ class WireOutput:
     data: bytes | memoryview  # empty when the output was written to shared memory
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # hot path: plain slots init, no frozen setattr
 class WireResponse:
     model: str
     version: str
