@@ -1,6 +1,7 @@
 """Client benchmark: sonic.client vs tritonclient.grpc.aio against the same server, in one run.
 
-- small requests: identity FP32 [1, 16] at concurrency 32: requests/s and client CPU s per request;
+- small requests: identity FP32 [1, 16] at concurrency 32: requests/s and client CPU s per request,
+  one request per call, and with client-side coalescing (``coalesce_in_flight=2``);
 - large requests: 1693 x 48 x 48 x 1 FP32 (15.6 MB, an EmTrkMichelId batch) through an identity model:
   MB/s of request tensor moved (the response carries as much back), over gRPC and with shared memory.
 
@@ -76,6 +77,13 @@ async def run(address: str, seconds: float, rounds: int) -> dict[str, Any]:
     shm = ClientConfig(servers=(address,), shared_memory=SharedMemoryMode.SYSTEM, max_in_flight=CONCURRENCY)
     triton = triton_aio.InferenceServerClient(address)
     small_client = AsyncClient("identity", plain)
+    merging = ClientConfig(
+        servers=(address,),
+        shared_memory=SharedMemoryMode.OFF,
+        max_in_flight=CONCURRENCY,
+        coalesce_in_flight=2,
+    )
+    small_merged = AsyncClient("identity", merging)
     large_plain = AsyncClient("identity_large", plain)
     large_shm = AsyncClient("identity_large", shm)
     splits: dict[str, list[Any]] = {"large_sonic_grpc": [], "large_sonic_shm": []}
@@ -87,6 +95,7 @@ async def run(address: str, seconds: float, rounds: int) -> dict[str, Any]:
     cases: dict[str, tuple[Callable[[], Awaitable[Any]], int]] = {
         "small_sonic": (lambda: small_client.infer({"INPUT0": small}), CONCURRENCY),
         "small_tritonclient": (lambda: _tritonclient_call(triton, "identity", small), CONCURRENCY),
+        "small_sonic_coalesced": (lambda: small_merged.infer({"INPUT0": small}), CONCURRENCY),
         "large_sonic_grpc": (lambda: large_call(large_plain, splits["large_sonic_grpc"]), 1),
         "large_sonic_shm": (lambda: large_call(large_shm, splits["large_sonic_shm"]), 1),
         "large_tritonclient": (lambda: _tritonclient_call(triton, "identity_large", large), 1),
@@ -98,7 +107,7 @@ async def run(address: str, seconds: float, rounds: int) -> dict[str, Any]:
                 runs[name].append(await _measure(call, concurrency, seconds))
     finally:
         await triton.close()
-        for client in (small_client, large_plain, large_shm):
+        for client in (small_client, small_merged, large_plain, large_shm):
             await client.close()
     results: dict[str, Any] = {}
     for name, measured in runs.items():
@@ -117,6 +126,9 @@ async def run(address: str, seconds: float, rounds: int) -> dict[str, Any]:
         results[name] = summary
     results["speedup_small_requests_per_s"] = (
         results["small_sonic"]["requests_per_s"] / results["small_tritonclient"]["requests_per_s"]
+    )
+    results["speedup_small_coalesced_requests_per_s"] = (
+        results["small_sonic_coalesced"]["requests_per_s"] / results["small_tritonclient"]["requests_per_s"]
     )
     results["cpu_ratio_small"] = (
         results["small_sonic"]["cpu_s_per_request"] / results["small_tritonclient"]["cpu_s_per_request"]

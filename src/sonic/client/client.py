@@ -22,6 +22,7 @@ from typing import Any, Self, TypeVar
 import numpy.typing as npt
 
 from sonic.client import batching
+from sonic.client.coalesce import Coalescer
 from sonic.client.config import ClientConfig, SharedMemoryMode
 from sonic.client.errors import (
     Attempt,
@@ -124,6 +125,7 @@ class AsyncClient:
         self._in_flight: asyncio.Semaphore | None = None
         self._info: ModelInfo | None = None
         self._fallback: FallbackServer | None = None
+        self._coalescer: Coalescer | None = None
         self._ids = itertools.count()
 
     @classmethod
@@ -196,6 +198,8 @@ class AsyncClient:
             return
         self._state = ClientState.CLOSED
         try:
+            if self._coalescer is not None:
+                await self._coalescer.close()
             if self._registry is not None:
                 await self._registry.close()
         finally:
@@ -283,6 +287,8 @@ class AsyncClient:
         names = batching.output_names(info, outputs)
         if batch == 0:
             return InferResult(batching.empty_outputs(info, names), CallTiming())
+        if self.config.coalesce_in_flight and 0 < batch < info.max_batch_size:
+            return await self._coalesced(info, arrays, batch, names)
         parts = batching.split(arrays, batch, info.max_batch_size)
         if len(parts) == 1:
             results = [await self._infer_part(info, parts[0], names)]
@@ -296,6 +302,18 @@ class AsyncClient:
         for result in results:
             timing = timing + result.timing
         return InferResult(batching.join([r.outputs for r in results]), timing)
+
+    async def _coalesced(self, info: ModelInfo, arrays: Arrays, batch: int, names: list[str]) -> InferResult:
+        if self._coalescer is None:
+
+            async def send(merged: Arrays) -> tuple[Arrays, CallTiming]:
+                result = await self._infer_part(info, merged, names)
+                return result.outputs, result.timing
+
+            self._coalescer = Coalescer(send, info.max_batch_size, self.config.coalesce_in_flight)
+        key = (tuple(names), tuple((n, a.shape[1:], a.dtype.str) for n, a in arrays.items()))
+        outputs, timing = await self._coalescer.submit(key, arrays, batch)
+        return InferResult(outputs, timing)
 
     async def _infer_part(self, info: ModelInfo, arrays: Arrays, names: list[str]) -> InferResult:
         start = time.perf_counter_ns()

@@ -92,6 +92,9 @@ class ClientConfig:
     retry_backoff_s: float = 0.05  # delay before the second try, doubled each time
     retry_backoff_max_s: float = 2.0
     max_in_flight: int = 64  # requests on the wire at once, per client
+    # >0: concurrent calls with the same input shapes are merged into batched requests, at most this many
+    # merged requests in flight per shape (see sonic.client.coalesce); 0: every call is its own request.
+    coalesce_in_flight: int = 0
     stream_max_bytes: int = 65536  # smaller requests share one ModelStreamInfer stream; 0: unary only
     compression: Compression = Compression.NONE
     tls: TlsConfig | None = None

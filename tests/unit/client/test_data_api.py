@@ -186,3 +186,26 @@ def test_pickle_keeps_configuration_and_reconnects_lazily() -> None:
 def test_pickling_a_client_on_explicit_transports_is_refused(transports: list[MemoryTransport]) -> None:
     with pytest.raises(ClientStateError, match="explicit transports"):
         pickle.dumps(AsyncClient("double", transports=transports))
+
+
+def test_concurrent_calls_coalesce_into_batches(
+    transports: list[MemoryTransport], servers: list[MemoryServer]
+) -> None:
+    config = ClientConfig(coalesce_in_flight=1)
+
+    async def go() -> list[dict[str, np.ndarray]]:
+        async with AsyncClient("double", config, transports=transports[:1]) as client:
+            await client.model_info()
+            servers[0].hold()
+            tasks = [
+                asyncio.create_task(client.infer({"INPUT0": np.full((1, 4), i, np.float32)})) for i in range(19)
+            ]
+            while servers[0].in_flight == 0:  # noqa: ASYNC110  (the first call is on the wire, the rest wait)
+                await asyncio.sleep(0)
+            servers[0].release()
+            return await asyncio.gather(*tasks)
+
+    results = asyncio.run(go())
+    for i, result in enumerate(results):
+        np.testing.assert_array_equal(result["OUTPUT0"], np.full((1, 4), 2 * i, np.float32))
+    assert servers[0].batch_sizes == [1, 8, 8, 2]
