@@ -36,7 +36,11 @@ def test_register_status_unregister(region: tuple[Any, tritonclient.InferenceSer
     _, client = region
     client.register_system_shared_memory("r1", "/sonic_test_region", 512, offset=256)
     status = client.get_system_shared_memory_status("r1", as_json=True)["regions"]["r1"]
-    assert (status["key"], int(status["offset"]), int(status["byte_size"])) == ("/sonic_test_region", 256, 512)
+    assert (status["key"], int(status["offset"]), int(status["byte_size"])) == (
+        "/sonic_test_region",
+        256,
+        512,
+    )
     with pytest.raises(InferenceServerException) as exc:
         client.register_system_shared_memory("r1", "/sonic_test_region", 512)
     assert _status(exc) == "StatusCode.ALREADY_EXISTS"

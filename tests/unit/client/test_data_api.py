@@ -198,7 +198,8 @@ def test_concurrent_calls_coalesce_into_batches(
             await client.model_info()
             servers[0].hold()
             tasks = [
-                asyncio.create_task(client.infer({"INPUT0": np.full((1, 4), i, np.float32)})) for i in range(19)
+                asyncio.create_task(client.infer({"INPUT0": np.full((1, 4), i, np.float32)}))
+                for i in range(19)
             ]
             while servers[0].in_flight == 0:  # noqa: ASYNC110  (the first call is on the wire, the rest wait)
                 await asyncio.sleep(0)
