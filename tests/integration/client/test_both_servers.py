@@ -130,3 +130,20 @@ def test_verbose_timing_has_server_breakdown(server: Any) -> None:
     assert timing.server is not None
     assert timing.server.success_count == 1
     assert timing.server.compute_infer_ns > 0
+
+
+def test_shared_memory_regions_are_reused_and_grown(server: Any) -> None:
+    before = _leftover_segments()
+    sizes = (3, 40, 7, 120)
+
+    async def go() -> None:
+        async with AsyncClient(
+            "identity_large", _config(server, shared_memory=SharedMemoryMode.SYSTEM)
+        ) as client:
+            for n in sizes:  # one at a time: the same region serves every call, grown twice
+                x = np.full((n, 48, 48, 1), n, np.float32)
+                np.testing.assert_array_equal((await client.infer({"INPUT0": x}))["OUTPUT0"], x)
+            assert len(_leftover_segments() - before) == 1
+
+    asyncio.run(go())
+    assert _leftover_segments() == before

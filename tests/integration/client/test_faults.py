@@ -22,14 +22,16 @@ REQUESTS = 1000
 CALLERS = 32
 
 
-def test_sigkill_one_of_two_servers_mid_job(sonic_repository: Path) -> None:
+@pytest.mark.parametrize("shared_memory", [SharedMemoryMode.OFF, SharedMemoryMode.SYSTEM])
+def test_sigkill_one_of_two_servers_mid_job(sonic_repository: Path, shared_memory: SharedMemoryMode) -> None:
     with ServerProcess.start([sonic_repository]) as first, ServerProcess.start([sonic_repository]) as second:
         config = ClientConfig(
             servers=(first.grpc_address, second.grpc_address),
             allowed_tries=4,
             retry_backoff_s=0.01,
-            shared_memory=SharedMemoryMode.OFF,
+            shared_memory=shared_memory,
         )
+        before = {p.name for p in Path("/dev/shm").iterdir()}
         inputs = [np.full((1, 16), i, np.float32) for i in range(REQUESTS)]
         results: dict[int, np.ndarray] = {}
         servers_used: dict[int, tuple[str, ...]] = {}
@@ -61,6 +63,7 @@ def test_sigkill_one_of_two_servers_mid_job(sonic_repository: Path) -> None:
 
         asyncio.run(job())
         first.process.wait()
+        assert {p.name for p in Path("/dev/shm").iterdir()} <= before
     assert sorted(results) == list(range(REQUESTS))
     for i in range(REQUESTS):
         np.testing.assert_array_equal(results[i], inputs[i])

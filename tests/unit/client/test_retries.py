@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from sonic.client import AsyncClient, ClientConfig, InvalidRequestError, NoServerError, RetriesExhaustedError
+from sonic.client import (
+    AsyncClient,
+    ClientConfig,
+    InvalidRequestError,
+    NoServerError,
+    RetriesExhaustedError,
+    SharedMemoryMode,
+)
 from sonic.client.transport.memory import CONNECTION_LOST, MemoryServer, MemoryTransport
 
 pytestmark = pytest.mark.unit
@@ -141,3 +149,14 @@ def test_all_servers_dead_mid_job(transports: list[MemoryTransport], servers: li
 
     with pytest.raises(RetriesExhaustedError, match="no server left"):
         asyncio.run(go())
+
+
+def test_shared_memory_refused_falls_back_to_plain_requests(
+    transports: list[MemoryTransport], servers: list[MemoryServer]
+) -> None:
+    transports[0].is_local = True  # the client tries shared memory; the in-memory server refuses it
+    before = set(Path("/dev/shm").iterdir())
+    config = ClientConfig(shared_memory=SharedMemoryMode.SYSTEM)
+    result = asyncio.run(_infer_detailed(transports[:1], config))
+    np.testing.assert_array_equal(result.outputs["OUTPUT0"], _x()["INPUT0"] * 2)
+    assert set(Path("/dev/shm").iterdir()) == before

@@ -106,14 +106,28 @@ class InferStream:
         self._pending[head.id] = future
         try:
             async with self._write_lock:
+                if self.broken is not None:
+                    raise self.broken
                 await self._call.write(payload)
             return await asyncio.wait_for(future, timeout_s)
         except aio.AioRpcError as exc:
             from sonic.client.transport.grpc import convert_error  # noqa: PLC0415  (module cycle)
 
             raise convert_error(exc, self._address) from exc
+        except asyncio.InvalidStateError:
+            # The stream finished between our check and the write: the reader has the cause, or will.
+            raise self._closed_error() from None
         finally:
             self._pending.pop(head.id, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # failed by the reader while we were writing: mark it retrieved
+            else:
+                future.cancel()
+
+    def _closed_error(self) -> ClientError:
+        return self.broken or ConnectionLostError(
+            "inference stream closed", status="UNAVAILABLE", server=self._address
+        )
 
     async def close(self) -> None:
         self._call.cancel()
