@@ -158,6 +158,7 @@ class AsyncClient:
             tls=self.config.tls,
             token=self.config.token,
             default_timeout_s=self.config.timeout_s,
+            control_timeout_s=self.config.control_timeout_s,
             stream_max_bytes=self.config.stream_max_bytes,
         )
 
@@ -183,7 +184,7 @@ class AsyncClient:
                     transports = [self._transport(a) for a in self.config.servers]
                 registry = ServerRegistry(
                     transports,
-                    discovery_timeout_s=self.config.discovery_timeout_s,
+                    control_timeout_s=self.config.control_timeout_s,
                     start_fallback=self._start_fallback if self.config.fallback.enable else None,
                 )
                 await registry.discover()

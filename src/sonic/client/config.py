@@ -100,7 +100,7 @@ class ClientConfig:
     tls: TlsConfig | None = None
     token: str = ""
     shared_memory: SharedMemoryMode = SharedMemoryMode.AUTO
-    discovery_timeout_s: float = 5.0  # start-up RepositoryIndex call per server
+    control_timeout_s: float = 10.0  # metadata, discovery and shared-memory calls (not inference)
     verbose: bool = False  # server-side timing breakdown per call (ModelStatistics deltas)
     fallback: FallbackConfig = field(default_factory=FallbackConfig)
 

@@ -40,11 +40,11 @@ class ServerRegistry:
         self,
         transports: Sequence[Transport],
         *,
-        discovery_timeout_s: float,
+        control_timeout_s: float,
         start_fallback: Callable[[], Awaitable[Transport]] | None = None,
     ) -> None:
         self.entries = [ServerEntry(t) for t in transports]
-        self._timeout_s = discovery_timeout_s
+        self._timeout_s = control_timeout_s
         self._start_fallback = start_fallback
         self._fallback_lock = asyncio.Lock()
         self.fallback: ServerEntry | None = None

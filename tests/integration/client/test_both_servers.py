@@ -15,6 +15,7 @@ from sonic.client import (
     ClientConfig,
     Compression,
     InvalidRequestError,
+    RetriesExhaustedError,
     SharedMemoryMode,
     SyncClient,
 )
@@ -147,3 +148,11 @@ def test_shared_memory_regions_are_reused_and_grown(server: Any) -> None:
 
     asyncio.run(go())
     assert _leftover_segments() == before
+
+
+def test_per_request_deadline_is_retried_then_reported(server: Any) -> None:
+    x = np.ones((1, 16), np.float32)
+    config = _config(server, timeout_s=1e-5, allowed_tries=2, retry_backoff_s=0.001)
+    with SyncClient("identity", config) as client, pytest.raises(RetriesExhaustedError) as info:
+        client.infer({"INPUT0": x})
+    assert [type(a.error).__name__ for a in info.value.attempts] == ["DeadlineExceededError"] * 2

@@ -76,7 +76,7 @@ def test_fallback_server_when_none_is_reachable(sonic_repository: Path, tmp_path
     unreachable = f"127.0.0.1:{free_port()}"
     config = ClientConfig(
         servers=(unreachable,),
-        discovery_timeout_s=2.0,
+        control_timeout_s=2.0,
         fallback=FallbackConfig(
             enable=True, repositories=(sonic_repository,), device="cpu", temp_dir=tmp_path
         ),  # type: ignore[arg-type]
@@ -99,6 +99,8 @@ def test_fallback_server_when_none_is_reachable(sonic_repository: Path, tmp_path
 
 
 def test_unavailable_for_a_while_then_retries_succeed(sonic_repository: Path) -> None:
+    """Our server answers UNAVAILABLE for an unloaded model. (Triton 2.51 answers NOT_FOUND there, which is
+    not retried, so this case runs against our server only.)"""
     with ServerProcess.start(
         [sonic_repository], extra_args=["--model-control-mode", "explicit", "--load-model", "identity"]
     ) as process:
@@ -131,7 +133,11 @@ def test_unavailable_for_a_while_then_retries_succeed(sonic_repository: Path) ->
                     control = tritonclient.InferenceServerClient(process.grpc_address)
                     await asyncio.to_thread(control.unload_model, "identity")
                     task = asyncio.create_task(client.infer_detailed({"INPUT0": x}))
-                    await failed.wait()  # the server answered UNAVAILABLE at least once
+                    waiter = asyncio.create_task(failed.wait())
+                    # Until the server answered UNAVAILABLE at least once (or the call ended early: a bug).
+                    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+                    waiter.cancel()
+                    assert not task.done(), task.exception()
                     await asyncio.to_thread(control.load_model, "identity")
                     control.close()
                     result = await task

@@ -159,6 +159,7 @@ class GrpcTransport(Transport):
         tls: TlsConfig | None = None,
         token: str = "",
         default_timeout_s: float | None = None,
+        control_timeout_s: float = 10.0,
         stream_max_bytes: int = 0,
     ) -> None:
         """``stream_max_bytes``: requests up to this size go on a ModelStreamInfer stream (0: never)."""
@@ -176,6 +177,7 @@ class GrpcTransport(Transport):
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         self._compression = _COMPRESSION[compression]
         self._timeout_s = default_timeout_s
+        self._control_timeout_s = control_timeout_s
         # Compression is per call; the stream path is only taken without it.
         self._stream_max_bytes = stream_max_bytes if compression is Compression.NONE else 0
         self._stream: InferStream | None = None
@@ -191,7 +193,7 @@ class GrpcTransport(Transport):
             response_deserializer=response_type.FromString,
         )
         try:
-            return await call(request, timeout=timeout_s or self._timeout_s, metadata=self._metadata)
+            return await call(request, timeout=timeout_s or self._control_timeout_s, metadata=self._metadata)
         except aio.AioRpcError as exc:
             raise convert_error(exc, self.address) from exc
 
