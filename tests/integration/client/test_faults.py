@@ -148,3 +148,22 @@ def test_unavailable_for_a_while_then_retries_succeed(sonic_repository: Path) ->
                 logger.setLevel(previous)
 
         assert asyncio.run(job()) >= 2
+
+
+def test_fallback_server_when_the_only_server_dies(sonic_repository: Path, tmp_path: Path) -> None:
+    x = np.arange(16, dtype=np.float32).reshape(1, 16)
+    with ServerProcess.start([sonic_repository]) as remote:
+        config = ClientConfig(
+            servers=(remote.grpc_address,),
+            retry_backoff_s=0.01,
+            fallback=FallbackConfig(enable=True, repositories=(sonic_repository,), temp_dir=tmp_path),
+        )
+        with SyncClient("identity", config) as client:
+            first = client.infer_detailed({"INPUT0": x})
+            assert first.timing.servers == (remote.grpc_address,)
+            os.kill(remote.pid, signal.SIGKILL)
+            remote.process.wait()
+            second = client.infer_detailed({"INPUT0": x})
+            assert second.timing.servers != (remote.grpc_address,)
+            np.testing.assert_array_equal(second.outputs["OUTPUT0"], x)
+            assert second.timing.tries >= 2
