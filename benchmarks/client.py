@@ -86,7 +86,11 @@ async def run(address: str, seconds: float, rounds: int) -> dict[str, Any]:
     small_merged = AsyncClient("identity", merging)
     large_plain = AsyncClient("identity_large", plain)
     large_shm = AsyncClient("identity_large", shm)
-    splits: dict[str, list[Any]] = {"large_sonic_grpc": [], "large_sonic_shm": []}
+    splits: dict[str, list[Any]] = {
+        "large_sonic_grpc": [],
+        "large_sonic_shm": [],
+        "large_sonic_shm_2_in_flight": [],
+    }
 
     async def large_call(client: AsyncClient, timings: list[Any]) -> None:
         result = await client.infer_detailed({"INPUT0": large})
@@ -99,6 +103,11 @@ async def run(address: str, seconds: float, rounds: int) -> dict[str, Any]:
         "large_sonic_grpc": (lambda: large_call(large_plain, splits["large_sonic_grpc"]), 1),
         "large_sonic_shm": (lambda: large_call(large_shm, splits["large_sonic_shm"]), 1),
         "large_tritonclient": (lambda: _tritonclient_call(triton, "identity_large", large), 1),
+        # Two requests in flight: one is copied while the server works on the other.
+        "large_sonic_shm_2_in_flight": (
+            lambda: large_call(large_shm, splits["large_sonic_shm_2_in_flight"]),
+            2,
+        ),
     }
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
     try:
