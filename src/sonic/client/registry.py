@@ -110,7 +110,15 @@ class ServerRegistry:
         return self.fallback if model in self.fallback.models and self.fallback.healthy else None
 
     async def close(self) -> None:
+        """Release every server's regions and connection, each even when another one fails."""
+        errors: list[BaseException] = []
         for entry in self.entries:
-            if entry.shm is not None:
-                await entry.shm.close()
-            await entry.transport.close()
+            for step in (entry.shm.close if entry.shm is not None else None, entry.transport.close):
+                if step is None:
+                    continue
+                try:
+                    await step()
+                except Exception as exc:  # noqa: BLE001  (reported after the others are closed)
+                    errors.append(exc)
+        if errors:
+            raise errors[0]

@@ -124,9 +124,15 @@ class RegionPool:
             await self._transport.shm_unregister(region.name)
         except ClientError as exc:
             log.debug("unregistering %s from %s failed: %s", region.name, self._transport.address, exc)
-        region.close()
+        finally:
+            region.close()  # unlinked even when cancelled or the server is gone
 
     async def close(self) -> None:
-        for region in list(self._all):
-            await self.discard(region)
-        self._free.clear()
+        try:
+            for region in list(self._all):
+                await self.discard(region)
+        finally:
+            for region in list(self._all):  # left over only if cancelled midway: unlink them all
+                self._all.discard(region)
+                region.close()
+            self._free.clear()

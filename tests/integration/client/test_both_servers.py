@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +96,7 @@ def test_compression(server: Any, compression: Compression) -> None:
 
 
 def _leftover_segments() -> set[str]:
-    return {p.name for p in Path("/dev/shm").iterdir() if p.name.startswith("sonic_")}
+    return {p.name for p in Path("/dev/shm").glob(f"sonic_{os.getpid()}_*")}
 
 
 def test_shared_memory_equals_grpc_and_cleans_up(server: Any) -> None:

@@ -31,7 +31,7 @@ def test_sigkill_one_of_two_servers_mid_job(sonic_repository: Path, shared_memor
             retry_backoff_s=0.01,
             shared_memory=shared_memory,
         )
-        before = {p.name for p in Path("/dev/shm").iterdir()}
+        before = {p.name for p in Path("/dev/shm").glob(f"sonic_{os.getpid()}_*")}
         inputs = [np.full((1, 16), i, np.float32) for i in range(REQUESTS)]
         results: dict[int, np.ndarray] = {}
         servers_used: dict[int, tuple[str, ...]] = {}
@@ -63,7 +63,7 @@ def test_sigkill_one_of_two_servers_mid_job(sonic_repository: Path, shared_memor
 
         asyncio.run(job())
         first.process.wait()
-        assert {p.name for p in Path("/dev/shm").iterdir()} <= before
+        assert {p.name for p in Path("/dev/shm").glob(f"sonic_{os.getpid()}_*")} <= before
     assert sorted(results) == list(range(REQUESTS))
     for i in range(REQUESTS):
         np.testing.assert_array_equal(results[i], inputs[i])

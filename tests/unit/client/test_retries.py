@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -155,8 +156,8 @@ def test_shared_memory_refused_falls_back_to_plain_requests(
     transports: list[MemoryTransport], servers: list[MemoryServer]
 ) -> None:
     transports[0].is_local = True  # the client tries shared memory; the in-memory server refuses it
-    before = set(Path("/dev/shm").iterdir())
+    before = set(Path("/dev/shm").glob(f"sonic_{os.getpid()}_*"))
     config = ClientConfig(shared_memory=SharedMemoryMode.SYSTEM)
     result = asyncio.run(_infer_detailed(transports[:1], config))
     np.testing.assert_array_equal(result.outputs["OUTPUT0"], _x()["INPUT0"] * 2)
-    assert set(Path("/dev/shm").iterdir()) == before
+    assert set(Path("/dev/shm").glob(f"sonic_{os.getpid()}_*")) == before

@@ -102,18 +102,29 @@ class InferStream:
         key = str(next(self._ids))
         head.id = f"{head.id}#{key}" if head.id else key
         payload = b"".join([head.SerializeToString(), *tail])
-        future: asyncio.Future[Decoded] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        future: asyncio.Future[Decoded] = loop.create_future()
         self._pending[head.id] = future
         try:
             async with self._write_lock:
                 if self.broken is not None:
                     raise self.broken
                 await self._call.write(payload)
-            return await asyncio.wait_for(future, timeout_s)
+            if deadline is None:
+                return await future
+            result = await asyncio.wait_for(future, max(0.0, deadline - loop.time()))
+            if loop.time() > deadline:
+                # The deadline covers the write too: an answer that came while writing may still be late.
+                raise TimeoutError
         except aio.AioRpcError as exc:
-            from sonic.client.transport.grpc import convert_error  # noqa: PLC0415  (module cycle)
-
-            raise convert_error(exc, self._address) from exc
+            # A failed write (grpc reports INTERNAL "execute_batch" when the peer died) breaks the whole
+            # stream: every request on it, this one included, must go again.
+            error = ConnectionLostError(
+                f"inference stream broke: {exc.details()}", status="UNAVAILABLE", server=self._address
+            )
+            self._fail(error)
+            raise error from exc
         except asyncio.InvalidStateError:
             # The stream finished between our check and the write: the reader has the cause, or will.
             raise self._closed_error() from None
@@ -123,6 +134,7 @@ class InferStream:
                 future.exception()  # failed by the reader while we were writing: mark it retrieved
             else:
                 future.cancel()
+        return result
 
     def _closed_error(self) -> ClientError:
         return self.broken or ConnectionLostError(
