@@ -381,7 +381,8 @@ class AsyncClient:
                 n: (d.nbytes if isinstance(d, memoryview) else len(d)) for n, (_, d) in encoded.items()
             }
             total = sum(align(s) for s in in_sizes.values()) + sum(align(s) for s in out_sizes.values())
-            region = await self._region(entry, total)
+            # Below the threshold the copy into the region costs more than the bytes it keeps off the socket.
+            region = await self._region(entry, total) if total >= self.config.shm_min_bytes else None
             if region is not None:
                 start = time.perf_counter_ns()
                 offset = 0

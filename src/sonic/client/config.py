@@ -100,6 +100,7 @@ class ClientConfig:
     tls: TlsConfig | None = None
     token: str = ""
     shared_memory: SharedMemoryMode = SharedMemoryMode.AUTO
+    shm_min_bytes: int = 65536  # smaller requests (inputs and outputs) skip shared memory
     control_timeout_s: float = 10.0  # metadata, discovery and shared-memory calls (not inference)
     verbose: bool = False  # server-side timing breakdown per call (ModelStatistics deltas)
     fallback: FallbackConfig = field(default_factory=FallbackConfig)

@@ -136,7 +136,7 @@ def test_verbose_timing_has_server_breakdown(server: Any) -> None:
 
 def test_shared_memory_regions_are_reused_and_grown(server: Any) -> None:
     before = _leftover_segments()
-    sizes = (3, 40, 7, 120)
+    sizes = (8, 40, 10, 120)
 
     async def go() -> None:
         async with AsyncClient(

@@ -30,6 +30,7 @@ def test_sigkill_one_of_two_servers_mid_job(sonic_repository: Path, shared_memor
             allowed_tries=4,
             retry_backoff_s=0.01,
             shared_memory=shared_memory,
+            shm_min_bytes=0,
         )
         before = {p.name for p in Path("/dev/shm").glob(f"sonic_{os.getpid()}_*")}
         inputs = [np.full((1, 16), i, np.float32) for i in range(REQUESTS)]
