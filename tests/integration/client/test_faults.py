@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import pickle
 import signal
 from pathlib import Path
 
@@ -12,7 +13,14 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tritonclient
 
-from sonic.client import AsyncClient, ClientConfig, FallbackConfig, SharedMemoryMode, SyncClient
+from sonic.client import (
+    AsyncClient,
+    ClientConfig,
+    FallbackConfig,
+    FallbackServerKind,
+    SharedMemoryMode,
+    SyncClient,
+)
 from sonic.launch import ServerProcess
 from sonic.testing.triton import free_port
 
@@ -168,3 +176,38 @@ def test_fallback_server_when_the_only_server_dies(sonic_repository: Path, tmp_p
             assert second.timing.servers != (remote.grpc_address,)
             np.testing.assert_array_equal(second.outputs["OUTPUT0"], x)
             assert second.timing.tries >= 2
+
+
+@pytest.mark.triton
+def test_fallback_tritonserver_binary(triton_repository: Path, tmp_path: Path) -> None:
+    """The fallback can be NVIDIA tritonserver (here the binary from nvidia-pytriton)."""
+    config = ClientConfig(
+        fallback=FallbackConfig(
+            enable=True,
+            repositories=(triton_repository,),
+            kind=FallbackServerKind.TRITONSERVER,
+            temp_dir=tmp_path,
+        ),
+    )
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with SyncClient("nobatch", config) as client:
+        np.testing.assert_array_equal(client.infer({"INPUT0": x})["OUTPUT0"], x)
+        fallback = client._client._fallback
+        assert fallback is not None
+        pid = fallback.pid
+    assert pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_client_pickled_to_a_worker_reconnects(sonic_server: object) -> None:
+    address = sonic_server.address  # type: ignore[attr-defined]
+    original = SyncClient("identity", ClientConfig(servers=(address,)))
+    x = np.ones((1, 16), np.float32)
+    try:
+        original.infer({"INPUT0": x})
+        copy = pickle.loads(pickle.dumps(original))  # what Dask does to ship it to a worker
+    finally:
+        original.close()
+    with copy:
+        np.testing.assert_array_equal(copy.infer({"INPUT0": x})["OUTPUT0"], x)
