@@ -35,7 +35,7 @@ from sonic.client.errors import (
 )
 from sonic.client.fallback import FallbackServer
 from sonic.client.registry import ServerEntry, ServerRegistry
-from sonic.client.shm import Region, align
+from sonic.client.shm import Region, RegionPool, align
 from sonic.client.transport.base import (
     ModelInfo,
     ServerTiming,
@@ -347,8 +347,6 @@ class AsyncClient:
 
     async def _region(self, entry: ServerEntry, size: int) -> Region | None:
         """A registered region, or None when this server cannot use shared memory."""
-        from sonic.client.shm import RegionPool  # noqa: PLC0415  (small, but only with local servers)
-
         if entry.shm is None:
             entry.shm = RegionPool(entry.transport)
         try:

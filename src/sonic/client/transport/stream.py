@@ -55,13 +55,9 @@ class InferStream:
                     return
                 self._deliver(data)
         except aio.AioRpcError as exc:
-            from sonic.client.transport.grpc import convert_error  # noqa: PLC0415  (module cycle)
-
-            error = convert_error(exc, self._address)
-            if not isinstance(error, ConnectionLostError):
-                # The stream as a whole is gone: every request on it must go again.
-                error = ConnectionLostError(str(exc.details()), status="UNAVAILABLE", server=self._address)
-            self._fail(error)
+            # Whatever its status, the stream as a whole is gone: every request on it must go again.
+            detail = f"inference stream ended: {exc.code().name}: {exc.details()}"
+            self._fail(ConnectionLostError(detail, status="UNAVAILABLE", server=self._address))
 
     def _deliver(self, data: bytes) -> None:
         if len(data) < SPLIT_ABOVE_BYTES:
