@@ -279,7 +279,7 @@ class ModelManager:
         except BaseException:
             await self._close_instances(instances)
             raise
-        return ModelVersion.create(config, spec, version, instances)
+        return ModelVersion.create(config, spec, version, instances, backend_cls)
 
     async def _close_instances(self, instances: list[ModelInstance]) -> None:
         loop = asyncio.get_running_loop()
