@@ -83,7 +83,12 @@ def build_test_repository(root: Path) -> Path:
         slow_model,
     )
     _model(root, "checksum", 'backend: "onnxruntime"\nmax_batch_size: 4\n' + CHECKSUM_AGENT, identity_model)
-    _model(root, "broken_config", 'backend: "onnxruntime"\nmax_batch_size: 4\ninput [ { name: "X" ', identity_model)
+    _model(
+        root,
+        "broken_config",
+        'backend: "onnxruntime"\nmax_batch_size: 4\ninput [ { name: "X" ',
+        identity_model,
+    )
     broken = root / "broken_model" / "1"
     broken.mkdir(parents=True)
     (broken / "model.onnx").write_bytes(b"this is not an onnx file")
