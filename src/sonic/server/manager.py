@@ -266,7 +266,7 @@ class ModelManager:
             )
         )
         if scheduler is not None:  # the backend runs requests itself, with no instance
-            return ModelVersion.create(config, spec, version, [], scheduler)
+            return ModelVersion.create(config, spec, version, [], backend_cls, scheduler)
         try:
             for group in config.instance_group:
                 kind = "gpu" if group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU else "cpu"
@@ -298,7 +298,7 @@ class ModelManager:
         except BaseException:
             await self._close_instances(instances)
             raise
-        return ModelVersion.create(config, spec, version, instances)
+        return ModelVersion.create(config, spec, version, instances, backend_cls)
 
     async def _close_instances(self, instances: list[ModelInstance]) -> None:
         loop = asyncio.get_running_loop()

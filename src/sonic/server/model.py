@@ -13,7 +13,7 @@ from tritonclient.grpc import model_config_pb2
 from sonic.errors import InvalidArgumentError
 from sonic.protocol import dtypes
 from sonic.protocol.model_config import ModelSpec
-from sonic.server.backends.base import RequestScheduler
+from sonic.server.backends.base import Backend, RequestScheduler
 from sonic.server.batcher import BatchPolicy, ModelInstance, Scheduler, WorkItem
 from sonic.server.stats import ModelStats
 from sonic.server.types import InferRequest, InferResponse, InputTensor, OutputTensor
@@ -33,6 +33,7 @@ class ModelVersion:
     instances: list[ModelInstance]
     scheduler: RequestScheduler
     stats: ModelStats
+    backend: type[Backend]
 
     @classmethod
     def create(
@@ -41,6 +42,7 @@ class ModelVersion:
         spec: ModelSpec,
         version: int,
         instances: list[ModelInstance],
+        backend: type[Backend],
         scheduler: RequestScheduler | None = None,
     ) -> ModelVersion:
         """With ``scheduler`` None (every backend but the ensemble) the batcher feeds ``instances``."""
@@ -53,7 +55,7 @@ class ModelVersion:
                 output_names=list(spec.outputs),
                 stats=stats,
             )
-        return cls(config, spec, version, instances, scheduler, stats)
+        return cls(config, spec, version, instances, scheduler, stats, backend)
 
     @property
     def name(self) -> str:
@@ -81,11 +83,13 @@ class ModelVersion:
         shape = tensor.shape
         if any(d < 0 for d in shape):
             raise InvalidArgumentError(f"{where}: shape {list(shape)} has a negative dimension")
+        expected = [-1, *spec.dims] if self.spec.batched else list(spec.dims)
+        if len(shape) != len(expected):
+            raise InvalidArgumentError(
+                f"{where}: unexpected shape for input '{tensor.name}' for model '{self.name}'. "
+                f"Expected {expected}, got {list(shape)}"
+            )
         if self.spec.batched:
-            if not shape:
-                raise InvalidArgumentError(
-                    f"{where}: shape [] has no batch dimension; expected [batch] + {list(spec.dims)}"
-                )
             if shape[0] < 1 or shape[0] > self.spec.max_batch_size:
                 raise InvalidArgumentError(
                     f"{where}: inference request batch-size must be in 1..{self.spec.max_batch_size} "
@@ -95,7 +99,6 @@ class ModelVersion:
         else:
             sample = shape
         if not _shape_matches(sample, spec.dims):
-            expected = [-1, *spec.dims] if self.spec.batched else list(spec.dims)
             raise InvalidArgumentError(
                 f"{where}: unexpected shape for input '{tensor.name}' for model '{self.name}'. "
                 f"Expected {expected}, got {list(shape)}"
@@ -129,7 +132,9 @@ class ModelVersion:
                 raise InvalidArgumentError(
                     f"{self._where(request, tensor.name)}: input '{tensor.name}' is given more than once"
                 )
-            arrays[tensor.name] = self._decode_input(request, tensor)
+            arrays[tensor.name] = self.backend.convert_input(
+                self.name, tensor.name, self._decode_input(request, tensor)
+            )
         missing = [n for n, s in self.spec.inputs.items() if n not in arrays and not s.optional]
         if missing:
             raise InvalidArgumentError(
