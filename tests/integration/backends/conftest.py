@@ -251,7 +251,9 @@ def build_trees(repo: Path) -> dict[str, Any]:
     write_model(
         repo,
         "lgbm_class",
-        _tree_config("lgbm_class", "fil", {"model_type": "lightgbm", "output_class": "true"}),
+        _tree_config(
+            "lgbm_class", "fil", {"model_type": "lightgbm", "output_class": "true"}, "max_batch_size: 1024"
+        ),
     )
     lgbm.save_model(str(repo / "lgbm_class" / "1" / "model.txt"))
     built["lgbm_multi"] = lgbm
@@ -260,14 +262,24 @@ def build_trees(repo: Path) -> dict[str, Any]:
     write_model(
         repo,
         "sk_proba",
-        _tree_config("sk_proba", "trees", {"predict_proba": "true"}),
+        _tree_config("sk_proba", "trees", {"predict_proba": "true"}, "max_batch_size: 1024"),
         {"model.pkl": pickle.dumps(classifier)},
     )
     built["sk_classifier"] = classifier
 
     x, target = tree_data(0)
     regressor = RandomForestRegressor(n_estimators=8, max_depth=4, random_state=SEED).fit(x, target)
-    write_model(repo, "sk_skops", _tree_config("sk_skops", "trees", {"model_type": "skops"}))
+    write_model(
+        repo,
+        "sk_skops",
+        _tree_config(
+            "sk_skops",
+            "trees",
+            # skops refuses types it does not know unless the operator trusts them by name.
+            {"model_type": "skops", "skops_trusted_types": "sklearn.tree._tree.Tree"},
+            "max_batch_size: 1024",
+        ),
+    )
     skops.io.dump(regressor, repo / "sk_skops" / "1" / "model.skops")
     built["sk_regressor"] = regressor
     return built
