@@ -156,7 +156,7 @@ class Tensor:
             raise TritonModelException(
                 f"Tensor '{name}': expected a numpy array, got {type(numpy_array).__name__}"
             )
-        if numpy_array.dtype.kind in "UV":
+        if numpy_array.dtype.kind == "U":
             raise TritonModelException(
                 f"Tensor '{name}': numpy dtype {numpy_array.dtype} is not supported; use np.object_ for strings"
             )
