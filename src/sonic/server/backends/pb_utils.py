@@ -321,39 +321,43 @@ def using_decoupled_model_transaction_policy(model_config: Mapping[str, Any]) ->
 
 
 class ModelConfig:
-    """The config handed to ``auto_complete_config``; only batch size, I/O and scheduling change."""
+    """The config handed to ``auto_complete_config``; only batch size, I/O and scheduling change.
+
+    ``_model_config`` keeps the name of Triton's attribute: Triton's own stub reads it after
+    ``auto_complete_config`` when this module shadows Triton's copy in a shared environment.
+    """
 
     def __init__(self, model_config: str | Mapping[str, Any]) -> None:
-        self._config: dict[str, Any] = (
+        self._model_config: dict[str, Any] = (
             json.loads(model_config) if isinstance(model_config, str) else dict(model_config)
         )
-        self._config.setdefault("input", [])
-        self._config.setdefault("output", [])
-        self._config.setdefault("max_batch_size", 0)
+        self._model_config.setdefault("input", [])
+        self._model_config.setdefault("output", [])
+        self._model_config.setdefault("max_batch_size", 0)
 
     def as_dict(self) -> dict[str, Any]:
-        return self._config
+        return self._model_config
 
     def _name(self) -> str:
-        return str(self._config.get("name", ""))
+        return str(self._model_config.get("name", ""))
 
     def set_max_batch_size(self, max_batch_size: int) -> None:
-        current = int(self._config["max_batch_size"])
+        current = int(self._model_config["max_batch_size"])
         if current > max_batch_size:
             raise ValueError(
                 f"configuration specified max_batch_size {current}, but in auto-complete-config function "
                 f"for model '{self._name()}' specified max_batch_size {max_batch_size}"
             )
-        self._config["max_batch_size"] = max_batch_size
+        self._model_config["max_batch_size"] = max_batch_size
 
     def set_dynamic_batching(self) -> None:
         for other in ("sequence_batching", "ensemble_scheduling"):
-            if other in self._config:
+            if other in self._model_config:
                 raise ValueError(
                     f"Configuration specified scheduling_choice as '{other}', but auto-complete-config "
                     f"function for model '{self._name()}' tries to set scheduling_choice as 'dynamic_batching'"
                 )
-        self._config.setdefault("dynamic_batching", {})
+        self._model_config.setdefault("dynamic_batching", {})
 
     def _add(self, kind: str, tensor: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
         name = tensor.get("name")
@@ -373,7 +377,7 @@ class ModelConfig:
                     f"{kind} '{name}' in auto-complete-config function for model '{self._name()}' is missing "
                     f"'{key}' property."
                 )
-        for current in self._config[kind]:
+        for current in self._model_config[kind]:
             if current["name"] != name:
                 continue
             declared = current.get("data_type", "TYPE_INVALID")
@@ -389,7 +393,7 @@ class ModelConfig:
                 )
             current.update(tensor)
             return
-        self._config[kind].append(dict(tensor))
+        self._model_config[kind].append(dict(tensor))
 
     def add_input(self, input: Mapping[str, Any]) -> None:
         self._add("input", input, ("name", "data_type", "dims", "optional"))
@@ -404,7 +408,7 @@ class ModelConfig:
                     f"model transaction property in auto-complete-config function for model '{self._name()}' "
                     "contains property other than 'decoupled'."
                 )
-        policy = self._config.setdefault("model_transaction_policy", {})
+        policy = self._model_config.setdefault("model_transaction_policy", {})
         if "decoupled" in transaction_policy_dict:
             if "decoupled" in policy and policy["decoupled"] != transaction_policy_dict["decoupled"]:
                 raise ValueError(
