@@ -8,6 +8,10 @@ For each backend the same model is run two ways, each by ``--concurrency`` threa
 - direct: every thread calls the framework itself in this process (TorchScript module, Python
   model's ``execute``, ``Booster.inplace_predict``, the ensemble's two steps one after the other).
 
+PyTorch uses one intra-op thread on both sides: eight callers already fill the cores, and in the
+server PyTorch's spinning OpenMP workers otherwise take the CPU the gRPC and batching threads
+need (about 7x fewer requests/s on a 2-core machine).
+
 Each point is the median of ``--repeats`` runs. Client threads, server and direct runs share
 the machine's cores, so on a small or busy machine the served figures are bounded by the CPU
 left to the server; the load average is printed with the table.
@@ -66,6 +70,7 @@ CONFIGS = {
         input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 16 ] } ]
         output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
         dynamic_batching { }
+        parameters { key: "INTRA_OP_THREAD_COUNT" value: { string_value: "1" } }
         """,
     "scale": """
         name: "scale"
@@ -200,6 +205,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=8, help="rows per request")
     parser.add_argument("--repeats", type=int, default=3, help="runs per point (the median is shown)")
     args = parser.parse_args()
+    torch.set_num_threads(1)
     data = np.random.default_rng(1).normal(size=(args.rows, FEATURES)).astype(np.float32)
     with tempfile.TemporaryDirectory(prefix="sonic-bench-backends-") as tmp:
         repo = Path(tmp) / "models"
