@@ -71,7 +71,10 @@ async def grpc_load(
     Throughput counts completions inside the measurement window; latencies are those of the requests
     completed in it. Calls still in flight at the end are cancelled (the server drops them).
     """
-    options = [("grpc.max_send_message_length", MAX_MESSAGE), ("grpc.max_receive_message_length", MAX_MESSAGE)]
+    options = [
+        ("grpc.max_send_message_length", MAX_MESSAGE),
+        ("grpc.max_receive_message_length", MAX_MESSAGE),
+    ]
     async with grpc.aio.insecure_channel(address, options=options) as channel:
         call = channel.unary_unary(INFER_METHOD)
         loop = asyncio.get_running_loop()

@@ -54,7 +54,9 @@ def session(path: Path) -> ort.InferenceSession:
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def direct_throughput(sess: ort.InferenceSession, feeds: dict[str, np.ndarray], batch: int, duration_s: float) -> float:
+def direct_throughput(
+    sess: ort.InferenceSession, feeds: dict[str, np.ndarray], batch: int, duration_s: float
+) -> float:
     sess.run(None, feeds)  # warm-up: allocations for this shape
     count = 0
     start = time.perf_counter()
@@ -162,7 +164,9 @@ def run(repeats: int, quick: bool) -> dict[str, object]:
 def summary(result: dict[str, object]) -> list[str]:
     rows = result["rows"]
     assert isinstance(rows, list)
-    lines = ["| workload | concurrency | served inf/s (median) | direct inf/s | served/direct | req/s | p50 ms | p99 ms |"]
+    lines = [
+        "| workload | concurrency | served inf/s (median) | direct inf/s | served/direct | req/s | p50 ms | p99 ms |"
+    ]
     lines.append("|---|---|---|---|---|---|---|---|")
     keys = sorted({(r["workload"], r["concurrency"]) for r in rows}, key=lambda k: (str(k[0]), int(k[1])))
     for workload, concurrency in keys:
@@ -181,9 +185,13 @@ def summary(result: dict[str, object]) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="short windows (a smoke run, not for the record)")
+    parser.add_argument(
+        "--quick", action="store_true", help="short windows (a smoke run, not for the record)"
+    )
     args = parser.parse_args()
     result = run(args.repeats, args.quick)
     result["machine"] = machine()
