@@ -116,5 +116,5 @@ def save(name: str, payload: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     payload = {"benchmark": name, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **payload}
-    path.write_text(json.dumps(payload, indent=2, default=lambda o: asdict(o)))
+    path.write_text(json.dumps(payload, indent=2, default=asdict))
     return path

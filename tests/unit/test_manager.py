@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -100,8 +101,6 @@ async def test_reload_keeps_serving_while_new_version_loads(tmp_path: Path) -> N
 
 async def test_instance_group_runs_instances_concurrently() -> None:
     """Two instances: two requests execute at the same time (both held in execute together)."""
-    import threading
-
     barrier = threading.Barrier(2, timeout=10)
 
     class Meeting:
