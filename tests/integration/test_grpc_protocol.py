@@ -200,3 +200,9 @@ async def test_aio_client_concurrent_requests(server: ServerProcess) -> None:
 
         await asyncio.gather(*(one(i) for i in range(64)))
         assert await c.is_model_ready("identity")
+
+
+def test_large_batches_run_in_slices_with_identical_results(client: grpcclient.InferenceServerClient) -> None:
+    data = np.random.default_rng(3).random((10, 5), dtype=np.float32)  # slices of 3: 3+3+3+1
+    result = client.infer("chunked", [_input("INPUT0", data, "FP32")])
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data * 2)
