@@ -3,26 +3,28 @@
 For each backend the same model is run two ways, each by ``--concurrency`` threads for
 ``--seconds``:
 
-- served: every thread has its own ``tritonclient.grpc`` client and sends requests of ``--rows``
-  rows to ``sonic serve`` (started here on a free loopback port, dynamic batching on);
+- served: ``--concurrency`` closed-loop callers of the project's lean gRPC load generator
+  (``benchmarks.common.grpc_load``: pre-serialized requests of ``--rows`` rows) against
+  ``sonic serve``, started here on a free loopback port with dynamic batching on;
 - direct: every thread calls the framework itself in this process (TorchScript module, Python
   model's ``execute``, ``Booster.inplace_predict``, the ensemble's two steps one after the other).
 
-PyTorch uses one intra-op thread on both sides: eight callers already fill the cores, and in the
-server PyTorch's spinning OpenMP workers otherwise take the CPU the gRPC and batching threads
-need (about 7x fewer requests/s on a 2-core machine).
+PyTorch and XGBoost use one thread per call on both sides: eight callers already fill the cores,
+and in the server their spinning OpenMP workers otherwise take the CPU the gRPC and batching
+threads need (PyTorch: about 7x fewer requests/s on a 2-core machine).
 
 Each point is the median of ``--repeats`` runs. Client threads, server and direct runs share
 the machine's cores, so on a small or busy machine the served figures are bounded by the CPU
 left to the server; the load average is printed with the table.
 
-Usage: ``./dev bench backends [--seconds 3] [--concurrency 8] [--rows 8] [--repeats 3]``.
-Prints a Markdown table.
+Usage: ``.venv/bin/python -m benchmarks.backends [--seconds 3] [--concurrency 8] [--rows 8]
+[--repeats 3]``. Prints a Markdown table and writes ``benchmarks/results/backends.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib.util
 import os
 import statistics
@@ -37,10 +39,10 @@ from typing import Any
 
 import numpy as np
 import torch
-import tritonclient.grpc as grpcclient
 import xgboost
 
 import triton_python_backend_utils as pb_utils
+from benchmarks.common import grpc_load, infer_request_bytes, machine, save
 from sonic.launch import ServerProcess
 
 FEATURES = 16
@@ -87,7 +89,10 @@ CONFIGS = {
         input [ { name: "input__0" data_type: TYPE_FP32 dims: [ 16 ] } ]
         output [ { name: "output__0" data_type: TYPE_FP32 dims: [ 1 ] } ]
         dynamic_batching { }
-        parameters { key: "model_type" value: { string_value: "xgboost_json" } }
+        parameters [
+          { key: "model_type" value: { string_value: "xgboost_json" } },
+          { key: "thread_count" value: { string_value: "1" } }
+        ]
         """,
     "chain": """
         name: "chain"
@@ -225,26 +230,23 @@ def main() -> None:
                 run_threads(args.concurrency, args.seconds, make) for _ in range(args.repeats)
             )
         served = {}
-        clients: list[grpcclient.InferenceServerClient] = []
         with ServerProcess.start([repo]) as server:
             for backend, (model, input_name) in SERVED.items():
-
-                def make_client(model: str = model, input_name: str = input_name) -> Callable[[], None]:
-                    client = grpcclient.InferenceServerClient(server.grpc_address)
-                    clients.append(client)
-                    tensor = grpcclient.InferInput(input_name, list(data.shape), "FP32")
-                    tensor.set_data_from_numpy(data)
-
-                    def work() -> None:
-                        client.infer(model, [tensor])
-
-                    return work
-
-                served[backend] = statistics.median(
-                    run_threads(args.concurrency, args.seconds, make_client) for _ in range(args.repeats)
-                )
-            for client in clients:
-                client.close()
+                payload = infer_request_bytes(model, {input_name: data}, {input_name: "FP32"})
+                runs = [
+                    asyncio.run(
+                        grpc_load(
+                            server.grpc_address,
+                            payload,
+                            concurrency=args.concurrency,
+                            batch=args.rows,
+                            duration_s=args.seconds,
+                            warmup_s=1.0,
+                        )
+                    ).requests_per_s
+                    for _ in range(args.repeats)
+                ]
+                served[backend] = statistics.median(runs)
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     print(
         f"concurrency {args.concurrency}, {args.rows} rows per request, median of {args.repeats} x "
@@ -255,6 +257,15 @@ def main() -> None:
     for backend, (model, _) in SERVED.items():
         ratio = served[backend] / direct[backend]
         print(f"| {backend} | {model} | {served[backend]:,.0f} | {direct[backend]:,.0f} | {ratio:.2f} |")
+    settings = {k: getattr(args, k) for k in ("seconds", "concurrency", "rows", "repeats")}
+    points = {
+        b: {"model": SERVED[b][0], "served_req_per_s": served[b], "direct_calls_per_s": direct[b]}
+        for b in SERVED
+    }
+    path = save(
+        "backends", {"machine": machine(), "load_average": os.getloadavg(), **settings, "points": points}
+    )
+    print(f"\nsaved {path}")
 
 
 if __name__ == "__main__":
