@@ -299,6 +299,17 @@ def build_python_and_ensembles(repo: Path) -> None:
         python_model("scale"),
     )
     write_model(repo, "bls", BLS_CONFIG, python_model("bls"))
+    write_model(
+        repo,
+        "chatty",
+        """
+        name: "chatty"
+        backend: "python"
+        input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]
+        output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]
+        """,
+        python_model("chatty"),
+    )
     for name, factor in (("branch_a", 2.0), ("branch_b", -3.0)):
         write_model(repo, name, BRANCH_CONFIG.format(name=name, factor=factor), python_model("branch"))
     write_model(

@@ -79,3 +79,15 @@ def test_bls_call_of_another_model(built_models, infer) -> None:
     with torch.inference_mode():
         expected, _ = built_models.net(torch.from_numpy(x), torch.zeros(3, 3))
     np.testing.assert_allclose(served["P"], expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.timeout(120)
+def test_model_output_to_stdout_does_not_block_the_server(infer) -> None:
+    """Prints after the ready line go to the server log, not the launcher's (unread) stdout pipe.
+
+    100 requests write about 800 kB, far more than a pipe holds: with stdout left on the pipe the
+    server would block in the model's print and this test would time out.
+    """
+    x = np.ones(2, dtype=np.float32)
+    for _ in range(100):
+        np.testing.assert_array_equal(infer("chatty", {"X": x})["Y"], x)
