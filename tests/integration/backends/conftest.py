@@ -301,6 +301,21 @@ def build_python_and_ensembles(repo: Path) -> None:
     write_model(repo, "bls", BLS_CONFIG, python_model("bls"))
     write_model(
         repo,
+        "bls_async",
+        """
+        name: "bls_async"
+        backend: "python"
+        max_batch_size: 16
+        input [ { name: "X" data_type: TYPE_FP32 dims: [ 8 ] } ]
+        output [
+          { name: "P" data_type: TYPE_FP32 dims: [ 3 ] },
+          { name: "S" data_type: TYPE_FP32 dims: [ 8 ] }
+        ]
+        """,
+        python_model("bls_async"),
+    )
+    write_model(
+        repo,
         "chatty",
         """
         name: "chatty"

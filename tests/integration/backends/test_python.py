@@ -81,6 +81,15 @@ def test_bls_call_of_another_model(built_models, infer) -> None:
     np.testing.assert_allclose(served["P"], expected.numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_async_execute_with_concurrent_bls_calls(built_models, infer) -> None:
+    x = np.random.default_rng(7).normal(size=(2, 8)).astype(np.float32)
+    served = infer("bls_async", {"X": x})
+    with torch.inference_mode():
+        expected, _ = built_models.net(torch.from_numpy(x), torch.zeros(2, 3))
+    np.testing.assert_allclose(served["P"], expected.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(served["S"], (x - SCALE_MEAN) / SCALE_STD)
+
+
 @pytest.mark.timeout(120)
 def test_model_output_to_stdout_does_not_block_the_server(infer) -> None:
     """Prints after the ready line go to the server log, not the launcher's (unread) stdout pipe.

@@ -5,11 +5,13 @@ wheel that re-exports this one). Tensors wrap the server's numpy arrays without 
 Triton's stub copies them through shared memory into another process.
 
 Not offered: decoupled response senders, DLPack GPU tensors other than through numpy, metrics.
-BLS (``InferenceRequest(...).exec()``) calls the server's other models from the model's own thread.
+BLS (``InferenceRequest(...).exec()``, or ``await ....async_exec()`` in ``async def execute``) calls
+the server's other models from the model's own thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import enum
 import json
@@ -298,6 +300,11 @@ class InferenceRequest:
         except Exception as exc:  # noqa: BLE001  (BLS reports failures in the response, as Triton does)
             return InferenceResponse([], TritonError(str(exc)))
         return InferenceResponse([Tensor(name, array) for name, array in outputs.items()])
+
+    async def async_exec(self, decoupled: bool = False) -> InferenceResponse:
+        """:meth:`exec` for ``async def execute`` models; several can run at once (``asyncio.gather``)."""
+        # to_thread copies this thread's context, so the worker sees the model's caller.
+        return await asyncio.to_thread(self.exec, decoupled)
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:

@@ -13,7 +13,9 @@ dependencies into the server's environment), imports of sibling files relative t
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import inspect
 import json
 import logging
 import re
@@ -179,6 +181,7 @@ class PythonBackend(RequestBackend):
         self._model_name = config.name
         self._spec: ModelSpec = context.spec
         pb_utils.current_caller.set(context.models)
+        self._loop: asyncio.AbstractEventLoop | None = None  # for ``async def execute`` models
         self._module = _load_module(context.model_path, f"{context.version}_{context.instance_name}")
         try:
             self._model = _model_class(self._module, context.model_path)()
@@ -215,6 +218,12 @@ class PythonBackend(RequestBackend):
         ]
         try:
             responses = self._model.execute(pb_requests)
+            if inspect.iscoroutine(responses):
+                # Triton runs ``async def execute`` on an event loop of the stub; this instance's
+                # thread keeps one of its own (never the server's loop, which must not block).
+                if self._loop is None:
+                    self._loop = asyncio.new_event_loop()
+                responses = self._loop.run_until_complete(responses)
         except pb_utils.TritonModelException as exc:
             raise InternalError(f"model '{self._model_name}': {exc.message()}") from None
         except Exception as exc:  # noqa: BLE001  (user code fails this batch only)
@@ -267,4 +276,7 @@ class PythonBackend(RequestBackend):
             if finalize is not None:
                 finalize()
         finally:
+            if self._loop is not None:
+                self._loop.run_until_complete(self._loop.shutdown_default_executor())
+                self._loop.close()
             _unload(self._module)
