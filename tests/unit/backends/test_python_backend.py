@@ -93,3 +93,37 @@ def test_load_errors_are_clear(tmp_path: Path) -> None:
     decoupled = CONFIG + "model_transaction_policy { decoupled: true }\n"
     with pytest.raises(ModelConfigError, match="decoupled Python models are not supported"):
         make_backend(tmp_path / "c", MODEL, decoupled)
+
+
+BYTES_CONFIG = """
+name: "m"
+backend: "python"
+input [ { name: "TEXT" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "UPPER" data_type: TYPE_STRING dims: [ -1 ] } ]
+"""
+
+BYTES_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
+            upper = np.array([item.upper() for item in text], dtype=np.object_)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("UPPER", upper)]))
+        return responses
+"""
+
+
+def test_bytes_tensors(tmp_path: Path) -> None:
+    backend = make_backend(tmp_path, BYTES_MODEL, BYTES_CONFIG)
+    try:
+        text = np.array([b"muon", b"jet"], dtype=np.object_)
+        (result,) = backend.execute_requests([Request({"TEXT": text}, ["UPPER"])])
+        assert isinstance(result, dict)
+        assert result["UPPER"].tolist() == [b"MUON", b"JET"]
+    finally:
+        backend.close()
