@@ -109,10 +109,11 @@ class ServerProcess:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             try:
-                return process.wait(timeout_s)
+                process.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 process.kill()
         code = process.wait()
+        # Closed on every path: an open pipe left behind is a ResourceWarning (an error in the tests).
         if process.stdout is not None:
             process.stdout.close()
         return code
