@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sonic.models.torchscript import torchscript_variant
 from sonic.models.zoo import ReferenceModel, registry
 
 OPSET = 17
@@ -80,9 +81,15 @@ def build_model(model: ReferenceModel, repository: Path) -> Path:
     return model_dir
 
 
-def build_repository(repository: Path, names: list[str] | None = None) -> list[Path]:
+def build_repository(
+    repository: Path, names: list[str] | None = None, *, torchscript: bool = False
+) -> list[Path]:
+    """Build the named models (default: all); with ``torchscript``, also their TorchScript variants."""
     models = registry()
     unknown = sorted(set(names or []) - set(models))
     if unknown:
         raise KeyError(f"unknown reference model(s) {unknown}; available: {sorted(models)}")
-    return [build_model(models[name], repository) for name in (names or sorted(models))]
+    selected = [models[name] for name in (names or sorted(models))]
+    if torchscript:
+        selected += [torchscript_variant(model) for model in selected if model.is_onnx]
+    return [build_model(model, repository) for model in selected]

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import xgboost
 
 from sonic.cli.main import main
 from sonic.models import build
+from sonic.models.torchscript import torchscript_variant
 from sonic.models.zoo import ReferenceModel, registry, tau_bdt
 from sonic.protocol import dtypes
 from sonic.protocol.model_config import parse_config_text, validate_config
@@ -180,3 +182,38 @@ def test_cli_rejects_unknown_models(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "nosuch" in message
     assert "facile" in message  # the available ones are listed
     assert not any(tmp_path.iterdir()), "nothing is built when a name is wrong"
+
+
+# TorchScript is deprecated in this torch release, but it is what Triton's PyTorch backend loads.
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("name", ["facile", "particlenet_ak4", "deepmet"])
+def test_torchscript_variant_matches_the_module_at_other_batch_sizes(name: str, tmp_path: Path) -> None:
+    model = registry()[name]
+    variant = torchscript_variant(model)
+    (model_dir,) = [
+        p for p in build.build_repository(tmp_path, [name], torchscript=True) if p.name == variant.name
+    ]
+    config = parse_config_text((model_dir / "config.pbtxt").read_text(), variant.name)
+    spec = validate_config(config)
+    assert config.backend == "pytorch"
+    assert list(spec.inputs) == [f"INPUT__{i}" for i in range(len(model.input_names))]
+    assert config.max_batch_size == parse_config_text(model.config_text, name).max_batch_size
+    traced = torch.jit.load(str(model_dir / "1" / "model.pt"))
+    assert model.make_module is not None
+    module = model.make_module()
+    for batch in (1, 5):  # traced at batch 2: the batch dimension must stay dynamic
+        inputs = variant.make_inputs(batch, np.random.default_rng(batch))
+        args = [torch.from_numpy(inputs[key]) for key in variant.input_names]
+        with torch.inference_mode():
+            expected, got = module(*args), traced(*args)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        got = got if isinstance(got, tuple) else (got,)
+        assert len(got) == len(variant.output_names)
+        for e, g in zip(expected, got, strict=True):
+            assert g.shape[0] == batch
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
+
+
+def test_torchscript_variant_needs_a_pytorch_model() -> None:
+    with pytest.raises(ValueError, match="not a PyTorch model"):
+        torchscript_variant(registry()["tau_bdt"])
