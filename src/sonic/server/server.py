@@ -93,5 +93,6 @@ class Server:
         if self._grpc is not None:
             await self._grpc.stop(self.config.exit_timeout_s)
         await self.models.close()
+        self.dataplane.shared_memory.close()
         self.state = ServerState.STOPPED
         log.info("server stopped")
