@@ -12,7 +12,13 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
 import sonic
-from sonic.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError
+from sonic.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+)
 from sonic.protocol.model_config import parse_config_json
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.manager import ModelManager
@@ -98,6 +104,10 @@ class DataPlane:
         return response
 
     def _check_explicit(self, action: str) -> None:
+        if not self._config.repository_control:
+            raise PermissionDeniedError(
+                f"model {action} is disabled on this server (started with --disable-repository-control)"
+            )
         if self._config.model_control_mode is not ModelControlMode.EXPLICIT:
             raise FailedPreconditionError(
                 f"explicit model {action} is not allowed in model control mode "

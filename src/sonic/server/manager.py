@@ -279,7 +279,10 @@ class ModelManager:
         except BaseException:
             await self._close_instances(instances)
             raise
-        return ModelVersion.create(config, spec, version, instances)
+        model = ModelVersion.create(config, spec, version, instances)
+        if self._config.metrics_port is not None and self._config.metrics_histograms:
+            model.stats.enable_histograms()
+        return model
 
     async def _close_instances(self, instances: list[ModelInstance]) -> None:
         loop = asyncio.get_running_loop()

@@ -68,7 +68,15 @@ class Repository:
                 f"failed to load '{name}': no model folder '{name}' in the model repositories "
                 f"{[str(r) for r in self.roots]}"
             )
-        return found[name]
+        location = found[name]
+        # A symlinked model folder must still resolve inside its repository: nothing is loaded from elsewhere.
+        resolved = location.path.resolve()
+        if not any(resolved.is_relative_to(root) for root in self.roots):
+            raise InvalidArgumentError(
+                f"model '{name}' resolves to {resolved}, outside the model repositories "
+                f"{[str(r) for r in self.roots]}; refusing to load it"
+            )
+        return location
 
 
 def available_versions(model_dir: Path) -> list[int]:
