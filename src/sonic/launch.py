@@ -121,16 +121,17 @@ class ServerProcess:
 
     @staticmethod
     def _terminate(process: subprocess.Popen[str], timeout_s: float) -> int:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                return process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        code = process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
-        return code
+        try:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    return process.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+            return process.wait()
+        finally:
+            if process.stdout is not None:
+                process.stdout.close()
 
     def stop(self, timeout_s: float = 60.0) -> int:
         """SIGTERM (drain and exit 0), then SIGKILL after ``timeout_s``; returns the exit code."""

@@ -279,7 +279,7 @@ class ModelManager:
         except BaseException:
             await self._close_instances(instances)
             raise
-        model = ModelVersion.create(config, spec, version, instances)
+        model = ModelVersion.create(config, spec, version, instances, backend_cls)
         if self._config.metrics_port is not None and self._config.metrics_histograms:
             model.stats.enable_histograms()
         return model

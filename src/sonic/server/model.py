@@ -13,6 +13,7 @@ from tritonclient.grpc import model_config_pb2
 from sonic.errors import InternalError, InvalidArgumentError, UnavailableError
 from sonic.protocol import dtypes
 from sonic.protocol.model_config import ModelSpec
+from sonic.server.backends.base import Backend
 from sonic.server.batcher import BatchPolicy, ModelInstance, Scheduler, WorkItem
 from sonic.server.stats import ModelStats
 from sonic.server.types import InferRequest, InferResponse, InputTensor, OutputTensor
@@ -43,6 +44,7 @@ class ModelVersion:
     instances: list[ModelInstance]
     scheduler: Scheduler
     stats: ModelStats
+    backend: type[Backend]
 
     @classmethod
     def create(
@@ -51,6 +53,7 @@ class ModelVersion:
         spec: ModelSpec,
         version: int,
         instances: list[ModelInstance],
+        backend: type[Backend],
     ) -> ModelVersion:
         stats = ModelStats()
         scheduler = Scheduler(
@@ -60,7 +63,7 @@ class ModelVersion:
             output_names=list(spec.outputs),
             stats=stats,
         )
-        return cls(config, spec, version, instances, scheduler, stats)
+        return cls(config, spec, version, instances, scheduler, stats, backend)
 
     @property
     def name(self) -> str:
@@ -136,7 +139,9 @@ class ModelVersion:
                 raise InvalidArgumentError(
                     f"{self._where(request, tensor.name)}: input '{tensor.name}' is given more than once"
                 )
-            arrays[tensor.name] = self._decode_input(request, tensor)
+            arrays[tensor.name] = self.backend.convert_input(
+                self.name, tensor.name, self._decode_input(request, tensor)
+            )
         missing = [n for n, s in self.spec.inputs.items() if n not in arrays and not s.optional]
         if missing:
             raise InvalidArgumentError(

@@ -52,6 +52,14 @@ class Backend(ABC):
         The default does nothing: the config must then be complete.
         """
 
+    @classmethod
+    def convert_input(cls, model: str, name: str, array: npt.NDArray[Any]) -> npt.NDArray[Any]:  # noqa: ARG003
+        """Per-request input conversion, run at validation time so a bad request fails alone.
+
+        Runs on the event loop: keep it cheap. The default passes arrays through unchanged.
+        """
+        return array
+
     @abstractmethod
     def execute(
         self, inputs: Mapping[str, npt.NDArray[Any]], output_names: Sequence[str]

@@ -14,11 +14,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import InternalError, ModelConfigError
+from sonic.errors import InternalError, InvalidArgumentError, ModelConfigError
 from sonic.server.backends.base import Backend, InstanceContext
 
 # ONNX TensorProto element types to Triton config enums.
@@ -147,6 +148,21 @@ class OnnxRuntimeBackend(Backend):
             providers.append(("TensorrtExecutionProvider", device))
         providers += [("CUDAExecutionProvider", device), "CPUExecutionProvider"]
         return providers
+
+    @classmethod
+    def convert_input(cls, model: str, name: str, array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """onnxruntime's Python API takes string tensors as arrays of ``str``: decode BYTES elements."""
+        if array.dtype != np.object_:
+            return array
+        try:
+            decoded = [item.decode("utf-8") if isinstance(item, bytes) else item for item in array.reshape(-1)]
+        except UnicodeDecodeError as exc:
+            raise InvalidArgumentError(
+                f"model '{model}' input '{name}': onnxruntime string tensors must be UTF-8 text, got {exc}"
+            ) from None
+        result = np.empty(array.shape, dtype=np.object_)
+        result.reshape(-1)[:] = decoded
+        return result
 
     def execute(
         self, inputs: Mapping[str, npt.NDArray[Any]], output_names: Sequence[str]
