@@ -59,6 +59,11 @@ def parse_metrics(text: str) -> tuple[Samples, dict[str, str]]:
 
 
 @pytest.fixture
+def prometheus_parser() -> Callable[[str], tuple[Samples, dict[str, str]]]:
+    return parse_metrics
+
+
+@pytest.fixture
 def scrape() -> Callable[[ServerProcess], Samples]:
     def run(process: ServerProcess) -> Samples:
         with urllib.request.urlopen(f"http://{process.metrics_address}/metrics", timeout=10) as response:

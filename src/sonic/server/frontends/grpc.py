@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import unquote
 
 import grpc
 from grpc import aio
@@ -110,6 +111,14 @@ def _call_kind(method: str) -> CallKind:
     return CallKind.CONTROL
 
 
+def peer_host(peer: str) -> str:
+    """The host of a gRPC peer (``ipv4:1.2.3.4:5``, ``ipv6:%5B::1%5D:5``) as HTTP's peername spells it."""
+    scheme, _, rest = peer.partition(":")
+    if scheme not in {"ipv4", "ipv6"}:
+        return peer
+    return unquote(rest).rsplit(":", 1)[0].strip("[]")
+
+
 class GrpcFrontend:
     def __init__(
         self,
@@ -143,8 +152,7 @@ class GrpcFrontend:
                 authorization = value if isinstance(value, str) else value.decode()
                 break
         peer = context.peer()  # "ipv4:127.0.0.1:50512": one client connection
-        address = peer.rsplit(":", 1)[0]
-        self._guard.check(_call_kind(method), authorization, peer, address)
+        self._guard.check(_call_kind(method), authorization, peer, peer_host(peer))
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
