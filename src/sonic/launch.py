@@ -53,7 +53,9 @@ class ServerProcess:
         try:
             return self.addresses[field]
         except KeyError:
-            raise KeyError(f"the server has no {field} endpoint; start it with {flag} (0: a free port)") from None
+            raise KeyError(
+                f"the server has no {field} endpoint; start it with {flag} (0: a free port)"
+            ) from None
 
     @property
     def http_address(self) -> str:

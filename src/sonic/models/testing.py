@@ -54,7 +54,9 @@ def fixed_shape_model(path: Path) -> None:
 def slow_model(path: Path, *, width: int = 512, depth: int = 40) -> None:
     """``INPUT0`` FP32 [batch, width] through ``depth`` tanh(x @ W) layers: tens of ms per batch of 64."""
     rng = np.random.default_rng(7)
-    weight = numpy_helper.from_array((rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32), "w")
+    weight = numpy_helper.from_array(
+        (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32), "w"
+    )
     nodes = []
     current = "INPUT0"
     for layer in range(depth):

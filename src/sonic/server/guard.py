@@ -87,9 +87,12 @@ class TokenVerifier:
                 algorithms=[key.algorithm_name] if key.algorithm_name else ["RS256", "ES256", "EdDSA"],
                 audience=self._auth.jwt_audience,
                 issuer=self._auth.jwt_issuer,
-                options={"require": ["exp"]},
+                # Expiry is checked below against our clock, the same one the cache uses.
+                options={"require": ["exp"], "verify_exp": False},
             )
         except (jwt.PyJWTError, KeyError, IndexError):
+            return False
+        if not isinstance(claims["exp"], int | float) or claims["exp"] <= now:
             return False
         # Verified signatures are cached until the token expires: RSA checks cost ~50 us per call.
         self._jwt_cache[token] = float(claims["exp"])

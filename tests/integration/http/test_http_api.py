@@ -193,7 +193,16 @@ def test_raw_error_bodies(http_server: ServerProcess) -> None:
     assert status == 400
     assert "cannot be parsed" in str(body["error"])
     header = json.dumps(
-        {"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}}]}
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [1, 16],
+                    "datatype": "INT32",
+                    "parameters": {"binary_data_size": 64},
+                }
+            ]
+        }
     ).encode()
     request = urllib.request.Request(
         f"http://{address}/v2/models/add_sub/infer",

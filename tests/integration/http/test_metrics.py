@@ -76,7 +76,10 @@ def test_counters_move_by_what_was_sent(
     # Counters agree with the statistics extension: they are rendered from the same numbers.
     stats = httpclient.InferenceServerClient(http_server.http_address).get_inference_statistics("add_sub")
     entry = stats["model_stats"][0]
-    assert _value(after, "nv_inference_request_success", **labels) == entry["inference_stats"]["success"]["count"]
+    assert (
+        _value(after, "nv_inference_request_success", **labels)
+        == entry["inference_stats"]["success"]["count"]
+    )
     assert _value(after, "nv_inference_exec_count", **labels) == entry["execution_count"]
     assert _value(after, "nv_inference_request_duration_us", **labels) == (
         entry["inference_stats"]["success"]["ns"] // 1000
@@ -111,7 +114,10 @@ def test_names_labels_and_types(
     reasons = {dict(labels)["reason"] for (name, labels) in samples if name == "nv_inference_request_failure"}
     assert reasons == {"REJECTED", "CANCELED", "BACKEND", "OTHER"}
     assert 0.0 <= samples[("nv_cpu_utilization", frozenset())] <= 1.0
-    assert samples[("nv_cpu_memory_used_bytes", frozenset())] < samples[("nv_cpu_memory_total_bytes", frozenset())]
+    assert (
+        samples[("nv_cpu_memory_used_bytes", frozenset())]
+        < samples[("nv_cpu_memory_total_bytes", frozenset())]
+    )
     # Histogram buckets are cumulative and end at +Inf == _count.
     buckets = sorted(
         (float(dict(labels)["le"]), value)
@@ -120,11 +126,15 @@ def test_names_labels_and_types(
     )
     counts = [value for _, value in buckets]
     assert counts == sorted(counts)
-    count = samples[("sonic_inference_request_duration_us_count", frozenset({("model", "add_sub"), ("version", "1")}))]
+    count = samples[
+        ("sonic_inference_request_duration_us_count", frozenset({("model", "add_sub"), ("version", "1")}))
+    ]
     assert counts[-1] == count
 
 
-def test_histograms_can_be_turned_off(test_repository: Path, scrape: Callable[[ServerProcess], Samples]) -> None:
+def test_histograms_can_be_turned_off(
+    test_repository: Path, scrape: Callable[[ServerProcess], Samples]
+) -> None:
     args = ["--http-port", "0", "--metrics-port", "0", "--no-metrics-histograms"]
     with ServerProcess.start([test_repository], extra_args=args) as process:
         client = httpclient.InferenceServerClient(process.http_address)

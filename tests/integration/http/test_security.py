@@ -14,8 +14,8 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from cryptography.hazmat.primitives.asymmetric import rsa
 import tritonclient.http.aio as aiohttpclient
+from cryptography.hazmat.primitives.asymmetric import rsa
 from tritonclient.utils import InferenceServerException
 
 from sonic.launch import ServerProcess
@@ -77,7 +77,9 @@ def test_mtls_http(mtls_server: ServerProcess, pki) -> None:  # type: ignore[no-
     assert _http(mtls_server.http_address, "GET", "/v2/health/ready", context=good)[0] == 200
 
     async def infer() -> np.ndarray:
-        async with aiohttpclient.InferenceServerClient(mtls_server.http_address, ssl=True, ssl_context=good) as c:
+        async with aiohttpclient.InferenceServerClient(
+            mtls_server.http_address, ssl=True, ssl_context=good
+        ) as c:
             return (await c.infer("add_sub", _add_sub_inputs(aiohttpclient))).as_numpy("OUTPUT0")  # type: ignore[no-any-return]
 
     np.testing.assert_array_equal(asyncio.run(infer()), np.full((1, 16), 2, np.int32))
@@ -121,7 +123,9 @@ def test_tls_without_client_certificates(test_repository: Path, pki) -> None:  #
     args = ["--http-port", "0", "--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key)]
     with ServerProcess.start([test_repository], extra_args=args) as process:
         assert _http(process.http_address, "GET", "/v2/health/live", context=_client_context(pki))[0] == 200
-        client = grpcclient.InferenceServerClient(process.grpc_address, ssl=True, root_certificates=str(pki.ca))
+        client = grpcclient.InferenceServerClient(
+            process.grpc_address, ssl=True, root_certificates=str(pki.ca)
+        )
         try:
             assert client.get_server_metadata().name == "sonic"
         finally:
@@ -141,14 +145,25 @@ def auth_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def auth_server(auth_repository: Path, token_file: Path, jwt_issuer) -> Iterator[ServerProcess]:  # type: ignore[no-untyped-def]
-    args = ["--http-port", "0", "--auth-token-file", str(token_file), "--auth-jwks", str(jwt_issuer.jwks_path)]
+    args = [
+        "--http-port",
+        "0",
+        "--auth-token-file",
+        str(token_file),
+        "--auth-jwks",
+        str(jwt_issuer.jwks_path),
+    ]
     args += ["--jwt-audience", "sonic", "--model-control-mode", "explicit", "--load-model", "*"]
     with ServerProcess.start([auth_repository], extra_args=args) as process:
         yield process
 
 
 INFER_BODY = json.dumps(
-    {"inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "data": [1] * 16} for n in ("INPUT0", "INPUT1")]}
+    {
+        "inputs": [
+            {"name": n, "shape": [1, 16], "datatype": "INT32", "data": [1] * 16} for n in ("INPUT0", "INPUT1")
+        ]
+    }
 ).encode()
 
 PROTECTED_HTTP = [
@@ -167,7 +182,11 @@ PROTECTED_HTTP = [
 
 def test_http_endpoints_need_a_token(auth_server: ServerProcess, jwt_issuer) -> None:  # type: ignore[no-untyped-def]
     address = auth_server.http_address
-    for method, path in (("GET", "/v2/health/live"), ("GET", "/v2/health/ready"), ("GET", "/v2/models/add_sub/ready")):
+    for method, path in (
+        ("GET", "/v2/health/live"),
+        ("GET", "/v2/health/ready"),
+        ("GET", "/v2/models/add_sub/ready"),
+    ):
         assert _http(address, method, path)[0] == 200, path  # probes stay open by default
     other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     refused = [None, "wrong-token", jwt_issuer.mint(audience="other"), jwt_issuer.mint(lifetime_s=-60),

@@ -155,7 +155,9 @@ class OnnxRuntimeBackend(Backend):
         if array.dtype != np.object_:
             return array
         try:
-            decoded = [item.decode("utf-8") if isinstance(item, bytes) else item for item in array.reshape(-1)]
+            decoded = [
+                item.decode("utf-8") if isinstance(item, bytes) else item for item in array.reshape(-1)
+            ]
         except UnicodeDecodeError as exc:
             raise InvalidArgumentError(
                 f"model '{model}' input '{name}': onnxruntime string tensors must be UTF-8 text, got {exc}"

@@ -96,10 +96,6 @@ class HttpFrontend:
             parts = [unquote(p) for p in request.raw_path.split("?", 1)[0].split("/")[1:]]
             if parts and parts[-1] == "":
                 parts.pop()
-            if any(part in {".", ".."} or "/" in part for part in parts[1:]):
-                raise InvalidArgumentError(
-                    f"invalid path {request.raw_path!r}: names are one path component, without '.' or '..'"
-                )
             kind, handler = self._route(request.method, parts, request, received_ns)
             if self._guard is not None:
                 peer = request.transport.get_extra_info("peername") if request.transport else None
@@ -116,6 +112,10 @@ class HttpFrontend:
         if not parts or parts[0] != "v2":
             raise NotFoundError(f"no such endpoint: {request.method} {request.path}")
         parts = parts[1:]
+        if any(part in {".", ".."} or "/" in part for part in parts):
+            raise InvalidArgumentError(
+                f"invalid path {request.raw_path!r}: names are one path component, without '.' or '..'"
+            )
         dp = self._dataplane
 
         async def sync(result: Callable[[], web.StreamResponse]) -> web.StreamResponse:
