@@ -154,8 +154,8 @@ def run_load(
 
 
 CONFIGS: dict[str, Callable[[dict[str, Path]], list[str]]] = {
-    "plain": lambda certs: ["--http-port", "0"],
-    "metrics": lambda certs: ["--http-port", "0", "--metrics-port", "0"],
+    "plain": lambda _: ["--http-port", "0"],
+    "metrics": lambda _: ["--http-port", "0", "--metrics-port", "0"],
     "tls": lambda certs: [
         "--http-port",
         "0",

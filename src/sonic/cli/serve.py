@@ -77,6 +77,12 @@ def _add_frontend_arguments(parser: argparse.ArgumentParser) -> None:
         help="leave out the per-request latency histograms (the nv_* counters stay)",
     )
     group.add_argument(
+        "--cache-size-bytes",
+        type=int,
+        default=0,
+        help="server-wide response cache for models with response_cache { enable: true } (0: off)",
+    )
+    group.add_argument(
         "--max-message-bytes",
         type=int,
         default=MAX_GRPC_MESSAGE_BYTES,
@@ -179,6 +185,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         gpu_count=detect_gpu_count() if args.gpus is None else args.gpus,
         backend_options=_backend_config(args.backend_config),
         grpc_max_message_bytes=args.max_message_bytes,
+        cache_size_bytes=args.cache_size_bytes,
         http_port=args.http_port,
         metrics_port=args.metrics_port,
         metrics_histograms=not args.no_metrics_histograms,

@@ -85,6 +85,9 @@ class ServerConfig:
     request_burst: int = 100  # token-bucket depth for max_requests_per_s
     grpc_max_concurrent_streams: int | None = None  # per gRPC connection
     repository_control: bool = True  # False: load/unload refused even in explicit mode
+    cache_size_bytes: int = 0  # response cache for models that enable it; 0: no cache
+    log_requests: bool = False  # one structured log record per inference request
+    otel_tracing: bool = False  # OpenTelemetry spans around requests (needs opentelemetry-api)
 
     def __post_init__(self) -> None:
         if not self.model_repositories:
@@ -92,5 +95,7 @@ class ServerConfig:
             raise ValueError(msg)
         if self.repository_poll_s <= 0:
             raise ValueError(f"repository_poll_s must be > 0, got {self.repository_poll_s}")
+        if self.cache_size_bytes < 0:
+            raise ValueError(f"cache_size_bytes must be >= 0, got {self.cache_size_bytes}")
         if self.max_requests_per_s is not None and self.max_requests_per_s <= 0:
             raise ValueError(f"max_requests_per_s must be > 0, got {self.max_requests_per_s}")

@@ -20,6 +20,7 @@ from sonic.errors import (
     UnavailableError,
 )
 from sonic.protocol.model_config import parse_config_json
+from sonic.server.cache import ResponseCache, infer_through_cache
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.manager import ModelManager
 from sonic.server.types import InferRequest, InferResponse
@@ -39,6 +40,8 @@ class DataPlane:
         self._config = config
         self.models = models
         self.accepting = False  # false before start-up is done and once shutdown began
+        # One server-wide cache, used by models whose config says response_cache { enable: true }.
+        self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes > 0 else None
 
     # --- health and metadata ------------------------------------------------------------------------
 
@@ -142,6 +145,8 @@ class DataPlane:
             msg = "server is not accepting requests (starting up or shutting down)"
             raise UnavailableError(msg)
         model = self.models.get(request.model_name, request.model_version)
+        if self.cache is not None and model.config.response_cache.enable:
+            return await infer_through_cache(self.cache, model, request)
         return await model.infer(request)
 
 
