@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from sonic.errors import SonicError
+from sonic.logs import configure_logging
 from sonic.server.config import (
     MAX_GRPC_MESSAGE_BYTES,
     AdmissionConfig,
@@ -75,6 +76,23 @@ def _add_frontend_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-metrics-histograms",
         action="store_true",
         help="leave out the per-request latency histograms (the nv_* counters stay)",
+    )
+    group.add_argument(
+        "--log-format",
+        dest="serve_log_format",
+        choices=["text", "json"],
+        default=None,
+        help="as 'sonic --log-format', accepted here too",
+    )
+    group.add_argument(
+        "--log-requests",
+        action="store_true",
+        help="one structured log record per inference (with request id)",
+    )
+    group.add_argument(
+        "--otel-tracing",
+        action="store_true",
+        help="OpenTelemetry span per inference (needs opentelemetry-api)",
     )
     group.add_argument(
         "--cache-size-bytes",
@@ -186,6 +204,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         backend_options=_backend_config(args.backend_config),
         grpc_max_message_bytes=args.max_message_bytes,
         cache_size_bytes=args.cache_size_bytes,
+        log_requests=args.log_requests,
+        otel_tracing=args.otel_tracing,
         http_port=args.http_port,
         metrics_port=args.metrics_port,
         metrics_histograms=not args.no_metrics_histograms,
@@ -209,6 +229,8 @@ async def serve(config: ServerConfig) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.serve_log_format is not None:
+        configure_logging(args.log_level, args.serve_log_format)
     try:
         config = config_from_args(args)
     except (ValueError, OSError, argparse.ArgumentTypeError) as exc:
@@ -216,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         asyncio.run(serve(config))
-    except (SonicError, OSError) as exc:
+    except (SonicError, OSError, ImportError) as exc:
         print(f"sonic serve: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -23,6 +23,7 @@ from sonic.protocol.model_config import parse_config_json
 from sonic.server.cache import ResponseCache, infer_through_cache
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.manager import ModelManager
+from sonic.server.observe import RequestObserver
 from sonic.server.types import InferRequest, InferResponse
 
 EXTENSIONS = (
@@ -42,6 +43,7 @@ class DataPlane:
         self.accepting = False  # false before start-up is done and once shutdown began
         # One server-wide cache, used by models whose config says response_cache { enable: true }.
         self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes > 0 else None
+        self.observer: RequestObserver | None = None  # request logs / tracing, when configured
 
     # --- health and metadata ------------------------------------------------------------------------
 
@@ -144,6 +146,11 @@ class DataPlane:
         if not self.accepting:
             msg = "server is not accepting requests (starting up or shutting down)"
             raise UnavailableError(msg)
+        if self.observer is not None:
+            return await self.observer(self._infer, request)
+        return await self._infer(request)
+
+    async def _infer(self, request: InferRequest) -> InferResponse:
         model = self.models.get(request.model_name, request.model_version)
         if self.cache is not None and model.config.response_cache.enable:
             return await infer_through_cache(self.cache, model, request)

@@ -11,6 +11,7 @@ import asyncio
 import enum
 import logging
 from contextlib import suppress
+from typing import Any
 
 from sonic.errors import SonicError
 from sonic.server.config import ModelControlMode, ServerConfig
@@ -20,6 +21,7 @@ from sonic.server.frontends.http import HttpFrontend
 from sonic.server.guard import Guard
 from sonic.server.manager import ModelManager
 from sonic.server.metrics import MetricsEndpoint
+from sonic.server.observe import RequestObserver, load_tracer
 from sonic.server.tls import grpc_server_credentials, http_ssl_context
 
 log = logging.getLogger(__name__)
@@ -34,10 +36,14 @@ class ServerState(enum.Enum):
 
 
 class Server:
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, *, tracer_provider: Any = None) -> None:
+        """``tracer_provider``: an OpenTelemetry provider; None uses the global one."""
         self.config = config
         self.models = ModelManager(config)
         self.dataplane = DataPlane(config, self.models)
+        if config.log_requests or config.otel_tracing:
+            tracer = load_tracer(tracer_provider) if config.otel_tracing else None
+            self.dataplane.observer = RequestObserver(log_requests=config.log_requests, tracer=tracer)
         self.state = ServerState.CREATED
         self.guard = Guard.create(config, self.models)
         self._grpc: GrpcFrontend | None = None
