@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sonic.launch import ServerProcess
-from sonic.models.simple import add_sub_model, identity_model, write_sample_repository
+from sonic.models.simple import identity_model, write_sample_repository
 from sonic.models.testing import fixed_shape_model, slow_model, string_identity_model, variable_dims_model
 
 
@@ -83,7 +83,12 @@ def build_test_repository(root: Path) -> Path:
         slow_model,
     )
     _model(root, "checksum", 'backend: "onnxruntime"\nmax_batch_size: 4\n' + CHECKSUM_AGENT, identity_model)
-    _model(root, "broken_config", 'backend: "onnxruntime"\nmax_batch_size: 4\ninput [ { name: "X" ', identity_model)
+    _model(
+        root,
+        "broken_config",
+        'backend: "onnxruntime"\nmax_batch_size: 4\ninput [ { name: "X" ',
+        identity_model,
+    )
     broken = root / "broken_model" / "1"
     broken.mkdir(parents=True)
     (broken / "model.onnx").write_bytes(b"this is not an onnx file")
@@ -92,7 +97,13 @@ def build_test_repository(root: Path) -> Path:
         'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
         'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
     )
-    _model(root, "add_sub_fp32", None, lambda p: add_sub_model(p, elem_type=1))
+    _model(
+        root,
+        "chunked",
+        'backend: "onnxruntime"\nmax_batch_size: 64\n'
+        'parameters { key: "max_execution_batch_size" value { string_value: "3" } }\n',
+        variable_dims_model,
+    )
     return root
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import queue
 from pathlib import Path
 
+import grpc
 import numpy as np
 import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
@@ -77,10 +81,10 @@ def test_repository_index_lists_failures_with_reasons(client: grpcclient.Inferen
     assert index[("versions", "2")].state == "READY"
     assert index[("versions", "3")].state == "READY"
     assert ("versions", "1") not in index
-    broken = [m for m in index.values() if m.name == "broken_config"][0]
+    broken = next(m for m in index.values() if m.name == "broken_config")
     assert broken.state == "UNAVAILABLE"
     assert "config.pbtxt:3" in broken.reason  # file and line of the syntax error
-    model = [m for m in index.values() if m.name == "broken_model"][0]
+    model = next(m for m in index.values() if m.name == "broken_model")
     assert model.state == "UNAVAILABLE"
     assert "onnxruntime cannot load" in model.reason
     ready = {m.name for m in client.get_model_repository_index().models if m.state == "READY"}
@@ -139,7 +143,9 @@ def test_specific_version_and_latest(client: grpcclient.InferenceServerClient) -
     data = np.ones((1, 16), dtype=np.float32)
     assert client.infer("versions", [_input("INPUT0", data, "FP32")]).get_response().model_version == "3"
     assert (
-        client.infer("versions", [_input("INPUT0", data, "FP32")], model_version="2").get_response().model_version
+        client.infer("versions", [_input("INPUT0", data, "FP32")], model_version="2")
+        .get_response()
+        .model_version
         == "2"
     )
     assert not client.is_model_ready("versions", "1")
@@ -147,8 +153,6 @@ def test_specific_version_and_latest(client: grpcclient.InferenceServerClient) -
 
 def test_typed_contents_and_compression(server: ServerProcess) -> None:
     """Inputs as typed `contents` (not raw bytes), and a gzip-compressed request."""
-    import grpc
-
     with grpc.insecure_channel(server.grpc_address) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         request = service_pb2.ModelInferRequest(model_name="add_sub", id="typed-1")
@@ -162,19 +166,21 @@ def test_typed_contents_and_compression(server: ServerProcess) -> None:
 
 
 def test_stream_infer(server: ServerProcess) -> None:
-    import queue
-
     results: queue.Queue[object] = queue.Queue()
     with grpcclient.InferenceServerClient(server.grpc_address) as c:
         c.start_stream(callback=lambda result, error: results.put(error or result))
         for index in range(5):
             data = np.full((1, 16), index, dtype=np.float32)
             c.async_stream_infer("identity", [_input("INPUT0", data, "FP32")], request_id=str(index))
-        c.async_stream_infer("identity", [_input("INPUT0", np.ones((1, 3), dtype=np.float32), "FP32")], request_id="bad")
+        c.async_stream_infer(
+            "identity", [_input("INPUT0", np.ones((1, 3), dtype=np.float32), "FP32")], request_id="bad"
+        )
         got = [results.get(timeout=30) for _ in range(6)]
         c.stop_stream()
     errors = [g for g in got if isinstance(g, InferenceServerException)]
-    answers = {g.get_response().id: g.as_numpy("OUTPUT0") for g in got if not isinstance(g, InferenceServerException)}
+    answers = {
+        g.get_response().id: g.as_numpy("OUTPUT0") for g in got if not isinstance(g, InferenceServerException)
+    }
     assert len(errors) == 1
     assert "unexpected shape" in str(errors[0])
     assert sorted(answers) == ["0", "1", "2", "3", "4"]
@@ -183,10 +189,6 @@ def test_stream_infer(server: ServerProcess) -> None:
 
 
 async def test_aio_client_concurrent_requests(server: ServerProcess) -> None:
-    import asyncio
-
-    import tritonclient.grpc.aio as aioclient
-
     async with aioclient.InferenceServerClient(server.grpc_address) as c:
 
         async def one(index: int) -> None:
@@ -198,3 +200,9 @@ async def test_aio_client_concurrent_requests(server: ServerProcess) -> None:
 
         await asyncio.gather(*(one(i) for i in range(64)))
         assert await c.is_model_ready("identity")
+
+
+def test_large_batches_run_in_slices_with_identical_results(client: grpcclient.InferenceServerClient) -> None:
+    data = np.random.default_rng(3).random((10, 5), dtype=np.float32)  # slices of 3: 3+3+3+1
+    result = client.infer("chunked", [_input("INPUT0", data, "FP32")])
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data * 2)

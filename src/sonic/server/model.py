@@ -91,11 +91,13 @@ class ModelVersion:
         shape = tensor.shape
         if any(d < 0 for d in shape):
             raise InvalidArgumentError(f"{where}: shape {list(shape)} has a negative dimension")
+        expected = [-1, *spec.dims] if self.spec.batched else list(spec.dims)
+        if len(shape) != len(expected):
+            raise InvalidArgumentError(
+                f"{where}: unexpected shape for input '{tensor.name}' for model '{self.name}'. "
+                f"Expected {expected}, got {list(shape)}"
+            )
         if self.spec.batched:
-            if not shape:
-                raise InvalidArgumentError(
-                    f"{where}: shape [] has no batch dimension; expected [batch] + {list(spec.dims)}"
-                )
             if shape[0] < 1 or shape[0] > self.spec.max_batch_size:
                 raise InvalidArgumentError(
                     f"{where}: inference request batch-size must be in 1..{self.spec.max_batch_size} "
@@ -105,7 +107,6 @@ class ModelVersion:
         else:
             sample = shape
         if not _shape_matches(sample, spec.dims):
-            expected = [-1, *spec.dims] if self.spec.batched else list(spec.dims)
             raise InvalidArgumentError(
                 f"{where}: unexpected shape for input '{tensor.name}' for model '{self.name}'. "
                 f"Expected {expected}, got {list(shape)}"
