@@ -239,15 +239,15 @@ def test_repository_index_load_unload(client: httpclient.InferenceServerClient) 
     assert rows[("add_sub", "1")]["state"] == "READY"
     assert rows[("versions", "3")]["state"] == "READY"
     assert any(row["name"] == "broken_model" and row.get("state") == "UNAVAILABLE" for row in index)
-    client.unload_model("add_sub_fp32")
-    assert not client.is_model_ready("add_sub_fp32")
-    client.load_model("add_sub_fp32")
-    assert client.is_model_ready("add_sub_fp32")
+    client.unload_model("autocomplete")
+    assert not client.is_model_ready("autocomplete")
+    client.load_model("autocomplete")
+    assert client.is_model_ready("autocomplete")
     config = json.dumps({"max_batch_size": 2, "backend": "onnxruntime"})
-    client.load_model("add_sub_fp32", config=config)
-    assert client.get_model_config("add_sub_fp32")["max_batch_size"] == 2
-    client.load_model("add_sub_fp32")
-    assert client.get_model_config("add_sub_fp32")["max_batch_size"] != 2
+    client.load_model("autocomplete", config=config)
+    assert client.get_model_config("autocomplete")["max_batch_size"] == 2
+    client.load_model("autocomplete")
+    assert client.get_model_config("autocomplete")["max_batch_size"] != 2
 
 
 def test_statistics_count_requests(client: httpclient.InferenceServerClient) -> None:
