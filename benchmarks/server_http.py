@@ -4,9 +4,11 @@ Workloads: EmTrkMichelId at batch 235 (ProtoDUNE's per-call size; 2.2 MB of FP32
 with the binary tensor extension over HTTP and raw contents over gRPC) and, to expose per-request
 overhead that the CNN's compute hides, ``identity`` at batch 1 (64 bytes).
 
-Each configuration is a separate ``sonic serve``; repeats are interleaved (every configuration runs
-once per round) so drift on a shared machine spreads over all of them. Closed loop: ``--clients``
-threads, each with its own client, send back-to-back for ``--duration-s``.
+Each configuration is a separate ``sonic serve``, all running at once; every round visits each
+(configuration, protocol) in a shuffled order for ``--duration-s`` (closed loop: ``--clients``
+threads, each with its own client, back to back). Ratios are taken per round (paired), so load
+from other users of a shared machine falls on both sides of each ratio alike. Server CPU time
+per request (from /proc) is reported beside throughput: it excludes the client's work.
 
     python benchmarks/server_http.py --repeats 3 --out benchmarks/results/server_http.json
 """
@@ -14,10 +16,12 @@ threads, each with its own client, send back-to-back for ``--duration-s``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
 import platform
+import random
 import statistics
 import tempfile
 import threading
@@ -99,8 +103,20 @@ def make_client(protocol: str, address: str, certs: dict[str, Path] | None) -> A
     )
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_load(
-    protocol: str, address: str, model: str, clients: int, duration_s: float, certs: dict[str, Path] | None
+    protocol: str,
+    address: str,
+    model: str,
+    clients: int,
+    duration_s: float,
+    certs: dict[str, Path] | None,
+    server_pid: int,
 ) -> dict[str, float]:
     name, dims, batch = WORKLOADS[model]
     module = grpcclient if protocol == "grpc" else httpclient
@@ -134,11 +150,13 @@ def run_load(
         thread.start()
     start_barrier.wait()
     began = time.perf_counter()
+    cpu_began = cpu_seconds(server_pid)
     stop.wait(duration_s)  # the measured interval; workers run until told to stop
     stop.set()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - began
+    server_cpu_s = cpu_seconds(server_pid) - cpu_began
     if errors:
         raise errors[0]
     all_latencies = sorted(x for part in latencies for x in part)
@@ -147,6 +165,8 @@ def run_load(
         "requests": total,
         "elapsed_s": elapsed,
         "requests_per_s": total / elapsed,
+        # Server CPU per request: steadier than throughput on a shared machine (client work excluded).
+        "server_cpu_us_per_request": 1e6 * server_cpu_s / max(1, total),
         "inferences_per_s": total * batch / elapsed,
         "p50_ms": 1000 * all_latencies[len(all_latencies) // 2],
         "p99_ms": 1000 * all_latencies[min(len(all_latencies) - 1, int(len(all_latencies) * 0.99))],
@@ -165,6 +185,33 @@ CONFIGS: dict[str, Callable[[dict[str, Path]], list[str]]] = {
         str(certs["key"]),
     ],
 }
+
+
+def histogram_cost_ns(calls: int = 200_000) -> dict[str, float]:
+    """What metrics add per request: ModelStats.record_success with and without latency histograms.
+
+    The nv_* counters cost nothing extra (rendered at scrape time from statistics kept anyway);
+    the histograms' per-request observation is the only addition, measured here directly.
+    """
+    from sonic.server.stats import ModelStats, RequestTiming  # noqa: PLC0415
+
+    timing = RequestTiming(
+        queue_ns=12_000, compute_input_ns=3_000, compute_infer_ns=250_000, compute_output_ns=2_000
+    )
+    result = {}
+    for label, histograms in (("off", False), ("on", True)):
+        best = float("inf")
+        for _ in range(5):
+            stats = ModelStats()
+            if histograms:
+                stats.enable_histograms()
+            began = time.perf_counter_ns()
+            for index in range(calls):
+                stats.record_success(300_000 + index, timing, 1)
+            best = min(best, (time.perf_counter_ns() - began) / calls)
+        result[f"record_success_{label}_ns"] = best
+    result["histogram_added_ns"] = result["record_success_on_ns"] - result["record_success_off_ns"]
+    return result
 
 
 def main() -> int:
@@ -187,35 +234,59 @@ def main() -> int:
             write_sample_repository(repository)
         certs = make_certificates(folder)
         runs: list[dict[str, Any]] = []
-        for round_index in range(args.repeats):
-            for config in args.configs:
-                with ServerProcess.start([repository], extra_args=CONFIGS[config](certs)) as server:
-                    for model in args.models:
-                        for protocol in ("grpc", "http"):
-                            address = server.grpc_address if protocol == "grpc" else server.http_address
-                            result = run_load(
-                                protocol, address, model, args.clients, args.duration_s,
-                                certs if config == "tls" else None,
-                            )  # fmt: skip
-                            run = {
-                                "round": round_index,
-                                "config": config,
-                                "model": model,
-                                "protocol": protocol,
-                            }
-                            runs.append(run | result)
-                            print(json.dumps(runs[-1]), flush=True)
-                    if config == "metrics":
-                        with urllib.request.urlopen(f"http://{server.metrics_address}/metrics") as response:
-                            assert b"nv_inference_request_success" in response.read()
+        # Every configuration's server runs at once (idle ones use no CPU: nothing polls), and each
+        # round visits every (configuration, protocol) in a shuffled order: a paired design, so the
+        # load other users put on a shared machine falls on all of them alike.
+        order = random.Random(7)
+        with contextlib.ExitStack() as stack:
+            servers = {
+                config: stack.enter_context(
+                    ServerProcess.start([repository], extra_args=CONFIGS[config](certs))
+                )
+                for config in args.configs
+            }
+            for round_index in range(args.repeats):
+                for model in args.models:
+                    slots = [(config, protocol) for config in args.configs for protocol in ("grpc", "http")]
+                    order.shuffle(slots)
+                    for config, protocol in slots:
+                        server = servers[config]
+                        address = server.grpc_address if protocol == "grpc" else server.http_address
+                        result = run_load(
+                            protocol, address, model, args.clients, args.duration_s,
+                            certs if config == "tls" else None, server.pid,
+                        )  # fmt: skip
+                        run = {"round": round_index, "config": config, "model": model, "protocol": protocol}
+                        runs.append(run | result)
+                        print(json.dumps(runs[-1]), flush=True)
+            if "metrics" in servers:
+                with urllib.request.urlopen(
+                    f"http://{servers['metrics'].metrics_address}/metrics"
+                ) as response:
+                    assert b"nv_inference_request_success" in response.read()
 
-    def median(config: str, model: str, protocol: str) -> float:
-        values = [
-            r["requests_per_s"]
-            for r in runs
-            if r["config"] == config and r["model"] == model and r["protocol"] == protocol
+    def select(config: str, model: str, protocol: str) -> list[dict[str, Any]]:
+        return [
+            r for r in runs if r["config"] == config and r["model"] == model and r["protocol"] == protocol
         ]
+
+    def median(config: str, model: str, protocol: str, key: str = "requests_per_s") -> float:
+        values = [r[key] for r in select(config, model, protocol)]
         return statistics.median(values) if values else float("nan")
+
+    def paired(model: str, a: tuple[str, str], b: tuple[str, str]) -> dict[str, float]:
+        """Per-round throughput ratio a/b: median and range over the rounds."""
+        ratios = [
+            x["requests_per_s"] / y["requests_per_s"]
+            for x, y in zip(select(a[0], model, a[1]), select(b[0], model, b[1]), strict=True)
+        ]
+        return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+
+    def cpu_per_request(config: str, model: str, protocol: str) -> float:
+        chosen = select(config, model, protocol)
+        return sum(r["server_cpu_us_per_request"] * r["requests"] for r in chosen) / sum(
+            r["requests"] for r in chosen
+        )
 
     summary: dict[str, Any] = {}
     for model in args.models:
@@ -223,19 +294,30 @@ def main() -> int:
         for config in args.configs:
             for protocol in ("grpc", "http"):
                 entry[f"{config}_{protocol}_req_per_s"] = median(config, model, protocol)
-        for protocol in ("grpc", "http"):
-            entry[f"http_over_grpc_{'plain'}"] = median("plain", model, "http") / median(
-                "plain", model, "grpc"
-            )
-            if "metrics" in args.configs:
-                entry[f"metrics_on_over_off_{protocol}"] = median("metrics", model, protocol) / median(
-                    "plain", model, protocol
+                entry[f"{config}_{protocol}_server_cpu_us_per_req"] = cpu_per_request(config, model, protocol)
+        entry["http_over_grpc"] = paired(model, ("plain", "http"), ("plain", "grpc"))
+        entry["http_over_grpc_server_cpu"] = cpu_per_request("plain", model, "http") / cpu_per_request(
+            "plain", model, "grpc"
+        )
+        for config in ("metrics", "tls"):
+            if config not in args.configs:
+                continue
+            for protocol in ("grpc", "http"):
+                entry[f"{config}_over_plain_{protocol}"] = paired(
+                    model, (config, protocol), ("plain", protocol)
                 )
-            if "tls" in args.configs:
-                entry[f"tls_over_plain_{protocol}"] = median("tls", model, protocol) / median(
-                    "plain", model, protocol
-                )
+                entry[f"{config}_over_plain_{protocol}_server_cpu"] = cpu_per_request(
+                    config, model, protocol
+                ) / cpu_per_request("plain", model, protocol)
         summary[model] = entry
+    micro = histogram_cost_ns()
+    for model in args.models:
+        for protocol in ("grpc", "http"):
+            cpu_us = median("plain", model, protocol, "server_cpu_us_per_request")
+            micro[f"histogram_share_of_server_cpu_{model}_{protocol}"] = (
+                micro["histogram_added_ns"] / 1000 / cpu_us
+            )
+    summary["metrics_micro"] = micro
     report = {
         "benchmark": "server_http",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

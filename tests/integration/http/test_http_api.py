@@ -6,6 +6,7 @@ import asyncio
 import json
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -287,3 +288,37 @@ def test_aio_client(http_server: ServerProcess) -> None:
             assert info.value.status() == "404"
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests(client: httpclient.InferenceServerClient, algorithm: str) -> None:
+    a = np.arange(32, dtype=np.int32).reshape(2, 16)
+    result = client.infer(
+        "add_sub",
+        _add_sub_inputs(a, a, binary=True),
+        request_compression_algorithm=algorithm,
+        response_compression_algorithm=algorithm,
+    )
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * 2)
+
+
+def test_message_size_limit(test_repository: Path) -> None:
+    args = ["--http-port", "0", "--max-message-bytes", "4096"]
+    with ServerProcess.start([test_repository], extra_args=args) as process:
+        http = httpclient.InferenceServerClient(process.http_address)
+        grpc = grpcclient.InferenceServerClient(process.grpc_address)
+        try:
+            small = np.ones((2, 16), np.float32)
+            big = np.ones((128, 16), np.float32)  # 8 KiB of tensor data
+            for module, c in ((httpclient, http), (grpcclient, grpc)):
+                tensor = module.InferInput("INPUT0", [2, 16], "FP32")
+                tensor.set_data_from_numpy(small)
+                c.infer("identity", [tensor])
+                tensor = module.InferInput("INPUT0", [128, 16], "FP32")
+                tensor.set_data_from_numpy(big)
+                with pytest.raises(InferenceServerException) as info:
+                    c.infer("identity", [tensor])
+                assert info.value.status() in {"400", "StatusCode.RESOURCE_EXHAUSTED"}, info.value
+        finally:
+            http.close()
+            grpc.close()

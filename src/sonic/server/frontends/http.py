@@ -177,22 +177,26 @@ class HttpFrontend:
     # --- handlers -------------------------------------------------------------------------------------
 
     async def _read_body(self, request: web.BaseRequest) -> bytes:
+        limit = self._max_message_bytes
         length = request.content_length
-        if length is not None and length > self._max_message_bytes:
+        if length is not None and length > limit:
             raise InvalidArgumentError(
-                f"request body of {length} bytes is over the server limit of {self._max_message_bytes} bytes"
+                f"request body of {length} bytes is over the server limit of {limit} bytes"
             )
         if length == 0:
             return b""
-        if length is not None:
+        if length is not None and "Content-Encoding" not in request.headers:
             # One join of the received chunks: request.read() would copy them twice.
             return await request.content.readexactly(length)
-        body = await request.content.read(self._max_message_bytes + 1)
-        if len(body) > self._max_message_bytes:
-            raise InvalidArgumentError(
-                f"request body is over the server limit of {self._max_message_bytes} bytes"
-            )
-        return body
+        # Chunked, or compressed (aiohttp inflates gzip/deflate bodies, so Content-Length is not the size).
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := await request.content.readany():
+            size += len(chunk)
+            if size > limit:
+                raise InvalidArgumentError(f"request body is over the server limit of {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def _json_body(self, request: web.BaseRequest) -> dict[str, Any]:
         body = await self._read_body(request)
