@@ -148,9 +148,12 @@ class Admission:
         """Queue time per execution over the window, in microseconds (SuperSONIC's metric)."""
         now = self._clock()
         queue_ns, executions = self._totals()
-        self._snapshots.append((now, queue_ns, executions))
-        # Keep the newest snapshot older than the window as the baseline.
-        while len(self._snapshots) > 2 and self._snapshots[1][0] <= now - self._config.window_s:
+        window_s = self._config.window_s
+        # At most ~16 snapshots per window, however many clients connect.
+        if now - self._snapshots[-1][0] >= window_s / 16:
+            self._snapshots.append((now, queue_ns, executions))
+        # The baseline is the newest snapshot at least one window old (or the oldest there is).
+        while len(self._snapshots) > 1 and self._snapshots[1][0] <= now - window_s:
             self._snapshots.popleft()
         _, base_queue_ns, base_executions = self._snapshots[0]
         executed = executions - base_executions
