@@ -45,6 +45,11 @@ class DataPlane:
         self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes > 0 else None
         self.observer: RequestObserver | None = None  # request logs / tracing, when configured
 
+    @property
+    def wants_trace_context(self) -> bool:
+        """Whether frontends should pass W3C trace headers along (only when spans are made)."""
+        return self.observer is not None and self.observer.tracing
+
     # --- health and metadata ------------------------------------------------------------------------
 
     def server_live(self) -> bool:

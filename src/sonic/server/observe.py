@@ -21,6 +21,9 @@ log = logging.getLogger("sonic.requests")
 
 Infer = Callable[[InferRequest], Awaitable[InferResponse]]
 
+# W3C trace context: a span continues the client's trace when these arrive as HTTP headers / gRPC metadata.
+TRACE_HEADERS = ("traceparent", "tracestate")
+
 
 def load_tracer(tracer_provider: Any = None) -> Any:
     try:
@@ -35,6 +38,12 @@ class RequestObserver:
     def __init__(self, *, log_requests: bool, tracer: Any = None) -> None:
         self._log_requests = log_requests
         self._tracer = tracer
+        self.tracing = tracer is not None
+        self._extract: Any = None
+        if tracer is not None:
+            from opentelemetry import propagate  # noqa: PLC0415  (present whenever a tracer is)
+
+            self._extract = propagate.extract
         self._ids = itertools.count(1)
         self._prefix = f"s{os.getpid()}-"
 
@@ -48,7 +57,8 @@ class RequestObserver:
             "sonic.model_version": request.model_version,
             "sonic.request_id": request_id,
         }
-        with self._tracer.start_as_current_span("sonic.infer", attributes=attributes) as span:
+        parent = self._extract(request.trace_headers) if request.trace_headers else None
+        with self._tracer.start_as_current_span("sonic.infer", context=parent, attributes=attributes) as span:
             return await self._run(infer, request, request_id, started, span)
 
     async def _run(

@@ -30,6 +30,7 @@ class InferRequest:
     timeout_us: int = 0
     received_ns: int = 0  # perf_counter_ns when the frontend got it
     parameters: dict[str, object] = field(default_factory=dict)
+    trace_headers: dict[str, str] | None = None  # W3C traceparent/tracestate, read only when tracing
 
 
 @dataclass(slots=True)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
+import tritonclient.http.aio as httpaio
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -52,11 +53,16 @@ def test_json_request_logs(test_repository: Path) -> None:
     assert any(r["message"].startswith("serving") for r in records)
 
 
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+
+
 def test_opentelemetry_spans(test_repository: Path) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    config = ServerConfig(model_repositories=(test_repository,), grpc_port=0, otel_tracing=True)
+    config = ServerConfig(model_repositories=(test_repository,), grpc_port=0, http_port=0, otel_tracing=True)
+    traceparent = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
 
     async def main() -> None:
         server = Server(config, tracer_provider=provider)
@@ -66,17 +72,28 @@ def test_opentelemetry_spans(test_repository: Path) -> None:
                 await client.infer("identity", _inputs(grpcaio), request_id="traced")
                 with pytest.raises(InferenceServerException):
                     await client.infer("no_such_model", _inputs(grpcaio))
+                await client.infer("identity", _inputs(grpcaio), headers=traceparent)
+            async with httpaio.InferenceServerClient(f"127.0.0.1:{server.http_port}") as http:
+                await http.infer("identity", _inputs(httpaio), headers=traceparent, request_id="over-http")
         finally:
             await server.shutdown()
 
     asyncio.run(main())
     spans = exporter.get_finished_spans()
-    assert [s.name for s in spans] == ["sonic.infer", "sonic.infer"]
-    ok, failed = spans
+    assert [s.name for s in spans] == ["sonic.infer"] * 4
+    ok, failed, grpc_child, http_child = spans
     assert ok.attributes is not None
     assert failed.attributes is not None
     assert ok.attributes["sonic.request_id"] == "traced"
     assert ok.attributes["sonic.model"] == "identity"
     assert ok.attributes["sonic.status"] == 200
+    assert ok.parent is None  # no trace context sent: a new trace
     assert failed.attributes["sonic.status"] == 404
     assert not failed.status.is_ok
+    for child in (grpc_child, http_child):  # the client's trace continues on the server
+        assert child.context is not None
+        assert child.parent is not None
+        assert f"{child.context.trace_id:032x}" == TRACE_ID
+        assert f"{child.parent.span_id:016x}" == PARENT_ID
+    assert http_child.attributes is not None
+    assert http_child.attributes["sonic.request_id"] == "over-http"

@@ -22,6 +22,7 @@ from sonic.protocol import dtypes
 from sonic.protocol.wire import append_raw_contents, split_raw_contents, wrap_stream_response
 from sonic.server.dataplane import DataPlane
 from sonic.server.guard import CallKind, Guard
+from sonic.server.observe import TRACE_HEADERS
 from sonic.server.types import InferRequest, InferResponse, InputTensor
 
 log = logging.getLogger(__name__)
@@ -257,8 +258,19 @@ class GrpcFrontend:
         }
         return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
-    async def _infer_bytes(self, data: bytes) -> bytes:
+    def _trace_headers(self, context: aio.ServicerContext[Any, Any]) -> dict[str, str] | None:
+        """W3C trace context from the call's metadata, only when spans are being made."""
+        if not self._dataplane.wants_trace_context:
+            return None
+        return {
+            key: value
+            for key, value in context.invocation_metadata() or ()
+            if key in TRACE_HEADERS and isinstance(value, str)
+        }
+
+    async def _infer_bytes(self, data: bytes, trace_headers: dict[str, str] | None = None) -> bytes:
         request = decode_infer_request(data, time.perf_counter_ns())
+        request.trace_headers = trace_headers
         response = await self._dataplane.infer(request)
         return encode_infer_response(response)
 
@@ -266,7 +278,7 @@ class GrpcFrontend:
         try:
             if self._guard is not None:
                 self._check("ModelInfer", context)
-            return await self._infer_bytes(data)
+            return await self._infer_bytes(data, self._trace_headers(context))
         except Exception as exc:
             error = _as_sonic_error(exc)
             await context.abort(grpc_status(error), error.message)
@@ -284,9 +296,11 @@ class GrpcFrontend:
         results: asyncio.Queue[bytes | None] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
 
+        trace_headers = self._trace_headers(context)
+
         async def one(data: bytes) -> None:
             try:
-                payload = wrap_stream_response(await self._infer_bytes(data))
+                payload = wrap_stream_response(await self._infer_bytes(data, trace_headers))
             except Exception as exc:  # noqa: BLE001  (errors travel inside the stream, as Triton's do)
                 error = _as_sonic_error(exc)
                 message = service_pb2.ModelStreamInferResponse(error_message=error.message)

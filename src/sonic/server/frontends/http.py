@@ -30,6 +30,7 @@ from sonic.errors import (
 from sonic.protocol import http_json
 from sonic.server.dataplane import DataPlane
 from sonic.server.guard import CallKind, Guard
+from sonic.server.observe import TRACE_HEADERS
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +224,10 @@ class HttpFrontend:
                 f"{http_json.HEADER_LENGTH} must be an integer, got {header_length!r}"
             ) from None
         infer_request, choice = http_json.decode_infer_request(body, length, name, version, received_ns)
+        if self._dataplane.wants_trace_context:
+            infer_request.trace_headers = {
+                k: v for k in TRACE_HEADERS if (v := request.headers.get(k)) is not None
+            }
         response = await self._dataplane.infer(infer_request)
         payload, json_length = http_json.encode_infer_response(response, choice)
         if json_length is None:
