@@ -148,6 +148,9 @@ def _add_security_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--grpc-max-concurrent-streams", type=int, default=None, help="per gRPC connection")
     group.add_argument(
+        "--http-max-connections-per-client", type=int, default=None, help="open HTTP connections per address"
+    )
+    group.add_argument(
         "--disable-repository-control", action="store_true", help="refuse model load/unload requests"
     )
 
@@ -194,6 +197,7 @@ def _security_from_args(args: argparse.Namespace) -> dict[str, object]:
         "max_requests_per_s": args.max_requests_per_sec,
         "request_burst": args.request_burst,
         "grpc_max_concurrent_streams": args.grpc_max_concurrent_streams,
+        "http_max_connections_per_client": args.http_max_connections_per_client,
         "repository_control": not args.disable_repository_control,
     }
 

@@ -84,6 +84,7 @@ class ServerConfig:
     max_requests_per_s: float | None = None  # per client address, token bucket; None: unlimited
     request_burst: int = 100  # token-bucket depth for max_requests_per_s
     grpc_max_concurrent_streams: int | None = None  # per gRPC connection
+    http_max_connections_per_client: int | None = None  # open HTTP connections per client address
     repository_control: bool = True  # False: load/unload refused even in explicit mode
     cache_size_bytes: int = 0  # response cache for models that enable it; 0: no cache
     log_requests: bool = False  # one structured log record per inference request

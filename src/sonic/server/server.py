@@ -98,6 +98,7 @@ class Server:
                 max_message_bytes=config.grpc_max_message_bytes,
                 guard=self.guard,
                 ssl_context=http_ssl_context(config.tls) if config.tls is not None else None,
+                max_connections_per_client=config.http_max_connections_per_client,
             )
             self.http_port = await self._http.start(config.host, config.http_port, config.exit_timeout_s)
         if config.metrics_port is not None:

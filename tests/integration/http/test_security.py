@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import ssl
 import urllib.error
@@ -280,3 +281,24 @@ def test_repository_control_disabled_and_rate_limit(test_repository: Path) -> No
             assert _http(process.http_address, "GET", "/v2/health/ready")[0] == 200
         finally:
             client.close()
+
+
+def test_http_connections_per_client(test_repository: Path) -> None:
+    args = ["--http-port", "0", "--http-max-connections-per-client", "2"]
+    with ServerProcess.start([test_repository], extra_args=args) as process:
+        host, port = process.http_address.rsplit(":", 1)
+        connections = [http.client.HTTPConnection(host, int(port), timeout=10) for _ in range(3)]
+        try:
+            statuses = []
+            for connection in connections:
+                connection.request("GET", "/v2")
+                response = connection.getresponse()
+                body = response.read()
+                statuses.append(response.status)
+            assert statuses == [200, 200, 429]
+            assert "concurrent HTTP connections" in json.loads(body)["error"]
+            connections[0].request("GET", "/v2")  # admitted connections keep working
+            assert connections[0].getresponse().status == 200
+        finally:
+            for connection in connections:
+                connection.close()

@@ -23,6 +23,7 @@ from sonic.errors import (
     InternalError,
     InvalidArgumentError,
     NotFoundError,
+    ResourceExhaustedError,
     SonicError,
     UnimplementedError,
     http_status,
@@ -57,6 +58,40 @@ def _health(ok: bool) -> web.Response:
     return web.Response(status=200 if ok else 400)
 
 
+class _ConnectionLimitedServer(web.Server):
+    """aiohttp's low-level server, counting open connections per client address.
+
+    Connections over ``max_per_client`` are accepted but every request on them is answered 429 and
+    the connection closed, so the client learns why instead of seeing a reset.
+    """
+
+    def __init__(self, handler: Any, *, max_per_client: int, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self._max_per_client = max_per_client
+        self._open: dict[str, int] = {}
+        self._hosts: dict[object, str] = {}
+        self.refused: set[object] = set()  # transports over the limit
+
+    def connection_made(self, handler: Any, transport: Any) -> None:
+        super().connection_made(handler, transport)
+        peer = transport.get_extra_info("peername")
+        host = str(peer[0]) if peer else "unknown"
+        self._hosts[transport] = host
+        self._open[host] = self._open.get(host, 0) + 1
+        if self._open[host] > self._max_per_client:
+            self.refused.add(transport)
+
+    def connection_lost(self, handler: Any, exc: BaseException | None = None) -> None:
+        transport = handler.transport
+        host = self._hosts.pop(transport, None)
+        if host is not None:
+            self.refused.discard(transport)
+            self._open[host] -= 1
+            if not self._open[host]:
+                del self._open[host]
+        super().connection_lost(handler, exc)
+
+
 class HttpFrontend:
     def __init__(
         self,
@@ -65,8 +100,11 @@ class HttpFrontend:
         max_message_bytes: int,
         guard: Guard | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        max_connections_per_client: int | None = None,
     ) -> None:
         self._dataplane = dataplane
+        self._max_connections_per_client = max_connections_per_client
+        self._limited: _ConnectionLimitedServer | None = None
         self._max_message_bytes = max_message_bytes
         self._guard = guard
         self._ssl_context = ssl_context
@@ -76,7 +114,13 @@ class HttpFrontend:
     # --- lifecycle ------------------------------------------------------------------------------------
 
     async def start(self, host: str, port: int, grace_s: float) -> int:
-        server = web.Server(self._handle, access_log=None)
+        server: web.Server
+        if self._max_connections_per_client is not None:
+            server = self._limited = _ConnectionLimitedServer(
+                self._handle, max_per_client=self._max_connections_per_client, access_log=None
+            )
+        else:
+            server = web.Server(self._handle, access_log=None)
         self._runner = web.ServerRunner(server, shutdown_timeout=grace_s)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, ssl_context=self._ssl_context, reuse_port=False)
@@ -93,6 +137,15 @@ class HttpFrontend:
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         received_ns = time.perf_counter_ns()
+        if self._limited is not None and request.transport in self._limited.refused:
+            response = _error_response(
+                ResourceExhaustedError(
+                    f"more than {self._max_connections_per_client} concurrent HTTP connections from this "
+                    "client; reuse connections (keep-alive)"
+                )
+            )
+            response.force_close()
+            return response
         try:
             parts = [unquote(p) for p in request.raw_path.split("?", 1)[0].split("/")[1:]]
             if parts and parts[-1] == "":
