@@ -153,6 +153,11 @@ def _add_security_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--disable-repository-control", action="store_true", help="refuse model load/unload requests"
     )
+    group.add_argument(
+        "--allow-model-links-outside",
+        action="store_true",
+        help="load model folders that are symlinks to places outside the repositories (e.g. CVMFS)",
+    )
 
 
 def _read_tokens(path: Path) -> frozenset[str]:
@@ -199,6 +204,7 @@ def _security_from_args(args: argparse.Namespace) -> dict[str, object]:
         "grpc_max_concurrent_streams": args.grpc_max_concurrent_streams,
         "http_max_connections_per_client": args.http_max_connections_per_client,
         "repository_control": not args.disable_repository_control,
+        "allow_model_links_outside": args.allow_model_links_outside,
     }
 
 

@@ -86,6 +86,7 @@ class ServerConfig:
     grpc_max_concurrent_streams: int | None = None  # per gRPC connection
     http_max_connections_per_client: int | None = None  # open HTTP connections per client address
     repository_control: bool = True  # False: load/unload refused even in explicit mode
+    allow_model_links_outside: bool = False  # True: model folders may be symlinks out of the repositories
     cache_size_bytes: int = 0  # response cache for models that enable it; 0: no cache
     log_requests: bool = False  # one structured log record per inference request
     otel_tracing: bool = False  # OpenTelemetry spans around requests (needs opentelemetry-api)

@@ -110,7 +110,9 @@ def _prepare_config(
 class ModelManager:
     def __init__(self, config: ServerConfig) -> None:
         self._config = config
-        self.repository = Repository(config.model_repositories)
+        self.repository = Repository(
+            config.model_repositories, allow_links_outside=config.allow_model_links_outside
+        )
         self._entries: dict[str, ModelEntry] = {}
 
     def _entry(self, name: str) -> ModelEntry:
