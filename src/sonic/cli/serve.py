@@ -276,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(serve(config))
-    except (SonicError, OSError, ImportError) as exc:
+    except (SonicError, OSError, ImportError, ValueError) as exc:
         print(f"sonic serve: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -48,7 +48,10 @@ class TokenVerifier:
                 msg = "JWT authentication needs PyJWT: pip install 'sonic-inference[jwt]'"
                 raise ImportError(msg) from None
             self._jwt = jwt
-            self._jwks = jwt.PyJWKSet.from_dict(json.loads(auth.jwks_path.read_text(encoding="utf-8")))
+            try:
+                self._jwks = jwt.PyJWKSet.from_dict(json.loads(auth.jwks_path.read_text(encoding="utf-8")))
+            except (ValueError, jwt.PyJWTError) as exc:  # JSONDecodeError is a ValueError
+                raise ValueError(f"{auth.jwks_path}: not a usable JSON Web Key Set: {exc}") from None
 
     def verify(self, authorization: str | None) -> None:
         if not authorization:
