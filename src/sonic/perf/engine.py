@@ -86,6 +86,7 @@ class MeasurementConfig:
     stable_windows: int = 3
     max_windows: int = 10
     max_outstanding: int = 1024  # open loop: requests in flight at most; beyond, sends wait
+    warmup_s: float = 0.0  # load before the first window, measured by nothing
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,8 @@ class LoadGenerator:
 
     async def _measure(self, level: LoadLevel) -> LevelResult:
         config = self._measurement
+        if config.warmup_s > 0:
+            await asyncio.sleep(config.warmup_s)  # the warm-up's length, by design
         snapshots = [await self._statistics()]
         self._recorder = _Recorder()
         recorders: list[_Recorder] = []
