@@ -20,6 +20,7 @@ PERCENTILES = (50, 90, 95, 99)
 class LatencySummary:
     count: int
     mean_us: float
+    min_us: float
     p50_us: float
     p90_us: float
     p95_us: float
@@ -30,11 +31,13 @@ class LatencySummary:
 def summarize_latencies(latencies_ns: Sequence[int]) -> LatencySummary:
     """Percentiles by the nearest-rank rule (the value at or above the q-th fraction), as perf_analyzer."""
     if not latencies_ns:
-        return LatencySummary(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        return LatencySummary(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     values = np.sort(np.asarray(latencies_ns, dtype=np.float64)) / 1000.0
     ranks = [min(len(values) - 1, int(np.ceil(q / 100 * len(values))) - 1) for q in PERCENTILES]
     p50, p90, p95, p99 = (float(values[max(0, r)]) for r in ranks)
-    return LatencySummary(len(values), float(values.mean()), p50, p90, p95, p99, float(values[-1]))
+    return LatencySummary(
+        len(values), float(values.mean()), float(values[0]), p50, p90, p95, p99, float(values[-1])
+    )
 
 
 @dataclass(frozen=True)

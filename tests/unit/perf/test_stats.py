@@ -17,6 +17,7 @@ def test_percentiles_nearest_rank() -> None:
     assert summary.count == 100
     assert (summary.p50_us, summary.p90_us, summary.p95_us, summary.p99_us) == (50.0, 90.0, 95.0, 99.0)
     assert summary.max_us == 100.0
+    assert summary.min_us == 1.0
     assert summary.mean_us == pytest.approx(50.5)
 
 
