@@ -41,7 +41,8 @@ def build_perf_repository(root: Path) -> Path:
     ):
         build(root / name / "1" / "model.onnx")
         (root / name / "config.pbtxt").write_text(config.lstrip())
-    return write_fixed_cost_repository(root)
+    # a fixed cost of several ms per execution: batching 16 waiting requests wins by several times
+    return write_fixed_cost_repository(root, depth=24)
 
 
 @pytest.fixture(scope="session")
