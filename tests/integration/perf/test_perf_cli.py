@@ -93,3 +93,26 @@ def test_scale_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert (tmp_path / "f.png").exists()
     assert main(["scale", "simulate", "--clients", "10:30:10", "--cpu-s", "1", "--exec-fixed-s", "0.05"]) == 0
     assert capsys.readouterr().out.count("\n") >= 4
+
+
+def test_scale_predict_and_from_perf(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(["scale", "predict", "--cpu-s", "117", "--gpu-s", "2.7", "--latency-s", "2.3", "--servers", "4"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "t_ideal = 122 s" in out
+    assert "45.2 clients per server" in out
+    report = {
+        "results": [
+            {"concurrency": 1, "request_rate_per_s": 0.0, "requests_per_s": 50.0, "client_wire_us": 1000.0},
+            {"concurrency": 4, "request_rate_per_s": 0.0, "requests_per_s": 100.0, "client_wire_us": 3000.0},
+        ]
+    }
+    path = tmp_path / "perf.json"
+    path.write_text(json.dumps(report))
+    code = main(["scale", "from-perf", str(path), "--cpu-s", "0.9", "--requests-per-event", "3"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "t_GPU = 0.03 s per event" in out  # 3 requests at the peak of 100 req/s
+    assert "t_ideal = 0.933 s" in out  # 0.9 + 0.03 + 3 x 1 ms of wire time at the lightest load
