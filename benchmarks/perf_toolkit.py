@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -106,7 +107,11 @@ def main() -> None:
         "--quick", action="store_true", help="short windows (a smoke run, not for the record)"
     )
     parser.add_argument("--scaling-only", action="store_true", help="skip the perf sweeps (part a)")
+    parser.add_argument("--plots-only", action="store_true", help="redraw the PNGs from the saved JSON")
     args = parser.parse_args()
+    if args.plots_only:
+        plot_figures(RESULTS / "perf_scaling.json")
+        return
     window_s = 1.0 if args.quick else 2.0
     server_args = ["--backend-config", f"onnxruntime,intra_op_thread_count={THREADS}"]
 
@@ -215,6 +220,39 @@ def main() -> None:
         },
     )
     print(f"saved {path}")
+    plot_figures(path)
+
+
+def plot_figures(path: Path) -> None:
+    """Measured against predicted (emulated workflow) and the ProtoDUNE curves, as PNGs beside the JSON."""
+    from sonic.perf.plot import plot_scaling  # noqa: PLC0415  (matplotlib: the perf extra)
+
+    data = json.loads(path.read_text())
+    rows = data["simulation_vs_measured"]
+    clients = [r["clients"] for r in rows]
+    grid = [max(clients) * i / 100 for i in range(1, 101)]
+    fitted = data["fit"]
+    plot_scaling(
+        clients,
+        [r["measured_s"] for r in rows],
+        {
+            "fitted model": (grid, [max(fitted["ideal_s"], fitted["gpu_s"] * x) for x in grid]),
+            "simulation (N=1 service time)": (clients, [r["simulated_from_n1_s"] for r in rows]),
+        },
+        RESULTS / "perf_scaling_workflow.png",
+        title="emulated workflow: 200 ms CPU per event, fixed-cost model",
+    )
+    proto = data["protodune_4_gpus"]
+    plot_scaling(
+        [],
+        [],
+        {
+            "model": ([p["processes"] / 4 for p in proto], [p["model_s"] for p in proto]),
+            "simulation": ([p["processes"] / 4 for p in proto], [p["simulated_s"] for p in proto]),
+        },
+        RESULTS / "perf_scaling_protodune.png",
+        title="ProtoDUNE on 4 GPUs, t_GPU = 1.79 s",
+    )
 
 
 if __name__ == "__main__":
