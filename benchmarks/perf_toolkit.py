@@ -93,8 +93,8 @@ def perf_sweeps(server_args: list[str], window_s: float) -> None:
         identity_model(identity / "1" / "model.onnx")
     (identity / "config.pbtxt").write_text(IDENTITY_CONFIG.lstrip())
     with ServerProcess.start([REPOSITORY], extra_args=server_args) as server:
-        identity_report = perf_sweep(server.grpc_address, "identity", 1, [1, 2, 4, 8, 16], window_s)
-        emtrk_report = perf_sweep(server.grpc_address, "emtrk_michel", 235, [1, 2, 4], window_s * 2)
+        identity_report = perf_sweep(server.grpc_address, "identity", 1, [1, 2, 4, 8, 16, 32, 64], window_s)
+        emtrk_report = perf_sweep(server.grpc_address, "emtrk_michel", 235, [1, 2, 4, 8], window_s * 2)
     save("perf_identity", {"machine": machine(), "report": identity_report})
     save("perf_emtrk_b235", {"machine": machine(), "report": emtrk_report})
 
@@ -108,6 +108,7 @@ def main() -> None:
     )
     parser.add_argument("--scaling-only", action="store_true", help="skip the perf sweeps (part a)")
     parser.add_argument("--plots-only", action="store_true", help="redraw the PNGs from the saved JSON")
+    parser.add_argument("--sweeps-only", action="store_true", help="only the perf sweeps (part a)")
     args = parser.parse_args()
     if args.plots_only:
         plot_figures(RESULTS / "perf_scaling.json")
@@ -117,6 +118,8 @@ def main() -> None:
 
     if not args.scaling_only:
         perf_sweeps(server_args, window_s)
+    if args.sweeps_only:
+        return
 
     # Execution ~20 ms on one thread, CPU 200 ms per event: the knee near 10 clients, and per-request
     # overheads of the Python server and of the load generator small beside the execution.
