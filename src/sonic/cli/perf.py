@@ -134,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
             f"sonic perf: model '{config.model}' at {config.url}, batch {config.batch_size}", file=sys.stderr
         )
         report = asyncio.run(run_perf(config, on_window=None if args.quiet else progress))
+        for note in report.notes:
+            print(f"sonic perf: note: {note}", file=sys.stderr)
         for result in report.results:
             print(summary_line(result))
         write_outputs(report, args)

@@ -158,6 +158,7 @@ class LoadGenerator:
         self._on_window = on_window
         self._rng = np.random.default_rng(seed)
         self._recorder = _Recorder()
+        self.notes: list[str] = []  # what the report should say about missing figures
 
     async def _send(self, payload: bytes) -> None:
         sent = time.perf_counter_ns()
@@ -212,8 +213,11 @@ class LoadGenerator:
     async def _statistics(self) -> service_pb2.ModelStatisticsResponse | None:
         try:
             return await self._transport.statistics()
-        except PerfError:
-            return None  # a server without the statistics extension: client figures only
+        except PerfError as exc:
+            # a server without (or restricting) the statistics extension: client figures only
+            if not self.notes:
+                self.notes.append(f"no server-side breakdown: {exc}")
+            return None
 
     async def run(self, level: LoadLevel) -> LevelResult:
         tasks: set[asyncio.Task[None]] = set()
@@ -315,6 +319,7 @@ class PerfReport:
     config: PerfConfig
     model: ModelInfo
     results: tuple[LevelResult, ...]
+    notes: tuple[str, ...] = ()
 
 
 def build_payloads(transport: Transport, config: PerfConfig, info: ModelInfo) -> tuple[list[bytes], float]:
@@ -357,7 +362,7 @@ async def run_perf(
             seed=config.seed,
         )
         results = [await generator.run(level) for level in config.levels]
-    return PerfReport(config, info, tuple(results))
+    return PerfReport(config, info, tuple(results), tuple(generator.notes))
 
 
 def _range_values(text: str) -> list[float] | None:

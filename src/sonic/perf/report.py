@@ -132,6 +132,7 @@ def to_json(report: PerfReport) -> dict[str, Any]:
             "platform": platform.platform(),
             "python": platform.python_version(),
         },
+        "notes": list(report.notes),
         "columns": list(COLUMNS),
         "results": [row(r) for r in report.results],
     }

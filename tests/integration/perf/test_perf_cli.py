@@ -47,6 +47,7 @@ def test_perf_writes_csv_json_and_plot(
     assert document["max_batch_size"] == 1024
     assert document["inputs"] == [{"name": "INPUT0", "datatype": "FP32", "dims": [16]}]
     assert document["columns"] == list(COLUMNS)
+    assert document["notes"] == []  # our server answers ModelStatistics
     for result in document["results"]:
         assert list(result) == list(COLUMNS)
         assert result["inferences_per_s"] == pytest.approx(4 * result["requests_per_s"], rel=1e-3)
