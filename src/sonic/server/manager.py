@@ -111,7 +111,9 @@ def _prepare_config(
 class ModelManager:
     def __init__(self, config: ServerConfig) -> None:
         self._config = config
-        self.repository = Repository(config.model_repositories)
+        self.repository = Repository(
+            config.model_repositories, allow_links_outside=config.allow_model_links_outside
+        )
         self._entries: dict[str, ModelEntry] = {}
 
     def _entry(self, name: str) -> ModelEntry:
@@ -298,7 +300,10 @@ class ModelManager:
         except BaseException:
             await self._close_instances(instances)
             raise
-        return ModelVersion.create(config, spec, version, instances, backend_cls)
+        model = ModelVersion.create(config, spec, version, instances, backend_cls)
+        if self._config.metrics_port is not None and self._config.metrics_histograms:
+            model.stats.enable_histograms()
+        return model
 
     async def _close_instances(self, instances: list[ModelInstance]) -> None:
         loop = asyncio.get_running_loop()

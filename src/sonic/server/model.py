@@ -10,13 +10,24 @@ from typing import Any
 import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import InvalidArgumentError
+from sonic.errors import InternalError, InvalidArgumentError, UnavailableError
 from sonic.protocol import dtypes
 from sonic.protocol.model_config import ModelSpec
 from sonic.server.backends.base import Backend, RequestScheduler
 from sonic.server.batcher import BatchPolicy, ModelInstance, Scheduler, WorkItem
 from sonic.server.stats import ModelStats
 from sonic.server.types import InferRequest, InferResponse, InputTensor, OutputTensor
+
+
+def failure_reason(exc: BaseException) -> str:
+    """Triton's ``reason`` label of ``nv_inference_request_failure``."""
+    if isinstance(exc, asyncio.CancelledError):
+        return "CANCELED"
+    if isinstance(exc, UnavailableError):  # queue full, queue timeout, draining
+        return "REJECTED"
+    if isinstance(exc, InternalError):
+        return "BACKEND"
+    return "OTHER"
 
 
 def _shape_matches(given: tuple[int, ...], expected: tuple[int, ...]) -> bool:
@@ -178,8 +189,8 @@ class ModelVersion:
         try:
             item = self.prepare(request)
             outputs, timing = await self.scheduler.submit(item)
-        except BaseException:
-            self.stats.record_failure(time.perf_counter_ns() - received)
+        except BaseException as exc:
+            self.stats.record_failure(time.perf_counter_ns() - received, failure_reason(exc))
             raise
         finally:
             self.stats.pending_requests -= 1
