@@ -17,7 +17,7 @@ Each point is the median of ``--repeats`` runs. Client threads, server and direc
 the machine's cores, so on a small or busy machine the served figures are bounded by the CPU
 left to the server; the load average is printed with the table.
 
-Usage: ``.venv/bin/python -m benchmarks.backends [--seconds 3] [--concurrency 8] [--rows 8]
+Usage: ``./dev bench backends [--seconds 3] [--concurrency 8] [--rows 8]
 [--repeats 3]``. Prints a Markdown table and writes ``benchmarks/results/backends.json``.
 """
 
