@@ -65,6 +65,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--server-arg", action="append", default=[], help="passed to sonic serve, e.g. --server-arg=--gpus=0"
     )
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="runs per candidate, round robin; the best is kept (default 1)"
+    )
     parser.add_argument("-o", "--output-dir", type=Path, default=Path("analyze-results"))
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG")
     add_measurement_arguments(parser)
@@ -89,6 +92,7 @@ def config_from_args(args: argparse.Namespace) -> AnalyzeConfig:
         objective=args.objective,
         max_p99_latency_ms=args.max_p99_latency_ms,
         time_budget_s=args.time_budget_s,
+        repeats=max(1, args.repeats),
         server_args=tuple(args.server_arg),
         input_data=args.input_data,
         shapes=tuple(parse_shape(s) for s in args.shape),

@@ -11,6 +11,7 @@ by ``time_budget_s``: candidates not started in time are reported as skipped, ne
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import tempfile
 import time
@@ -116,6 +117,7 @@ class AnalyzeConfig:
     objective: str = "throughput"  # or "latency"
     max_p99_latency_ms: float = 0.0  # 0: no constraint
     time_budget_s: float = 600.0
+    repeats: int = 1  # runs per candidate; the best is kept
     server_args: tuple[str, ...] = ()
     input_data: str = "random"
     shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
@@ -127,7 +129,8 @@ class CandidateResult:
     config_text: str
     results: tuple[LevelResult, ...] = ()
     error: str = ""  # why it has no measurement: failed to start, failed to serve, or skipped
-    measured_s: float = 0.0
+    measured_s: float = 0.0  # all runs together
+    runs: int = 0
 
     def eligible(self, max_p99_latency_ms: float) -> list[LevelResult]:
         return [
@@ -196,7 +199,33 @@ def _measure(
     return CandidateResult(candidate, config_text, report.results, measured_s=time.monotonic() - started)
 
 
+def _measure_once(
+    config: AnalyzeConfig, model_dir: Path, candidate: Candidate, rendered: model_config_pb2.ModelConfig
+) -> CandidateResult:
+    text = text_format.MessageToString(rendered)
+    with tempfile.TemporaryDirectory(prefix="sonic-analyze-") as tmp:
+        root = write_candidate_repository(model_dir, Path(tmp) / "repository", rendered)
+        try:
+            with ServerProcess.start([root], extra_args=config.server_args) as server:
+                return _measure(config, candidate, text, server.grpc_address)
+        except (ServerStartError, PerfError, SonicError) as exc:
+            return CandidateResult(candidate, text, error=f"failed: {exc}")
+
+
+def _better(config: AnalyzeConfig, kept: CandidateResult | None, new: CandidateResult) -> CandidateResult:
+    """Of two runs of one candidate, the one that scores better (best of N: other work only slows a run)."""
+    runs = (kept.runs if kept else 0) + 1
+    measured_s = (kept.measured_s if kept else 0.0) + new.measured_s
+    winner = new
+    if kept is not None and kept.results:
+        ranked = rank([kept, new], config.objective, config.max_p99_latency_ms)
+        winner = ranked[0].result
+    return dataclasses.replace(winner, runs=runs, measured_s=measured_s)
+
+
 def run_analysis(config: AnalyzeConfig, progress: Progress | None = None) -> AnalysisReport:
+    """Measure every candidate ``repeats`` times, round robin (so a slow spell of the machine hits
+    different candidates in different rounds), and keep each candidate's best run."""
     model_dir = config.repository / config.model
     base = load_config_file(model_dir / CONFIG_FILENAME)
     base.name = base.name or config.model
@@ -209,30 +238,29 @@ def run_analysis(config: AnalyzeConfig, progress: Progress | None = None) -> Ana
             f"{list(config.space.max_batch_sizes)})"
         )
     started = time.monotonic()
-    results: list[CandidateResult] = []
-    for index, candidate in enumerate(candidates):
-        rendered = candidate_config(base, candidate)
-        text = text_format.MessageToString(rendered)
-        if time.monotonic() - started >= config.time_budget_s:
-            results.append(
-                CandidateResult(
-                    candidate, text, error=f"skipped: time budget of {config.time_budget_s:g} s spent"
+    kept: dict[int, CandidateResult] = {}
+    for repeat in range(config.repeats):
+        for index, candidate in enumerate(candidates):
+            rendered = candidate_config(base, candidate)
+            if time.monotonic() - started >= config.time_budget_s:
+                if index not in kept:
+                    note = f"skipped: time budget of {config.time_budget_s:g} s spent"
+                    kept[index] = CandidateResult(
+                        candidate, text_format.MessageToString(rendered), error=note
+                    )
+                continue
+            if progress is not None:
+                progress(
+                    f"[round {repeat + 1}/{config.repeats}, {index + 1}/{len(candidates)}] {candidate.name}"
                 )
-            )
-            continue
-        if progress is not None:
-            progress(f"[{index + 1}/{len(candidates)}] {candidate.name}")
-        with tempfile.TemporaryDirectory(prefix="sonic-analyze-") as tmp:
-            root = write_candidate_repository(model_dir, Path(tmp) / "repository", rendered)
-            try:
-                with ServerProcess.start([root], extra_args=config.server_args) as server:
-                    results.append(_measure(config, candidate, text, server.grpc_address))
-            except (ServerStartError, PerfError, SonicError) as exc:
-                results.append(CandidateResult(candidate, text, error=f"failed: {exc}"))
-        if progress is not None and results[-1].results:
-            best = max(results[-1].results, key=lambda r: r.inferences_per_s)
-            progress(
-                f"    best {best.inferences_per_s:,.1f} infer/s at {best.level.label}, p99 {best.latency.p99_us / 1000:,.2f} ms"
-            )
+            result = _measure_once(config, model_dir, candidate, rendered)
+            kept[index] = _better(config, kept.get(index), result)
+            if progress is not None and result.results:
+                best = max(result.results, key=lambda r: r.inferences_per_s)
+                progress(
+                    f"    best {best.inferences_per_s:,.1f} infer/s at {best.level.label}, "
+                    f"p99 {best.latency.p99_us / 1000:,.2f} ms"
+                )
+    results = [kept[index] for index in range(len(candidates))]
     ranked = rank(results, config.objective, config.max_p99_latency_ms)
     return AnalysisReport(config, tuple(ranked), time.monotonic() - started)

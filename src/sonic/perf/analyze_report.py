@@ -23,6 +23,7 @@ def _candidate_json(entry: Ranked, place: int | None) -> dict[str, Any]:
         "score": entry.score,
         "error": result.error,
         "measured_s": round(result.measured_s, 2),
+        "runs": result.runs,
         "levels": [row(r) for r in result.results],
         "config_pbtxt": result.config_text,
     }
@@ -40,6 +41,7 @@ def to_json(report: AnalysisReport) -> dict[str, Any]:
         "batch_size": config.batch_size,
         "levels": [level.label for level in config.levels],
         "time_budget_s": config.time_budget_s,
+        "repeats": config.repeats,
         "elapsed_s": round(report.elapsed_s, 2),
         "best": report.best.result.candidate.name if report.best else None,
         "candidates": [_candidate_json(e, p) for e, p in zip(report.ranked, places, strict=True)],
