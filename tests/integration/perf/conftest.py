@@ -41,8 +41,9 @@ def build_perf_repository(root: Path) -> Path:
     ):
         build(root / name / "1" / "model.onnx")
         (root / name / "config.pbtxt").write_text(config.lstrip())
-    # a fixed cost of several ms per execution: batching 16 waiting requests wins by several times
-    return write_fixed_cost_repository(root, depth=24)
+    # a fixed cost of 10-20 ms per execution, far above the load generator's own cost per request: batching
+    # 16 waiting requests wins by several times even when the generator is slowed by other work
+    return write_fixed_cost_repository(root, depth=48)
 
 
 @pytest.fixture(scope="session")

@@ -42,7 +42,8 @@ def test_analyze_prefers_dynamic_batching_for_a_fixed_cost_model(
     # batching up to 16 waiting requests into one execution of the same cost: several times the throughput
     assert best["score"] >= 1.5 * other["score"], summary
     assert best["levels"][0]["server_average_batch"] > 1.5
-    assert other["levels"][0]["server_average_batch"] == pytest.approx(1.0)
+    # no batching: one request per execution (the window edges can split a request from its execution)
+    assert other["levels"][0]["server_average_batch"] == pytest.approx(1.0, abs=0.1)
     config = load_config_file(out / "config.pbtxt")
     assert config.HasField("dynamic_batching")
     assert config.max_batch_size == 16
