@@ -10,6 +10,9 @@ The tree::
     ├── FailedPreconditionError     operation not allowed in the current mode               (FAILED_PRECONDITION / 400)
     ├── UnimplementedError          a feature this server does not offer                    (UNIMPLEMENTED / 501)
     ├── ModelConfigError            config.pbtxt that cannot be parsed or is inconsistent    (INVALID_ARGUMENT / 400)
+    ├── UnauthenticatedError        no bearer token, or one that is not valid                (UNAUTHENTICATED / 401)
+    ├── PermissionDeniedError       an operation this server was configured to refuse        (PERMISSION_DENIED / 403)
+    ├── ResourceExhaustedError      a client over its request-rate limit                     (RESOURCE_EXHAUSTED / 429)
     └── InternalError               model execution failed, or a bug                        (INTERNAL / 500)
 
 Status codes follow Triton's own mapping of TRITONSERVER_Error codes, so clients that branch on
@@ -59,6 +62,18 @@ class ModelConfigError(SonicError):
     pass
 
 
+class UnauthenticatedError(SonicError):
+    pass
+
+
+class PermissionDeniedError(SonicError):
+    pass
+
+
+class ResourceExhaustedError(SonicError):
+    pass
+
+
 class InternalError(SonicError):
     pass
 
@@ -71,6 +86,9 @@ STATUS_TABLE: dict[type[SonicError], tuple[grpc.StatusCode, HTTPStatus]] = {
     FailedPreconditionError: (grpc.StatusCode.FAILED_PRECONDITION, HTTPStatus.BAD_REQUEST),
     UnimplementedError: (grpc.StatusCode.UNIMPLEMENTED, HTTPStatus.NOT_IMPLEMENTED),
     ModelConfigError: (grpc.StatusCode.INVALID_ARGUMENT, HTTPStatus.BAD_REQUEST),
+    UnauthenticatedError: (grpc.StatusCode.UNAUTHENTICATED, HTTPStatus.UNAUTHORIZED),
+    PermissionDeniedError: (grpc.StatusCode.PERMISSION_DENIED, HTTPStatus.FORBIDDEN),
+    ResourceExhaustedError: (grpc.StatusCode.RESOURCE_EXHAUSTED, HTTPStatus.TOO_MANY_REQUESTS),
     InternalError: (grpc.StatusCode.INTERNAL, HTTPStatus.INTERNAL_SERVER_ERROR),
 }
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
+# ``sonic: ready grpc=HOST:PORT [http=HOST:PORT] [metrics=HOST:PORT]``: parsed as generic KEY=VALUE fields.
 READY_PATTERN = re.compile(r"^sonic: ready (?P<fields>.*)$")
 
 
@@ -47,6 +48,22 @@ class ServerProcess:
     @property
     def grpc_address(self) -> str:
         return self.addresses["grpc"]
+
+    def _address(self, field: str, flag: str) -> str:
+        try:
+            return self.addresses[field]
+        except KeyError:
+            raise KeyError(
+                f"the server has no {field} endpoint; start it with {flag} (0: a free port)"
+            ) from None
+
+    @property
+    def http_address(self) -> str:
+        return self._address("http", "--http-port")
+
+    @property
+    def metrics_address(self) -> str:
+        return self._address("metrics", "--metrics-port")
 
     @classmethod
     def start(

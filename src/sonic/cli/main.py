@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 from types import ModuleType
 
 from sonic import __version__
-from sonic.cli import demo, models, serve
+from sonic.cli import analyze, demo, models, perf, scale, serve
+from sonic.logs import configure_logging
 
 
 def _commands() -> list[ModuleType]:
-    return [serve, models, demo]
+    return [serve, models, demo, perf, analyze, scale]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +21,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sonic {__version__}")
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity"
+    )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="json: one object per line, for log shippers",
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in _commands():
@@ -31,9 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    configure_logging(args.log_level, args.log_format)
     result: int = args.run(args)
     return result
 

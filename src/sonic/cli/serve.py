@@ -5,12 +5,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from sonic.errors import SonicError
-from sonic.server.config import ModelControlMode, ServerConfig
+from sonic.logs import configure_logging
+from sonic.server.config import (
+    MAX_GRPC_MESSAGE_BYTES,
+    AdmissionConfig,
+    AuthConfig,
+    ModelControlMode,
+    ServerConfig,
+    TlsConfig,
+)
 from sonic.server.devices import detect_gpu_count
 from sonic.server.server import Server
 
@@ -53,7 +63,150 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="BACKEND,KEY=VALUE (e.g. onnxruntime,enable_mem_arena=0)",
     )
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all that are detected)")
+    parser.add_argument(
+        "--loop",
+        choices=["auto", "asyncio", "uvloop"],
+        default="auto",
+        help="event loop: uvloop when installed (auto), or the standard one",
+    )
+    _add_frontend_arguments(parser)
+    _add_security_arguments(parser)
     parser.set_defaults(run=run)
+
+
+def _add_frontend_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("HTTP and metrics")
+    group.add_argument("--http-port", type=int, default=None, help="KServe v2 HTTP/REST port (0: a free one)")
+    group.add_argument(
+        "--metrics-port", type=int, default=None, help="Prometheus /metrics port (0: a free one)"
+    )
+    group.add_argument(
+        "--no-metrics-histograms",
+        action="store_true",
+        help="leave out the per-request latency histograms (the nv_* counters stay)",
+    )
+    group.add_argument(
+        "--log-format",
+        dest="serve_log_format",
+        choices=["text", "json"],
+        default=None,
+        help="as 'sonic --log-format', accepted here too",
+    )
+    group.add_argument(
+        "--log-requests",
+        action="store_true",
+        help="one structured log record per inference (with request id)",
+    )
+    group.add_argument(
+        "--otel-tracing",
+        action="store_true",
+        help="OpenTelemetry span per inference (needs opentelemetry-api)",
+    )
+    group.add_argument(
+        "--cache-size-bytes",
+        type=int,
+        default=0,
+        help="server-wide response cache for models with response_cache { enable: true } (0: off)",
+    )
+    group.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=MAX_GRPC_MESSAGE_BYTES,
+        help="largest gRPC message / HTTP body",
+    )
+
+
+def _add_security_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("security and admission")
+    group.add_argument("--tls-cert", type=Path, help="server certificate (PEM) for gRPC and HTTP")
+    group.add_argument("--tls-key", type=Path, help="server private key (PEM)")
+    group.add_argument("--tls-client-ca", type=Path, help="CA for client certificates: enables mutual TLS")
+    group.add_argument(
+        "--auth-token-file",
+        type=Path,
+        help="file of accepted bearer tokens, one per line (kept off the command line)",
+    )
+    group.add_argument(
+        "--auth-jwks", type=Path, help="JSON Web Key Set (local file) to verify JWT bearer tokens"
+    )
+    group.add_argument("--jwt-audience", default=None, help="required JWT 'aud' claim")
+    group.add_argument("--jwt-issuer", default=None, help="required JWT 'iss' claim")
+    group.add_argument(
+        "--auth-health",
+        action="store_true",
+        help="health endpoints need a token too (default: open for probes)",
+    )
+    group.add_argument(
+        "--admission-queue-threshold-us",
+        type=float,
+        default=None,
+        help="refuse new clients while queue time per execution is above this (SuperSONIC's rule)",
+    )
+    group.add_argument("--admission-window-secs", type=float, default=30.0, help="window of the load metric")
+    group.add_argument("--max-requests-per-sec", type=float, default=None, help="per client address")
+    group.add_argument(
+        "--request-burst", type=int, default=100, help="burst allowed above --max-requests-per-sec"
+    )
+    group.add_argument("--grpc-max-concurrent-streams", type=int, default=None, help="per gRPC connection")
+    group.add_argument(
+        "--http-max-connections-per-client", type=int, default=None, help="open HTTP connections per address"
+    )
+    group.add_argument(
+        "--disable-repository-control", action="store_true", help="refuse model load/unload requests"
+    )
+    group.add_argument(
+        "--allow-model-links-outside",
+        action="store_true",
+        help="load model folders that are symlinks to places outside the repositories (e.g. CVMFS)",
+    )
+
+
+def _read_tokens(path: Path) -> frozenset[str]:
+    tokens = frozenset(
+        line.strip()
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    )
+    if not tokens:
+        raise ValueError(f"--auth-token-file {path}: no tokens in the file")
+    return tokens
+
+
+def _security_from_args(args: argparse.Namespace) -> dict[str, object]:
+    tls = None
+    if args.tls_cert is not None or args.tls_key is not None:
+        if args.tls_cert is None or args.tls_key is None:
+            msg = "TLS needs both --tls-cert and --tls-key"
+            raise ValueError(msg)
+        tls = TlsConfig(args.tls_cert, args.tls_key, args.tls_client_ca)
+    elif args.tls_client_ca is not None:
+        msg = "--tls-client-ca needs --tls-cert and --tls-key"
+        raise ValueError(msg)
+    auth = None
+    if args.auth_token_file is not None or args.auth_jwks is not None:
+        auth = AuthConfig(
+            tokens=_read_tokens(args.auth_token_file) if args.auth_token_file is not None else frozenset(),
+            jwks_path=args.auth_jwks,
+            jwt_audience=args.jwt_audience,
+            jwt_issuer=args.jwt_issuer,
+            health_needs_token=args.auth_health,
+        )
+    admission = (
+        AdmissionConfig(args.admission_queue_threshold_us, args.admission_window_secs)
+        if args.admission_queue_threshold_us is not None
+        else None
+    )
+    return {
+        "tls": tls,
+        "auth": auth,
+        "admission": admission,
+        "max_requests_per_s": args.max_requests_per_sec,
+        "request_burst": args.request_burst,
+        "grpc_max_concurrent_streams": args.grpc_max_concurrent_streams,
+        "http_max_connections_per_client": args.http_max_connections_per_client,
+        "repository_control": not args.disable_repository_control,
+        "allow_model_links_outside": args.allow_model_links_outside,
+    }
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -67,7 +220,30 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         exit_timeout_s=args.exit_timeout_secs,
         gpu_count=detect_gpu_count() if args.gpus is None else args.gpus,
         backend_options=_backend_config(args.backend_config),
+        grpc_max_message_bytes=args.max_message_bytes,
+        cache_size_bytes=args.cache_size_bytes,
+        log_requests=args.log_requests,
+        otel_tracing=args.otel_tracing,
+        http_port=args.http_port,
+        metrics_port=args.metrics_port,
+        metrics_histograms=not args.no_metrics_histograms,
+        **_security_from_args(args),  # type: ignore[arg-type]
     )
+
+
+def _stdout_to_log() -> None:
+    """Send file descriptor 1 to stderr (the log) once the ready line is out.
+
+    Launchers read stdout only up to the ready line and then leave the pipe unread, so model code
+    that prints while serving (Python models, C libraries writing to fd 1) would fill the pipe and
+    block the server. Triton, likewise, puts model output in its log.
+    """
+    try:
+        stdout, stderr = sys.stdout.fileno(), sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced streams (in-process callers): leave them
+        return
+    sys.stdout.flush()
+    os.dup2(stderr, stdout)
 
 
 async def serve(config: ServerConfig) -> None:
@@ -79,21 +255,45 @@ async def serve(config: ServerConfig) -> None:
     try:
         await server.start()
         print(server.ready_line, flush=True)
+        _stdout_to_log()
         await stop.wait()
         log.info("shutdown requested: draining requests in flight")
     finally:
         await server.shutdown()
 
 
+def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's faster loop when installed; gRPC and our handlers run the same on both."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop  # noqa: PLC0415  (optional speed-up)
+    except ImportError:
+        if choice == "uvloop":
+            message = "--loop uvloop needs uvloop: pip install uvloop"
+            raise ImportError(message) from None
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.serve_log_format is not None:
+        configure_logging(args.log_level, args.serve_log_format)
     try:
         config = config_from_args(args)
-    except (ValueError, argparse.ArgumentTypeError) as exc:
+    except (ValueError, OSError, argparse.ArgumentTypeError) as exc:
         print(f"sonic serve: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(serve(config))
-    except (SonicError, OSError) as exc:
+        loop_factory = _loop_factory(args.loop)
+    except ImportError as exc:
+        print(f"sonic serve: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(serve(config))
+    except (SonicError, OSError, ImportError, ValueError) as exc:
         print(f"sonic serve: {exc}", file=sys.stderr)
         return 1
     return 0

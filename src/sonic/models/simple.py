@@ -17,7 +17,7 @@ OPSET = 17
 IR_VERSION = 8
 
 
-def _save(graph: onnx.GraphProto, path: Path) -> None:
+def save_graph(graph: onnx.GraphProto, path: Path) -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = IR_VERSION
     onnx.checker.check_model(model)
@@ -33,7 +33,7 @@ def identity_model(path: Path, *, dims: tuple[int, ...] = (16,), elem_type: int 
         [helper.make_tensor_value_info("INPUT0", elem_type, shape)],
         [helper.make_tensor_value_info("OUTPUT0", elem_type, shape)],
     )
-    _save(graph, path)
+    save_graph(graph, path)
 
 
 def add_sub_model(path: Path, *, elem_type: int = TensorProto.INT32) -> None:
@@ -47,7 +47,7 @@ def add_sub_model(path: Path, *, elem_type: int = TensorProto.INT32) -> None:
         [helper.make_tensor_value_info(n, elem_type, shape) for n in ("INPUT0", "INPUT1")],
         [helper.make_tensor_value_info(n, elem_type, shape) for n in ("OUTPUT0", "OUTPUT1")],
     )
-    _save(graph, path)
+    save_graph(graph, path)
 
 
 IDENTITY_CONFIG = """

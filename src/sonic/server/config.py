@@ -19,6 +19,50 @@ MAX_GRPC_MESSAGE_BYTES = 2**31 - 1
 
 
 @dataclass(frozen=True)
+class TlsConfig:
+    """Server certificate for gRPC and HTTP; with ``client_ca_path`` clients must present one (mTLS)."""
+
+    cert_path: Path
+    key_path: Path
+    client_ca_path: Path | None = None
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """Bearer tokens: a static list, and/or JWTs verified against a local JSON Web Key Set."""
+
+    tokens: frozenset[str] = frozenset()
+    jwks_path: Path | None = None
+    jwt_audience: str | None = None
+    jwt_issuer: str | None = None
+    health_needs_token: bool = False  # load balancers usually probe health without credentials
+
+    def __post_init__(self) -> None:
+        if not self.tokens and self.jwks_path is None:
+            msg = "authentication needs at least one static token or a JWT key set"
+            raise ValueError(msg)
+
+
+@dataclass(frozen=True)
+class AdmissionConfig:
+    """SuperSONIC's rule: over the load threshold, refuse new clients; never drop work in flight.
+
+    The load metric is queue time per execution, ``d(nv_inference_queue_duration_us) /
+    d(nv_inference_exec_count)``, over the last ``window_s``.
+    """
+
+    queue_threshold_us: float
+    window_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.queue_threshold_us < 0 or self.window_s <= 0:
+            raise ValueError(
+                f"admission needs queue_threshold_us >= 0 and window_s > 0, got "
+                f"{self.queue_threshold_us} and {self.window_s}"
+            )
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     model_repositories: tuple[Path, ...]
     host: str = "127.0.0.1"
@@ -31,6 +75,21 @@ class ServerConfig:
     backend_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     grpc_max_message_bytes: int = MAX_GRPC_MESSAGE_BYTES
     server_name: str = "sonic"
+    http_port: int | None = None  # None: no HTTP/REST frontend; 0 picks a free port
+    metrics_port: int | None = None  # None: no Prometheus endpoint; 0 picks a free port
+    metrics_histograms: bool = True  # per-request latency histograms (needs metrics_port)
+    tls: TlsConfig | None = None
+    auth: AuthConfig | None = None
+    admission: AdmissionConfig | None = None
+    max_requests_per_s: float | None = None  # per client address, token bucket; None: unlimited
+    request_burst: int = 100  # token-bucket depth for max_requests_per_s
+    grpc_max_concurrent_streams: int | None = None  # per gRPC connection
+    http_max_connections_per_client: int | None = None  # open HTTP connections per client address
+    repository_control: bool = True  # False: load/unload refused even in explicit mode
+    allow_model_links_outside: bool = False  # True: model folders may be symlinks out of the repositories
+    cache_size_bytes: int = 0  # response cache for models that enable it; 0: no cache
+    log_requests: bool = False  # one structured log record per inference request
+    otel_tracing: bool = False  # OpenTelemetry spans around requests (needs opentelemetry-api)
 
     def __post_init__(self) -> None:
         if not self.model_repositories:
@@ -38,3 +97,7 @@ class ServerConfig:
             raise ValueError(msg)
         if self.repository_poll_s <= 0:
             raise ValueError(f"repository_poll_s must be > 0, got {self.repository_poll_s}")
+        if self.cache_size_bytes < 0:
+            raise ValueError(f"cache_size_bytes must be >= 0, got {self.cache_size_bytes}")
+        if self.max_requests_per_s is not None and self.max_requests_per_s <= 0:
+            raise ValueError(f"max_requests_per_s must be > 0, got {self.max_requests_per_s}")

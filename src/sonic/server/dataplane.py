@@ -12,11 +12,19 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
 import sonic
-from sonic.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError
+from sonic.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+)
 from sonic.protocol import dtypes
 from sonic.protocol.model_config import parse_config_json
+from sonic.server.cache import ResponseCache, infer_through_cache
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.manager import ModelManager
+from sonic.server.observe import RequestObserver
 from sonic.server.shm import SharedMemoryRegistry, write_output
 from sonic.server.types import InferRequest, InferResponse, ShmRef
 
@@ -37,6 +45,14 @@ class DataPlane:
         self.models = models
         self.shared_memory = SharedMemoryRegistry()
         self.accepting = False  # false before start-up is done and once shutdown began
+        # One server-wide cache, used by models whose config says response_cache { enable: true }.
+        self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes > 0 else None
+        self.observer: RequestObserver | None = None  # request logs / tracing, when configured
+
+    @property
+    def wants_trace_context(self) -> bool:
+        """Whether frontends should pass W3C trace headers along (only when spans are made)."""
+        return self.observer is not None and self.observer.tracing
 
     # --- health and metadata ------------------------------------------------------------------------
 
@@ -102,6 +118,10 @@ class DataPlane:
         return response
 
     def _check_explicit(self, action: str) -> None:
+        if not self._config.repository_control:
+            raise PermissionDeniedError(
+                f"model {action} is disabled on this server (started with --disable-repository-control)"
+            )
         if self._config.model_control_mode is not ModelControlMode.EXPLICIT:
             raise FailedPreconditionError(
                 f"explicit model {action} is not allowed in model control mode "
@@ -135,6 +155,11 @@ class DataPlane:
         if not self.accepting:
             msg = "server is not accepting requests (starting up or shutting down)"
             raise UnavailableError(msg)
+        if self.observer is not None:
+            return await self.observer(self._infer, request)
+        return await self._infer(request)
+
+    async def _infer(self, request: InferRequest) -> InferResponse:
         model = self.models.get(request.model_name, request.model_version)
         for tensor in request.inputs:
             if tensor.shm is not None:
@@ -145,7 +170,10 @@ class DataPlane:
             # Checked before running the model so a bad region costs no inference.
             where = f"model '{request.model_name}' output '{name}'"
             self.shared_memory.get(wanted.region, where).view(wanted.offset, wanted.byte_size, where)
-        response = await model.infer(request)
+        if self.cache is not None and model.config.response_cache.enable:
+            response = await infer_through_cache(self.cache, model, request)
+        else:
+            response = await model.infer(request)
         for output in response.outputs:
             target = request.output_shm.get(output.name)
             if target is None:

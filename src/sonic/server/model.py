@@ -10,12 +10,24 @@ from typing import Any
 import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import InvalidArgumentError
+from sonic.errors import InternalError, InvalidArgumentError, UnavailableError
 from sonic.protocol import dtypes
 from sonic.protocol.model_config import ModelSpec
+from sonic.server.backends.base import Backend, RequestScheduler
 from sonic.server.batcher import BatchPolicy, ModelInstance, Scheduler, WorkItem
 from sonic.server.stats import ModelStats
 from sonic.server.types import InferRequest, InferResponse, InputTensor, OutputTensor
+
+
+def failure_reason(exc: BaseException) -> str:
+    """Triton's ``reason`` label of ``nv_inference_request_failure``."""
+    if isinstance(exc, asyncio.CancelledError):
+        return "CANCELED"
+    if isinstance(exc, UnavailableError):  # queue full, queue timeout, draining
+        return "REJECTED"
+    if isinstance(exc, InternalError):
+        return "BACKEND"
+    return "OTHER"
 
 
 def _shape_matches(given: tuple[int, ...], expected: tuple[int, ...]) -> bool:
@@ -30,8 +42,9 @@ class ModelVersion:
     spec: ModelSpec
     version: int
     instances: list[ModelInstance]
-    scheduler: Scheduler
+    scheduler: RequestScheduler
     stats: ModelStats
+    backend: type[Backend]
 
     @classmethod
     def create(
@@ -40,16 +53,20 @@ class ModelVersion:
         spec: ModelSpec,
         version: int,
         instances: list[ModelInstance],
+        backend: type[Backend],
+        scheduler: RequestScheduler | None = None,
     ) -> ModelVersion:
+        """With ``scheduler`` None (every backend but the ensemble) the batcher feeds ``instances``."""
         stats = ModelStats()
-        scheduler = Scheduler(
-            model_name=spec.name,
-            policy=BatchPolicy.from_config(config),
-            instances=instances,
-            output_names=list(spec.outputs),
-            stats=stats,
-        )
-        return cls(config, spec, version, instances, scheduler, stats)
+        if scheduler is None:
+            scheduler = Scheduler(
+                model_name=spec.name,
+                policy=BatchPolicy.from_config(config),
+                instances=instances,
+                output_names=list(spec.outputs),
+                stats=stats,
+            )
+        return cls(config, spec, version, instances, scheduler, stats, backend)
 
     @property
     def name(self) -> str:
@@ -77,11 +94,13 @@ class ModelVersion:
         shape = tensor.shape
         if any(d < 0 for d in shape):
             raise InvalidArgumentError(f"{where}: shape {list(shape)} has a negative dimension")
+        expected = [-1, *spec.dims] if self.spec.batched else list(spec.dims)
+        if len(shape) != len(expected):
+            raise InvalidArgumentError(
+                f"{where}: unexpected shape for input '{tensor.name}' for model '{self.name}'. "
+                f"Expected {expected}, got {list(shape)}"
+            )
         if self.spec.batched:
-            if not shape:
-                raise InvalidArgumentError(
-                    f"{where}: shape [] has no batch dimension; expected [batch] + {list(spec.dims)}"
-                )
             if shape[0] < 1 or shape[0] > self.spec.max_batch_size:
                 raise InvalidArgumentError(
                     f"{where}: inference request batch-size must be in 1..{self.spec.max_batch_size} "
@@ -91,7 +110,6 @@ class ModelVersion:
         else:
             sample = shape
         if not _shape_matches(sample, spec.dims):
-            expected = [-1, *spec.dims] if self.spec.batched else list(spec.dims)
             raise InvalidArgumentError(
                 f"{where}: unexpected shape for input '{tensor.name}' for model '{self.name}'. "
                 f"Expected {expected}, got {list(shape)}"
@@ -125,7 +143,9 @@ class ModelVersion:
                 raise InvalidArgumentError(
                     f"{self._where(request, tensor.name)}: input '{tensor.name}' is given more than once"
                 )
-            arrays[tensor.name] = self._decode_input(request, tensor)
+            arrays[tensor.name] = self.backend.convert_input(
+                self.name, tensor.name, self._decode_input(request, tensor)
+            )
         missing = [n for n, s in self.spec.inputs.items() if n not in arrays and not s.optional]
         if missing:
             raise InvalidArgumentError(
@@ -157,6 +177,8 @@ class ModelVersion:
             future=asyncio.get_running_loop().create_future(),
             priority=request.priority,
             timeout_us=request.timeout_us,
+            request_id=request.request_id,
+            output_names=tuple(request.outputs) if request.outputs is not None else None,
         )
 
     # --- inference ------------------------------------------------------------------------------------
@@ -167,8 +189,8 @@ class ModelVersion:
         try:
             item = self.prepare(request)
             outputs, timing = await self.scheduler.submit(item)
-        except BaseException:
-            self.stats.record_failure(time.perf_counter_ns() - received)
+        except BaseException as exc:
+            self.stats.record_failure(time.perf_counter_ns() - received, failure_reason(exc))
             raise
         finally:
             self.stats.pending_requests -= 1

@@ -30,8 +30,9 @@ class ModelLocation:
 class Repository:
     """The union of one or more repository folders."""
 
-    def __init__(self, roots: tuple[Path, ...]) -> None:
+    def __init__(self, roots: tuple[Path, ...], *, allow_links_outside: bool = False) -> None:
         self.roots = tuple(root.resolve() for root in roots)
+        self.allow_links_outside = allow_links_outside  # e.g. model folders linked in from CVMFS
 
     def scan(self) -> tuple[dict[str, ModelLocation], dict[str, str]]:
         """Models found, and names that cannot be used with the reason (e.g. in two repositories)."""
@@ -68,7 +69,16 @@ class Repository:
                 f"failed to load '{name}': no model folder '{name}' in the model repositories "
                 f"{[str(r) for r in self.roots]}"
             )
-        return found[name]
+        location = found[name]
+        # A symlinked model folder must still resolve inside its repository: nothing is loaded from elsewhere.
+        resolved = location.path.resolve()
+        if not self.allow_links_outside and not any(resolved.is_relative_to(root) for root in self.roots):
+            raise InvalidArgumentError(
+                f"model '{name}' resolves to {resolved}, outside the model repositories "
+                f"{[str(r) for r in self.roots]}; refusing to load it (start the server with "
+                "--allow-model-links-outside to allow linked model folders)"
+            )
+        return location
 
 
 def available_versions(model_dir: Path) -> list[int]:

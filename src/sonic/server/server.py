@@ -1,7 +1,8 @@
 """The running server: explicit state, start-up, and orderly shutdown.
 
-Shutdown order: stop intake (the server turns not-ready and gRPC refuses new calls), let requests
-in flight finish for up to ``exit_timeout_s``, cancel what is left, unload the models.
+One process, one asyncio loop: gRPC (grpc.aio), HTTP/REST and the metrics endpoint share it.
+Shutdown order: stop intake (the server turns not-ready, gRPC and HTTP refuse new calls), let
+requests in flight finish for up to ``exit_timeout_s``, cancel what is left, unload the models.
 """
 
 from __future__ import annotations
@@ -10,12 +11,18 @@ import asyncio
 import enum
 import logging
 from contextlib import suppress
+from typing import Any
 
 from sonic.errors import SonicError
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.grpc import GrpcFrontend
+from sonic.server.frontends.http import HttpFrontend
+from sonic.server.guard import Guard
 from sonic.server.manager import ModelManager
+from sonic.server.metrics import MetricsEndpoint
+from sonic.server.observe import RequestObserver, load_tracer
+from sonic.server.tls import grpc_server_credentials, http_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -29,20 +36,35 @@ class ServerState(enum.Enum):
 
 
 class Server:
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, *, tracer_provider: Any = None) -> None:
+        """``tracer_provider``: an OpenTelemetry provider; None uses the global one."""
         self.config = config
         self.models = ModelManager(config)
         self.dataplane = DataPlane(config, self.models)
+        if config.log_requests or config.otel_tracing:
+            tracer = load_tracer(tracer_provider) if config.otel_tracing else None
+            self.dataplane.observer = RequestObserver(log_requests=config.log_requests, tracer=tracer)
         self.state = ServerState.CREATED
+        self.guard = Guard.create(config, self.models)
         self._grpc: GrpcFrontend | None = None
+        self._http: HttpFrontend | None = None
+        self._metrics: MetricsEndpoint | None = None
         self._poller: asyncio.Task[None] | None = None
         self._stop_polling = asyncio.Event()
         self.grpc_port = 0
+        self.http_port: int | None = None
+        self.metrics_port: int | None = None
 
     @property
     def ready_line(self) -> str:
-        """The one line launchers wait for."""
-        return f"sonic: ready grpc={self._format_host()}:{self.grpc_port}"
+        """The one line launchers wait for: ``sonic: ready grpc=H:P [http=H:P] [metrics=H:P]``."""
+        host = self._format_host()
+        fields = [f"grpc={host}:{self.grpc_port}"]
+        if self.http_port is not None:
+            fields.append(f"http={host}:{self.http_port}")
+        if self.metrics_port is not None:
+            fields.append(f"metrics={host}:{self.metrics_port}")
+        return "sonic: ready " + " ".join(fields)
 
     def _format_host(self) -> str:
         host = self.config.host
@@ -61,8 +83,27 @@ class Server:
                     await self.models.load(name)
                 except SonicError:
                     continue  # listed as UNAVAILABLE with its reason
-        self._grpc = GrpcFrontend(self.dataplane, max_message_bytes=self.config.grpc_max_message_bytes)
-        self.grpc_port = await self._grpc.start(self.config.host, self.config.grpc_port)
+        config = self.config
+        self._grpc = GrpcFrontend(
+            self.dataplane,
+            max_message_bytes=config.grpc_max_message_bytes,
+            guard=self.guard,
+            credentials=grpc_server_credentials(config.tls) if config.tls is not None else None,
+            max_concurrent_streams=config.grpc_max_concurrent_streams,
+        )
+        self.grpc_port = await self._grpc.start(config.host, config.grpc_port)
+        if config.http_port is not None:
+            self._http = HttpFrontend(
+                self.dataplane,
+                max_message_bytes=config.grpc_max_message_bytes,
+                guard=self.guard,
+                ssl_context=http_ssl_context(config.tls) if config.tls is not None else None,
+                max_connections_per_client=config.http_max_connections_per_client,
+            )
+            self.http_port = await self._http.start(config.host, config.http_port, config.exit_timeout_s)
+        if config.metrics_port is not None:
+            self._metrics = MetricsEndpoint(self.models)
+            self.metrics_port = await self._metrics.start(config.host, config.metrics_port)
         if mode is ModelControlMode.POLL:
             self._poller = asyncio.create_task(self._poll_repository(), name="repository-poll")
         self.dataplane.accepting = True
@@ -90,8 +131,15 @@ class Server:
         self._stop_polling.set()
         if self._poller is not None:
             await self._poller
+        # Both frontends stop intake at once and drain concurrently, within one exit_timeout_s.
+        stopping = []
         if self._grpc is not None:
-            await self._grpc.stop(self.config.exit_timeout_s)
+            stopping.append(self._grpc.stop(self.config.exit_timeout_s))
+        if self._http is not None:
+            stopping.append(self._http.stop())
+        await asyncio.gather(*stopping)
+        if self._metrics is not None:
+            await self._metrics.stop()
         await self.models.close()
         self.dataplane.shared_memory.close()
         self.state = ServerState.STOPPED

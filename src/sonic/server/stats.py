@@ -6,6 +6,7 @@ All updates happen on the event loop thread, so plain integers suffice.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from tritonclient.grpc import service_pb2
@@ -23,6 +24,27 @@ class Duration:
     def to_proto(self, target: service_pb2.StatisticDuration) -> None:
         target.count = self.count
         target.ns = self.ns
+
+
+# Histogram bucket upper bounds: 100 us .. 10 s, roughly 1-2.5-5 per decade (Prometheus' usual spacing).
+LATENCY_BUCKETS_US: tuple[int, ...] = (
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000,
+    100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000,
+)  # fmt: skip
+
+
+@dataclass(slots=True)
+class Histogram:
+    """Per-bucket counts (not cumulative: one increment per observation); cumulated at scrape time."""
+
+    bounds_ns: tuple[int, ...] = tuple(us * 1000 for us in LATENCY_BUCKETS_US)
+    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_US) + 1))
+    sum_ns: int = 0
+
+    def observe(self, ns: int) -> None:
+        # Prometheus buckets are "<= le": bisect_left finds the first bound >= ns.
+        self.counts[bisect_left(self.bounds_ns, ns)] += 1
+        self.sum_ns += ns
 
 
 @dataclass(slots=True)
@@ -55,6 +77,17 @@ class ModelStats:
     last_inference_ms: int = 0
     batch_stats: dict[int, BatchDurations] = field(default_factory=dict)
     pending_requests: int = 0  # queued or executing now; the pending-request gauge
+    failures_by_reason: dict[str, int] = field(
+        default_factory=dict
+    )  # Triton's REJECTED/CANCELED/BACKEND/OTHER
+    request_histogram: Histogram | None = None  # set when the metrics endpoint wants histograms
+    queue_histogram: Histogram | None = None
+    cache_hit: Duration = field(default_factory=Duration)  # response cache lookups that answered
+    cache_miss: Duration = field(default_factory=Duration)  # lookups that missed (time: lookup + insert)
+
+    def enable_histograms(self) -> None:
+        self.request_histogram = Histogram()
+        self.queue_histogram = Histogram()
 
     def record_success(self, total_ns: int, timing: RequestTiming, batch_size: int) -> None:
         self.success.add(total_ns)
@@ -64,9 +97,13 @@ class ModelStats:
         self.compute_output.add(timing.compute_output_ns)
         self.inference_count += batch_size
         self.last_inference_ms = time.time_ns() // 1_000_000
+        if self.request_histogram is not None and self.queue_histogram is not None:
+            self.request_histogram.observe(total_ns)
+            self.queue_histogram.observe(timing.queue_ns)
 
-    def record_failure(self, total_ns: int) -> None:
+    def record_failure(self, total_ns: int, reason: str = "OTHER") -> None:
         self.fail.add(total_ns)
+        self.failures_by_reason[reason] = self.failures_by_reason.get(reason, 0) + 1
         self.last_inference_ms = time.time_ns() // 1_000_000
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
@@ -87,7 +124,16 @@ class ModelStats:
             execution_count=self.execution_count,
         )
         stats = proto.inference_stats
-        for attr in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output"):
+        for attr in (
+            "success",
+            "fail",
+            "queue",
+            "compute_input",
+            "compute_infer",
+            "compute_output",
+            "cache_hit",
+            "cache_miss",
+        ):
             getattr(self, attr).to_proto(getattr(stats, attr))
         for batch_size in sorted(self.batch_stats):
             durations = self.batch_stats[batch_size]

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import unquote
 
 import grpc
 from grpc import aio
@@ -20,6 +21,8 @@ from sonic.errors import InternalError, InvalidArgumentError, SonicError, grpc_s
 from sonic.protocol import dtypes
 from sonic.protocol.wire import append_raw_contents, split_raw_contents, wrap_stream_response
 from sonic.server.dataplane import DataPlane
+from sonic.server.guard import CallKind, Guard
+from sonic.server.observe import TRACE_HEADERS
 from sonic.server.types import InferRequest, InferResponse, InputTensor, ShmRef
 
 log = logging.getLogger(__name__)
@@ -135,24 +138,70 @@ def _as_sonic_error(exc: Exception) -> SonicError:
     return InternalError(f"internal error: {exc!r}")
 
 
+_HEALTH_METHODS = frozenset({"ServerLive", "ServerReady", "ModelReady"})
+
+
+def _call_kind(method: str) -> CallKind:
+    if method in _HEALTH_METHODS:
+        return CallKind.HEALTH
+    if method == "RepositoryIndex":
+        return CallKind.INDEX
+    if method in {"ModelInfer", "ModelStreamInfer"}:
+        return CallKind.INFER
+    return CallKind.CONTROL
+
+
+def peer_host(peer: str) -> str:
+    """The host of a gRPC peer (``ipv4:1.2.3.4:5``, ``ipv6:%5B::1%5D:5``) as HTTP's peername spells it."""
+    scheme, _, rest = peer.partition(":")
+    if scheme not in {"ipv4", "ipv6"}:
+        return peer
+    return unquote(rest).rsplit(":", 1)[0].strip("[]")
+
+
 class GrpcFrontend:
-    def __init__(self, dataplane: DataPlane, *, max_message_bytes: int) -> None:
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        *,
+        max_message_bytes: int,
+        guard: Guard | None = None,
+        credentials: grpc.ServerCredentials | None = None,
+        max_concurrent_streams: int | None = None,
+    ) -> None:
         self._dataplane = dataplane
-        self._server = aio.server(
-            options=[
-                ("grpc.max_send_message_length", max_message_bytes),
-                ("grpc.max_receive_message_length", max_message_bytes),
-                ("grpc.so_reuseport", 0),
-            ]
-        )
+        self._guard = guard
+        self._credentials = credentials
+        options: list[tuple[str, Any]] = [
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.so_reuseport", 0),
+        ]
+        if max_concurrent_streams is not None:
+            options.append(("grpc.max_concurrent_streams", max_concurrent_streams))
+        self._server = aio.server(options=options)
         self._server.add_generic_rpc_handlers((self._handlers(),))
         self.port = 0
+
+    def _check(self, method: str, context: aio.ServicerContext[Any, Any]) -> None:
+        """Token, rate and admission checks; only called when a guard is configured."""
+        assert self._guard is not None
+        authorization = None
+        for key, value in context.invocation_metadata() or ():
+            if key == "authorization":
+                authorization = value if isinstance(value, str) else value.decode()
+                break
+        peer = context.peer()  # "ipv4:127.0.0.1:50512": one client connection
+        self._guard.check(_call_kind(method), authorization, peer, peer_host(peer))
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
     async def start(self, host: str, port: int) -> int:
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self.port = self._server.add_insecure_port(address)
+        if self._credentials is not None:
+            self.port = self._server.add_secure_port(address, self._credentials)
+        else:
+            self.port = self._server.add_insecure_port(address)
         if self.port == 0:
             raise OSError(f"cannot bind gRPC to {address}")
         await self._server.start()
@@ -167,11 +216,17 @@ class GrpcFrontend:
     def _handlers(self) -> grpc.GenericRpcHandler[Any, Any]:
         pb = service_pb2
 
+        guarded = self._guard is not None
+
         def unary(
             method: Callable[[Any], Awaitable[Any]], request_type: Any, response_type: Any
         ) -> grpc.RpcMethodHandler[Any, Any]:
+            name = method.__name__.title().replace("_", "")
+
             async def handler(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
                 try:
+                    if guarded:
+                        self._check(name, context)
                     return await method(request)
                 except Exception as exc:  # noqa: BLE001  (mapped to a status below)
                     error = _as_sonic_error(exc)
@@ -264,31 +319,49 @@ class GrpcFrontend:
         }
         return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
-    async def _infer_bytes(self, data: bytes) -> bytes:
+    def _trace_headers(self, context: aio.ServicerContext[Any, Any]) -> dict[str, str] | None:
+        """W3C trace context from the call's metadata, only when spans are being made."""
+        if not self._dataplane.wants_trace_context:
+            return None
+        return {
+            key: value
+            for key, value in context.invocation_metadata() or ()
+            if key in TRACE_HEADERS and isinstance(value, str)
+        }
+
+    async def _infer_bytes(self, data: bytes, trace_headers: dict[str, str] | None = None) -> bytes:
         request = decode_infer_request(data, time.perf_counter_ns())
+        request.trace_headers = trace_headers
         response = await self._dataplane.infer(request)
         return encode_infer_response(response)
 
     async def _model_infer(self, data: bytes, context: aio.ServicerContext[Any, Any]) -> bytes:
         try:
-            return await self._infer_bytes(data)
+            if self._guard is not None:
+                self._check("ModelInfer", context)
+            return await self._infer_bytes(data, self._trace_headers(context))
         except Exception as exc:
             error = _as_sonic_error(exc)
             await context.abort(grpc_status(error), error.message)
             raise  # unreachable: abort raises
 
     async def _model_stream_infer(
-        self,
-        requests: AsyncIterator[bytes],
-        context: aio.ServicerContext[Any, Any],  # noqa: ARG002  (gRPC handler signature)
+        self, requests: AsyncIterator[bytes], context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[bytes]:
         """Requests of a stream run concurrently; responses go back as each completes."""
+        if self._guard is not None:
+            try:
+                self._check("ModelStreamInfer", context)
+            except SonicError as error:
+                await context.abort(grpc_status(error), error.message)
         results: asyncio.Queue[bytes | None] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
 
+        trace_headers = self._trace_headers(context)
+
         async def one(data: bytes) -> None:
             try:
-                payload = wrap_stream_response(await self._infer_bytes(data))
+                payload = wrap_stream_response(await self._infer_bytes(data, trace_headers))
             except Exception as exc:  # noqa: BLE001  (errors travel inside the stream, as Triton's do)
                 error = _as_sonic_error(exc)
                 message = service_pb2.ModelStreamInferResponse(error_message=error.message)

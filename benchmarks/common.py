@@ -1,0 +1,84 @@
+"""Shared pieces of the benchmark scripts: the ``sonic perf`` load generator in one-window form, RSS, results."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sonic.perf.engine import LoadGenerator, LoadLevel, MeasurementConfig
+from sonic.perf.transport import GrpcTransport, encode_infer_request
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def infer_request_bytes(model: str, inputs: dict[str, np.ndarray], datatypes: dict[str, str]) -> bytes:
+    """A serialized ModelInferRequest, built once and sent many times."""
+    return encode_infer_request(model, "", inputs, datatypes)
+
+
+@dataclass
+class LoadResult:
+    concurrency: int
+    requests: int
+    seconds: float
+    requests_per_s: float
+    inferences_per_s: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    mean_ms: float
+
+
+async def grpc_load(
+    address: str, payload: bytes, *, concurrency: int, batch: int, duration_s: float, warmup_s: float
+) -> LoadResult:
+    """Closed loop with ``concurrency`` callers: one window of ``duration_s`` after ``warmup_s`` of load.
+
+    The engine of ``sonic perf`` (src/sonic/perf/engine.py) with a single window, so the benchmark
+    scripts and the CLI measure the same way.
+    """
+    measurement = MeasurementConfig(window_s=duration_s, stable_windows=1, max_windows=1, warmup_s=warmup_s)
+    async with GrpcTransport(address, model="") as transport:
+        generator = LoadGenerator(transport, [payload], batch_size=batch, measurement=measurement)
+        result = await generator.run(LoadLevel(concurrency=concurrency))
+    if not result.requests:
+        raise RuntimeError(f"no request completed in the {duration_s} s window; make it longer")
+    latency = result.latency
+    return LoadResult(
+        concurrency=concurrency,
+        requests=result.requests,
+        seconds=round(result.duration_s, 3),
+        requests_per_s=round(result.requests_per_s, 1),
+        inferences_per_s=round(result.inferences_per_s, 1),
+        p50_ms=round(latency.p50_us / 1000, 3),
+        p90_ms=round(latency.p90_us / 1000, 3),
+        p99_ms=round(latency.p99_us / 1000, 3),
+        mean_ms=round(latency.mean_us / 1000, 3),
+    )
+
+
+def peak_rss_mb(pid: int) -> float:
+    """VmHWM: the process's peak resident set size."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+
+
+def save(name: str, payload: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {"benchmark": name, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **payload}
+    path.write_text(json.dumps(payload, indent=2, default=asdict))
+    return path

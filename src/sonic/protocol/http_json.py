@@ -1,0 +1,239 @@
+"""KServe v2 HTTP/REST bodies: JSON tensors and Triton's binary tensor extension.
+
+A binary request is ``<JSON header><tensor bytes...>`` with the header length in the
+``Inference-Header-Content-Length`` HTTP header; each input with ``parameters.binary_data_size``
+takes its bytes from the tail in input order. Binary inputs stay views of the received body
+(``np.frombuffer`` later); only JSON ``data`` goes through Python lists.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+from sonic.errors import InvalidArgumentError
+from sonic.protocol import dtypes
+from sonic.server.types import InferRequest, InferResponse, InputTensor
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+# --- protobuf messages as Triton's HTTP JSON ------------------------------------------------------------
+
+
+def _scalar(field: Any, value: Any) -> Any:
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        return message_to_json(value)
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        enum_value = field.enum_type.values_by_number.get(value)
+        return enum_value.name if enum_value is not None else value
+    if field.type == FieldDescriptor.TYPE_BYTES:
+        return base64.b64encode(value).decode("ascii")
+    return value
+
+
+def message_to_json(message: Message) -> dict[str, Any]:
+    """A protobuf message as Triton's HTTP server writes it.
+
+    Unlike ``json_format``, 64-bit integers stay numbers (``"dims": [16]``, counts in statistics)
+    and zero-valued scalars are kept, so clients can read every statistic without defaults.
+    """
+    out: dict[str, Any] = {}
+    field: Any  # protobuf's pure-Python and upb descriptors have different stubs
+    for field in message.DESCRIPTOR.fields:
+        value = getattr(message, field.name)
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            value_field = field.message_type.fields_by_name["value"]
+            if value:
+                out[field.name] = {str(k): _scalar(value_field, v) for k, v in value.items()}
+        elif field.label == FieldDescriptor.LABEL_REPEATED:
+            out[field.name] = [_scalar(field, v) for v in value]
+        elif field.containing_oneof is not None or field.type == FieldDescriptor.TYPE_MESSAGE:
+            if message.HasField(field.name):
+                out[field.name] = _scalar(field, value)
+        else:
+            out[field.name] = _scalar(field, value)
+    return out
+
+
+# --- inference requests ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OutputChoice:
+    """How the client wants outputs back: binary by default or per output name."""
+
+    binary_default: bool
+    binary: dict[str, bool]
+
+    def is_binary(self, name: str) -> bool:
+        return self.binary.get(name, self.binary_default)
+
+
+def _parse_header(body: bytes, header_length: int | None) -> tuple[dict[str, Any], int]:
+    end = len(body) if header_length is None else header_length
+    if end < 0 or end > len(body):
+        raise InvalidArgumentError(
+            f"{HEADER_LENGTH} is {header_length} but the request body has {len(body)} bytes"
+        )
+    try:
+        header = json.loads(body[:end] if end != len(body) else body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidArgumentError(f"inference request JSON cannot be parsed: {exc}") from None
+    if not isinstance(header, dict):
+        msg = "inference request JSON must be an object"
+        raise InvalidArgumentError(msg)
+    return header, end
+
+
+def _int_parameter(parameters: dict[str, Any], key: str, where: str) -> int:
+    value = parameters.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{where}: parameter '{key}' must be an integer, got {value!r}")
+    return value
+
+
+def decode_infer_request(
+    body: bytes, header_length: int | None, model_name: str, model_version: str, received_ns: int
+) -> tuple[InferRequest, OutputChoice]:
+    header, offset = _parse_header(body, header_length)
+    view = memoryview(body)
+    request_id = str(header.get("id", ""))
+    rid = f"[request id: {request_id}] " if request_id else ""
+    parameters = header.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise InvalidArgumentError(f"{rid}model '{model_name}': 'parameters' must be an object")
+    raw_inputs = header.get("inputs")
+    if not isinstance(raw_inputs, list):
+        raise InvalidArgumentError(f"{rid}model '{model_name}': the request has no 'inputs' list")
+    inputs: list[InputTensor] = []
+    for item in raw_inputs:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise InvalidArgumentError(f"{rid}model '{model_name}': every input needs a 'name'")
+        name = item["name"]
+        where = f"{rid}model '{model_name}' input '{name}'"
+        shape_list = item.get("shape")
+        if not isinstance(shape_list, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) for d in shape_list
+        ):
+            raise InvalidArgumentError(f"{where}: 'shape' must be a list of integers, got {shape_list!r}")
+        shape = tuple(shape_list)
+        datatype_name = item.get("datatype")
+        if not isinstance(datatype_name, str):
+            raise InvalidArgumentError(f"{where}: 'datatype' is missing")
+        input_parameters = item.get("parameters") or {}
+        if "binary_data_size" in input_parameters:
+            size = _int_parameter(input_parameters, "binary_data_size", where)
+            if size < 0 or offset + size > len(body):
+                raise InvalidArgumentError(
+                    f"{where}: binary_data_size {size} runs past the end of the request body "
+                    f"({len(body) - offset} bytes of binary data left)"
+                )
+            inputs.append(InputTensor(name, datatype_name, shape, raw=view[offset : offset + size]))
+            offset += size
+            continue
+        if "data" not in item:
+            raise InvalidArgumentError(f"{where}: neither 'data' nor parameters.binary_data_size")
+        datatype = dtypes.from_name(datatype_name)
+        data = item["data"]
+        if datatype.name != "BYTES" and isinstance(data, list) and data and isinstance(data[0], list):
+            data = np.asarray(data, dtype=datatype.numpy)  # nested lists: let numpy flatten them
+        elif datatype.name == "BYTES" and isinstance(data, list):
+            data = np.asarray(data, dtype=np.object_).reshape(-1)
+        inputs.append(
+            InputTensor(
+                name, datatype_name, shape, array=dtypes.array_from_contents(data, datatype, shape, where)
+            )
+        )
+    if offset != len(body):
+        raise InvalidArgumentError(
+            f"{rid}model '{model_name}': {len(body) - offset} bytes of binary data left over after the inputs"
+        )
+    binary_default = bool(parameters.get("binary_data_output", False))
+    binary: dict[str, bool] = {}
+    outputs: list[str] | None = None
+    raw_outputs = header.get("outputs")
+    if raw_outputs is not None:
+        if not isinstance(raw_outputs, list):
+            raise InvalidArgumentError(f"{rid}model '{model_name}': 'outputs' must be a list")
+        outputs = []
+        for item in raw_outputs:
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                raise InvalidArgumentError(
+                    f"{rid}model '{model_name}': every requested output needs a 'name'"
+                )
+            outputs.append(item["name"])
+            output_parameters = item.get("parameters") or {}
+            if output_parameters.get("classification"):
+                raise InvalidArgumentError(
+                    f"{rid}model '{model_name}' output '{item['name']}': the classification extension is "
+                    "not supported by this server"
+                )
+            if "binary_data" in output_parameters:
+                binary[item["name"]] = bool(output_parameters["binary_data"])
+    where = f"{rid}model '{model_name}'"
+    request = InferRequest(
+        model_name=model_name,
+        model_version=model_version,
+        inputs=inputs,
+        request_id=request_id,
+        outputs=outputs,
+        priority=_int_parameter(parameters, "priority", where),
+        timeout_us=_int_parameter(parameters, "timeout", where),
+        received_ns=received_ns,
+    )
+    return request, OutputChoice(binary_default, binary)
+
+
+# --- inference responses --------------------------------------------------------------------------------
+
+
+def _json_data(array: np.ndarray[Any, Any], datatype: str, where: str) -> list[Any]:
+    if datatype == "BYTES":
+        try:
+            return [
+                item.decode("utf-8") if isinstance(item, bytes) else str(item) for item in array.reshape(-1)
+            ]
+        except UnicodeDecodeError:
+            raise InvalidArgumentError(
+                f"{where}: BYTES output is not UTF-8 text; request it with binary_data: true"
+            ) from None
+    if datatype == "BF16":
+        return array.reshape(-1).astype(np.float32).tolist()  # type: ignore[no-any-return]
+    return array.reshape(-1).tolist()  # type: ignore[no-any-return]
+
+
+def encode_infer_response(response: InferResponse, choice: OutputChoice) -> tuple[bytes, int | None]:
+    """The response body, and the JSON header length when binary outputs follow it."""
+    outputs: list[dict[str, Any]] = []
+    tails: list[bytes | memoryview] = []
+    for output in response.outputs:
+        entry: dict[str, Any] = {
+            "name": output.name,
+            "datatype": output.datatype,
+            "shape": list(output.shape),
+        }
+        if choice.is_binary(output.name):
+            data = dtypes.array_to_bytes(output.array, dtypes.from_name(output.datatype))
+            size = data.nbytes if isinstance(data, memoryview) else len(data)
+            entry["parameters"] = {"binary_data_size": size}
+            tails.append(data)
+        else:
+            entry["data"] = _json_data(
+                output.array, output.datatype, f"model '{response.model_name}' output '{output.name}'"
+            )
+        outputs.append(entry)
+    body: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
+    if response.request_id:
+        body["id"] = response.request_id
+    body["outputs"] = outputs
+    head = json.dumps(body, separators=(",", ":")).encode()
+    if not tails:
+        return head, None
+    return b"".join([head, *tails]), len(head)

@@ -1,0 +1,320 @@
+"""KServe v2 HTTP/REST frontend on aiohttp's low-level server, sharing the event loop with grpc.aio.
+
+A thin adapter like the gRPC one: route, call the data plane, render JSON, map errors through the one
+status table (bodies are ``{"error": "..."}``). aiohttp's low-level ``web.Server`` is used without
+its router or middlewares: the path is split once and matched by hand, which keeps the per-request
+cost to parsing (llhttp, in C) plus our own work. Request bodies are read once into one ``bytes``
+and binary tensors are sliced out of it without copies.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from sonic.errors import (
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    SonicError,
+    UnimplementedError,
+    http_status,
+)
+from sonic.protocol import http_json
+from sonic.server.dataplane import DataPlane
+from sonic.server.guard import CallKind, Guard
+from sonic.server.observe import TRACE_HEADERS
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+
+
+def _json_response(payload: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        body=json.dumps(payload, separators=(",", ":")).encode(), status=status, content_type=JSON
+    )
+
+
+def _error_response(exc: Exception) -> web.Response:
+    if isinstance(exc, SonicError):
+        error = exc
+    else:
+        log.exception("unexpected error", exc_info=exc)
+        error = InternalError(f"internal error: {exc!r}")
+    return _json_response({"error": error.message}, int(http_status(error)))
+
+
+def _health(ok: bool) -> web.Response:
+    # Triton answers 200 or 400 with an empty body; tritonclient only looks at the status.
+    return web.Response(status=200 if ok else 400)
+
+
+class _ConnectionLimitedServer(web.Server):
+    """aiohttp's low-level server, counting open connections per client address.
+
+    Connections over ``max_per_client`` are accepted but every request on them is answered 429 and
+    the connection closed, so the client learns why instead of seeing a reset.
+    """
+
+    def __init__(self, handler: Any, *, max_per_client: int, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self._max_per_client = max_per_client
+        self._open: dict[str, int] = {}
+        self._hosts: dict[object, str] = {}
+        self.refused: set[object] = set()  # transports over the limit
+
+    def connection_made(self, handler: Any, transport: Any) -> None:
+        super().connection_made(handler, transport)
+        peer = transport.get_extra_info("peername")
+        host = str(peer[0]) if peer else "unknown"
+        self._hosts[transport] = host
+        self._open[host] = self._open.get(host, 0) + 1
+        if self._open[host] > self._max_per_client:
+            self.refused.add(transport)
+
+    def connection_lost(self, handler: Any, exc: BaseException | None = None) -> None:
+        transport = handler.transport
+        host = self._hosts.pop(transport, None)
+        if host is not None:
+            self.refused.discard(transport)
+            self._open[host] -= 1
+            if not self._open[host]:
+                del self._open[host]
+        super().connection_lost(handler, exc)
+
+
+class HttpFrontend:
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        *,
+        max_message_bytes: int,
+        guard: Guard | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        max_connections_per_client: int | None = None,
+    ) -> None:
+        self._dataplane = dataplane
+        self._max_connections_per_client = max_connections_per_client
+        self._limited: _ConnectionLimitedServer | None = None
+        self._max_message_bytes = max_message_bytes
+        self._guard = guard
+        self._ssl_context = ssl_context
+        self._runner: web.ServerRunner | None = None
+        self.port = 0
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+
+    async def start(self, host: str, port: int, grace_s: float) -> int:
+        server: web.Server
+        if self._max_connections_per_client is not None:
+            server = self._limited = _ConnectionLimitedServer(
+                self._handle, max_per_client=self._max_connections_per_client, access_log=None
+            )
+        else:
+            server = web.Server(self._handle, access_log=None)
+        self._runner = web.ServerRunner(server, shutdown_timeout=grace_s)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, ssl_context=self._ssl_context, reuse_port=False)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop listening, let requests in flight finish (up to the grace time), close connections."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # --- dispatch -------------------------------------------------------------------------------------
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        received_ns = time.perf_counter_ns()
+        if self._limited is not None and request.transport in self._limited.refused:
+            response = _error_response(
+                ResourceExhaustedError(
+                    f"more than {self._max_connections_per_client} concurrent HTTP connections from this "
+                    "client; reuse connections (keep-alive)"
+                )
+            )
+            response.force_close()
+            return response
+        try:
+            parts = [unquote(p) for p in request.raw_path.split("?", 1)[0].split("/")[1:]]
+            if parts and parts[-1] == "":
+                parts.pop()
+            kind, handler = self._route(request.method, parts, request, received_ns)
+            if self._guard is not None:
+                peer = request.transport.get_extra_info("peername") if request.transport else None
+                address = str(peer[0]) if peer else "unknown"
+                client = f"{address}:{peer[1]}" if peer else "unknown"
+                self._guard.check(kind, request.headers.get("Authorization"), client, address)
+            return await handler()
+        except Exception as exc:  # noqa: BLE001  (mapped to a status by the one table)
+            return _error_response(exc)
+
+    def _route(
+        self, method: str, parts: list[str], request: web.BaseRequest, received_ns: int
+    ) -> tuple[CallKind, Callable[[], Awaitable[web.StreamResponse]]]:
+        if not parts or parts[0] != "v2":
+            raise NotFoundError(f"no such endpoint: {request.method} {request.path}")
+        parts = parts[1:]
+        if any(part in {".", ".."} or "/" in part for part in parts):
+            raise InvalidArgumentError(
+                f"invalid path {request.raw_path!r}: names are one path component, without '.' or '..'"
+            )
+        dp = self._dataplane
+
+        async def sync(result: Callable[[], web.StreamResponse]) -> web.StreamResponse:
+            return result()
+
+        def get(kind: CallKind, make: Callable[[], web.StreamResponse]) -> tuple[CallKind, Any]:
+            _expect(method, "GET", request)
+            return kind, lambda: sync(make)
+
+        if not parts:
+            return get(
+                CallKind.CONTROL, lambda: _json_response(http_json.message_to_json(dp.server_metadata()))
+            )
+        head = parts[0]
+        if head == "health" and len(parts) == 2 and parts[1] in {"live", "ready"}:
+            check = dp.server_live if parts[1] == "live" else dp.server_ready
+            return get(CallKind.HEALTH, lambda: _health(check()))
+        if head == "models" and parts[1:] == ["stats"]:
+            return get(
+                CallKind.CONTROL, lambda: _json_response(http_json.message_to_json(dp.model_statistics()))
+            )
+        if head == "models" and len(parts) >= 2:
+            name, rest = parts[1], parts[2:]
+            version = ""
+            if len(rest) >= 2 and rest[0] == "versions":
+                version, rest = rest[1], rest[2:]
+            action = rest[0] if len(rest) == 1 else ("" if not rest else None)
+            if action == "":
+                return get(
+                    CallKind.CONTROL,
+                    lambda: _json_response(http_json.message_to_json(dp.model_metadata(name, version))),
+                )
+            if action == "ready":
+                return get(CallKind.HEALTH, lambda: _health(dp.model_ready(name, version)))
+            if action == "config":
+                return get(
+                    CallKind.CONTROL,
+                    lambda: _json_response(http_json.message_to_json(dp.model_config(name, version).config)),
+                )
+            if action == "stats":
+                return get(
+                    CallKind.CONTROL,
+                    lambda: _json_response(http_json.message_to_json(dp.model_statistics(name, version))),
+                )
+            if action == "infer":
+                _expect(method, "POST", request)
+                return CallKind.INFER, lambda: self._infer(request, name, version, received_ns)
+        if head == "repository":
+            if parts[1:] == ["index"]:
+                _expect(method, "POST", request)
+                return CallKind.INDEX, lambda: self._repository_index(request)
+            if len(parts) == 4 and parts[1] == "models" and parts[3] in {"load", "unload"}:
+                _expect(method, "POST", request)
+                return CallKind.CONTROL, lambda: self._repository_action(request, parts[2], parts[3])
+        if head in {"systemsharedmemory", "cudasharedmemory"}:
+            raise UnimplementedError(f"the {head} extension is not available on this server's HTTP endpoint")
+        raise NotFoundError(f"no such endpoint: {request.method} {request.path}")
+
+    # --- handlers -------------------------------------------------------------------------------------
+
+    async def _read_body(self, request: web.BaseRequest) -> bytes:
+        limit = self._max_message_bytes
+        length = request.content_length
+        if length is not None and length > limit:
+            raise InvalidArgumentError(
+                f"request body of {length} bytes is over the server limit of {limit} bytes"
+            )
+        if length == 0:
+            return b""
+        if length is not None and "Content-Encoding" not in request.headers:
+            # One join of the received chunks: request.read() would copy them twice.
+            return await request.content.readexactly(length)
+        # Chunked, or compressed (aiohttp inflates gzip/deflate bodies, so Content-Length is not the size).
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := await request.content.readany():
+            size += len(chunk)
+            if size > limit:
+                raise InvalidArgumentError(f"request body is over the server limit of {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _json_body(self, request: web.BaseRequest) -> dict[str, Any]:
+        body = await self._read_body(request)
+        if not body.strip():
+            return {}
+        try:
+            payload = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InvalidArgumentError(f"request JSON cannot be parsed: {exc}") from None
+        if not isinstance(payload, dict):
+            msg = "request JSON must be an object"
+            raise InvalidArgumentError(msg)
+        return payload
+
+    async def _infer(
+        self, request: web.BaseRequest, name: str, version: str, received_ns: int
+    ) -> web.StreamResponse:
+        body = await self._read_body(request)
+        header_length = request.headers.get(http_json.HEADER_LENGTH)
+        try:
+            length = int(header_length) if header_length is not None else None
+        except ValueError:
+            raise InvalidArgumentError(
+                f"{http_json.HEADER_LENGTH} must be an integer, got {header_length!r}"
+            ) from None
+        infer_request, choice = http_json.decode_infer_request(body, length, name, version, received_ns)
+        if self._dataplane.wants_trace_context:
+            infer_request.trace_headers = {
+                k: v for k in TRACE_HEADERS if (v := request.headers.get(k)) is not None
+            }
+        response = await self._dataplane.infer(infer_request)
+        payload, json_length = http_json.encode_infer_response(response, choice)
+        if json_length is None:
+            return web.Response(body=payload, content_type=JSON)
+        return web.Response(
+            body=payload,
+            content_type="application/octet-stream",
+            headers={http_json.HEADER_LENGTH: str(json_length)},
+        )
+
+    async def _repository_index(self, request: web.BaseRequest) -> web.StreamResponse:
+        payload = await self._json_body(request)
+        index = self._dataplane.repository_index(bool(payload.get("ready", False)))
+        rows = [http_json.message_to_json(row) for row in index.models]
+        for row in rows:  # Triton leaves empty fields out of index rows
+            for key in ("version", "state", "reason"):
+                if not row.get(key):
+                    row.pop(key, None)
+        return _json_response(rows)
+
+    async def _repository_action(
+        self, request: web.BaseRequest, name: str, action: str
+    ) -> web.StreamResponse:
+        payload = await self._json_body(request)
+        parameters = payload.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise InvalidArgumentError(f"{action} of '{name}': 'parameters' must be an object")
+        if action == "load":
+            await self._dataplane.load_model(name, parameters)
+        else:
+            await self._dataplane.unload_model(name)
+        return web.Response(status=200)
+
+
+def _expect(method: str, wanted: str, request: web.BaseRequest) -> None:
+    if method != wanted:
+        raise NotFoundError(f"no such endpoint: {request.method} {request.path} (use {wanted})")

@@ -1,0 +1,273 @@
+"""The scheduler with a real in-process backend whose execution a test can hold and release."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from sonic.errors import UnavailableError
+from sonic.server.backends.base import Backend
+from sonic.server.batcher import BatchPolicy, ModelInstance, QueuePolicy, Scheduler, WorkItem
+from sonic.server.stats import ModelStats
+
+pytestmark = pytest.mark.unit
+
+
+class GatedDoubler(Backend):
+    """Doubles its input; each execution waits until the test opens the gate."""
+
+    name = "gated"
+    default_filename = "none"
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+        self.started = threading.Event()
+        self.batches: list[list[float]] = []  # first value of each merged row, per execution
+
+    def execute(
+        self, inputs: Mapping[str, npt.NDArray[Any]], output_names: Sequence[str]
+    ) -> dict[str, npt.NDArray[Any]]:
+        self.started.set()
+        self.gate.wait(timeout=30)
+        self.batches.append([float(row[0]) for row in inputs["x"]])
+        return {"y": inputs["x"] * 2}
+
+
+def _scheduler(policy: BatchPolicy, instances: int = 1) -> tuple[Scheduler, list[GatedDoubler]]:
+    backends = [GatedDoubler() for _ in range(instances)]
+    scheduler = Scheduler(
+        model_name="m",
+        policy=policy,
+        instances=[ModelInstance(f"m_{i}", b, ThreadPoolExecutor(1)) for i, b in enumerate(backends)],
+        output_names=["y"],
+        stats=ModelStats(),
+    )
+    scheduler.start()
+    return scheduler, backends
+
+
+def _item(value: float, rows: int = 1, width: int = 2, priority: int = 0, timeout_us: int = 0) -> WorkItem:
+    x = np.full((rows, width), value, dtype=np.float32)
+    return WorkItem(
+        inputs={"x": x},
+        batch_size=rows,
+        shape_key=(("x", x.shape[1:]),),
+        future=asyncio.get_running_loop().create_future(),
+        priority=priority,
+        timeout_us=timeout_us,
+    )
+
+
+DYNAMIC = BatchPolicy(max_batch_size=8, dynamic=True)
+
+
+async def _hold_first(scheduler: Scheduler, backend: GatedDoubler) -> asyncio.Task[Any]:
+    """Occupy the only instance with one request held at the gate; return its task."""
+    backend.gate.clear()
+    first = asyncio.create_task(scheduler.submit(_item(-1)))
+    assert await asyncio.to_thread(backend.started.wait, 10)
+    return first
+
+
+async def _until_queued(scheduler: Scheduler, count: int) -> None:
+    """Let the submit tasks just created run up to their enqueue."""
+    while scheduler.queued < count:  # noqa: ASYNC110  (one loop turn per task: no event to wait on)
+        await asyncio.sleep(0)
+
+
+async def test_merge_and_split() -> None:
+    scheduler, (backend,) = _scheduler(DYNAMIC)
+    first = await _hold_first(scheduler, backend)
+    tasks = [asyncio.create_task(scheduler.submit(_item(v, rows=2))) for v in (1, 2, 3)]
+    await _until_queued(scheduler, 3)
+    backend.gate.set()
+    results = await asyncio.gather(first, *tasks)
+    assert backend.batches == [[-1], [1, 1, 2, 2, 3, 3]]
+    for value, (outputs, timing) in zip((1, 2, 3), results[1:], strict=True):
+        np.testing.assert_array_equal(outputs["y"], np.full((2, 2), value * 2, dtype=np.float32))
+        assert timing.queue_ns > 0
+    await scheduler.close(5)
+
+
+async def test_max_batch_size_never_splits_a_request() -> None:
+    scheduler, (backend,) = _scheduler(DYNAMIC)
+    first = await _hold_first(scheduler, backend)
+    tasks = [asyncio.create_task(scheduler.submit(_item(v, rows=3))) for v in range(5)]
+    await _until_queued(scheduler, 5)
+    backend.gate.set()
+    await asyncio.gather(first, *tasks)
+    assert [len(b) for b in backend.batches[1:]] == [6, 6, 3]  # 3+3 fit in 8, a third would not
+    await scheduler.close(5)
+
+
+async def test_priorities() -> None:
+    policy = BatchPolicy(
+        max_batch_size=1, dynamic=True, default_priority_level=2, queue_policies=(QueuePolicy(),) * 2
+    )
+    scheduler, (backend,) = _scheduler(policy)
+    first = await _hold_first(scheduler, backend)
+    low = [asyncio.create_task(scheduler.submit(_item(v, priority=2))) for v in (10, 11)]
+    high = asyncio.create_task(scheduler.submit(_item(99, priority=1)))
+    await _until_queued(scheduler, 3)
+    backend.gate.set()
+    await asyncio.gather(first, high, *low)
+    assert backend.batches == [[-1], [99], [10], [11]]
+    await scheduler.close(5)
+
+
+async def test_queue_limit() -> None:
+    scheduler, (backend,) = _scheduler(
+        BatchPolicy(max_batch_size=8, dynamic=True, queue_policies=(QueuePolicy(max_queue_size=2),))
+    )
+    first = await _hold_first(scheduler, backend)
+    queued = [asyncio.create_task(scheduler.submit(_item(v))) for v in (1, 2)]
+    await _until_queued(scheduler, 2)
+    with pytest.raises(UnavailableError, match="Exceeds maximum queue size"):
+        await scheduler.submit(_item(3))
+    backend.gate.set()
+    await asyncio.gather(first, *queued)
+    await scheduler.close(5)
+
+
+async def test_timeout_rejects_and_override_only_shortens() -> None:
+    policy = BatchPolicy(
+        max_batch_size=8,
+        dynamic=True,
+        queue_policies=(QueuePolicy(default_timeout_us=5_000_000, allow_timeout_override=True),),
+    )
+    scheduler, (backend,) = _scheduler(policy)
+    first = await _hold_first(scheduler, backend)
+    with pytest.raises(UnavailableError, match="timeout"):
+        await scheduler.submit(_item(1, timeout_us=2_000))
+    backend.gate.set()
+    await first
+    assert backend.batches == [[-1]]  # the timed-out request never ran
+    await scheduler.close(5)
+
+
+async def test_delay_timeout_moves_request_behind_others() -> None:
+    policy = BatchPolicy(
+        max_batch_size=1,
+        dynamic=True,
+        queue_policies=(
+            QueuePolicy(default_timeout_us=1_000, delay_on_timeout=True, allow_timeout_override=True),
+        ),
+    )
+    scheduler, (backend,) = _scheduler(policy)
+    first = await _hold_first(scheduler, backend)
+    delayed = asyncio.create_task(scheduler.submit(_item(1)))
+    await asyncio.sleep(0.02)  # let its 1 ms timeout pass
+    fresh = asyncio.create_task(scheduler.submit(_item(2, timeout_us=10_000_000)))
+    await _until_queued(scheduler, 1)
+    backend.gate.set()
+    await asyncio.gather(first, delayed, fresh)
+    assert backend.batches == [[-1], [2], [1]]
+    await scheduler.close(5)
+
+
+async def test_queue_delay_gathers_a_batch() -> None:
+    scheduler, (backend,) = _scheduler(
+        BatchPolicy(max_batch_size=8, dynamic=True, max_queue_delay_us=200_000)
+    )
+    tasks = []
+    for value in (1, 2, 3):
+        tasks.append(asyncio.create_task(scheduler.submit(_item(value))))
+        await asyncio.sleep(0.005)
+    await asyncio.gather(*tasks)
+    assert backend.batches == [[1, 2, 3]]
+    await scheduler.close(5)
+
+
+async def test_preferred_size_dispatches_without_waiting_for_the_delay() -> None:
+    policy = BatchPolicy(
+        max_batch_size=8, dynamic=True, preferred_batch_sizes=(4,), max_queue_delay_us=60_000_000
+    )
+    scheduler, (backend,) = _scheduler(policy)
+    tasks = [asyncio.create_task(scheduler.submit(_item(v))) for v in range(4)]
+    await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+    assert backend.batches == [[0, 1, 2, 3]]
+    await scheduler.close(5)
+
+
+async def test_different_variable_dims_are_not_merged() -> None:
+    scheduler, (backend,) = _scheduler(DYNAMIC)
+    first = await _hold_first(scheduler, backend)
+    tasks = [asyncio.create_task(scheduler.submit(_item(v, width=2 + v % 2))) for v in range(4)]
+    await _until_queued(scheduler, 4)
+    backend.gate.set()
+    results = await asyncio.gather(first, *tasks)
+    assert all(len(batch) == 1 for batch in backend.batches[1:])  # shapes alternate: nothing merges
+    for value, (outputs, _) in zip(range(4), results[1:], strict=True):
+        assert outputs["y"].shape == (1, 2 + value % 2)
+    await scheduler.close(5)
+
+
+async def test_no_dynamic_batching_runs_requests_one_by_one() -> None:
+    scheduler, (backend,) = _scheduler(BatchPolicy(max_batch_size=8))
+    first = await _hold_first(scheduler, backend)
+    tasks = [asyncio.create_task(scheduler.submit(_item(v))) for v in (1, 2)]
+    await _until_queued(scheduler, 2)
+    backend.gate.set()
+    await asyncio.gather(first, *tasks)
+    assert backend.batches == [[-1], [1], [2]]
+    await scheduler.close(5)
+
+
+async def test_preserve_ordering_across_instances() -> None:
+    scheduler, backends = _scheduler(
+        BatchPolicy(max_batch_size=1, dynamic=True, preserve_ordering=True), instances=2
+    )
+    backends[0].gate.clear()  # the first request lands on instance 0 and is held
+    done: list[int] = []
+
+    async def submit(value: int) -> None:
+        await scheduler.submit(_item(value))
+        done.append(value)
+
+    slow = asyncio.create_task(submit(1))
+    assert await asyncio.to_thread(backends[0].started.wait, 10)
+    fast = asyncio.create_task(submit(2))
+    assert await asyncio.to_thread(backends[1].started.wait, 10)
+    await asyncio.sleep(0.05)  # time for the second result to come back to the loop
+    assert done == []  # the second finished executing but must wait for the first
+    backends[0].gate.set()
+    await asyncio.gather(slow, fast)
+    assert done == [1, 2]
+    await scheduler.close(5)
+
+
+async def test_cancelled_request_is_dropped_from_the_queue() -> None:
+    scheduler, (backend,) = _scheduler(DYNAMIC)
+    first = await _hold_first(scheduler, backend)
+    cancelled = asyncio.create_task(scheduler.submit(_item(7)))
+    kept = asyncio.create_task(scheduler.submit(_item(8)))
+    await _until_queued(scheduler, 2)
+    cancelled.cancel()
+    await asyncio.sleep(0)
+    assert scheduler.queued == 1
+    backend.gate.set()
+    await asyncio.gather(first, kept)
+    assert backend.batches == [[-1], [8]]
+    await scheduler.close(5)
+
+
+async def test_close_fails_nothing_that_was_queued() -> None:
+    scheduler, (backend,) = _scheduler(DYNAMIC)
+    first = await _hold_first(scheduler, backend)
+    queued = asyncio.create_task(scheduler.submit(_item(1)))
+    await _until_queued(scheduler, 1)
+    closing = asyncio.create_task(scheduler.close(10))
+    await asyncio.sleep(0)
+    with pytest.raises(UnavailableError, match="unloading"):
+        await scheduler.submit(_item(2))
+    backend.gate.set()
+    await asyncio.gather(first, queued, closing)
+    assert backend.batches == [[-1], [1]]

@@ -1,0 +1,187 @@
+"""Units of the guard (tokens, rate limit) and of the HTTP body codec."""
+
+from __future__ import annotations
+
+import json
+import time
+from http import HTTPStatus
+
+import grpc
+import jwt
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+from tritonclient.grpc import service_pb2
+
+from sonic.errors import (
+    InvalidArgumentError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    UnauthenticatedError,
+    grpc_status,
+    http_status,
+)
+from sonic.protocol.http_json import decode_infer_request, encode_infer_response, message_to_json
+from sonic.server.config import AuthConfig
+from sonic.server.frontends.grpc import peer_host
+from sonic.server.guard import RateLimiter, TokenVerifier
+from sonic.server.types import InferResponse, OutputTensor
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "status"),
+    [
+        (UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED, HTTPStatus.UNAUTHORIZED),
+        (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED, HTTPStatus.FORBIDDEN),
+        (ResourceExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED, HTTPStatus.TOO_MANY_REQUESTS),
+    ],
+)
+def test_error_table_rows(error: type[Exception], code: grpc.StatusCode, status: HTTPStatus) -> None:
+    instance = error("x")
+    assert grpc_status(instance) is code  # type: ignore[arg-type]
+    assert http_status(instance) is status  # type: ignore[arg-type]
+
+
+def test_static_tokens() -> None:
+    verifier = TokenVerifier(AuthConfig(tokens=frozenset({"alpha", "beta"})))
+    verifier.verify("Bearer alpha")
+    verifier.verify("bearer beta")
+    for header in (None, "", "alpha", "Basic alpha", "Bearer ", "Bearer alph", "Bearer alphaa"):
+        with pytest.raises(UnauthenticatedError):
+            verifier.verify(header)
+
+
+def test_jwt_with_local_key_set(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    key = ec.generate_private_key(ec.SECP256R1())
+    jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(key.public_key()))
+    jwk.update({"kid": "k1", "alg": "ES256"})
+    path = tmp_path / "jwks.json"
+    path.write_text(json.dumps({"keys": [jwk]}))
+    now = [time.time()]
+    verifier = TokenVerifier(
+        AuthConfig(jwks_path=path, jwt_audience="sonic", jwt_issuer="site"), clock=lambda: now[0]
+    )
+
+    def token(**claims: object) -> str:
+        body = {"aud": "sonic", "iss": "site", "exp": int(time.time()) + 60} | claims
+        return jwt.encode(body, key, algorithm="ES256", headers={"kid": "k1"})
+
+    good = token()
+    verifier.verify(f"Bearer {good}")
+    verifier.verify(f"Bearer {good}")  # the cached verification answers the same
+    for bad in (
+        token(aud="other"),
+        token(iss="elsewhere"),
+        token(exp=int(time.time()) - 10),
+        good[:-4] + "AAAA",
+    ):
+        with pytest.raises(UnauthenticatedError):
+            verifier.verify(f"Bearer {bad}")
+    now[0] += 120  # past the cached token's expiry: it is refused again
+    with pytest.raises(UnauthenticatedError):
+        verifier.verify(f"Bearer {good}")
+
+
+def test_rate_limiter_refills() -> None:
+    now = [0.0]
+    limiter = RateLimiter(2.0, 3, clock=lambda: now[0])
+    for _ in range(3):
+        limiter.take("10.0.0.1")
+    with pytest.raises(ResourceExhaustedError, match=r"10\.0\.0\.1"):
+        limiter.take("10.0.0.1")
+    limiter.take("10.0.0.2")  # buckets are per address
+    now[0] += 0.5  # one token back at 2/s
+    limiter.take("10.0.0.1")
+    with pytest.raises(ResourceExhaustedError):
+        limiter.take("10.0.0.1")
+
+
+def test_peer_host() -> None:
+    assert peer_host("ipv4:127.0.0.1:50512") == "127.0.0.1"
+    assert peer_host("ipv6:%5B::1%5D:50512") == "::1"
+    assert peer_host("unix:/tmp/socket") == "unix:/tmp/socket"
+
+
+def _binary_body(header: dict[str, object], *tensors: bytes) -> tuple[bytes, int]:
+    head = json.dumps(header).encode()
+    return head + b"".join(tensors), len(head)
+
+
+def test_decode_binary_inputs_are_views() -> None:
+    a = np.arange(4, dtype=np.float32)
+    header = {
+        "id": "r7",
+        "parameters": {"binary_data_output": True, "priority": 2},
+        "inputs": [
+            {"name": "A", "shape": [4], "datatype": "FP32", "parameters": {"binary_data_size": 16}},
+            {"name": "B", "shape": [2, 2], "datatype": "INT32", "data": [[1, 2], [3, 4]]},
+        ],
+        "outputs": [{"name": "Y", "parameters": {"binary_data": False}}, {"name": "Z"}],
+    }
+    body, length = _binary_body(header, a.tobytes())
+    request, choice = decode_infer_request(body, length, "m", "", 0)
+    assert request.request_id == "r7"
+    assert request.priority == 2
+    assert isinstance(request.inputs[0].raw, memoryview)
+    assert request.inputs[0].raw.obj is body  # a slice of the received body, not a copy
+    assert request.inputs[1].array is not None
+    assert request.inputs[1].array.tolist() == [[1, 2], [3, 4]]
+    assert request.outputs == ["Y", "Z"]
+    assert not choice.is_binary("Y")
+    assert choice.is_binary("Z")
+
+
+@pytest.mark.parametrize(
+    ("header", "tail", "length_delta", "fragment"),
+    [
+        ({"inputs": [{"name": "A", "shape": [4], "datatype": "FP32", "parameters": {"binary_data_size": 16}}]},
+         b"\0" * 8, 0, "runs past the end"),
+        ({"inputs": [{"name": "A", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}, b"\0" * 3, 0, "left over"),
+        ({"inputs": [{"name": "A", "shape": "2", "datatype": "FP32", "data": [1, 2]}]}, b"", 0, "'shape'"),
+        ({"inputs": [{"name": "A", "shape": [2], "datatype": "FP32"}]}, b"", 0, "neither 'data'"),
+        ({"inputs": [{"name": "A", "shape": [3], "datatype": "FP32", "data": [1, 2]}]}, b"", 0, "expected 3"),
+        ({"inputs": []}, b"", 10_000, "Inference-Header-Content-Length"),
+        ({"outputs": []}, b"", 0, "no 'inputs'"),
+        ({"inputs": [], "outputs": [{"name": "Y", "parameters": {"classification": 3}}]}, b"", 0, "classification"),
+    ],
+)  # fmt: skip
+def test_decode_errors(header: dict[str, object], tail: bytes, length_delta: int, fragment: str) -> None:
+    body, length = _binary_body(header, tail)
+    with pytest.raises(InvalidArgumentError, match=fragment):
+        decode_infer_request(body, length + length_delta, "m", "", 0)
+
+
+def test_encode_mixed_outputs() -> None:
+    response = InferResponse(
+        "m",
+        "1",
+        "r1",
+        [
+            OutputTensor("Y", "FP32", (2,), np.array([1.5, 2.5], np.float32)),
+            OutputTensor("S", "BYTES", (1,), np.array([b"muon"], dtype=np.object_)),
+        ],
+    )
+    from sonic.protocol.http_json import OutputChoice  # noqa: PLC0415
+
+    body, length = encode_infer_response(response, OutputChoice(False, {"Y": True}))
+    assert length is not None
+    header = json.loads(body[:length])
+    assert header["outputs"][0]["parameters"] == {"binary_data_size": 8}
+    assert header["outputs"][1]["data"] == ["muon"]
+    assert np.frombuffer(body[length:], np.float32).tolist() == [1.5, 2.5]
+    body, length = encode_infer_response(response, OutputChoice(False, {}))
+    assert length is None
+    assert json.loads(body)["outputs"][0]["data"] == [1.5, 2.5]
+
+
+def test_message_to_json_keeps_numbers_and_zeros() -> None:
+    message = service_pb2.ModelMetadataResponse(name="m", versions=["1"])
+    message.inputs.add(name="X", datatype="FP32", shape=[-1, 16])
+    out = message_to_json(message)
+    assert out["inputs"][0]["shape"] == [-1, 16]
+    stats = service_pb2.ModelStatistics(name="m", version="1")
+    stats.inference_stats.success.count = 0
+    assert message_to_json(stats)["inference_stats"]["success"] == {"count": 0, "ns": 0}
+    assert message_to_json(stats)["execution_count"] == 0

@@ -1,0 +1,131 @@
+"""Model lifecycle through the manager itself: poll mode, several repositories, reloads."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sonic.errors import ModelConfigError, NotFoundError, UnavailableError
+from sonic.models.simple import IDENTITY_CONFIG, identity_model
+from sonic.server.batcher import BatchPolicy, ModelInstance, Scheduler, WorkItem
+from sonic.server.config import ServerConfig
+from sonic.server.manager import ModelManager
+from sonic.server.stats import ModelStats
+from sonic.server.types import InferRequest, InputTensor
+
+pytestmark = pytest.mark.unit
+
+
+def _identity(root: Path, name: str = "identity", versions: tuple[int, ...] = (1,)) -> Path:
+    for version in versions:
+        identity_model(root / name / str(version) / "model.onnx")
+    (root / name / "config.pbtxt").write_text(IDENTITY_CONFIG.replace('name: "identity"', f'name: "{name}"'))
+    return root / name
+
+
+def _request(model: str, value: float) -> InferRequest:
+    data = np.full((1, 16), value, dtype=np.float32)
+    return InferRequest(model, "", [InputTensor("INPUT0", "FP32", (1, 16), raw=data.tobytes())])
+
+
+async def test_poll_loads_new_reloads_changed_and_unloads_removed(tmp_path: Path) -> None:
+    manager = ModelManager(ServerConfig(model_repositories=(tmp_path,)))
+    await manager.poll()
+    assert manager.loaded_models() == []
+    _identity(tmp_path, "first")
+    await manager.poll()
+    assert manager.loaded_models() == ["first"]
+    response = await manager.get("first").infer(_request("first", 3.0))
+    np.testing.assert_array_equal(response.outputs[0].array, np.full((1, 16), 3.0, dtype=np.float32))
+    identity_model(tmp_path / "first" / "2" / "model.onnx")  # a new version folder
+    await manager.poll()
+    assert manager.get("first").version == 2
+    shutil.rmtree(tmp_path / "first")
+    await manager.poll()
+    assert manager.loaded_models() == []
+    with pytest.raises(UnavailableError):
+        manager.get("first")
+    await manager.close()
+
+
+async def test_poll_does_not_retry_a_broken_model_until_it_changes(tmp_path: Path) -> None:
+    manager = ModelManager(ServerConfig(model_repositories=(tmp_path,)))
+    model_dir = _identity(tmp_path, "m")
+    (model_dir / "config.pbtxt").write_text("max_batch_size: oops")
+    await manager.poll()
+    row = next(r for r in manager.index(ready_only=False) if r.name == "m")
+    assert row.state == "UNAVAILABLE"
+    assert "config.pbtxt:1" in row.reason
+    (model_dir / "config.pbtxt").write_text(IDENTITY_CONFIG.replace('"identity"', '"m"'))
+    await manager.poll()
+    assert manager.loaded_models() == ["m"]
+    await manager.close()
+
+
+async def test_several_repositories_and_name_conflicts(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    _identity(first, "only_a")
+    _identity(second, "only_b")
+    _identity(first, "both")
+    _identity(second, "both")
+    manager = ModelManager(ServerConfig(model_repositories=(first, second)))
+    await manager.load_all()
+    assert sorted(manager.loaded_models()) == ["only_a", "only_b"]
+    both = next(r for r in manager.index(ready_only=False) if r.name == "both")
+    assert "more than one repository" in both.reason
+    with pytest.raises(ModelConfigError, match="more than one repository"):
+        await manager.load("both")
+    with pytest.raises(NotFoundError):
+        await manager.load("nowhere")
+    await manager.close()
+
+
+async def test_reload_keeps_serving_while_new_version_loads(tmp_path: Path) -> None:
+    _identity(tmp_path, "m")
+    manager = ModelManager(ServerConfig(model_repositories=(tmp_path,)))
+    await manager.load("m")
+    old = manager.get("m")
+    reload = asyncio.create_task(manager.load("m"))
+    response = await old.infer(_request("m", 1.0))  # the old version still answers during the reload
+    await reload
+    assert manager.get("m") is not old
+    assert response.outputs[0].array.shape == (1, 16)
+    await manager.close()
+
+
+async def test_instance_group_runs_instances_concurrently() -> None:
+    """Two instances: two requests execute at the same time (both held in execute together)."""
+    barrier = threading.Barrier(2, timeout=10)
+
+    class Meeting:
+        name = "meeting"
+
+        def execute(self, inputs, output_names):  # type: ignore[no-untyped-def]
+            barrier.wait()  # only returns when both instances are inside execute at once
+            return {"y": inputs["x"]}
+
+        def close(self) -> None:
+            pass
+
+    instances = [ModelInstance(f"m_{i}", Meeting(), ThreadPoolExecutor(1)) for i in range(2)]  # type: ignore[arg-type]
+    scheduler = Scheduler(
+        model_name="m",
+        policy=BatchPolicy(max_batch_size=4),
+        instances=instances,
+        output_names=["y"],
+        stats=ModelStats(),
+    )
+    scheduler.start()
+    loop = asyncio.get_running_loop()
+    items = [
+        WorkItem(inputs={"x": np.ones((1, 2))}, batch_size=1, shape_key=(), future=loop.create_future())
+        for _ in range(2)
+    ]
+    await asyncio.wait_for(asyncio.gather(*(scheduler.submit(i) for i in items)), timeout=20)
+    await scheduler.close(5)

@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tritonclient.grpc import model_config_pb2
+
+from sonic.errors import ModelConfigError
+from sonic.models.simple import identity_model
+from sonic.protocol.model_config import fill_defaults, parse_config_text, validate_config
+from sonic.server.backends.onnxruntime import OnnxRuntimeBackend
+from sonic.server.repository import select_versions
+
+pytestmark = pytest.mark.unit
+
+GOOD = """
+name: "m"
+max_batch_size: 8
+input [ { name: "x" data_type: TYPE_FP32 dims: [ -1, 4 ] } ]
+output [ { name: "y" data_type: TYPE_INT64 dims: [ 1 ] reshape: { shape: [ ] } } ]
+dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 100 }
+"""
+
+
+def test_parse_and_validate() -> None:
+    config = parse_config_text(GOOD, "m/config.pbtxt")
+    spec = validate_config(config)
+    assert spec.max_batch_size == 8
+    assert spec.inputs["x"].dims == (-1, 4)
+    assert spec.inputs["x"].has_variable_dims
+    assert spec.outputs["y"].model_dims == ()
+
+
+def test_syntax_error_names_file_and_line() -> None:
+    with pytest.raises(ModelConfigError, match=r"m/config.pbtxt:3:\d+"):
+        parse_config_text('name: "m"\nmax_batch_size: 8\ninput [ { nam: "x" } ]\n', "m/config.pbtxt")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            'max_batch_size: 0\ninput [{name:"x" data_type: TYPE_FP32 dims:[1]}]\noutput [{name:"y" data_type: TYPE_FP32 dims:[1]}]\ndynamic_batching {}',
+            "needs max_batch_size > 0",
+        ),
+        (
+            'max_batch_size: 4\ninput [{name:"x" data_type: TYPE_FP32 dims:[1]}]\noutput [{name:"y" data_type: TYPE_FP32 dims:[1]}]\ndynamic_batching { preferred_batch_size: [8] }',
+            "preferred_batch_size 8",
+        ),
+        (
+            'input [{name:"x" dims:[1]}]\noutput [{name:"y" data_type: TYPE_FP32 dims:[1]}]',
+            "has no data_type",
+        ),
+        (
+            'input [{name:"x" data_type: TYPE_FP32 dims:[0]}]\noutput [{name:"y" data_type: TYPE_FP32 dims:[1]}]',
+            "invalid dims",
+        ),
+        (
+            'input [{name:"x" data_type: TYPE_FP32 dims:[1]}, {name:"x" data_type: TYPE_FP32 dims:[1]}]\noutput [{name:"y" data_type: TYPE_FP32 dims:[1]}]',
+            "declared twice",
+        ),
+        ('output [{name:"y" data_type: TYPE_FP32 dims:[1]}]', "declares no input"),
+    ],
+    ids=["batching-without-batch", "preferred-too-big", "no-dtype", "zero-dim", "duplicate", "no-input"],
+)
+def test_inconsistent_configs(text: str, message: str) -> None:
+    with pytest.raises(ModelConfigError, match=message):
+        validate_config(parse_config_text(text, "c"))
+
+
+def test_auto_complete_from_onnx_signature(tmp_path: Path) -> None:
+    identity_model(tmp_path / "model.onnx", dims=(3, 5))
+    config = model_config_pb2.ModelConfig(name="auto")
+    OnnxRuntimeBackend.auto_complete_config(config, tmp_path / "model.onnx")
+    fill_defaults(config, default_filename="model.onnx", gpu_count=0)
+    assert config.max_batch_size == 4
+    assert [list(i.dims) for i in config.input] == [[3, 5]]
+    assert config.input[0].data_type == model_config_pb2.TYPE_FP32
+    assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
+    assert config.instance_group[0].name == "auto_0"
+    assert config.version_policy.latest.num_versions == 1
+
+
+def test_auto_complete_keeps_declared_max_batch_size_zero(tmp_path: Path) -> None:
+    identity_model(tmp_path / "model.onnx")
+    config = parse_config_text('name: "m"\ninput [{name:"INPUT0" data_type: TYPE_FP32 dims:[-1, 16]}]', "c")
+    OnnxRuntimeBackend.auto_complete_config(config, tmp_path / "model.onnx")
+    assert config.max_batch_size == 0
+    assert [list(o.dims) for o in config.output] == [[-1, 16]]
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("", [5]),
+        ("latest { num_versions: 2 }", [3, 5]),
+        ("all { }", [1, 3, 5]),
+        ("specific { versions: [1, 3] }", [1, 3]),
+    ],
+)
+def test_version_policy(policy: str, expected: list[int]) -> None:
+    config = parse_config_text(f"version_policy {{ {policy} }}" if policy else "", "c")
+    assert select_versions(config.version_policy, [1, 3, 5]) == expected
+
+
+def test_specific_version_missing() -> None:
+    config = parse_config_text("version_policy { specific { versions: [2] } }", "c")
+    with pytest.raises(ModelConfigError, match=r"version\(s\) \[2\]"):
+        select_versions(config.version_policy, [1, 3])
