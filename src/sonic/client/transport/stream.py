@@ -106,7 +106,20 @@ class InferStream:
             async with self._write_lock:
                 if self.broken is not None:
                     raise self.broken
-                await self._call.write(payload)
+                try:
+                    await self._call.write(payload)
+                except (aio.AioRpcError, asyncio.InvalidStateError):
+                    raise
+                except Exception as exc:
+                    # grpc raises its private ExecuteBatchError when the peer died mid-write: whatever
+                    # the type, a failed write leaves the stream unusable for every request on it.
+                    error = ConnectionLostError(
+                        f"inference stream broke while writing: {exc!r}",
+                        status="UNAVAILABLE",
+                        server=self._address,
+                    )
+                    self._fail(error)
+                    raise error from exc
             if deadline is None:
                 return await future
             result = await asyncio.wait_for(future, max(0.0, deadline - loop.time()))
