@@ -1,33 +1,26 @@
-"""Shared pieces of the benchmark scripts: a lean gRPC load generator, latency statistics, RSS."""
+"""Shared pieces of the benchmark scripts: the ``sonic perf`` load generator in one-window form, RSS, results."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import platform
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
 import numpy as np
-from tritonclient.grpc import service_pb2
+
+from sonic.perf.engine import LoadGenerator, LoadLevel, MeasurementConfig
+from sonic.perf.transport import GrpcTransport, encode_infer_request
 
 RESULTS = Path(__file__).parent / "results"
-MAX_MESSAGE = 2**31 - 1
-INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 
 
 def infer_request_bytes(model: str, inputs: dict[str, np.ndarray], datatypes: dict[str, str]) -> bytes:
     """A serialized ModelInferRequest, built once and sent many times."""
-    request = service_pb2.ModelInferRequest(model_name=model)
-    for name, array in inputs.items():
-        request.inputs.add(name=name, datatype=datatypes[name], shape=list(array.shape))
-        request.raw_input_contents.append(np.ascontiguousarray(array).tobytes())
-    return request.SerializeToString()
+    return encode_infer_request(model, "", inputs, datatypes)
 
 
 @dataclass
@@ -43,61 +36,32 @@ class LoadResult:
     mean_ms: float
 
 
-def summarize(latencies_s: list[float], seconds: float, concurrency: int, batch: int) -> LoadResult:
-    ordered = sorted(latencies_s)
-
-    def pct(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
-
-    rate = len(ordered) / seconds
-    return LoadResult(
-        concurrency=concurrency,
-        requests=len(ordered),
-        seconds=round(seconds, 3),
-        requests_per_s=round(rate, 1),
-        inferences_per_s=round(rate * batch, 1),
-        p50_ms=round(pct(0.50), 3),
-        p90_ms=round(pct(0.90), 3),
-        p99_ms=round(pct(0.99), 3),
-        mean_ms=round(statistics.fmean(ordered) * 1000, 3),
-    )
-
-
 async def grpc_load(
     address: str, payload: bytes, *, concurrency: int, batch: int, duration_s: float, warmup_s: float
 ) -> LoadResult:
-    """Closed loop: ``concurrency`` callers each send the next request when the previous returns.
+    """Closed loop with ``concurrency`` callers: one window of ``duration_s`` after ``warmup_s`` of load.
 
-    Throughput counts completions inside the measurement window; latencies are those of the requests
-    completed in it. Calls still in flight at the end are cancelled (the server drops them).
+    The engine of ``sonic perf`` (src/sonic/perf/engine.py) with a single window, so the benchmark
+    scripts and the CLI measure the same way.
     """
-    options = [
-        ("grpc.max_send_message_length", MAX_MESSAGE),
-        ("grpc.max_receive_message_length", MAX_MESSAGE),
-    ]
-    async with grpc.aio.insecure_channel(address, options=options) as channel:
-        call = channel.unary_unary(INFER_METHOD)
-        loop = asyncio.get_running_loop()
-        measure_from = loop.time() + warmup_s
-        stop_at = measure_from + duration_s
-        latencies: list[float] = []
-
-        async def caller() -> None:
-            while True:
-                sent = loop.time()
-                await call(payload)
-                done = loop.time()
-                if measure_from <= done <= stop_at:
-                    latencies.append(done - sent)
-
-        callers = [asyncio.create_task(caller()) for _ in range(concurrency)]
-        await asyncio.sleep(stop_at - loop.time())
-        for task in callers:
-            task.cancel()
-        await asyncio.gather(*callers, return_exceptions=True)
-        if not latencies:
-            raise RuntimeError(f"no request completed in the {duration_s} s window; make it longer")
-        return summarize(latencies, duration_s, concurrency, batch)
+    measurement = MeasurementConfig(window_s=duration_s, stable_windows=1, max_windows=1, warmup_s=warmup_s)
+    async with GrpcTransport(address, model="") as transport:
+        generator = LoadGenerator(transport, [payload], batch_size=batch, measurement=measurement)
+        result = await generator.run(LoadLevel(concurrency=concurrency))
+    if not result.requests:
+        raise RuntimeError(f"no request completed in the {duration_s} s window; make it longer")
+    latency = result.latency
+    return LoadResult(
+        concurrency=concurrency,
+        requests=result.requests,
+        seconds=round(result.duration_s, 3),
+        requests_per_s=round(result.requests_per_s, 1),
+        inferences_per_s=round(result.inferences_per_s, 1),
+        p50_ms=round(latency.p50_us / 1000, 3),
+        p90_ms=round(latency.p90_us / 1000, 3),
+        p99_ms=round(latency.p99_us / 1000, 3),
+        mean_ms=round(latency.mean_us / 1000, 3),
+    )
 
 
 def peak_rss_mb(pid: int) -> float:

@@ -132,6 +132,7 @@ class ServerProcess:
                     process.kill()
             return process.wait()
         finally:
+            # Closed on every path: an open pipe left to the garbage collector is a ResourceWarning.
             if process.stdout is not None:
                 process.stdout.close()
 

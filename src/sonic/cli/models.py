@@ -16,6 +16,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     build = actions.add_parser("build", help="export models to ONNX and write a model repository")
     build.add_argument("--out", type=Path, default=Path("model_repository"), help="repository folder")
     build.add_argument("--models", nargs="+", default=None, metavar="NAME", help="subset (default: all)")
+    build.add_argument(
+        "--torchscript",
+        action="store_true",
+        help="also write NAME_torchscript TorchScript variants for a pytorch backend",
+    )
     build.set_defaults(run=run_build)
     listing = actions.add_parser("list", help="list the reference models")
     listing.set_defaults(run=run_list)
@@ -24,7 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def run_build(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:
-        paths = build_repository(args.out, args.models)
+        paths = build_repository(args.out, args.models, torchscript=args.torchscript)
     except (KeyError, ImportError) as exc:
         print(f"sonic models build: {exc.args[0]}")
         return 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -230,6 +231,21 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     )
 
 
+def _stdout_to_log() -> None:
+    """Send file descriptor 1 to stderr (the log) once the ready line is out.
+
+    Launchers read stdout only up to the ready line and then leave the pipe unread, so model code
+    that prints while serving (Python models, C libraries writing to fd 1) would fill the pipe and
+    block the server. Triton, likewise, puts model output in its log.
+    """
+    try:
+        stdout, stderr = sys.stdout.fileno(), sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced streams (in-process callers): leave them
+        return
+    sys.stdout.flush()
+    os.dup2(stderr, stdout)
+
+
 async def serve(config: ServerConfig) -> None:
     server = Server(config)
     stop = asyncio.Event()
@@ -239,6 +255,7 @@ async def serve(config: ServerConfig) -> None:
     try:
         await server.start()
         print(server.ready_line, flush=True)
+        _stdout_to_log()
         await stop.wait()
         log.info("shutdown requested: draining requests in flight")
     finally:

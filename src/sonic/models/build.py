@@ -1,7 +1,7 @@
-"""Export reference models to ONNX and write them as a Triton model repository.
+"""Export reference models to ONNX (or write their own file) as a Triton model repository.
 
-Existing files are reused when their stamp (model name and recipe version) matches, so tests and
-demos build each model once.
+Existing files are reused when their stamp (model name, recipe version, opset) matches, so tests,
+benchmarks and demos build each model once.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sonic.models.torchscript import torchscript_variant
 from sonic.models.zoo import ReferenceModel, registry
 
 OPSET = 17
@@ -24,7 +25,7 @@ def _stamp(model: ReferenceModel) -> dict[str, object]:
 
 def is_up_to_date(model: ReferenceModel, model_dir: Path) -> bool:
     stamp = model_dir / STAMP
-    if not (stamp.is_file() and (model_dir / "1" / "model.onnx").is_file()):
+    if not (stamp.is_file() and (model_dir / "1" / model.filename).is_file()):
         return False
     try:
         return bool(json.loads(stamp.read_text()) == _stamp(model))
@@ -33,6 +34,8 @@ def is_up_to_date(model: ReferenceModel, model_dir: Path) -> bool:
 
 
 def export_onnx(model: ReferenceModel, path: Path) -> None:
+    if model.make_module is None:
+        raise ValueError(f"reference model '{model.name}' is not a PyTorch model and has no ONNX export")
     try:
         import torch  # noqa: PLC0415
     except ImportError:
@@ -63,17 +66,30 @@ def build_model(model: ReferenceModel, repository: Path) -> Path:
     model_dir = repository / model.name
     if is_up_to_date(model, model_dir):
         return model_dir
-    tmp = model_dir / "1" / "model.onnx.tmp"
-    export_onnx(model, tmp)
-    tmp.replace(model_dir / "1" / "model.onnx")
+    target = model_dir / "1" / model.filename
+    # Written beside the target and renamed, so an interrupted build never leaves a partial model.
+    # The prefix keeps the extension, from which XGBoost picks the file format.
+    tmp = target.with_name(f".tmp-{target.name}")
+    if model.write_artifact is not None:
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        model.write_artifact(tmp)
+    else:
+        export_onnx(model, tmp)
+    tmp.replace(target)
     (model_dir / "config.pbtxt").write_text(model.config_text.lstrip(), encoding="utf-8")
     (model_dir / STAMP).write_text(json.dumps(_stamp(model)))
     return model_dir
 
 
-def build_repository(repository: Path, names: list[str] | None = None) -> list[Path]:
+def build_repository(
+    repository: Path, names: list[str] | None = None, *, torchscript: bool = False
+) -> list[Path]:
+    """Build the named models (default: all); with ``torchscript``, also their TorchScript variants."""
     models = registry()
     unknown = sorted(set(names or []) - set(models))
     if unknown:
         raise KeyError(f"unknown reference model(s) {unknown}; available: {sorted(models)}")
-    return [build_model(models[name], repository) for name in (names or sorted(models))]
+    selected = [models[name] for name in (names or sorted(models))]
+    if torchscript:
+        selected += [torchscript_variant(model) for model in selected if model.is_onnx]
+    return [build_model(model, repository) for model in selected]

@@ -22,7 +22,7 @@ import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
 from sonic.errors import InternalError, SonicError, UnavailableError
-from sonic.server.backends.base import Backend
+from sonic.server.backends.base import Backend, Request, RequestBackend
 from sonic.server.stats import ModelStats, RequestTiming
 
 ItemOutputs = dict[str, npt.NDArray[Any]]
@@ -101,6 +101,8 @@ class WorkItem:
     future: asyncio.Future[tuple[ItemOutputs, RequestTiming]]
     priority: int = 0
     timeout_us: int = 0
+    request_id: str = ""
+    output_names: tuple[str, ...] | None = None  # None: every output
     enqueued_ns: int = 0
     level: int = 0
     state: _State = _State.QUEUED
@@ -125,7 +127,7 @@ class _Level:
 
 @dataclass(slots=True)
 class _BatchResult:
-    outputs: list[ItemOutputs]
+    outputs: list[ItemOutputs | SonicError]  # an error here fails that request only
     started_ns: int
     input_ns: int
     infer_ns: int
@@ -338,6 +340,9 @@ class Scheduler:
         for item, outputs in zip(batch, result.outputs, strict=True):
             if item.future.done():  # cancelled by its caller while executing
                 continue
+            if isinstance(outputs, SonicError):
+                item.future.set_exception(outputs)
+                continue
             timing = RequestTiming(
                 queue_ns=max(0, result.started_ns - item.enqueued_ns),
                 compute_input_ns=result.input_ns,
@@ -346,8 +351,37 @@ class Scheduler:
             )
             item.future.set_result((outputs, timing))
 
+    def _run_requests(self, backend: RequestBackend, batch: list[WorkItem]) -> _BatchResult:
+        """Hand the batch's requests to the backend as a list, unmerged; runs in the instance's thread."""
+        started = time.perf_counter_ns()
+        requests = [
+            Request(item.inputs, item.output_names or tuple(self._output_names), item.request_id)
+            for item in batch
+        ]
+        results = backend.execute_requests(requests)
+        executed = time.perf_counter_ns()
+        if len(results) != len(batch):
+            raise InternalError(
+                f"model '{self._model}' returned {len(results)} responses for {len(batch)} requests"
+            )
+        outputs: list[ItemOutputs | SonicError] = []
+        for request, result in zip(requests, results, strict=True):
+            if isinstance(result, SonicError):
+                outputs.append(result)
+            elif isinstance(result, Exception):
+                outputs.append(InternalError(f"model '{self._model}': {result}"))
+            elif missing := [name for name in request.output_names if name not in result]:
+                outputs.append(
+                    InternalError(f"model '{self._model}' did not produce output(s) {', '.join(missing)}")
+                )
+            else:
+                outputs.append(result)
+        return _BatchResult(outputs, started, 0, executed - started, 0)
+
     def _run_batch(self, backend: Backend, batch: list[WorkItem]) -> _BatchResult:
         """Merge, execute and split; runs in the instance's thread."""
+        if isinstance(backend, RequestBackend):
+            return self._run_requests(backend, batch)
         started = time.perf_counter_ns()
         if len(batch) == 1:
             inputs = batch[0].inputs
@@ -359,6 +393,7 @@ class Scheduler:
         missing = [name for name in self._output_names if name not in outputs]
         if missing:
             raise InternalError(f"model '{self._model}' did not produce output(s) {', '.join(missing)}")
+        split: list[ItemOutputs | SonicError]
         if self._policy.max_batch_size == 0:
             split = [outputs]
         else:

@@ -19,12 +19,14 @@ from sonic.errors import (
     PermissionDeniedError,
     UnavailableError,
 )
+from sonic.protocol import dtypes
 from sonic.protocol.model_config import parse_config_json
 from sonic.server.cache import ResponseCache, infer_through_cache
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.manager import ModelManager
 from sonic.server.observe import RequestObserver
-from sonic.server.types import InferRequest, InferResponse
+from sonic.server.shm import SharedMemoryRegistry, write_output
+from sonic.server.types import InferRequest, InferResponse, ShmRef
 
 EXTENSIONS = (
     "model_repository",
@@ -33,6 +35,7 @@ EXTENSIONS = (
     "model_configuration",
     "statistics",
     "parameters",
+    "system_shared_memory",
 )
 
 
@@ -40,6 +43,7 @@ class DataPlane:
     def __init__(self, config: ServerConfig, models: ModelManager) -> None:
         self._config = config
         self.models = models
+        self.shared_memory = SharedMemoryRegistry()
         self.accepting = False  # false before start-up is done and once shutdown began
         # One server-wide cache, used by models whose config says response_cache { enable: true }.
         self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes > 0 else None
@@ -157,9 +161,44 @@ class DataPlane:
 
     async def _infer(self, request: InferRequest) -> InferResponse:
         model = self.models.get(request.model_name, request.model_version)
+        for tensor in request.inputs:
+            if tensor.shm is not None:
+                where = f"model '{request.model_name}' input '{tensor.name}'"
+                region = self.shared_memory.get(tensor.shm.region, where)
+                tensor.raw = region.view(tensor.shm.offset, tensor.shm.byte_size, where)
+        for name, wanted in request.output_shm.items():
+            # Checked before running the model so a bad region costs no inference.
+            where = f"model '{request.model_name}' output '{name}'"
+            self.shared_memory.get(wanted.region, where).view(wanted.offset, wanted.byte_size, where)
         if self.cache is not None and model.config.response_cache.enable:
-            return await infer_through_cache(self.cache, model, request)
-        return await model.infer(request)
+            response = await infer_through_cache(self.cache, model, request)
+        else:
+            response = await model.infer(request)
+        for output in response.outputs:
+            target = request.output_shm.get(output.name)
+            if target is None:
+                continue
+            where = f"model '{request.model_name}' output '{output.name}'"
+            view = self.shared_memory.get(target.region, where).view(target.offset, target.byte_size, where)
+            written = write_output(view, output.array, dtypes.from_name(output.datatype), where)
+            output.shm = ShmRef(target.region, written, target.offset)
+        return response
+
+    # --- system shared memory ---------------------------------------------------------------------------
+
+    def system_shared_memory_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.shared_memory.register(name, key, offset, byte_size)
+
+    def system_shared_memory_unregister(self, name: str) -> None:
+        self.shared_memory.unregister(name)
+
+    def system_shared_memory_status(self, name: str) -> service_pb2.SystemSharedMemoryStatusResponse:
+        response = service_pb2.SystemSharedMemoryStatusResponse()
+        for region in self.shared_memory.status(name):
+            status = response.regions[region.name]
+            status.name, status.key = region.name, region.key
+            status.offset, status.byte_size = region.offset, region.byte_size
+        return response
 
 
 def config_to_json(response: service_pb2.ModelConfigResponse) -> str:

@@ -25,6 +25,7 @@ from sonic.protocol.model_config import (
 from sonic.server import backends
 from sonic.server.backends.base import InstanceContext
 from sonic.server.batcher import ModelInstance
+from sonic.server.calls import ServerModelCaller
 from sonic.server.config import ServerConfig
 from sonic.server.model import ModelVersion
 from sonic.server.repository import (
@@ -251,6 +252,23 @@ class ModelManager:
         loop = asyncio.get_running_loop()
         instances: list[ModelInstance] = []
         options = self._config.backend_options.get(backend_cls.name, {})
+        caller = ServerModelCaller(self.get, loop)
+        scheduler = backend_cls.create_scheduler(
+            InstanceContext(
+                config=config,
+                spec=spec,
+                version=version,
+                version_dir=version_dir,
+                model_path=version_dir / config.default_model_filename,
+                instance_name=config.name,
+                device_kind="cpu",
+                device_id=0,
+                options=options,
+                models=caller,
+            )
+        )
+        if scheduler is not None:  # the backend runs requests itself, with no instance
+            return ModelVersion.create(config, spec, version, [], backend_cls, scheduler)
         try:
             for group in config.instance_group:
                 kind = "gpu" if group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU else "cpu"
@@ -271,6 +289,7 @@ class ModelManager:
                             device_kind=kind,
                             device_id=device,
                             options=options,
+                            models=caller,
                         )
                         try:
                             backend = await loop.run_in_executor(executor, backend_cls, context)

@@ -13,7 +13,7 @@ from tritonclient.grpc import model_config_pb2
 from sonic.errors import InternalError, InvalidArgumentError, UnavailableError
 from sonic.protocol import dtypes
 from sonic.protocol.model_config import ModelSpec
-from sonic.server.backends.base import Backend
+from sonic.server.backends.base import Backend, RequestScheduler
 from sonic.server.batcher import BatchPolicy, ModelInstance, Scheduler, WorkItem
 from sonic.server.stats import ModelStats
 from sonic.server.types import InferRequest, InferResponse, InputTensor, OutputTensor
@@ -42,7 +42,7 @@ class ModelVersion:
     spec: ModelSpec
     version: int
     instances: list[ModelInstance]
-    scheduler: Scheduler
+    scheduler: RequestScheduler
     stats: ModelStats
     backend: type[Backend]
 
@@ -54,15 +54,18 @@ class ModelVersion:
         version: int,
         instances: list[ModelInstance],
         backend: type[Backend],
+        scheduler: RequestScheduler | None = None,
     ) -> ModelVersion:
+        """With ``scheduler`` None (every backend but the ensemble) the batcher feeds ``instances``."""
         stats = ModelStats()
-        scheduler = Scheduler(
-            model_name=spec.name,
-            policy=BatchPolicy.from_config(config),
-            instances=instances,
-            output_names=list(spec.outputs),
-            stats=stats,
-        )
+        if scheduler is None:
+            scheduler = Scheduler(
+                model_name=spec.name,
+                policy=BatchPolicy.from_config(config),
+                instances=instances,
+                output_names=list(spec.outputs),
+                stats=stats,
+            )
         return cls(config, spec, version, instances, scheduler, stats, backend)
 
     @property
@@ -174,6 +177,8 @@ class ModelVersion:
             future=asyncio.get_running_loop().create_future(),
             priority=request.priority,
             timeout_us=request.timeout_us,
+            request_id=request.request_id,
+            output_names=tuple(request.outputs) if request.outputs is not None else None,
         )
 
     # --- inference ------------------------------------------------------------------------------------

@@ -141,5 +141,6 @@ class Server:
         if self._metrics is not None:
             await self._metrics.stop()
         await self.models.close()
+        self.dataplane.shared_memory.close()
         self.state = ServerState.STOPPED
         log.info("server stopped")

@@ -8,15 +8,25 @@ from typing import Any
 import numpy.typing as npt
 
 
+@dataclass(frozen=True, slots=True)
+class ShmRef:
+    """A place in a registered system shared-memory region (request parameters ``shared_memory_*``)."""
+
+    region: str
+    byte_size: int
+    offset: int = 0
+
+
 @dataclass(slots=True)
 class InputTensor:
-    """An input as received: either raw bytes (zero-copy view) or an already decoded array."""
+    """An input as received: raw bytes (zero-copy view), an already decoded array, or a region."""
 
     name: str
     datatype: str
     shape: tuple[int, ...]
     raw: bytes | memoryview | None = None
     array: npt.NDArray[Any] | None = None
+    shm: ShmRef | None = None
 
 
 @dataclass(slots=True)
@@ -30,6 +40,7 @@ class InferRequest:
     timeout_us: int = 0
     received_ns: int = 0  # perf_counter_ns when the frontend got it
     parameters: dict[str, object] = field(default_factory=dict)
+    output_shm: dict[str, ShmRef] = field(default_factory=dict)  # outputs to write into shared memory
     trace_headers: dict[str, str] | None = None  # W3C traceparent/tracestate, read only when tracing
 
 
@@ -39,6 +50,7 @@ class OutputTensor:
     datatype: str
     shape: tuple[int, ...]
     array: npt.NDArray[Any]
+    shm: ShmRef | None = None  # set once written into shared memory: the body then carries no bytes
 
 
 @dataclass(slots=True)

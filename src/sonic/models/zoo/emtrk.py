@@ -67,11 +67,11 @@ dynamic_batching {
 EMTRK_MICHEL = ReferenceModel(
     name="emtrk_michel",
     description="ProtoDUNE EmTrkMichelId CNN, 48x48 patches",
-    make_module=make_module,
     make_inputs=make_inputs,
     input_names=("main_input",),
     output_names=("emtrk_none_out", "michel_out"),
     config_text=CONFIG,
     parameter_count=11_900_420,
     seed_batch_size=1693,
+    make_module=make_module,
 )

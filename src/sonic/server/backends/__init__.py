@@ -2,6 +2,7 @@
 
 A third-party package (an FPGA or IPU runtime, say) registers ``name = "module:Class"`` under the
 ``sonic.backends`` entry-point group; the class implements :class:`sonic.server.backends.base.Backend`.
+A model selects it with ``backend: "name"`` in its config.pbtxt. See docs/backends.md.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ __all__ = ["Backend", "InstanceContext", "backend_class", "detect_backend"]
 # for the models that need it.
 BUILTIN_BACKENDS = {
     "onnxruntime": "sonic.server.backends.onnxruntime:OnnxRuntimeBackend",
+    "pytorch": "sonic.server.backends.pytorch:PyTorchBackend",
+    "python": "sonic.server.backends.python:PythonBackend",
+    "trees": "sonic.server.backends.trees:TreesBackend",
+    # Triton's FIL backend name, so FIL model repositories load unchanged.
+    "fil": "sonic.server.backends.trees:FilBackend",
+    "ensemble": "sonic.server.backends.ensemble:EnsembleBackend",
 }
 
 ENTRY_POINT_GROUP = "sonic.backends"

@@ -2,6 +2,18 @@
 
 A backend object is created in a worker thread for each instance of each loaded model version and
 then only ever called from that instance's own thread, so implementations need no locking.
+
+Three shapes of backend:
+
+- :class:`Backend`: takes one (possibly merged) batch as arrays; the dynamic batcher concatenates
+  requests before and splits results after (ONNX Runtime, PyTorch, trees).
+- :class:`RequestBackend`: takes the batch's requests as a list and answers each one separately,
+  as Triton's Python backend does; a failure can then fail one request and not the others.
+- A backend whose :meth:`Backend.create_scheduler` returns a scheduler has no instances at all: it
+  schedules requests itself on the event loop (the ensemble, which only calls other models).
+
+Backends that call other loaded models (ensembles, Python models doing BLS) get a
+:class:`ModelCaller` in their :class:`InstanceContext`.
 """
 
 from __future__ import annotations
@@ -10,12 +22,55 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.model_config import ModelSpec
+
+if TYPE_CHECKING:
+    from sonic.server.batcher import ItemOutputs, WorkItem
+    from sonic.server.stats import RequestTiming
+
+
+class ModelCaller(Protocol):
+    """Calls another loaded model of the same server, arrays in and out (nothing is serialized)."""
+
+    async def infer(
+        self,
+        model_name: str,
+        model_version: str,
+        inputs: Mapping[str, npt.NDArray[Any]],
+        output_names: Sequence[str] | None = None,
+        request_id: str = "",
+    ) -> dict[str, npt.NDArray[Any]]:
+        """From the event loop. ``output_names`` None: every output of the model."""
+        ...
+
+    def infer_blocking(
+        self,
+        model_name: str,
+        model_version: str,
+        inputs: Mapping[str, npt.NDArray[Any]],
+        output_names: Sequence[str] | None = None,
+        request_id: str = "",
+    ) -> dict[str, npt.NDArray[Any]]:
+        """From an instance thread (never the event loop's): waits for :meth:`infer`."""
+        ...
+
+
+class RequestScheduler(Protocol):
+    """What a model version needs from its scheduler (the batcher's :class:`Scheduler` is one)."""
+
+    @property
+    def queued(self) -> int: ...
+
+    def start(self) -> None: ...
+
+    async def submit(self, item: WorkItem) -> tuple[ItemOutputs, RequestTiming]: ...
+
+    async def close(self, timeout_s: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -31,6 +86,7 @@ class InstanceContext:
     device_kind: str  # "cpu" or "gpu"
     device_id: int
     options: Mapping[str, str] = field(default_factory=dict)  # --backend-config NAME,KEY=VALUE entries
+    models: ModelCaller | None = None  # the server's other models; None where there is no server
 
     def parameter(self, key: str) -> str | None:
         """A config ``parameters { key: ... string_value: ... }`` entry, else a backend option."""
@@ -68,3 +124,37 @@ class Backend(ABC):
 
     def close(self) -> None:  # noqa: B027
         """Release resources; called once, from the instance's own thread."""
+
+    @classmethod
+    def create_scheduler(cls, context: InstanceContext) -> RequestScheduler | None:
+        """A scheduler for backends that need no instance (ensembles); None: instances and the batcher.
+
+        Called on the event loop, once per model version; ``context.instance_name`` is the model name.
+        """
+        del context
+        return None
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of a batch handed to a :class:`RequestBackend`."""
+
+    inputs: Mapping[str, npt.NDArray[Any]]
+    output_names: Sequence[str]  # what the client asked for (every output when it named none)
+    request_id: str = ""
+
+
+class RequestBackend(Backend):
+    """A backend that answers each request of a batch separately (Triton's Python backend model)."""
+
+    @abstractmethod
+    def execute_requests(self, requests: Sequence[Request]) -> list[dict[str, npt.NDArray[Any]] | Exception]:
+        """One result per request, in order: its outputs, or the error that fails only that request."""
+
+    def execute(
+        self, inputs: Mapping[str, npt.NDArray[Any]], output_names: Sequence[str]
+    ) -> dict[str, npt.NDArray[Any]]:
+        (result,) = self.execute_requests([Request(inputs, output_names)])
+        if isinstance(result, Exception):
+            raise result
+        return result

@@ -23,7 +23,7 @@ from sonic.protocol.wire import append_raw_contents, split_raw_contents, wrap_st
 from sonic.server.dataplane import DataPlane
 from sonic.server.guard import CallKind, Guard
 from sonic.server.observe import TRACE_HEADERS
-from sonic.server.types import InferRequest, InferResponse, InputTensor
+from sonic.server.types import InferRequest, InferResponse, InputTensor, ShmRef
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,24 @@ def _parameter_int(parameters: Any, key: str) -> int:
     raise InvalidArgumentError(f"request parameter '{key}' must be an integer, got {which}")
 
 
+def _shm_ref(parameters: Any, where: str) -> ShmRef | None:
+    """The ``shared_memory_*`` parameters of an input or output, as Triton reads them."""
+    if "shared_memory_region" not in parameters:
+        return None
+    param = parameters["shared_memory_region"]
+    if param.WhichOneof("parameter_choice") != "string_param":
+        raise InvalidArgumentError(f"{where}: parameter 'shared_memory_region' must be a string")
+    if "shared_memory_byte_size" not in parameters:
+        raise InvalidArgumentError(
+            f"{where}: 'shared_memory_region' is given without 'shared_memory_byte_size'"
+        )
+    return ShmRef(
+        param.string_param,
+        _parameter_int(parameters, "shared_memory_byte_size"),
+        _parameter_int(parameters, "shared_memory_offset"),
+    )
+
+
 def decode_infer_request(data: bytes, received_ns: int) -> InferRequest:
     """A serialized ``ModelInferRequest`` as our request type, tensor bytes left in place."""
     rest, raw = split_raw_contents(data)
@@ -47,16 +65,24 @@ def decode_infer_request(data: bytes, received_ns: int) -> InferRequest:
         head = service_pb2.ModelInferRequest.FromString(rest)
     except Exception as exc:  # noqa: BLE001  (protobuf's DecodeError and friends)
         raise InvalidArgumentError(f"malformed ModelInferRequest: {exc}") from None
-    if raw and len(raw) != len(head.inputs):
+    shm = [_shm_ref(t.parameters, f"model '{head.model_name}' input '{t.name}'") for t in head.inputs]
+    # As in Triton, inputs in shared memory take no raw_input_contents entry.
+    expected_raw = sum(ref is None for ref in shm)
+    if raw and len(raw) != expected_raw:
         raise InvalidArgumentError(
-            f"model '{head.model_name}': raw_input_contents has {len(raw)} entries for {len(head.inputs)} inputs; "
-            "when raw contents are used every input must have one"
+            f"model '{head.model_name}': raw_input_contents has {len(raw)} entries for {expected_raw} inputs "
+            "not in shared memory; when raw contents are used every such input must have one"
         )
     inputs = []
-    for index, tensor in enumerate(head.inputs):
+    raw_index = 0
+    for tensor, ref in zip(head.inputs, shm, strict=True):
         shape = tuple(int(d) for d in tensor.shape)
+        if ref is not None:
+            inputs.append(InputTensor(tensor.name, tensor.datatype, shape, shm=ref))
+            continue
         if raw:
-            inputs.append(InputTensor(tensor.name, tensor.datatype, shape, raw=raw[index]))
+            inputs.append(InputTensor(tensor.name, tensor.datatype, shape, raw=raw[raw_index]))
+            raw_index += 1
             continue
         where = f"model '{head.model_name}' input '{tensor.name}'"
         datatype = dtypes.from_name(tensor.datatype)
@@ -78,6 +104,11 @@ def decode_infer_request(data: bytes, received_ns: int) -> InferRequest:
         priority=_parameter_int(head.parameters, "priority"),
         timeout_us=_parameter_int(head.parameters, "timeout"),
         received_ns=received_ns,
+        output_shm={
+            o.name: ref
+            for o in head.outputs
+            if (ref := _shm_ref(o.parameters, f"model '{head.model_name}' output '{o.name}'")) is not None
+        },
     )
 
 
@@ -85,9 +116,17 @@ def encode_infer_response(response: InferResponse) -> bytes:
     head = service_pb2.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.request_id
     )
-    contents = []
+    contents: list[bytes | memoryview] = []
     for output in response.outputs:
-        head.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)
+        tensor = head.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)
+        if output.shm is not None:
+            tensor.parameters["shared_memory_region"].string_param = output.shm.region
+            tensor.parameters["shared_memory_byte_size"].int64_param = output.shm.byte_size
+            if output.shm.offset:
+                tensor.parameters["shared_memory_offset"].int64_param = output.shm.offset
+            # Triton keeps one (empty) raw_output_contents entry per output so indices line up.
+            contents.append(b"")
+            continue
         contents.append(dtypes.array_to_bytes(output.array, dtypes.from_name(output.datatype)))
     return append_raw_contents(head.SerializeToString(), contents)
 
@@ -233,6 +272,17 @@ class GrpcFrontend:
             await dp.load_model(r.model_name, parameters)
             return pb.RepositoryModelLoadResponse()
 
+        async def shm_register(r: Any) -> Any:
+            dp.system_shared_memory_register(r.name, r.key, r.offset, r.byte_size)
+            return pb.SystemSharedMemoryRegisterResponse()
+
+        async def shm_unregister(r: Any) -> Any:
+            dp.system_shared_memory_unregister(r.name)
+            return pb.SystemSharedMemoryUnregisterResponse()
+
+        async def shm_status(r: Any) -> Any:
+            return dp.system_shared_memory_status(r.name)
+
         async def repository_unload(r: Any) -> Any:
             await dp.unload_model(r.model_name)
             return pb.RepositoryModelUnloadResponse()
@@ -251,6 +301,17 @@ class GrpcFrontend:
             ),
             "RepositoryModelUnload": unary(
                 repository_unload, pb.RepositoryModelUnloadRequest, pb.RepositoryModelUnloadResponse
+            ),
+            "SystemSharedMemoryRegister": unary(
+                shm_register, pb.SystemSharedMemoryRegisterRequest, pb.SystemSharedMemoryRegisterResponse
+            ),
+            "SystemSharedMemoryUnregister": unary(
+                shm_unregister,
+                pb.SystemSharedMemoryUnregisterRequest,
+                pb.SystemSharedMemoryUnregisterResponse,
+            ),
+            "SystemSharedMemoryStatus": unary(
+                shm_status, pb.SystemSharedMemoryStatusRequest, pb.SystemSharedMemoryStatusResponse
             ),
             # Tensor bytes bypass protobuf: handlers take and return serialized messages.
             "ModelInfer": grpc.unary_unary_rpc_method_handler(self._model_infer),

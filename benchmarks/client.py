@@ -1,0 +1,183 @@
+"""Client benchmark: sonic.client vs tritonclient.grpc.aio against the same server, in one run.
+
+- small requests: identity FP32 [1, 16] at concurrency 32: requests/s and client CPU s per request,
+  one request per call, and with client-side coalescing (``coalesce_in_flight=2``);
+- large requests: 1693 x 48 x 48 x 1 FP32 (15.6 MB, an EmTrkMichelId batch) through an identity model:
+  MB/s of request tensor moved (the response carries as much back), over gRPC and with shared memory.
+
+Usage: ./dev bench client [--server sonic|triton] [--seconds 3] [--rounds 3] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc.aio as triton_aio
+from tritonclient.grpc import InferInput
+
+from sonic.client import AsyncClient, ClientConfig, SharedMemoryMode
+from sonic.launch import ServerProcess
+from sonic.testing.repository import MODELS, write_test_repository
+from sonic.testing.triton import TritonProcess
+
+CONCURRENCY = 32
+LARGE_SHAPE = (1693, 48, 48, 1)
+
+
+async def _measure(call: Callable[[], Awaitable[Any]], concurrency: int, seconds: float) -> dict[str, float]:
+    """Run ``call`` from ``concurrency`` workers for ``seconds``; wall time, CPU time and count."""
+    for _ in range(3):
+        await call()  # warm-up: connections, metadata, first allocations
+    count = 0
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal count
+        while time.perf_counter() < deadline:
+            await call()
+            count += 1
+
+    cpu = time.process_time()
+    start = time.perf_counter()
+    async with asyncio.TaskGroup() as group:
+        for _ in range(concurrency):
+            group.create_task(worker())
+    wall = time.perf_counter() - start
+    cpu = time.process_time() - cpu
+    return {
+        "requests": count,
+        "wall_s": wall,
+        "requests_per_s": count / wall,
+        "cpu_s_per_request": cpu / count,
+    }
+
+
+async def _tritonclient_call(client: triton_aio.InferenceServerClient, model: str, x: np.ndarray) -> Any:
+    tensor = InferInput("INPUT0", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    result = await client.infer(model, [tensor])
+    return result.as_numpy("OUTPUT0")
+
+
+async def run(address: str, seconds: float, rounds: int) -> dict[str, Any]:
+    """Every case once per round, rounds interleaved, so load from other processes hits all alike."""
+    small = np.ones((1, 16), np.float32)
+    large = np.random.default_rng(0).standard_normal(LARGE_SHAPE).astype(np.float32)
+    plain = ClientConfig(servers=(address,), shared_memory=SharedMemoryMode.OFF, max_in_flight=CONCURRENCY)
+    shm = ClientConfig(servers=(address,), shared_memory=SharedMemoryMode.SYSTEM, max_in_flight=CONCURRENCY)
+    triton = triton_aio.InferenceServerClient(address)
+    small_client = AsyncClient("identity", plain)
+    merging = ClientConfig(
+        servers=(address,),
+        shared_memory=SharedMemoryMode.OFF,
+        max_in_flight=CONCURRENCY,
+        coalesce_in_flight=2,
+    )
+    small_merged = AsyncClient("identity", merging)
+    large_plain = AsyncClient("identity_large", plain)
+    large_shm = AsyncClient("identity_large", shm)
+    splits: dict[str, list[Any]] = {
+        "large_sonic_grpc": [],
+        "large_sonic_shm": [],
+        "large_sonic_shm_2_in_flight": [],
+    }
+
+    async def large_call(client: AsyncClient, timings: list[Any]) -> None:
+        result = await client.infer_detailed({"INPUT0": large})
+        timings.append(result.timing)
+
+    cases: dict[str, tuple[Callable[[], Awaitable[Any]], int]] = {
+        "small_sonic": (lambda: small_client.infer({"INPUT0": small}), CONCURRENCY),
+        "small_tritonclient": (lambda: _tritonclient_call(triton, "identity", small), CONCURRENCY),
+        "small_sonic_coalesced": (lambda: small_merged.infer({"INPUT0": small}), CONCURRENCY),
+        "large_sonic_grpc": (lambda: large_call(large_plain, splits["large_sonic_grpc"]), 1),
+        "large_sonic_shm": (lambda: large_call(large_shm, splits["large_sonic_shm"]), 1),
+        "large_tritonclient": (lambda: _tritonclient_call(triton, "identity_large", large), 1),
+        # Two requests in flight: one is copied while the server works on the other.
+        "large_sonic_shm_2_in_flight": (
+            lambda: large_call(large_shm, splits["large_sonic_shm_2_in_flight"]),
+            2,
+        ),
+    }
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
+    try:
+        for _ in range(rounds):
+            for name, (call, concurrency) in cases.items():
+                runs[name].append(await _measure(call, concurrency, seconds))
+    finally:
+        await triton.close()
+        for client in (small_client, small_merged, large_plain, large_shm):
+            await client.close()
+    results: dict[str, Any] = {}
+    for name, measured in runs.items():
+        best = sorted(measured, key=lambda m: m["requests_per_s"])[len(measured) // 2]  # the median round
+        summary: dict[str, Any] = {**best, "requests_per_s_rounds": [m["requests_per_s"] for m in measured]}
+        if name.startswith("large"):
+            summary["MB_per_s"] = large.nbytes / 1e6 * best["requests_per_s"]
+            summary["MB_per_s_rounds"] = [large.nbytes / 1e6 * m["requests_per_s"] for m in measured]
+        if name in splits:
+            timings = splits[name]
+            summary["client_split_s"] = {
+                "serialize": sum(t.serialize_s for t in timings) / len(timings),
+                "wait": sum(t.wait_s for t in timings) / len(timings),
+                "deserialize": sum(t.deserialize_s for t in timings) / len(timings),
+            }
+        results[name] = summary
+    results["speedup_small_requests_per_s"] = (
+        results["small_sonic"]["requests_per_s"] / results["small_tritonclient"]["requests_per_s"]
+    )
+    results["speedup_small_coalesced_requests_per_s"] = (
+        results["small_sonic_coalesced"]["requests_per_s"] / results["small_tritonclient"]["requests_per_s"]
+    )
+    results["cpu_ratio_small"] = (
+        results["small_sonic"]["cpu_s_per_request"] / results["small_tritonclient"]["cpu_s_per_request"]
+    )
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--server", choices=["sonic", "triton"], default="sonic")
+    parser.add_argument("--seconds", type=float, default=3.0, help="measurement time per case and round")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median is reported")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/client.json"))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="sonic-bench-") as tmp:
+        repo = write_test_repository(Path(tmp) / "repo", args.server)
+        if args.server == "sonic":
+            server_cm: Any = ServerProcess.start([repo])
+        else:
+            server_cm = TritonProcess.start([repo], models=[m.name for m in MODELS], workdir=Path(tmp))
+        with server_cm as server:
+            results = asyncio.run(run(server.grpc_address, args.seconds, args.rounds))
+    report = {
+        "server": args.server,
+        "machine": {
+            "arch": platform.machine(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average_at_end": os.getloadavg(),
+        },
+        "concurrency_small": CONCURRENCY,
+        "large_shape": LARGE_SHAPE,
+        "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

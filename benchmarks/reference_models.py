@@ -1,0 +1,184 @@
+"""Reference models: direct in-process onnxruntime vs served through ``sonic serve`` at concurrency 8.
+
+For each ONNX reference model, at its seed batch size:
+
+- direct: one onnxruntime session in this process (the options ``sonic serve`` uses: all graph
+  optimisations, onnxruntime's default thread count), requests one after another;
+- served: ``sonic serve`` on loopback with the model's own config (dynamic batching on), loaded
+  by 8 client threads, each with its own tritonclient.grpc connection, each sending the same
+  seed-batch request back to back.
+
+Throughput is samples (batch rows) per second. The two are measured alternately, ``--repeats``
+times per model in one run, and the ratio served/direct is taken per pair, so slow drifts of a
+shared machine cancel; the median ratio is reported with its spread. Prints a table and writes
+``benchmarks/results/reference_models.json``.
+
+    ./dev bench reference_models [--models NAME ...] [--seconds 4] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import np_to_triton_dtype
+
+from sonic.launch import ServerProcess
+from sonic.models.build import build_repository
+from sonic.models.zoo import ReferenceModel, registry
+
+ROOT = Path(__file__).resolve().parent
+CONCURRENCY = 8
+
+
+def measure_direct(
+    model: ReferenceModel, path: Path, inputs: dict[str, Any], seconds: float
+) -> dict[str, float]:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    outputs = list(model.output_names)
+    session.run(outputs, inputs)  # warm-up: first run allocates
+    latencies = []
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds or len(latencies) < 3:
+        begin = time.perf_counter()
+        session.run(outputs, inputs)
+        latencies.append(time.perf_counter() - begin)
+    elapsed = time.perf_counter() - start
+    return {
+        "throughput": len(latencies) * model.seed_batch_size / elapsed,
+        "batch_ms": 1e3 * statistics.median(latencies),
+        "requests": len(latencies),
+    }
+
+
+def measure_served(
+    model: ReferenceModel, address: str, inputs: dict[str, Any], seconds: float
+) -> dict[str, float]:
+    counts = [0] * CONCURRENCY
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(CONCURRENCY + 1)
+    stop = threading.Event()
+
+    def worker(index: int) -> None:
+        client = grpcclient.InferenceServerClient(address)
+        try:
+            request = []
+            for name in model.input_names:
+                array = inputs[name]
+                tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+                tensor.set_data_from_numpy(array)
+                request.append(tensor)
+            client.infer(model.name, request)  # warm-up, outside the window
+            barrier.wait()
+            while not stop.is_set():
+                client.infer(model.name, request)
+                counts[index] += 1
+        except BaseException as exc:  # noqa: BLE001  (reported after the run)
+            errors.append(exc)
+            barrier.abort()
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(CONCURRENCY)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    start = time.perf_counter()
+    # Requests finishing after the window are not counted, and the ones in flight at its end are
+    # lost, so the window must hold many requests: at least ``seconds``.
+    stop.wait(seconds)
+    completed = sum(counts)
+    elapsed = time.perf_counter() - start
+    stop.set()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return {"throughput": completed * model.seed_batch_size / elapsed, "requests": completed}
+
+
+def server_stats(address: str, name: str) -> tuple[int, int]:
+    client = grpcclient.InferenceServerClient(address)
+    try:
+        stats = client.get_inference_statistics(name).model_stats[0]
+        return int(stats.inference_count), int(stats.execution_count)
+    finally:
+        client.close()
+
+
+def main() -> None:
+    onnx_models = [name for name, model in registry().items() if model.is_onnx]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=onnx_models, choices=onnx_models)
+    parser.add_argument("--seconds", type=float, default=4.0, help="length of each measuring window")
+    parser.add_argument("--repeats", type=int, default=3, help="direct/served pairs per model")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "reference_models.json")
+    args = parser.parse_args()
+
+    repository = ROOT / "results" / "raw" / "model_repository"
+    build_repository(repository, args.models)
+    results = []
+    with ServerProcess.start([repository], extra_args=[]) as server:
+        print(f"sonic serve at {server.grpc_address}; {CONCURRENCY} client threads; {os.cpu_count()} CPUs")
+        header = f"{'model':16s} {'batch':>6s} {'batch ms':>9s} {'direct/s':>10s} {'served/s':>10s} {'ratio':>6s}  ratios"
+        print(header)
+        for name in args.models:
+            model = registry()[name]
+            inputs = model.make_inputs(model.seed_batch_size, np.random.default_rng(0))
+            path = repository / name / "1" / model.filename
+            pairs = []
+            before = server_stats(server.grpc_address, name)
+            for _ in range(args.repeats):
+                direct = measure_direct(model, path, inputs, args.seconds)
+                served = measure_served(model, server.grpc_address, inputs, args.seconds)
+                pairs.append((direct, served))
+            after = server_stats(server.grpc_address, name)
+            ratios = [s["throughput"] / d["throughput"] for d, s in pairs]
+            executions = after[1] - before[1]
+            record = {
+                "model": name,
+                "seed_batch_size": model.seed_batch_size,
+                "direct_batch_ms": statistics.median(d["batch_ms"] for d, _ in pairs),
+                "direct_throughput": statistics.median(d["throughput"] for d, _ in pairs),
+                "served_throughput": statistics.median(s["throughput"] for _, s in pairs),
+                "ratio_median": statistics.median(ratios),
+                "ratios": ratios,
+                # Rows per model execution on the server: above the seed batch, dynamic batching merged requests.
+                "served_rows_per_execution": (after[0] - before[0]) / executions if executions else 0.0,
+            }
+            results.append(record)
+            print(
+                f"{name:16s} {model.seed_batch_size:6d} {record['direct_batch_ms']:9.2f} "
+                f"{record['direct_throughput']:10.1f} {record['served_throughput']:10.1f} "
+                f"{record['ratio_median']:6.2f}  {' '.join(f'{r:.2f}' for r in ratios)}"
+                f"  (rows/exec {record['served_rows_per_execution']:.1f})",
+                flush=True,
+            )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    report = {
+        "benchmark": "reference_models",
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "onnxruntime": ort.__version__},
+        "concurrency": CONCURRENCY,
+        "seconds_per_window": args.seconds,
+        "repeats": args.repeats,
+        "results": results,
+    }
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"saved {args.out}")
+
+
+if __name__ == "__main__":
+    main()

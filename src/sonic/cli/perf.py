@@ -1,0 +1,148 @@
+"""``sonic perf``: perf_analyzer's role, against ``sonic serve`` or any Triton (KServe v2 gRPC)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from sonic.perf.engine import LoadLevel, MeasurementConfig, PerfConfig, PerfReport, parse_range, run_perf
+from sonic.perf.inputs import parse_shape
+from sonic.perf.report import row, summary_line, write_csv, write_json
+from sonic.perf.stats import Window
+from sonic.perf.transport import PerfError
+
+
+def add_measurement_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared with ``sonic analyze``."""
+    parser.add_argument("-b", "--batch-size", type=int, default=1, help="samples per request (default 1)")
+    parser.add_argument(
+        "--measurement-interval-s",
+        type=float,
+        default=5.0,
+        help="length of one measurement window (default 5)",
+    )
+    parser.add_argument(
+        "--stability-percentage",
+        type=float,
+        default=10.0,
+        help="windows are stable when throughput and latency agree within this %% (default 10)",
+    )
+    parser.add_argument("--stable-windows", type=int, default=3, help="windows that must agree (default 3)")
+    parser.add_argument("--max-windows", type=int, default=10, help="windows per level at most (default 10)")
+    parser.add_argument(
+        "--input-data",
+        default="random",
+        help="'random' (default), 'zero', or a .json (perf_analyzer format) / .npz file",
+    )
+    parser.add_argument(
+        "--shape", action="append", default=[], help="NAME:D1,D2 for inputs with variable dims (repeatable)"
+    )
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "perf", help="measure throughput and latency of a model on a KServe v2 / Triton server"
+    )
+    parser.add_argument("-m", "--model", required=True, help="model name")
+    parser.add_argument(
+        "-u", "--url", default="localhost:8001", help="gRPC HOST:PORT (default localhost:8001)"
+    )
+    parser.add_argument(
+        "-x", "--model-version", default="", help="model version (default: the server's choice)"
+    )
+    load = parser.add_mutually_exclusive_group()
+    load.add_argument("--concurrency", help="closed loop: START:END:STEP, e.g. 1:64:x2 (default 1)")
+    load.add_argument("--request-rate", help="open loop, requests/s: START:END:STEP, e.g. 100:400:100")
+    parser.add_argument(
+        "--request-distribution",
+        choices=["constant", "poisson"],
+        default="constant",
+        help="open loop spacing",
+    )
+    add_measurement_arguments(parser)
+    parser.add_argument("--csv", type=Path, help="write one row per level here")
+    parser.add_argument("--json", type=Path, help="write the full report here")
+    parser.add_argument("--plot", type=Path, help="write a PNG here (needs the 'perf' extra)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no live progress")
+    parser.set_defaults(run=run)
+
+
+def measurement_from_args(args: argparse.Namespace) -> MeasurementConfig:
+    if args.measurement_interval_s <= 0 or args.stable_windows < 1 or args.max_windows < args.stable_windows:
+        msg = "need --measurement-interval-s > 0, --stable-windows >= 1 and --max-windows >= --stable-windows"
+        raise PerfError(msg)
+    return MeasurementConfig(
+        window_s=args.measurement_interval_s,
+        stability_percentage=args.stability_percentage,
+        stable_windows=args.stable_windows,
+        max_windows=args.max_windows,
+    )
+
+
+def levels_from_args(args: argparse.Namespace) -> tuple[LoadLevel, ...]:
+    if args.request_rate:
+        return tuple(
+            LoadLevel(request_rate_per_s=rate, distribution=args.request_distribution)
+            for rate in parse_range(args.request_rate)
+        )
+    return tuple(LoadLevel(concurrency=int(c)) for c in parse_range(args.concurrency or "1"))
+
+
+def progress(level: LoadLevel, index: int, window: Window, stable: bool) -> None:
+    state = "stable" if stable else "measuring"
+    print(
+        f"  {level.label} window {index}: {window.requests_per_s:,.1f} req/s, mean {window.mean_latency_us:,.0f} us"
+        f"{f', {window.errors} errors' if window.errors else ''} ({state})",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> PerfConfig:
+    return PerfConfig(
+        url=args.url,
+        model=args.model,
+        version=args.model_version,
+        levels=levels_from_args(args),
+        batch_size=args.batch_size,
+        input_data=args.input_data,
+        shapes=tuple(parse_shape(s) for s in args.shape),
+        measurement=measurement_from_args(args),
+    )
+
+
+def write_outputs(report: PerfReport, args: argparse.Namespace) -> None:
+    rows = [row(r) for r in report.results]
+    if args.csv:
+        write_csv(rows, args.csv)
+    if args.json:
+        write_json(report, args.json)
+    if args.plot:
+        from sonic.perf.plot import plot_perf  # noqa: PLC0415  (matplotlib is optional)
+
+        plot_perf(
+            rows, args.plot, title=f"{report.config.model} batch {report.config.batch_size} at {args.url}"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = config_from_args(args)
+        print(
+            f"sonic perf: model '{config.model}' at {config.url}, batch {config.batch_size}", file=sys.stderr
+        )
+        report = asyncio.run(run_perf(config, on_window=None if args.quiet else progress))
+        for note in report.notes:
+            print(f"sonic perf: note: {note}", file=sys.stderr)
+        for result in report.results:
+            print(summary_line(result))
+        write_outputs(report, args)
+    except PerfError as exc:
+        print(f"sonic perf: {exc}", file=sys.stderr)
+        return 1
+    except ImportError as exc:
+        print(f"sonic perf: {exc}", file=sys.stderr)
+        return 2
+    return 0

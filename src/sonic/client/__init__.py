@@ -1,0 +1,51 @@
+"""SONIC client: send named numpy inputs to whichever server has the model, asynchronously, with retries.
+
+>>> from sonic.client import SyncClient
+>>> with SyncClient.from_env("emtrk_michel") as client:  # doctest: +SKIP
+...     out = client.infer({"main_input": x})
+"""
+
+from sonic.client.client import AsyncClient, CallTiming, ClientState, InferResult
+from sonic.client.config import (
+    ClientConfig,
+    Compression,
+    Device,
+    FallbackConfig,
+    FallbackServerKind,
+    SharedMemoryMode,
+    TlsConfig,
+)
+from sonic.client.errors import (
+    ClientError,
+    ClientStateError,
+    InputError,
+    InvalidRequestError,
+    NoServerError,
+    RetriesExhaustedError,
+    ServerError,
+    TransientError,
+)
+from sonic.client.sync import SyncClient
+
+__all__ = [
+    "AsyncClient",
+    "CallTiming",
+    "ClientConfig",
+    "ClientError",
+    "ClientState",
+    "ClientStateError",
+    "Compression",
+    "Device",
+    "FallbackConfig",
+    "FallbackServerKind",
+    "InferResult",
+    "InputError",
+    "InvalidRequestError",
+    "NoServerError",
+    "RetriesExhaustedError",
+    "ServerError",
+    "SharedMemoryMode",
+    "SyncClient",
+    "TlsConfig",
+    "TransientError",
+]

@@ -1,0 +1,117 @@
+"""Inputs checked against the model's metadata; batches split to ``max_batch_size`` and joined back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from sonic.client.errors import ClientError, InputError
+from sonic.client.transport.base import ModelInfo, TensorInfo
+from sonic.protocol import dtypes
+
+Arrays = dict[str, npt.NDArray[Any]]
+
+
+def _dims_match(given: tuple[int, ...], expected: tuple[int, ...]) -> bool:
+    return len(given) == len(expected) and all(e in (-1, g) for g, e in zip(given, expected, strict=True))
+
+
+def _check_dtype(array: npt.NDArray[Any], spec: TensorInfo, where: str) -> None:
+    if spec.datatype == "BYTES":
+        if array.dtype.kind not in "OSU":
+            raise InputError(
+                f"{where}: numpy dtype {array.dtype} given, expected BYTES (object, bytes or str)"
+            )
+        return
+    expected = dtypes.from_name(spec.datatype).numpy
+    if array.dtype != expected:
+        raise InputError(f"{where}: numpy dtype {array.dtype} given, expected {expected} ({spec.datatype})")
+
+
+def check_inputs(info: ModelInfo, inputs: Mapping[str, Any]) -> tuple[Arrays, int]:
+    """The inputs as C-contiguous arrays, checked, and the batch size (1 for models without batching)."""
+    specs = {t.name: t for t in info.inputs}
+    unknown = sorted(set(inputs) - set(specs))
+    if unknown:
+        raise InputError(f"model '{info.name}': unknown inputs {unknown}, expected {sorted(specs)}")
+    missing = sorted(set(specs) - set(inputs))
+    if missing:
+        raise InputError(f"model '{info.name}': missing inputs {missing}")
+    arrays: Arrays = {}
+    batch_sizes: dict[str, int] = {}
+    for name, value in inputs.items():
+        spec = specs[name]
+        where = f"model '{info.name}' input '{name}'"
+        array = np.ascontiguousarray(value)
+        _check_dtype(array, spec, where)
+        shape = tuple(array.shape)
+        if info.max_batch_size > 0:
+            if not shape or not _dims_match(shape[1:], spec.dims):
+                raise InputError(
+                    f"{where}: shape {list(shape)} given, expected [batch, {', '.join(map(str, spec.dims))}]"
+                )
+            batch_sizes[name] = shape[0]
+        elif not _dims_match(shape, spec.dims):
+            raise InputError(
+                f"{where}: shape {list(shape)} given, expected {list(spec.dims)} (model without batching)"
+            )
+        arrays[name] = array
+    if len(set(batch_sizes.values())) > 1:
+        raise InputError(
+            f"model '{info.name}': inputs have different batch sizes {batch_sizes}; all must match"
+        )
+    batch = next(iter(batch_sizes.values()), 1)
+    return arrays, batch
+
+
+def split(arrays: Arrays, batch: int, max_batch_size: int) -> list[Arrays]:
+    """Views of consecutive slices of at most ``max_batch_size`` along the batch dimension."""
+    if max_batch_size <= 0 or batch <= max_batch_size:
+        return [arrays]
+    return [
+        {name: array[start : start + max_batch_size] for name, array in arrays.items()}
+        for start in range(0, batch, max_batch_size)
+    ]
+
+
+def join(parts: Sequence[Arrays]) -> Arrays:
+    if len(parts) == 1:
+        return parts[0]
+    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+
+
+def empty_outputs(info: ModelInfo, names: Sequence[str]) -> Arrays:
+    """Outputs of a batch of size 0: no server call; variable dims are 0."""
+    specs = {t.name: t for t in info.outputs}
+    result: Arrays = {}
+    for name in names:
+        spec = specs[name]
+        shape = (0, *(max(d, 0) for d in spec.dims))
+        result[name] = np.empty(shape, dtype=dtypes.from_name(spec.datatype).numpy)
+    return result
+
+
+def output_names(info: ModelInfo, requested: Sequence[str] | None) -> list[str]:
+    known = [t.name for t in info.outputs]
+    if requested is None:
+        return known
+    unknown = sorted(set(requested) - set(known))
+    if unknown:
+        raise InputError(f"model '{info.name}': unknown outputs {unknown}, expected some of {known}")
+    return list(requested)
+
+
+def tensor_bytes(array: npt.NDArray[Any], datatype: str) -> bytes | memoryview:
+    """The wire bytes of an input: a view of the array's memory except for BYTES (encoded)."""
+    return dtypes.array_to_bytes(array, dtypes.from_name(datatype))
+
+
+def decode(data: bytes | memoryview, datatype: str, shape: tuple[int, ...], where: str) -> npt.NDArray[Any]:
+    """An output array viewing ``data`` (``np.frombuffer``; BYTES elements are decoded)."""
+    try:
+        return dtypes.array_from_bytes(data, dtypes.from_name(datatype), shape, where)
+    except Exception as exc:  # noqa: BLE001  (server errors about malformed outputs become ours)
+        raise ClientError(f"{where}: cannot decode output: {exc}") from None

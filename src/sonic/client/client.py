@@ -1,0 +1,449 @@
+"""The asyncio client: inputs checked against the model, requests split, sent, retried and failed over.
+
+One :class:`AsyncClient` serves one model. It connects lazily on first use (so it pickles as
+configuration and reconnects on each Dask worker), asks every configured server which models it
+has, and sends each request to the healthy server with the fewest requests in flight. Transient
+failures are retried (same server once, then another, then the local fallback server); a server
+whose connection breaks is taken out and its requests go elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import numpy.typing as npt
+
+from sonic.client import batching
+from sonic.client.coalesce import Coalescer
+from sonic.client.config import ClientConfig, SharedMemoryMode
+from sonic.client.errors import (
+    Attempt,
+    ClientError,
+    ClientStateError,
+    ConnectionLostError,
+    NoServerError,
+    RetriesExhaustedError,
+    TransientError,
+)
+from sonic.client.fallback import FallbackServer
+from sonic.client.registry import ServerEntry, ServerRegistry
+from sonic.client.shm import Region, align
+from sonic.client.transport.base import (
+    ModelInfo,
+    ServerTiming,
+    ShmPlacement,
+    Transport,
+    WireInput,
+    WireOutputRequest,
+    WireRequest,
+    WireResponse,
+)
+from sonic.protocol import dtypes
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+Arrays = dict[str, npt.NDArray[Any]]
+
+
+class ClientState(enum.Enum):
+    NEW = "new"  # not connected yet: the first call discovers the servers
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class CallTiming:
+    """Client-side time of one call, in seconds; summed over the parts of a split batch."""
+
+    serialize_s: float = 0.0
+    wait_s: float = 0.0  # request sent to response received: network and server
+    deserialize_s: float = 0.0
+    requests: int = 0  # wire requests (more than one when the batch was split)
+    tries: int = 0
+    servers: tuple[str, ...] = ()
+    server: ServerTiming | None = None  # verbose mode: ModelStatistics delta around the call
+
+    def __add__(self, other: CallTiming) -> CallTiming:
+        server = self.server
+        if other.server is not None:
+            server = other.server if server is None else server - (ServerTiming() - other.server)
+        return CallTiming(
+            self.serialize_s + other.serialize_s,
+            self.wait_s + other.wait_s,
+            self.deserialize_s + other.deserialize_s,
+            self.requests + other.requests,
+            self.tries + other.tries,
+            tuple(dict.fromkeys(self.servers + other.servers)),
+            server,
+        )
+
+
+@dataclass(frozen=True)
+class InferResult:
+    outputs: Arrays
+    timing: CallTiming
+
+
+def _output_bytes(info: ModelInfo, names: Sequence[str], batch: int) -> dict[str, int] | None:
+    """Byte size of each output when all are known in advance (no variable dims, no BYTES)."""
+    specs = {t.name: t for t in info.outputs}
+    sizes: dict[str, int] = {}
+    for name in names:
+        spec = specs[name]
+        if spec.datatype == "BYTES" or any(d < 0 for d in spec.dims):
+            return None
+        lead = batch if info.max_batch_size > 0 else 1
+        sizes[name] = lead * dtypes.element_count(spec.dims) * dtypes.from_name(spec.datatype).numpy.itemsize
+    return sizes
+
+
+class AsyncClient:
+    def __init__(
+        self,
+        model: str,
+        config: ClientConfig | None = None,
+        *,
+        version: str = "",
+        transports: Sequence[Transport] | None = None,
+    ) -> None:
+        """``transports`` replaces the gRPC connections to ``config.servers`` (tests: in-memory)."""
+        self.model = model
+        self.version = version
+        self.config = config or ClientConfig()
+        self._given_transports = list(transports) if transports is not None else None
+        self._state = ClientState.NEW
+        self._registry: ServerRegistry | None = None
+        self._open_lock: asyncio.Lock | None = None
+        self._in_flight: asyncio.Semaphore | None = None
+        self._info: ModelInfo | None = None
+        self._fallback: FallbackServer | None = None
+        self._coalescer: Coalescer | None = None
+        self._ids = itertools.count()
+
+    @classmethod
+    def from_env(cls, model: str, *, version: str = "", **overrides: Any) -> Self:
+        return cls(model, ClientConfig.from_env(**overrides), version=version)
+
+    # --- pickling: configuration only, reconnect lazily ---------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self._given_transports is not None:
+            msg = "a client built on explicit transports cannot be pickled; build it from a ClientConfig"
+            raise ClientStateError(msg)
+        return {"model": self.model, "version": self.version, "config": self.config}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["model"], state["config"], version=state["version"])  # type: ignore[misc]
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> ClientState:
+        return self._state
+
+    def _transport(self, address: str) -> Transport:
+        from sonic.client.transport.grpc import GrpcTransport  # noqa: PLC0415  (grpc only when used)
+
+        return GrpcTransport(
+            address,
+            compression=self.config.compression,
+            tls=self.config.tls,
+            token=self.config.token,
+            default_timeout_s=self.config.timeout_s,
+            control_timeout_s=self.config.control_timeout_s,
+            stream_max_bytes=self.config.stream_max_bytes,
+        )
+
+    async def _start_fallback(self) -> Transport:
+        server = FallbackServer(self.config.fallback)
+        self._fallback = server  # set first, so close() stops it even if this task is cancelled
+        log.warning("no reachable server has model '%s': starting the local fallback server", self.model)
+        address = await asyncio.to_thread(server.start)
+        return self._transport(address)
+
+    async def _open(self) -> ServerRegistry:
+        if self._state is ClientState.CLOSED:
+            msg = f"client for model '{self.model}' is closed"
+            raise ClientStateError(msg)
+        if self._registry is not None:
+            return self._registry
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if self._registry is None:
+                transports = self._given_transports
+                if transports is None:
+                    transports = [self._transport(a) for a in self.config.servers]
+                registry = ServerRegistry(
+                    transports,
+                    control_timeout_s=self.config.control_timeout_s,
+                    start_fallback=self._start_fallback if self.config.fallback.enable else None,
+                )
+                await registry.discover()
+                self._in_flight = asyncio.Semaphore(self.config.max_in_flight)
+                self._registry = registry
+                self._state = ClientState.OPEN
+        return self._registry
+
+    async def close(self) -> None:
+        """Unregister shared memory, close connections, stop the fallback server. Idempotent."""
+        if self._state is ClientState.CLOSED:
+            return
+        self._state = ClientState.CLOSED
+        try:
+            if self._coalescer is not None:
+                await self._coalescer.close()
+            if self._registry is not None:
+                await self._registry.close()
+        finally:
+            if self._fallback is not None:
+                await asyncio.to_thread(self._fallback.stop)
+
+    async def __aenter__(self) -> Self:
+        await self._open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # --- retries --------------------------------------------------------------------------------------
+
+    async def _with_retries(self, operation: Callable[[ServerEntry], Awaitable[T]]) -> tuple[T, int]:
+        """Run ``operation`` on a chosen server, retrying transient failures; returns (result, tries)."""
+        registry = await self._open()
+        attempts: list[Attempt] = []
+        avoid: set[ServerEntry] = set()
+        retry_on: ServerEntry | None = None
+        for index in range(self.config.allowed_tries):
+            if index:
+                delay_s = self.config.retry_backoff_s * 2 ** (index - 1)
+                await asyncio.sleep(min(delay_s, self.config.retry_backoff_max_s))  # backoff, not a sync
+            try:
+                if retry_on is not None and retry_on.healthy:
+                    entry = retry_on
+                else:
+                    entry = await registry.select(self.model, avoid)
+            except NoServerError as exc:
+                if not attempts:
+                    raise
+                attempts.append(Attempt("(no server left)", exc))
+                break
+            entry.outstanding += 1
+            try:
+                return await operation(entry), index + 1
+            except TransientError as exc:
+                attempts.append(Attempt(entry.address, exc))
+                if isinstance(exc, ConnectionLostError):
+                    registry.mark_dead(entry, exc)
+                if isinstance(exc, ConnectionLostError) or retry_on is entry:
+                    avoid.add(entry)
+                    retry_on = None
+                else:
+                    retry_on = entry  # the first retry goes to the same server
+                log.info("model '%s' try %d on %s failed: %s", self.model, index + 1, entry.address, exc)
+            finally:
+                entry.outstanding -= 1
+        raise RetriesExhaustedError(self.model, attempts)
+
+    # --- metadata -------------------------------------------------------------------------------------
+
+    async def model_info(self) -> ModelInfo:
+        if self._info is not None:
+            return self._info
+        fetched, _ = await self._with_retries(
+            lambda entry: entry.transport.model_info(self.model, self.version)
+        )
+        self._info = fetched
+        return fetched
+
+    # --- inference ------------------------------------------------------------------------------------
+
+    async def infer(self, inputs: Mapping[str, Any], outputs: Sequence[str] | None = None) -> Arrays:
+        """Named numpy inputs in, named numpy outputs out (all outputs unless ``outputs`` names some)."""
+        return (await self.infer_detailed(inputs, outputs)).outputs
+
+    async def infer_ragged(
+        self, objects: Sequence[Mapping[str, Any]], outputs: Sequence[str] | None = None
+    ) -> list[Arrays]:
+        """One request per object (shapes may differ), sent concurrently, results in the given order."""
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(self.infer(o, outputs)) for o in objects]
+        return [t.result() for t in tasks]
+
+    async def infer_detailed(
+        self, inputs: Mapping[str, Any], outputs: Sequence[str] | None = None
+    ) -> InferResult:
+        info = await self.model_info()
+        arrays, batch = batching.check_inputs(info, inputs)
+        names = batching.output_names(info, outputs)
+        if batch == 0:
+            return InferResult(batching.empty_outputs(info, names), CallTiming())
+        if self.config.coalesce_in_flight and 0 < batch < info.max_batch_size:
+            return await self._coalesced(info, arrays, batch, names)
+        parts = batching.split(arrays, batch, info.max_batch_size)
+        if len(parts) == 1:
+            results = [await self._infer_part(info, parts[0], names)]
+        else:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(self._infer_part(info, p, names)) for p in parts]
+            results = [t.result() for t in tasks]
+        if len(results) == 1:
+            return results[0]
+        timing = CallTiming()
+        for result in results:
+            timing = timing + result.timing
+        return InferResult(batching.join([r.outputs for r in results]), timing)
+
+    async def _coalesced(self, info: ModelInfo, arrays: Arrays, batch: int, names: list[str]) -> InferResult:
+        if self._coalescer is None:
+
+            async def send(merged: Arrays) -> tuple[Arrays, CallTiming]:
+                result = await self._infer_part(info, merged, names)
+                return result.outputs, result.timing
+
+            self._coalescer = Coalescer(send, info.max_batch_size, self.config.coalesce_in_flight)
+        key = (tuple(names), tuple((n, a.shape[1:], a.dtype.str) for n, a in arrays.items()))
+        outputs, timing = await self._coalescer.submit(key, arrays, batch)
+        return InferResult(outputs, timing)
+
+    async def _infer_part(self, info: ModelInfo, arrays: Arrays, names: list[str]) -> InferResult:
+        start = time.perf_counter_ns()
+        specs = {t.name: t for t in info.inputs}
+        encoded = {n: (a, batching.tensor_bytes(a, specs[n].datatype)) for n, a in arrays.items()}
+        request_id = f"{self.model}-{next(self._ids)}"
+        prepare_ns = time.perf_counter_ns() - start
+        assert self._in_flight is not None
+        async with self._in_flight:
+            (result, server), tries = await self._with_retries(
+                lambda entry: self._call(entry, info, encoded, names, request_id)
+            )
+        timing = CallTiming(
+            result.timing.serialize_s + prepare_ns / 1e9,
+            result.timing.wait_s,
+            result.timing.deserialize_s,
+            1,
+            tries,
+            (server,),
+            result.timing.server,
+        )
+        return InferResult(result.outputs, timing)
+
+    def _use_shm(self, entry: ServerEntry) -> bool:
+        return (
+            self.config.shared_memory is not SharedMemoryMode.OFF
+            and entry.transport.is_local
+            and not entry.shm_refused
+        )
+
+    async def _region(self, entry: ServerEntry, size: int) -> Region | None:
+        """A registered region, or None when this server cannot use shared memory."""
+        from sonic.client.shm import RegionPool  # noqa: PLC0415  (small, but only with local servers)
+
+        if entry.shm is None:
+            entry.shm = RegionPool(entry.transport)
+        try:
+            return await entry.shm.acquire(size)
+        except TransientError:
+            raise
+        except (ClientError, OSError) as exc:
+            entry.shm_refused = True
+            level = logging.WARNING if self.config.shared_memory is SharedMemoryMode.SYSTEM else logging.INFO
+            log.log(level, "shared memory with %s not possible, using plain gRPC: %s", entry.address, exc)
+            return None
+
+    async def _call(
+        self,
+        entry: ServerEntry,
+        info: ModelInfo,
+        encoded: dict[str, tuple[npt.NDArray[Any], bytes | memoryview]],
+        names: list[str],
+        request_id: str,
+    ) -> tuple[InferResult, str]:
+        specs = {t.name: t for t in info.inputs}
+        batch = next(iter(encoded.values()))[0].shape[0] if info.max_batch_size > 0 else 1
+        region: Region | None = None
+        placements: dict[str, ShmPlacement] = {}
+        out_placements: dict[str, ShmPlacement] = {}
+        shm_ns = 0
+        if self._use_shm(entry):
+            out_sizes = _output_bytes(info, names, batch) or {}
+            in_sizes = {
+                n: (d.nbytes if isinstance(d, memoryview) else len(d)) for n, (_, d) in encoded.items()
+            }
+            total = sum(align(s) for s in in_sizes.values()) + sum(align(s) for s in out_sizes.values())
+            region = await self._region(entry, total)
+            if region is not None:
+                start = time.perf_counter_ns()
+                offset = 0
+                for name, (_, data) in encoded.items():
+                    region.write(offset, data)
+                    placements[name] = ShmPlacement(region.name, in_sizes[name], offset)
+                    offset += align(in_sizes[name])
+                for name, size in out_sizes.items():
+                    out_placements[name] = ShmPlacement(region.name, size, offset)
+                    offset += align(size)
+                shm_ns = time.perf_counter_ns() - start
+        request = WireRequest(
+            model=self.model,
+            version=self.version,
+            inputs=tuple(
+                WireInput(
+                    n, specs[n].datatype, tuple(a.shape), None if n in placements else d, placements.get(n)
+                )
+                for n, (a, d) in encoded.items()
+            ),
+            outputs=tuple(WireOutputRequest(n, out_placements.get(n)) for n in names),
+            request_id=request_id,
+            timeout_s=self.config.timeout_s,
+        )
+        try:
+            before = (
+                await entry.transport.model_statistics(self.model, self.version)
+                if self.config.verbose
+                else None
+            )
+            response = await entry.transport.infer(request)
+            server = None
+            if before is not None:
+                server = await entry.transport.model_statistics(self.model, self.version) - before
+            start = time.perf_counter_ns()
+            outputs = self._decode(response, names, region, out_placements)
+            decode_ns = time.perf_counter_ns() - start
+        except BaseException:
+            if region is not None and entry.shm is not None:
+                await entry.shm.discard(region)  # the server may hold a stale view of it
+            raise
+        if region is not None and entry.shm is not None:
+            entry.shm.release(region)
+        timing = CallTiming(
+            (response.serialize_ns + shm_ns) / 1e9, response.wait_ns / 1e9, decode_ns / 1e9, server=server
+        )
+        return InferResult(outputs, timing), entry.address
+
+    def _decode(
+        self, response: WireResponse, names: list[str], region: Region | None, placed: dict[str, ShmPlacement]
+    ) -> Arrays:
+        by_name = {o.name: o for o in response.outputs}
+        outputs: Arrays = {}
+        for name in names:
+            output = by_name.get(name)
+            where = f"model '{self.model}' output '{name}'"
+            if output is None:
+                raise ClientError(f"{where}: missing from the response of the server")
+            placement = placed.get(name)
+            if placement is not None and region is not None:
+                datatype = dtypes.from_name(output.datatype)
+                outputs[name] = region.read(placement.offset, datatype.numpy, output.shape)
+            else:
+                outputs[name] = batching.decode(output.data, output.datatype, output.shape, where)
+        return outputs

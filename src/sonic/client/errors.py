@@ -1,0 +1,91 @@
+"""Errors raised by :mod:`sonic.client`.
+
+The tree::
+
+    ClientError                     base of every client error
+    ├── ClientStateError            misuse: a closed client, infer() before start-up, a pickled live object
+    ├── InputError                  inputs do not match the model (name, dtype, shape, batch); never sent
+    ├── NoServerError               no server (remote or fallback) has the model
+    ├── ServerError                 the server answered with an error; ``status`` is the gRPC status name
+    │   ├── InvalidRequestError     INVALID_ARGUMENT, NOT_FOUND, ...: retrying cannot help
+    │   └── TransientError          retried: the same request may succeed later or elsewhere
+    │       ├── UnavailableError        UNAVAILABLE (queue full, model unloading, server draining)
+    │       ├── DeadlineExceededError   DEADLINE_EXCEEDED (per-request deadline)
+    │       ├── ResourceExhaustedError  RESOURCE_EXHAUSTED
+    │       └── ConnectionLostError     the connection broke or was refused
+    └── RetriesExhaustedError       every allowed try failed; ``attempts`` lists server and cause of each
+
+Third-party errors (``grpc.aio.AioRpcError``) are converted in exactly one place, the transport
+that talks to them (:mod:`sonic.client.transport.grpc`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ClientError(Exception):
+    """Base of every error raised by the client."""
+
+
+class ClientStateError(ClientError):
+    pass
+
+
+class InputError(ClientError):
+    pass
+
+
+class NoServerError(ClientError):
+    pass
+
+
+class ServerError(ClientError):
+    """An error answer from a server."""
+
+    def __init__(self, message: str, *, status: str, server: str) -> None:
+        super().__init__(f"{server}: {status}: {message}")
+        self.status = status
+        self.server = server
+        self.detail = message
+
+
+class InvalidRequestError(ServerError):
+    pass
+
+
+class TransientError(ServerError):
+    pass
+
+
+class UnavailableError(TransientError):
+    pass
+
+
+class DeadlineExceededError(TransientError):
+    pass
+
+
+class ResourceExhaustedError(TransientError):
+    pass
+
+
+class ConnectionLostError(TransientError):
+    pass
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One failed try: where it went and why it failed."""
+
+    server: str
+    error: ClientError
+
+
+class RetriesExhaustedError(ClientError):
+    def __init__(self, model: str, attempts: list[Attempt]) -> None:
+        lines = [f"model '{model}': all {len(attempts)} tries failed:"]
+        lines += [f"  try {i}: {a.server}: {a.error}" for i, a in enumerate(attempts, 1)]
+        super().__init__("\n".join(lines))
+        self.model = model
+        self.attempts = attempts

@@ -1,0 +1,1 @@
+"""Transports: how requests reach a server (gRPC, or in memory for tests)."""

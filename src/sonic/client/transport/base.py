@@ -1,0 +1,138 @@
+"""The transport interface and the plain data it moves.
+
+A transport knows one server. It takes and returns tensor bytes, never numpy arrays: decoding and
+validation live in the client, so every transport behaves the same and tests of retries and failover
+can use :class:`~sonic.client.transport.memory.MemoryTransport` without sockets.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    datatype: str
+    dims: tuple[int, ...]  # per-object dims: without the batch dimension; -1 is variable
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the client needs to know about a model: from ModelMetadata and ModelConfig."""
+
+    name: str
+    versions: tuple[str, ...]
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    max_batch_size: int  # 0: the model takes no batch dimension
+
+
+@dataclass(frozen=True, slots=True)
+class ShmPlacement:
+    """Where a tensor lies in a registered system shared-memory region."""
+
+    region: str
+    byte_size: int
+    offset: int = 0
+
+
+@dataclass(slots=True)  # hot path: plain slots init, no frozen setattr
+class WireInput:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: bytes | memoryview | None  # None when the tensor is in shared memory
+    shm: ShmPlacement | None = None
+
+
+@dataclass(slots=True)  # hot path: plain slots init, no frozen setattr
+class WireOutputRequest:
+    name: str
+    shm: ShmPlacement | None = None
+
+
+@dataclass(slots=True)  # hot path: plain slots init, no frozen setattr
+class WireRequest:
+    model: str
+    version: str
+    inputs: tuple[WireInput, ...]
+    outputs: tuple[WireOutputRequest, ...] = ()  # empty: every output, in the response body
+    request_id: str = ""
+    timeout_s: float | None = None
+
+
+@dataclass(slots=True)  # hot path: plain slots init, no frozen setattr
+class WireOutput:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: bytes | memoryview  # empty when the output was written to shared memory
+
+
+@dataclass(slots=True)  # hot path: plain slots init, no frozen setattr
+class WireResponse:
+    model: str
+    version: str
+    outputs: tuple[WireOutput, ...]
+    serialize_ns: int = 0  # measured by the transport: building the message
+    wait_ns: int = 0  # from send to the response bytes, server time and transfer included
+
+
+@dataclass(frozen=True)
+class ServerTiming:
+    """Cumulative server-side durations of a model (ModelStatistics), in nanoseconds."""
+
+    success_count: int = 0
+    queue_ns: int = 0
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0
+
+    def __sub__(self, other: ServerTiming) -> ServerTiming:
+        return ServerTiming(
+            self.success_count - other.success_count,
+            self.queue_ns - other.queue_ns,
+            self.compute_input_ns - other.compute_input_ns,
+            self.compute_infer_ns - other.compute_infer_ns,
+            self.compute_output_ns - other.compute_output_ns,
+        )
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    name: str
+    version: str
+    state: str
+
+
+class Transport(ABC):
+    """One server. Methods raise :mod:`sonic.client.errors` types only."""
+
+    address: str
+    is_local: bool  # same host: system shared memory may be used
+
+    @abstractmethod
+    async def server_ready(self) -> bool: ...
+
+    @abstractmethod
+    async def repository_index(self) -> list[IndexEntry]: ...
+
+    @abstractmethod
+    async def model_info(self, name: str, version: str) -> ModelInfo: ...
+
+    @abstractmethod
+    async def model_statistics(self, name: str, version: str) -> ServerTiming: ...
+
+    @abstractmethod
+    async def infer(self, request: WireRequest) -> WireResponse: ...
+
+    @abstractmethod
+    async def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None: ...
+
+    @abstractmethod
+    async def shm_unregister(self, name: str) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...

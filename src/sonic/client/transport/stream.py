@@ -1,0 +1,136 @@
+"""Small inference requests multiplexed on one ``ModelStreamInfer`` stream per server.
+
+A unary gRPC call costs a new HTTP/2 stream, headers and a status on both ends; on a bidirectional
+stream each request is one message. For small tensors that per-call cost dominates, so the gRPC
+transport sends requests up to ``max_message_bytes`` here. Responses come back as the server
+finishes them and are matched by request id.
+
+Stream responses carry an error message but no status code. A request that fails inside the stream
+is therefore sent once more as a unary call, whose status tells retryable from invalid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from typing import Any
+
+from grpc import aio
+from tritonclient.grpc import service_pb2
+
+from sonic.client.errors import ClientError, ConnectionLostError
+from sonic.protocol.wire import split_raw_contents
+
+STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
+STREAM_INFER_RESPONSE_TAG = (2 << 3) | 2  # ModelStreamInferResponse.infer_response
+RAW_OUTPUT_CONTENTS_TAG = (6 << 3) | 2  # ModelInferResponse.raw_output_contents
+SPLIT_ABOVE_BYTES = 65536  # responses at least this big have their tensor bytes cut out by hand
+Decoded = tuple[Any, list[memoryview]]  # (ModelInferResponse without tensors, views of tensor bytes)
+
+
+class StreamFailedError(Exception):
+    """A request failed inside the stream (``error_message``): resend it as a unary call."""
+
+
+class InferStream:
+    """One open stream: writes serialized by a lock, one reader task resolving futures by id."""
+
+    def __init__(self, channel: aio.Channel, address: str, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._address = address
+        self._call: Any = channel.stream_stream(STREAM_METHOD, None, None)(None, metadata=metadata)
+        self._pending: dict[str, asyncio.Future[Decoded]] = {}
+        self._write_lock = asyncio.Lock()
+        self._ids = itertools.count()
+        self.broken: ClientError | None = None
+        self._reader = asyncio.create_task(self._read(), name=f"sonic-stream-{address}")
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                data = await self._call.read()
+                if data is aio.EOF:  # type: ignore[attr-defined]  # grpc-stubs lacks it
+                    msg = "the server closed the inference stream"
+                    self._fail(ConnectionLostError(msg, status="UNAVAILABLE", server=self._address))
+                    return
+                self._deliver(data)
+        except aio.AioRpcError as exc:
+            from sonic.client.transport.grpc import convert_error  # noqa: PLC0415  (module cycle)
+
+            error = convert_error(exc, self._address)
+            if not isinstance(error, ConnectionLostError):
+                # The stream as a whole is gone: every request on it must go again.
+                error = ConnectionLostError(str(exc.details()), status="UNAVAILABLE", server=self._address)
+            self._fail(error)
+
+    def _deliver(self, data: bytes) -> None:
+        if len(data) < SPLIT_ABOVE_BYTES:
+            # Small: protobuf's C parser beats walking the fields in Python; the tensor copy is tiny.
+            message = service_pb2.ModelStreamInferResponse.FromString(data)
+            head, error = message.infer_response, message.error_message
+            raw = [memoryview(r) for r in head.raw_output_contents]
+        else:
+            # Large: cut the infer_response out as a view and its tensors out of that, without copies.
+            rest, inner = split_raw_contents(data, STREAM_INFER_RESPONSE_TAG)
+            if inner:
+                head_bytes, raw = split_raw_contents(inner[0], RAW_OUTPUT_CONTENTS_TAG)  # type: ignore[arg-type]
+                head = service_pb2.ModelInferResponse.FromString(head_bytes)
+            else:
+                head, raw = service_pb2.ModelInferResponse(), []
+            error = service_pb2.ModelStreamInferResponse.FromString(rest).error_message
+        future = self._pending.pop(head.id, None)
+        if future is None or future.done():
+            return  # a request that timed out meanwhile
+        if error:
+            future.set_exception(StreamFailedError(error))
+        else:
+            future.set_result((head, raw))
+
+    def _fail(self, error: ClientError) -> None:
+        self.broken = error
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+    async def infer(
+        self, head: service_pb2.ModelInferRequest, tail: list[bytes | memoryview], timeout_s: float | None
+    ) -> Decoded:
+        """Send one request (serialized head with its id set here, raw tensor fields) and await it."""
+        if self.broken is not None:
+            raise self.broken
+        key = str(next(self._ids))
+        head.id = f"{head.id}#{key}" if head.id else key
+        payload = b"".join([head.SerializeToString(), *tail])
+        future: asyncio.Future[Decoded] = asyncio.get_running_loop().create_future()
+        self._pending[head.id] = future
+        try:
+            async with self._write_lock:
+                if self.broken is not None:
+                    raise self.broken
+                await self._call.write(payload)
+            return await asyncio.wait_for(future, timeout_s)
+        except aio.AioRpcError as exc:
+            from sonic.client.transport.grpc import convert_error  # noqa: PLC0415  (module cycle)
+
+            raise convert_error(exc, self._address) from exc
+        except asyncio.InvalidStateError:
+            # The stream finished between our check and the write: the reader has the cause, or will.
+            raise self._closed_error() from None
+        finally:
+            self._pending.pop(head.id, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # failed by the reader while we were writing: mark it retrieved
+            else:
+                future.cancel()
+
+    def _closed_error(self) -> ClientError:
+        return self.broken or ConnectionLostError(
+            "inference stream closed", status="UNAVAILABLE", server=self._address
+        )
+
+    async def close(self) -> None:
+        self._call.cancel()
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader

@@ -1,0 +1,14 @@
+"""Performance toolkit: ``sonic perf`` (load generator), ``sonic analyze`` (configuration sweep) and
+``sonic scale`` (processing-time scaling model and discrete-event simulation).
+
+- :mod:`sonic.perf.engine`: closed-loop (concurrency) and open-loop (request rate) load, measurement
+  windows with a stability rule, server-side breakdown from ModelStatistics deltas.
+- :mod:`sonic.perf.stats`: percentiles, the stability rule, the server breakdown.
+- :mod:`sonic.perf.inputs`: input tensors from the server's model metadata and config, or a file.
+- :mod:`sonic.perf.transport`: how requests travel (gRPC today; the seam for shared memory).
+- :mod:`sonic.perf.report` and :mod:`sonic.perf.plot`: CSV, JSON and PNG output.
+- :mod:`sonic.perf.analyze` and :mod:`sonic.perf.analyze_report`: start our server per candidate
+  config, measure, rank, write the best ``config.pbtxt`` and a report.
+- :mod:`sonic.perf.scaling` and :mod:`sonic.perf.simulate`: seed 002's model, its fit, a simulation.
+- :mod:`sonic.perf.synthetic`: a model whose cost is fixed per execution (a known answer for tests).
+"""

@@ -1,0 +1,464 @@
+"""The ``triton_python_backend_utils`` API that Triton Python-backend models use, in-process.
+
+Models import it as ``import triton_python_backend_utils as pb_utils`` (a top-level module of our
+wheel that re-exports this one). Tensors wrap the server's numpy arrays without copying, where
+Triton's stub copies them through shared memory into another process.
+
+Not offered: decoupled response senders, DLPack GPU tensors other than through numpy, metrics.
+BLS (``InferenceRequest(...).exec()``, or ``await ....async_exec()`` in ``async def execute``) calls
+the server's other models from the model's own thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import enum
+import json
+import logging
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import numpy.typing as npt
+
+from sonic.server.backends.base import ModelCaller
+
+log = logging.getLogger("sonic.python_model")
+
+# The server's model caller for BLS, bound by the Python backend in each instance's own thread.
+current_caller: contextvars.ContextVar[ModelCaller | None] = contextvars.ContextVar(
+    "sonic_pb_utils_caller", default=None
+)
+
+TRITON_STRING_TO_NUMPY: dict[str, Any] = {
+    "TYPE_BOOL": bool,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+    "TYPE_BF16": ml_dtypes.bfloat16,
+}
+
+# Triton's DataType enum numbers (model_config.proto), as Tensor.triton_dtype() returns them.
+_ENUM_TO_NUMPY: dict[int, Any] = {
+    1: np.bool_,
+    2: np.uint8,
+    3: np.uint16,
+    4: np.uint32,
+    5: np.uint64,
+    6: np.int8,
+    7: np.int16,
+    8: np.int32,
+    9: np.int64,
+    10: np.float16,
+    11: np.float32,
+    12: np.float64,
+    13: np.object_,
+    14: ml_dtypes.bfloat16,
+}
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+
+
+def triton_string_to_numpy(triton_type_string: str) -> Any:
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def triton_to_numpy_type(data_type: int) -> Any:
+    return _ENUM_TO_NUMPY.get(data_type)
+
+
+def numpy_to_triton_type(data_type: Any) -> int | None:
+    dtype = np.dtype(data_type)
+    if dtype.kind in "OSU":
+        return 13
+    for value, numpy_type in _ENUM_TO_NUMPY.items():
+        if value != 13 and np.dtype(numpy_type) == dtype:
+            return value
+    return None
+
+
+def serialize_byte_tensor(input_tensor: npt.NDArray[Any]) -> npt.NDArray[np.uint8] | None:
+    """Length-prefixed BYTES encoding of an object/bytes array, as a flat uint8 array."""
+    if input_tensor.size == 0:
+        return None
+    parts = []
+    for item in input_tensor.reshape(-1):
+        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        parts += [struct.pack("<I", len(data)), data]
+    return np.frombuffer(b"".join(parts), dtype=np.uint8)
+
+
+def deserialize_bytes_tensor(encoded_tensor: bytes) -> npt.NDArray[np.object_]:
+    items = []
+    offset = 0
+    while offset < len(encoded_tensor):
+        (length,) = struct.unpack_from("<I", encoded_tensor, offset)
+        offset += 4
+        items.append(bytes(encoded_tensor[offset : offset + length]))
+        offset += length
+    return np.array(items, dtype=np.object_)
+
+
+class TritonModelException(Exception):
+    def __init__(self, msg: str) -> None:
+        super().__init__(msg)
+        self._msg = msg
+
+    def message(self) -> str:
+        return self._msg
+
+
+class TritonError:
+    """An error a model puts in a response; the code picks the status the client sees."""
+
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    def __init__(self, message: str, code: int = INTERNAL) -> None:
+        self._message = message
+        self._code = code
+
+    def message(self) -> str:
+        return self._message
+
+    def code(self) -> int:
+        return self._code
+
+    def __str__(self) -> str:
+        return self._message
+
+
+class Tensor:
+    """A named numpy array (never copied here)."""
+
+    def __init__(self, name: str, numpy_array: npt.NDArray[Any], triton_dtype: int | None = None) -> None:
+        if not isinstance(numpy_array, np.ndarray):
+            raise TritonModelException(
+                f"Tensor '{name}': expected a numpy array, got {type(numpy_array).__name__}"
+            )
+        if numpy_array.dtype.kind == "U":
+            raise TritonModelException(
+                f"Tensor '{name}': numpy dtype {numpy_array.dtype} is not supported; use np.object_ for strings"
+            )
+        if triton_dtype is not None:
+            wanted = np.dtype(_ENUM_TO_NUMPY[triton_dtype])
+            if numpy_array.dtype != wanted:
+                numpy_array = numpy_array.view(wanted)
+            dtype_value: int | None = triton_dtype
+        else:
+            dtype_value = numpy_to_triton_type(numpy_array.dtype)
+        if dtype_value is None:
+            raise TritonModelException(f"Tensor '{name}': numpy dtype {numpy_array.dtype} has no Triton type")
+        self._name = name
+        self._array = numpy_array
+        self._triton_dtype = dtype_value
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> npt.NDArray[Any]:
+        return self._array
+
+    def triton_dtype(self) -> int:
+        return self._triton_dtype
+
+    def shape(self) -> list[int]:
+        return list(self._array.shape)
+
+    def is_cpu(self) -> bool:
+        return True
+
+    def to_dlpack(self) -> Any:
+        return self._array.__dlpack__()
+
+    @staticmethod
+    def from_dlpack(name: str, capsule: Any) -> Tensor:
+        """From any object with ``__dlpack__`` (a torch tensor, say); it must live in CPU memory."""
+        return Tensor(name, np.from_dlpack(capsule))
+
+
+class InferenceResponse:
+    def __init__(
+        self,
+        output_tensors: Sequence[Tensor] = (),
+        error: TritonError | None = None,
+        parameters: Mapping[str, object] | str | None = None,
+    ) -> None:
+        if not isinstance(output_tensors, list | tuple):
+            msg = '"output_tensors" must be a list.'
+            raise TritonModelException(msg)
+        self._outputs = list(output_tensors)
+        self._error = error
+        self._parameters = parameters if isinstance(parameters, str) else json.dumps(dict(parameters or {}))
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._outputs
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+    def parameters(self) -> str:
+        return self._parameters
+
+
+class InferenceRequest:
+    """A request given to ``execute``, or built by a model to call another model (BLS)."""
+
+    def __init__(
+        self,
+        model_name: str = "",
+        inputs: Sequence[Tensor] = (),
+        requested_output_names: Sequence[str] = (),
+        *,
+        model_version: int = -1,
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        flags: int = 0,
+        timeout: int = 0,
+        parameters: Mapping[str, object] | str | None = None,
+        **_ignored: object,  # preferred_memory and other options meaningless in one process
+    ) -> None:
+        self.model_name = model_name
+        self.model_version = model_version
+        self._inputs = list(inputs)
+        self._requested = list(requested_output_names)
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._flags = flags
+        self._timeout = timeout
+        self._parameters = parameters if isinstance(parameters, str) else json.dumps(dict(parameters or {}))
+
+    def inputs(self) -> list[Tensor]:
+        return self._inputs
+
+    def requested_output_names(self) -> list[str]:
+        return self._requested
+
+    def request_id(self) -> str:
+        return self._request_id
+
+    def correlation_id(self) -> int | str:
+        return self._correlation_id
+
+    def flags(self) -> int:
+        return self._flags
+
+    def timeout(self) -> int:
+        return self._timeout
+
+    def parameters(self) -> str:
+        return self._parameters
+
+    def is_cancelled(self) -> bool:
+        return False
+
+    def get_response_sender(self) -> Any:
+        msg = "decoupled models (response senders) are not supported by sonic's Python backend"
+        raise TritonModelException(msg)
+
+    def exec(self, decoupled: bool = False) -> InferenceResponse:
+        """Run this request on another model of the server and wait (BLS)."""
+        if decoupled:
+            msg = "decoupled BLS calls are not supported by sonic's Python backend"
+            raise TritonModelException(msg)
+        caller = current_caller.get()
+        if caller is None:
+            raise TritonModelException(
+                f"BLS call of model '{self.model_name}': no server to call (only a model's own thread can call)"
+            )
+        version = "" if self.model_version < 0 else str(self.model_version)
+        inputs = {tensor.name(): tensor.as_numpy() for tensor in self._inputs}
+        try:
+            outputs = caller.infer_blocking(
+                self.model_name, version, inputs, self._requested or None, self._request_id
+            )
+        except Exception as exc:  # noqa: BLE001  (BLS reports failures in the response, as Triton does)
+            return InferenceResponse([], TritonError(str(exc)))
+        return InferenceResponse([Tensor(name, array) for name, array in outputs.items()])
+
+    async def async_exec(self, decoupled: bool = False) -> InferenceResponse:
+        """:meth:`exec` for ``async def execute`` models; several can run at once (``asyncio.gather``)."""
+        # to_thread copies this thread's context, so the worker sees the model's caller.
+        return await asyncio.to_thread(self.exec, decoupled)
+
+
+def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
+    return next((t for t in inference_request.inputs() if t.name() == name), None)
+
+
+def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
+    return next((t for t in inference_response.output_tensors() if t.name() == name), None)
+
+
+def get_input_config_by_name(model_config: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    return next((t for t in model_config.get("input", []) if t["name"] == name), None)
+
+
+def get_output_config_by_name(model_config: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    return next((t for t in model_config.get("output", []) if t["name"] == name), None)
+
+
+def using_decoupled_model_transaction_policy(model_config: Mapping[str, Any]) -> bool:
+    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
+
+
+class ModelConfig:
+    """The config handed to ``auto_complete_config``; only batch size, I/O and scheduling change.
+
+    ``_model_config`` keeps the name of Triton's attribute: Triton's own stub reads it after
+    ``auto_complete_config`` when this module shadows Triton's copy in a shared environment.
+    """
+
+    def __init__(self, model_config: str | Mapping[str, Any]) -> None:
+        self._model_config: dict[str, Any] = (
+            json.loads(model_config) if isinstance(model_config, str) else dict(model_config)
+        )
+        self._model_config.setdefault("input", [])
+        self._model_config.setdefault("output", [])
+        self._model_config.setdefault("max_batch_size", 0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return self._model_config
+
+    def _name(self) -> str:
+        return str(self._model_config.get("name", ""))
+
+    def set_max_batch_size(self, max_batch_size: int) -> None:
+        current = int(self._model_config["max_batch_size"])
+        if current > max_batch_size:
+            raise ValueError(
+                f"configuration specified max_batch_size {current}, but in auto-complete-config function "
+                f"for model '{self._name()}' specified max_batch_size {max_batch_size}"
+            )
+        self._model_config["max_batch_size"] = max_batch_size
+
+    def set_dynamic_batching(self) -> None:
+        for other in ("sequence_batching", "ensemble_scheduling"):
+            if other in self._model_config:
+                raise ValueError(
+                    f"Configuration specified scheduling_choice as '{other}', but auto-complete-config "
+                    f"function for model '{self._name()}' tries to set scheduling_choice as 'dynamic_batching'"
+                )
+        self._model_config.setdefault("dynamic_batching", {})
+
+    def _add(self, kind: str, tensor: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+        name = tensor.get("name")
+        if name is None:
+            raise ValueError(
+                f"{kind} in auto-complete-config function for model '{self._name()}' is missing 'name' property."
+            )
+        for key in tensor:
+            if key not in allowed:
+                raise ValueError(
+                    f"{kind} '{name}' in auto-complete-config function for model '{self._name()}' contains "
+                    f"property other than {', '.join(repr(k) for k in allowed)}."
+                )
+        for key in ("data_type", "dims"):
+            if key not in tensor:
+                raise ValueError(
+                    f"{kind} '{name}' in auto-complete-config function for model '{self._name()}' is missing "
+                    f"'{key}' property."
+                )
+        for current in self._model_config[kind]:
+            if current["name"] != name:
+                continue
+            declared = current.get("data_type", "TYPE_INVALID")
+            if declared not in ("TYPE_INVALID", tensor["data_type"]):
+                raise ValueError(
+                    f"unable to load model '{self._name()}', configuration expects datatype {declared} for "
+                    f"{kind} '{name}', model provides {tensor['data_type']}"
+                )
+            if current.get("dims") and list(current["dims"]) != list(tensor["dims"]):
+                raise ValueError(
+                    f"model '{self._name()}', tensor '{name}': the model expects dims {list(tensor['dims'])} "
+                    f"but the model configuration specifies dims {list(current['dims'])}"
+                )
+            current.update(tensor)
+            return
+        self._model_config[kind].append(dict(tensor))
+
+    def add_input(self, input: Mapping[str, Any]) -> None:
+        self._add("input", input, ("name", "data_type", "dims", "optional"))
+
+    def add_output(self, output: Mapping[str, Any]) -> None:
+        self._add("output", output, ("name", "data_type", "dims"))
+
+    def set_model_transaction_policy(self, transaction_policy_dict: Mapping[str, Any]) -> None:
+        for key in transaction_policy_dict:
+            if key != "decoupled":
+                raise ValueError(
+                    f"model transaction property in auto-complete-config function for model '{self._name()}' "
+                    "contains property other than 'decoupled'."
+                )
+        policy = self._model_config.setdefault("model_transaction_policy", {})
+        if "decoupled" in transaction_policy_dict:
+            if "decoupled" in policy and policy["decoupled"] != transaction_policy_dict["decoupled"]:
+                raise ValueError(
+                    f"trying to change decoupled property in auto-complete-config for model '{self._name()}', "
+                    f"which is already set to '{policy['decoupled']}'."
+                )
+            policy["decoupled"] = transaction_policy_dict["decoupled"]
+
+
+class LogLevel(enum.IntEnum):
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+
+
+_LEVELS = {
+    LogLevel.INFO: logging.INFO,
+    LogLevel.WARNING: logging.WARNING,
+    LogLevel.ERROR: logging.ERROR,
+    LogLevel.VERBOSE: logging.DEBUG,
+}
+
+
+class Logger:
+    """``pb_utils.Logger``: model messages go to the server's log."""
+
+    @staticmethod
+    def log(message: str, level: LogLevel = LogLevel.INFO) -> None:
+        log.log(_LEVELS[LogLevel(level)], "%s", message)
+
+    @staticmethod
+    def log_info(message: str) -> None:
+        log.info("%s", message)
+
+    @staticmethod
+    def log_warn(message: str) -> None:
+        log.warning("%s", message)
+
+    @staticmethod
+    def log_error(message: str) -> None:
+        log.error("%s", message)
+
+    @staticmethod
+    def log_verbose(message: str) -> None:
+        log.debug("%s", message)

@@ -1,0 +1,73 @@
+"""Model-to-model calls inside one server: what ensembles and Python models (BLS) use.
+
+A call goes through the called model's own validation and scheduler, so it is batched with client
+requests for that model, but its tensors stay numpy arrays in this process: nothing is serialized.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from sonic.errors import FailedPreconditionError
+from sonic.protocol import dtypes
+from sonic.server.model import ModelVersion
+from sonic.server.types import InferRequest, InputTensor
+
+
+class ServerModelCaller:
+    """The :class:`sonic.server.backends.base.ModelCaller` of a running server."""
+
+    def __init__(self, lookup: Callable[[str, str], ModelVersion], loop: asyncio.AbstractEventLoop) -> None:
+        self._lookup = lookup
+        self._loop = loop
+
+    async def infer(
+        self,
+        model_name: str,
+        model_version: str,
+        inputs: Mapping[str, npt.NDArray[Any]],
+        output_names: Sequence[str] | None = None,
+        request_id: str = "",
+    ) -> dict[str, npt.NDArray[Any]]:
+        model = self._lookup(model_name, model_version)
+        tensors = []
+        for name, array in inputs.items():
+            # BYTES tensors are object arrays inside the server, whatever numpy string type came in.
+            value = array.astype(np.object_) if array.dtype.kind in "SU" else array
+            datatype = dtypes.from_numpy(value.dtype)
+            tensors.append(InputTensor(name, datatype.name, tuple(value.shape), array=value))
+        request = InferRequest(
+            model_name=model_name,
+            model_version=model_version,
+            inputs=tensors,
+            request_id=request_id,
+            outputs=list(output_names) if output_names is not None else None,
+        )
+        response = await model.infer(request)
+        return {tensor.name: tensor.array for tensor in response.outputs}
+
+    def infer_blocking(
+        self,
+        model_name: str,
+        model_version: str,
+        inputs: Mapping[str, npt.NDArray[Any]],
+        output_names: Sequence[str] | None = None,
+        request_id: str = "",
+    ) -> dict[str, npt.NDArray[Any]]:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            # Waiting here would stop the loop that has to do the work.
+            msg = f"call of model '{model_name}' from the event loop thread: use the async infer()"
+            raise FailedPreconditionError(msg)
+        future = asyncio.run_coroutine_threadsafe(
+            self.infer(model_name, model_version, inputs, output_names, request_id), self._loop
+        )
+        return future.result()

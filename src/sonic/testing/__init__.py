@@ -1,0 +1,1 @@
+"""Helpers for tests and benchmarks: launchers for real servers, model repositories."""

@@ -1,0 +1,137 @@
+"""The same Python-backend model folders on real NVIDIA Triton and on sonic give the same answers.
+
+Triton is the ``tritonserver`` binary that ships in the nvidia-pytriton wheel (a test dependency),
+with its Python backend stub for this interpreter. In this environment sonic's top-level
+``triton_python_backend_utils`` shadows Triton's own copy, so this also checks that Triton's stub
+still works with ours (it swaps in its C++ Tensor/Request/Response classes and reads
+``ModelConfig._model_config`` after ``auto_complete_config``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+pytestmark = [pytest.mark.integration, pytest.mark.triton]
+
+MODELS = ("add_sub", "scale")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def triton_address(built_models, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    pytriton = pytest.importorskip("pytriton")
+    package = Path(pytriton.__file__).parent
+    dist = package / "tritonserver"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = dist / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not (dist / "bin" / "tritonserver").is_file() or not stub.is_file():
+        pytest.skip(f"no tritonserver binary with a Python {version} stub in {dist}")
+    root = tmp_path_factory.mktemp("triton")
+    backends = root / "backends"
+    shutil.copytree(dist / "backends", backends)
+    shutil.copy(stub, backends / "python" / stub.name)
+    repo = root / "models"
+    for name in MODELS:
+        shutil.copytree(built_models.repo / name, repo / name)
+    port = free_port()
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (str(package.parent / "nvidia_pytriton.libs"), env.get("LD_LIBRARY_PATH")) if p
+    )
+    # The stub runs the interpreter found on PATH: this one, with numpy and sonic installed.
+    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
+    command = [
+        str(dist / "bin" / "tritonserver"),
+        f"--model-repository={repo}",
+        f"--backend-directory={backends}",
+        "--grpc-address=127.0.0.1",
+        f"--grpc-port={port}",
+        "--allow-http=false",
+        "--allow-metrics=false",
+    ]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+    )
+    assert process.stdout is not None
+    log: list[str] = []
+    try:
+        # Triton prints this line once it serves, or exits (end of output) when a model fails to load.
+        for line in process.stdout:
+            log.append(line)
+            if "Started GRPCInferenceService" in line:
+                break
+        else:
+            pytest.fail(f"tritonserver exited with {process.wait()} before serving:\n{''.join(log[-40:])}")
+        drain = threading.Thread(target=log.extend, args=(process.stdout,), name="tritonserver-log")
+        drain.start()
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    drain.join()
+    process.stdout.close()
+
+
+def run(address: str, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    with grpcclient.InferenceServerClient(address) as client:
+        tensors = []
+        for name, array in inputs.items():
+            tensor = grpcclient.InferInput(name, list(array.shape), "FP32")
+            tensor.set_data_from_numpy(array)
+            tensors.append(tensor)
+        result = client.infer(model, tensors)
+        names = [o["name"] for o in result.get_response(as_json=True)["outputs"]]
+        return {name: result.as_numpy(name) for name in names}
+
+
+def test_add_sub_same_on_triton_and_sonic(triton_address, backend_server) -> None:
+    rng = np.random.default_rng(40)
+    inputs = {
+        "INPUT0": rng.normal(size=4).astype(np.float32),
+        "INPUT1": rng.normal(size=4).astype(np.float32),
+    }
+    on_triton = run(triton_address, "add_sub", inputs)
+    on_sonic = run(backend_server.grpc_address, "add_sub", inputs)
+    assert on_triton.keys() == on_sonic.keys() == {"OUTPUT0", "OUTPUT1"}
+    for name in on_triton:
+        np.testing.assert_array_equal(on_sonic[name], on_triton[name])
+
+
+def test_auto_complete_same_on_triton_and_sonic(triton_address, backend_server) -> None:
+    configs = []
+    for address in (triton_address, backend_server.grpc_address):
+        with grpcclient.InferenceServerClient(address) as client:
+            config = client.get_model_config("scale", as_json=True)["config"]
+        configs.append(
+            (
+                config["max_batch_size"],
+                [(t["name"], t["data_type"], t["dims"]) for t in config["input"]],
+                [(t["name"], t["data_type"], t["dims"]) for t in config["output"]],
+                "dynamic_batching" in config,
+            )
+        )
+    assert configs[0] == configs[1]
+    raw = np.random.default_rng(41).normal(size=(3, 8)).astype(np.float32)
+    on_triton = run(triton_address, "scale", {"RAW": raw})
+    on_sonic = run(backend_server.grpc_address, "scale", {"RAW": raw})
+    np.testing.assert_array_equal(on_sonic["SCALED"], on_triton["SCALED"])

@@ -1,0 +1,119 @@
+"""`sonic perf` in-process: CSV and JSON schema, plot, errors; `sonic scale` commands."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from sonic.cli.main import main
+from sonic.launch import ServerProcess
+from sonic.perf.report import COLUMNS
+
+pytestmark = pytest.mark.integration
+
+QUICK_ARGS = ["--measurement-interval-s", "0.5", "--stable-windows", "2", "--max-windows", "3"]
+QUICK_ARGS += ["--stability-percentage", "50"]
+
+
+def test_perf_writes_csv_json_and_plot(
+    perf_server: ServerProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code = main(
+        [
+            "perf", "-m", "identity", "-u", perf_server.grpc_address, "--concurrency", "1:2:x2", "-b", "4",
+            *QUICK_ARGS, "--csv", str(out / "r.csv"), "--json", str(out / "r.json"), "--plot", str(out / "r.png"),
+        ]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "concurrency 1 window 1" in captured.err  # live progress
+    assert captured.out.count("infer/s") == 2
+
+    with (out / "r.csv").open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        rows = list(reader)
+    assert tuple(reader.fieldnames or ()) == COLUMNS
+    assert [int(r["concurrency"]) for r in rows] == [1, 2]
+    assert all(int(r["batch_size"]) == 4 and int(r["requests"]) > 0 for r in rows)
+
+    document = json.loads((out / "r.json").read_text())
+    assert document["schema_version"] == 1
+    assert document["tool"] == "sonic perf"
+    assert document["model"] == "identity"
+    assert document["max_batch_size"] == 1024
+    assert document["inputs"] == [{"name": "INPUT0", "datatype": "FP32", "dims": [16]}]
+    assert document["columns"] == list(COLUMNS)
+    assert document["notes"] == []  # our server answers ModelStatistics
+    for result in document["results"]:
+        assert list(result) == list(COLUMNS)
+        assert result["inferences_per_s"] == pytest.approx(4 * result["requests_per_s"], rel=1e-3)
+        assert result["latency_p50_us"] <= result["latency_p90_us"] <= result["latency_p95_us"]
+        assert result["latency_p95_us"] <= result["latency_p99_us"] <= result["latency_max_us"]
+        assert result["server_inferences"] == 4 * result["server_requests"]
+        assert isinstance(result["stable"], bool)
+    assert (out / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_perf_input_data_file(perf_server: ServerProcess, tmp_path: Path) -> None:
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps({"data": [{"INPUT0": list(range(16))}, {"INPUT0": [1.5] * 16}]}))
+    out = tmp_path / "r.json"
+    code = main(
+        ["perf", "-m", "identity", "-u", perf_server.grpc_address, "-b", "3", "--input-data", str(data),
+         *QUICK_ARGS, "--json", str(out), "-q"]
+    )  # fmt: skip
+    assert code == 0
+    assert json.loads(out.read_text())["results"][0]["requests"] > 0
+
+
+def test_perf_reports_bad_arguments(perf_server: ServerProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["perf", "-m", "identity", "-u", perf_server.grpc_address, "-b", "2048", *QUICK_ARGS]) == 1
+    assert "batch size must be in 1..1024" in capsys.readouterr().err
+    assert main(["perf", "-m", "identity", "-u", perf_server.grpc_address, "--concurrency", "0:4"]) == 1
+    assert "range '0:4'" in capsys.readouterr().err
+
+
+def test_scale_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scale", "protodune"]) == 0
+    assert "68:1" in capsys.readouterr().out
+    measurements = tmp_path / "m.csv"
+    rows = ["clients,servers,time_per_event_s"]
+    rows += [f"{n},1,{max(10.0, 0.5 * n)}" for n in (4, 8, 12, 16, 30, 40, 60)]
+    measurements.write_text("\n".join(rows) + "\n")
+    fitted = tmp_path / "fit.json"
+    code = main(["scale", "fit", str(measurements), "--json", str(fitted), "--plot", str(tmp_path / "f.png")])
+    assert code == 0
+    result = json.loads(fitted.read_text())
+    assert result["ideal_s"] == pytest.approx(10.0)
+    assert result["gpu_s"] == pytest.approx(0.5)
+    assert result["saturation_ratio"] == pytest.approx(20.0)
+    assert (tmp_path / "f.png").exists()
+    assert main(["scale", "simulate", "--clients", "10:30:10", "--cpu-s", "1", "--exec-fixed-s", "0.05"]) == 0
+    assert capsys.readouterr().out.count("\n") >= 4
+
+
+def test_scale_predict_and_from_perf(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(["scale", "predict", "--cpu-s", "117", "--gpu-s", "2.7", "--latency-s", "2.3", "--servers", "4"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "t_ideal = 122 s" in out
+    assert "45.2 clients per server" in out
+    report = {
+        "results": [
+            {"concurrency": 1, "request_rate_per_s": 0.0, "requests_per_s": 50.0, "client_wire_us": 1000.0},
+            {"concurrency": 4, "request_rate_per_s": 0.0, "requests_per_s": 100.0, "client_wire_us": 3000.0},
+        ]
+    }
+    path = tmp_path / "perf.json"
+    path.write_text(json.dumps(report))
+    code = main(["scale", "from-perf", str(path), "--cpu-s", "0.9", "--requests-per-event", "3"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "t_GPU = 0.03 s per event" in out  # 3 requests at the peak of 100 req/s
+    assert "t_ideal = 0.933 s" in out  # 0.9 + 0.03 + 3 x 1 ms of wire time at the lightest load
