@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import signal
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,19 @@ from tritonclient.utils import InferenceServerException
 from sonic.launch import ServerProcess
 
 pytestmark = pytest.mark.integration
+
+
+def _arrived(server: ServerProcess, model: str) -> int:
+    """Requests of ``model`` the server has received: queued or executing, plus finished (Prometheus)."""
+    with urllib.request.urlopen(f"http://{server.metrics_address}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    names = (
+        "nv_inference_pending_request_count",
+        "nv_inference_request_success",
+        "nv_inference_request_failure",
+    )
+    prefixes = tuple(f'{name}{{model="{model}",' for name in names)
+    return sum(int(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefixes))
 
 
 def _input(name: str, array: np.ndarray, datatype: str = "FP32") -> grpcclient.InferInput:
@@ -118,15 +132,15 @@ def test_explicit_load_unload_and_config_override(explicit_server: ServerProcess
 
 def test_sigterm_drains_requests_in_flight(test_repository: Path) -> None:
     """SIGTERM while slow requests are queued: all are answered, then the server exits 0."""
-    server = ServerProcess.start([test_repository])
+    server = ServerProcess.start([test_repository], extra_args=["--metrics-port", "0"])
     try:
         arrays = [np.full((64, 512), index / 100, dtype=np.float32) for index in range(8)]
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             future = pool.submit(_concurrently, server.grpc_address, "slow", arrays)
-            with grpcclient.InferenceServerClient(server.grpc_address) as client:
-                # Wait (by asking the server, not by sleeping) until requests are in its queue.
-                while client.get_inference_statistics("slow").model_stats[0].execution_count == 0:
-                    pass
+            # Wait (by asking the server, not by sleeping) until every request has arrived: waiting for the
+            # first execution alone let SIGTERM overtake requests still being sent on a busy machine.
+            while _arrived(server, "slow") < len(arrays):
+                pass
             server.process.send_signal(signal.SIGTERM)
             results = future.result(timeout=120)
         assert server.process.wait(timeout=60) == 0

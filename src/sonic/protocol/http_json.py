@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 
 from sonic.errors import InvalidArgumentError
 from sonic.protocol import dtypes
-from sonic.server.types import InferRequest, InferResponse, InputTensor
+from sonic.server.types import InferRequest, InferResponse, InputTensor, ShmRef
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -99,6 +99,24 @@ def _int_parameter(parameters: dict[str, Any], key: str, where: str) -> int:
     return value
 
 
+def _shm_ref(parameters: dict[str, Any], where: str) -> ShmRef | None:
+    """The ``shared_memory_*`` parameters of an input or output, as Triton reads them."""
+    if "shared_memory_region" not in parameters:
+        return None
+    region = parameters["shared_memory_region"]
+    if not isinstance(region, str):
+        raise InvalidArgumentError(f"{where}: parameter 'shared_memory_region' must be a string")
+    if "shared_memory_byte_size" not in parameters:
+        raise InvalidArgumentError(
+            f"{where}: 'shared_memory_region' is given without 'shared_memory_byte_size'"
+        )
+    return ShmRef(
+        region,
+        _int_parameter(parameters, "shared_memory_byte_size", where),
+        _int_parameter(parameters, "shared_memory_offset", where),
+    )
+
+
 def decode_infer_request(
     body: bytes, header_length: int | None, model_name: str, model_version: str, received_ns: int
 ) -> tuple[InferRequest, OutputChoice]:
@@ -128,6 +146,12 @@ def decode_infer_request(
         if not isinstance(datatype_name, str):
             raise InvalidArgumentError(f"{where}: 'datatype' is missing")
         input_parameters = item.get("parameters") or {}
+        if not isinstance(input_parameters, dict):
+            raise InvalidArgumentError(f"{where}: 'parameters' must be an object")
+        shm = _shm_ref(input_parameters, where)
+        if shm is not None:
+            inputs.append(InputTensor(name, datatype_name, shape, shm=shm))
+            continue
         if "binary_data_size" in input_parameters:
             size = _int_parameter(input_parameters, "binary_data_size", where)
             if size < 0 or offset + size > len(body):
@@ -157,6 +181,7 @@ def decode_infer_request(
         )
     binary_default = bool(parameters.get("binary_data_output", False))
     binary: dict[str, bool] = {}
+    output_shm: dict[str, ShmRef] = {}
     outputs: list[str] | None = None
     raw_outputs = header.get("outputs")
     if raw_outputs is not None:
@@ -170,6 +195,13 @@ def decode_infer_request(
                 )
             outputs.append(item["name"])
             output_parameters = item.get("parameters") or {}
+            if not isinstance(output_parameters, dict):
+                raise InvalidArgumentError(
+                    f"{rid}model '{model_name}' output '{item['name']}': bad 'parameters'"
+                )
+            ref = _shm_ref(output_parameters, f"{rid}model '{model_name}' output '{item['name']}'")
+            if ref is not None:
+                output_shm[item["name"]] = ref
             if output_parameters.get("classification"):
                 raise InvalidArgumentError(
                     f"{rid}model '{model_name}' output '{item['name']}': the classification extension is "
@@ -187,6 +219,7 @@ def decode_infer_request(
         priority=_int_parameter(parameters, "priority", where),
         timeout_us=_int_parameter(parameters, "timeout", where),
         received_ns=received_ns,
+        output_shm=output_shm,
     )
     return request, OutputChoice(binary_default, binary)
 
@@ -219,7 +252,14 @@ def encode_infer_response(response: InferResponse, choice: OutputChoice) -> tupl
             "datatype": output.datatype,
             "shape": list(output.shape),
         }
-        if choice.is_binary(output.name):
+        if output.shm is not None:  # written into the client's region: the body carries no data
+            entry["parameters"] = {
+                "shared_memory_region": output.shm.region,
+                "shared_memory_byte_size": output.shm.byte_size,
+            }
+            if output.shm.offset:
+                entry["parameters"]["shared_memory_offset"] = output.shm.offset
+        elif choice.is_binary(output.name):
             data = dtypes.array_to_bytes(output.array, dtypes.from_name(output.datatype))
             size = data.nbytes if isinstance(data, memoryview) else len(data)
             entry["parameters"] = {"binary_data_size": size}

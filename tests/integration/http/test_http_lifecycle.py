@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import signal
+import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
-import tritonclient.http as httpclient
 import tritonclient.http.aio as aiohttpclient
 
 from sonic.launch import ServerProcess
@@ -31,19 +31,28 @@ def _send_all(address: str, arrays: list[np.ndarray]) -> list[object]:
     return asyncio.run(main())
 
 
+def _arrived(server: ServerProcess) -> int:
+    """Requests of "slow" the server has received: queued or executing, plus finished (Prometheus)."""
+    with urllib.request.urlopen(f"http://{server.metrics_address}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    names = (
+        "nv_inference_pending_request_count",
+        "nv_inference_request_success",
+        "nv_inference_request_failure",
+    )
+    prefixes = tuple(f'{name}{{model="slow",' for name in names)
+    return sum(int(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefixes))
+
+
 def test_sigterm_drains_http_requests_in_flight(test_repository: Path) -> None:
-    server = ServerProcess.start([test_repository], extra_args=["--http-port", "0"])
+    server = ServerProcess.start([test_repository], extra_args=["--http-port", "0", "--metrics-port", "0"])
     try:
         arrays = [np.full((64, 512), index / 100, dtype=np.float32) for index in range(8)]
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             future = pool.submit(_send_all, server.http_address, arrays)
-            client = httpclient.InferenceServerClient(server.http_address)
-            try:
-                # Wait (by asking the server, not by sleeping) until requests are being executed.
-                while client.get_inference_statistics("slow")["model_stats"][0]["execution_count"] == 0:
-                    pass
-            finally:
-                client.close()
+            # Wait (by asking the server, not by sleeping) until every request has arrived.
+            while _arrived(server) < len(arrays):
+                pass
             server.process.send_signal(signal.SIGTERM)
             results = future.result(timeout=120)
         assert server.process.wait(timeout=60) == 0

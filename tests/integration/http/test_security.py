@@ -178,6 +178,8 @@ PROTECTED_HTTP = [
     ("POST", "/v2/repository/index", b"{}"),
     ("POST", "/v2/repository/models/identity/load", b"{}"),
     ("POST", "/v2/repository/models/identity/unload", b"{}"),
+    ("GET", "/v2/systemsharedmemory/status", None),
+    ("POST", "/v2/systemsharedmemory/unregister", b"{}"),
 ]
 
 
@@ -216,6 +218,8 @@ def test_grpc_calls_need_a_token(auth_server: ServerProcess, jwt_issuer) -> None
         lambda h: client.unload_model("identity", headers=h),
         lambda h: client.load_model("identity", headers=h),
         lambda h: client.infer("add_sub", _add_sub_inputs(grpcclient), headers=h),
+        lambda h: client.get_system_shared_memory_status(headers=h),
+        lambda h: client.unregister_system_shared_memory(headers=h),
     ]
     try:
         assert client.is_server_live()

@@ -224,8 +224,53 @@ class HttpFrontend:
             if len(parts) == 4 and parts[1] == "models" and parts[3] in {"load", "unload"}:
                 _expect(method, "POST", request)
                 return CallKind.CONTROL, lambda: self._repository_action(request, parts[2], parts[3])
-        if head in {"systemsharedmemory", "cudasharedmemory"}:
-            raise UnimplementedError(f"the {head} extension is not available on this server's HTTP endpoint")
+        if head == "systemsharedmemory":
+            return self._route_shm(method, parts[1:], request)
+        if head == "cudasharedmemory":
+            msg = "CUDA shared memory is not supported by this server; use system shared memory"
+            raise UnimplementedError(msg)
+        raise NotFoundError(f"no such endpoint: {request.method} {request.path}")
+
+    def _route_shm(
+        self, method: str, parts: list[str], request: web.BaseRequest
+    ) -> tuple[CallKind, Callable[[], Awaitable[web.StreamResponse]]]:
+        """``[region/NAME/](status|register|unregister)`` under ``/v2/systemsharedmemory``."""
+        name = ""
+        if len(parts) == 3 and parts[0] == "region":
+            name, parts = parts[1], parts[2:]
+        action = parts[0] if len(parts) == 1 else None
+        dp = self._dataplane
+        if action == "status":
+            _expect(method, "GET", request)
+
+            async def status() -> web.StreamResponse:
+                regions = dp.system_shared_memory_status(name).regions
+                return _json_response([http_json.message_to_json(regions[key]) for key in sorted(regions)])
+
+            return CallKind.CONTROL, status
+        if action == "register" and name:
+            _expect(method, "POST", request)
+
+            async def register() -> web.StreamResponse:
+                payload = await self._json_body(request)
+                key, offset, size = payload.get("key"), payload.get("offset", 0), payload.get("byte_size")
+                if not isinstance(key, str) or not isinstance(offset, int) or not isinstance(size, int):
+                    raise InvalidArgumentError(
+                        f"register of region '{name}': expected {{'key': str, 'offset': int, 'byte_size': int}}, "
+                        f"got {payload}"
+                    )
+                dp.system_shared_memory_register(name, key, offset, size)
+                return web.Response(status=200)
+
+            return CallKind.CONTROL, register
+        if action == "unregister":
+            _expect(method, "POST", request)
+
+            async def unregister() -> web.StreamResponse:
+                dp.system_shared_memory_unregister(name)
+                return web.Response(status=200)
+
+            return CallKind.CONTROL, unregister
         raise NotFoundError(f"no such endpoint: {request.method} {request.path}")
 
     # --- handlers -------------------------------------------------------------------------------------
