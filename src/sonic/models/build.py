@@ -62,9 +62,17 @@ def export_onnx(model: ReferenceModel, path: Path) -> None:
         )
 
 
+def _write_config(model: ReferenceModel, model_dir: Path) -> None:
+    path = model_dir / "config.pbtxt"
+    text = model.config_text.lstrip()
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+
+
 def build_model(model: ReferenceModel, repository: Path) -> Path:
     model_dir = repository / model.name
     if is_up_to_date(model, model_dir):
+        _write_config(model, model_dir)  # cheap, so a changed config never needs a rebuild
         return model_dir
     target = model_dir / "1" / model.filename
     # Written beside the target and renamed, so an interrupted build never leaves a partial model.
@@ -76,7 +84,7 @@ def build_model(model: ReferenceModel, repository: Path) -> Path:
     else:
         export_onnx(model, tmp)
     tmp.replace(target)
-    (model_dir / "config.pbtxt").write_text(model.config_text.lstrip(), encoding="utf-8")
+    _write_config(model, model_dir)
     (model_dir / STAMP).write_text(json.dumps(_stamp(model)))
     return model_dir
 
