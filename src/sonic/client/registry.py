@@ -29,6 +29,7 @@ class ServerEntry:
     outstanding: int = 0  # requests in flight from this client
     shm: RegionPool | None = None
     shm_refused: bool = False  # the server said no once: plain gRPC from then on
+    down_reason: str = ""  # why it was skipped or taken out, for the error a caller finally sees
 
     @property
     def address(self) -> str:
@@ -58,9 +59,8 @@ class ServerRegistry:
             index = await asyncio.wait_for(entry.transport.repository_index(), self._timeout_s)
         except (ClientError, TimeoutError) as exc:
             entry.healthy = False
-            log.warning(
-                "server %s skipped: unreachable at start-up (%s)", entry.address, str(exc) or "timeout"
-            )
+            entry.down_reason = str(exc) or "timeout"
+            log.warning("server %s skipped: unreachable at start-up (%s)", entry.address, entry.down_reason)
             return
         entry.models = {row.name for row in index if row.state in {"READY", ""}}
         log.info("server %s serves %s", entry.address, sorted(entry.models))
@@ -68,6 +68,7 @@ class ServerRegistry:
     def mark_dead(self, entry: ServerEntry, reason: ClientError) -> None:
         if entry.healthy:
             entry.healthy = False
+            entry.down_reason = str(reason)
             log.warning("server %s taken out: %s", entry.address, reason)
 
     def candidates(self, model: str) -> list[ServerEntry]:
@@ -86,7 +87,11 @@ class ServerRegistry:
         if remote:
             return min(remote, key=lambda e: e.outstanding)
         addresses = (
-            ", ".join(f"{e.address} ({'up' if e.healthy else 'down'})" for e in self.entries) or "none"
+            ", ".join(
+                f"{e.address} (up)" if e.healthy else f"{e.address} (down: {e.down_reason or 'unknown'})"
+                for e in self.entries
+            )
+            or "none"
         )
         raise NoServerError(
             f"no reachable server has model '{model}' (servers: {addresses}); "
