@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sonic.errors import ModelConfigError, NotFoundError, UnavailableError
+from sonic.errors import ModelConfigError, NotFoundError
 from sonic.models.simple import IDENTITY_CONFIG, identity_model
 from sonic.server.batcher import BatchPolicy, ModelInstance, Scheduler, WorkItem
 from sonic.server.config import ServerConfig
@@ -49,7 +49,7 @@ async def test_poll_loads_new_reloads_changed_and_unloads_removed(tmp_path: Path
     shutil.rmtree(tmp_path / "first")
     await manager.poll()
     assert manager.loaded_models() == []
-    with pytest.raises(UnavailableError):
+    with pytest.raises(NotFoundError, match="has no available versions"):
         manager.get("first")
     await manager.close()
 

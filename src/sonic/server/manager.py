@@ -144,7 +144,8 @@ class ModelManager:
         ready = [v for v, s in entry.versions.items() if s.state == READY and s.model is not None]
         if not ready:
             reason = entry.reason or next((s.reason for s in entry.versions.values() if s.reason), "")
-            raise UnavailableError(
+            # Triton's status here is NOT_FOUND (404), unlike a named version that is not ready.
+            raise NotFoundError(
                 f"Request for unknown model: '{name}' has no available versions"
                 + (f": {reason}" if reason else "")
             )

@@ -108,8 +108,8 @@ def test_fallback_server_when_none_is_reachable(sonic_repository: Path, tmp_path
 
 
 def test_unavailable_for_a_while_then_retries_succeed(sonic_repository: Path) -> None:
-    """Our server answers UNAVAILABLE for an unloaded model. (Triton 2.51 answers NOT_FOUND there, which is
-    not retried, so this case runs against our server only.)"""
+    """A named version that is not ready is UNAVAILABLE (as in Triton; without a version an unloaded model
+    is NOT_FOUND, which is not retried): unload, then load again while the client retries."""
     with ServerProcess.start(
         [sonic_repository], extra_args=["--model-control-mode", "explicit", "--load-model", "identity"]
     ) as process:
@@ -137,7 +137,7 @@ def test_unavailable_for_a_while_then_retries_succeed(sonic_repository: Path) ->
             previous = logger.level
             logger.setLevel(logging.INFO)
             try:
-                async with AsyncClient("identity", config) as client:
+                async with AsyncClient("identity", config, version="1") as client:
                     await client.infer({"INPUT0": x})  # discovered while loaded
                     control = tritonclient.InferenceServerClient(process.grpc_address)
                     await asyncio.to_thread(control.unload_model, "identity")
