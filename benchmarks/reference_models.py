@@ -64,9 +64,18 @@ def measure_direct(
 
 
 def measure_served(
-    model: ReferenceModel, address: str, inputs: dict[str, Any], seconds: float
+    model: ReferenceModel, address: str, inputs: dict[str, Any], seconds: float, burst_s: float
 ) -> dict[str, float]:
-    counts = [0] * CONCURRENCY
+    """Rows per second through the server, from the completion times of the requests.
+
+    The rate is taken between the first and the last completion in the window, counting only
+    requests completed after the first burst: with one model instance, the executions that end
+    in that interval ran entirely inside it. Counting completions over the whole window instead
+    loses the execution in flight at its end, which for a model that merges 8 requests of
+    0.5 s into one execution is a large part of a window of a few seconds. ``burst_s``: how far
+    apart the responses of one execution may arrive.
+    """
+    completions: list[list[float]] = [[] for _ in range(CONCURRENCY)]
     errors: list[BaseException] = []
     barrier = threading.Barrier(CONCURRENCY + 1)
     stop = threading.Event()
@@ -84,7 +93,7 @@ def measure_served(
             barrier.wait()
             while not stop.is_set():
                 client.infer(model.name, request)
-                counts[index] += 1
+                completions[index].append(time.perf_counter())
         except BaseException as exc:  # noqa: BLE001  (reported after the run)
             errors.append(exc)
             barrier.abort()
@@ -96,26 +105,46 @@ def measure_served(
         thread.start()
     barrier.wait()
     start = time.perf_counter()
-    # Requests finishing after the window are not counted, and the ones in flight at its end are
-    # lost, so the window must hold many requests: at least ``seconds``.
     stop.wait(seconds)
-    completed = sum(counts)
-    elapsed = time.perf_counter() - start
+    end = time.perf_counter()
     stop.set()
     for thread in threads:
         thread.join()
     if errors:
         raise errors[0]
-    return {"throughput": completed * model.seed_batch_size / elapsed, "requests": completed}
+    times = sorted(t for per_thread in completions for t in per_thread if t <= end)
+    if len(times) < 2:
+        raise RuntimeError(f"{model.name}: fewer than 2 requests completed in a {seconds:.1f} s window")
+    counted = [t for t in times if t > times[0] + burst_s]
+    if not counted:
+        raise RuntimeError(f"{model.name}: one execution filled the {seconds:.1f} s window; lengthen it")
+    interval = counted[-1] - times[0]
+    return {
+        "throughput": len(counted) * model.seed_batch_size / interval,
+        "requests": len(times),
+        "interval_s": interval,
+        "window_s": end - start,
+    }
 
 
-def server_stats(address: str, name: str) -> tuple[int, int]:
+def server_stats(address: str, name: str) -> dict[str, float]:
+    """Cumulative counters of the server: rows, executions, and model compute time (s)."""
     client = grpcclient.InferenceServerClient(address)
     try:
         stats = client.get_inference_statistics(name).model_stats[0]
-        return int(stats.inference_count), int(stats.execution_count)
     finally:
         client.close()
+    return {
+        "rows": float(stats.inference_count),
+        "executions": float(stats.execution_count),
+        "compute_s": sum(b.compute_infer.ns for b in stats.batch_stats) / 1e9,
+    }
+
+
+def window_seconds(model: ReferenceModel, path: Path, inputs: dict[str, Any], minimum_s: float) -> float:
+    """A window long enough for at least 8 direct batches, so slow models are not measured on 3."""
+    probe = measure_direct(model, path, inputs, 0.0)
+    return max(minimum_s, 8 * probe["batch_ms"] / 1e3)
 
 
 def main() -> None:
@@ -127,43 +156,61 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "reference_models.json")
     args = parser.parse_args()
 
+    load_before = os.getloadavg()
     repository = ROOT / "results" / "raw" / "model_repository"
     build_repository(repository, args.models)
     results = []
     with ServerProcess.start([repository], extra_args=[]) as server:
         print(f"sonic serve at {server.grpc_address}; {CONCURRENCY} client threads; {os.cpu_count()} CPUs")
         header = f"{'model':16s} {'batch':>6s} {'batch ms':>9s} {'direct/s':>10s} {'served/s':>10s} {'ratio':>6s}  ratios"
-        print(header)
+        print(header, flush=True)
         for name in args.models:
             model = registry()[name]
             inputs = model.make_inputs(model.seed_batch_size, np.random.default_rng(0))
             path = repository / name / "1" / model.filename
+            seconds = window_seconds(model, path, inputs, args.seconds)
             pairs = []
+            served_s = 0.0
             before = server_stats(server.grpc_address, name)
             for _ in range(args.repeats):
-                direct = measure_direct(model, path, inputs, args.seconds)
-                served = measure_served(model, server.grpc_address, inputs, args.seconds)
+                direct = measure_direct(model, path, inputs, seconds)
+                start = time.perf_counter()
+                # The next execution's responses cannot come sooner than about one seed batch's
+                # compute after the previous ones: half of it separates bursts safely.
+                burst_s = 0.5 * direct["batch_ms"] / 1e3
+                served = measure_served(model, server.grpc_address, inputs, seconds, burst_s)
+                served_s += time.perf_counter() - start  # includes the drain after the window
                 pairs.append((direct, served))
             after = server_stats(server.grpc_address, name)
             ratios = [s["throughput"] / d["throughput"] for d, s in pairs]
-            executions = after[1] - before[1]
+            delta = {key: after[key] - before[key] for key in after}
+            direct_ms = statistics.median(d["batch_ms"] for d, _ in pairs)
             record = {
                 "model": name,
                 "seed_batch_size": model.seed_batch_size,
-                "direct_batch_ms": statistics.median(d["batch_ms"] for d, _ in pairs),
+                "window_s": seconds,
+                "direct_batch_ms": direct_ms,
                 "direct_throughput": statistics.median(d["throughput"] for d, _ in pairs),
                 "served_throughput": statistics.median(s["throughput"] for _, s in pairs),
                 "ratio_median": statistics.median(ratios),
                 "ratios": ratios,
-                # Rows per model execution on the server: above the seed batch, dynamic batching merged requests.
-                "served_rows_per_execution": (after[0] - before[0]) / executions if executions else 0.0,
+                # Diagnostics. Rows per execution above the seed batch: dynamic batching merged
+                # requests. Compute per row, server vs direct: the model itself ran slower in the
+                # server (CPU shared with the clients). Busy fraction below 1: the model waited
+                # for requests (protocol and client overhead).
+                "served_rows_per_execution": delta["rows"] / max(delta["executions"], 1.0),
+                "direct_compute_us_per_row": 1e3 * direct_ms / model.seed_batch_size,
+                "served_compute_us_per_row": 1e6 * delta["compute_s"] / max(delta["rows"], 1.0),
+                "served_busy_fraction": delta["compute_s"] / served_s,
             }
             results.append(record)
             print(
                 f"{name:16s} {model.seed_batch_size:6d} {record['direct_batch_ms']:9.2f} "
                 f"{record['direct_throughput']:10.1f} {record['served_throughput']:10.1f} "
                 f"{record['ratio_median']:6.2f}  {' '.join(f'{r:.2f}' for r in ratios)}"
-                f"  (rows/exec {record['served_rows_per_execution']:.1f})",
+                f"  rows/exec {record['served_rows_per_execution']:.1f}, us/row direct "
+                f"{record['direct_compute_us_per_row']:.1f} served {record['served_compute_us_per_row']:.1f}, "
+                f"busy {record['served_busy_fraction']:.2f}",
                 flush=True,
             )
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -171,6 +218,8 @@ def main() -> None:
         "benchmark": "reference_models",
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "onnxruntime": ort.__version__},
+        # The machine is shared: its 1-minute load average before and after says how much.
+        "load_average_1m": {"before": load_before[0], "after": os.getloadavg()[0]},
         "concurrency": CONCURRENCY,
         "seconds_per_window": args.seconds,
         "repeats": args.repeats,

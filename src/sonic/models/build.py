@@ -9,11 +9,15 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sonic.models.torchscript import torchscript_variant
 from sonic.models.zoo import ReferenceModel, registry
+
+if TYPE_CHECKING:
+    import torch
 
 OPSET = 17
 STAMP = ".sonic-build.json"
@@ -33,7 +37,8 @@ def is_up_to_date(model: ReferenceModel, model_dir: Path) -> bool:
         return False
 
 
-def export_onnx(model: ReferenceModel, path: Path) -> None:
+def export_onnx(model: ReferenceModel, path: Path, module: torch.nn.Module | None = None) -> None:
+    """Export ``module`` (default: a fresh ``model.make_module()``) to ONNX at ``path``."""
     if model.make_module is None:
         raise ValueError(f"reference model '{model.name}' is not a PyTorch model and has no ONNX export")
     try:
@@ -41,7 +46,8 @@ def export_onnx(model: ReferenceModel, path: Path) -> None:
     except ImportError:
         message = "building reference models needs PyTorch: pip install 'sonic-inference[torch]'"
         raise ImportError(message) from None
-    module = model.make_module()
+    if module is None:
+        module = model.make_module()
     example = model.make_inputs(2, np.random.default_rng(0))
     args = tuple(torch.from_numpy(example[name]) for name in model.input_names)
     dynamic = {name: {0: "batch"} for name in (*model.input_names, *model.output_names)}
@@ -69,7 +75,8 @@ def _write_config(model: ReferenceModel, model_dir: Path) -> None:
         path.write_text(text, encoding="utf-8")
 
 
-def build_model(model: ReferenceModel, repository: Path) -> Path:
+def build_model(model: ReferenceModel, repository: Path, module: torch.nn.Module | None = None) -> Path:
+    """Write ``model`` under ``repository`` unless up to date; ``module``: an already made module."""
     model_dir = repository / model.name
     if is_up_to_date(model, model_dir):
         _write_config(model, model_dir)  # cheap, so a changed config never needs a rebuild
@@ -82,7 +89,7 @@ def build_model(model: ReferenceModel, repository: Path) -> Path:
         tmp.parent.mkdir(parents=True, exist_ok=True)
         model.write_artifact(tmp)
     else:
-        export_onnx(model, tmp)
+        export_onnx(model, tmp, module)
     tmp.replace(target)
     _write_config(model, model_dir)
     (model_dir / STAMP).write_text(json.dumps(_stamp(model)))

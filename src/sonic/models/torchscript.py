@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from google.protobuf import text_format
@@ -20,11 +21,14 @@ from sonic.models.zoo import ReferenceModel
 from sonic.models.zoo.base import Inputs
 from sonic.protocol.model_config import parse_config_text
 
+if TYPE_CHECKING:
+    import torch
+
 SUFFIX = "_torchscript"
 
 
-def export_torchscript(model: ReferenceModel, path: Path) -> None:
-    """Trace ``model``'s module on example inputs (batch 2) and save it at ``path``."""
+def export_torchscript(model: ReferenceModel, path: Path, module: torch.nn.Module | None = None) -> None:
+    """Trace ``module`` (default: a fresh ``model.make_module()``) on batch-2 inputs; save at ``path``."""
     if model.make_module is None:
         raise ValueError(
             f"reference model '{model.name}' is not a PyTorch model and has no TorchScript export"
@@ -34,7 +38,8 @@ def export_torchscript(model: ReferenceModel, path: Path) -> None:
     except ImportError:
         message = "building TorchScript models needs PyTorch: pip install 'sonic-inference[torch]'"
         raise ImportError(message) from None
-    module = model.make_module()
+    if module is None:
+        module = model.make_module()
     example = model.make_inputs(2, np.random.default_rng(0))
     args = tuple(torch.from_numpy(example[name]) for name in model.input_names)
     with warnings.catch_warnings(), torch.inference_mode():

@@ -48,9 +48,9 @@ def _infer(
         client.close()
 
 
-def _torch_outputs(model: ReferenceModel, inputs: dict[str, npt.NDArray[Any]]) -> dict[str, Any]:
-    assert model.make_module is not None
-    module = model.make_module()
+def _torch_outputs(
+    model: ReferenceModel, module: torch.nn.Module, inputs: dict[str, npt.NDArray[Any]]
+) -> dict[str, Any]:
     with torch.inference_mode():
         result = module(*(torch.from_numpy(inputs[name]) for name in model.input_names))
     results = result if isinstance(result, tuple) else (result,)
@@ -59,7 +59,10 @@ def _torch_outputs(model: ReferenceModel, inputs: dict[str, npt.NDArray[Any]]) -
 
 @pytest.mark.parametrize("name", ONNX_MODELS)
 def test_served_outputs_match_onnxruntime_and_pytorch(
-    name: str, reference_server: ServerProcess, onnx_reference_repository: Path
+    name: str,
+    reference_server: ServerProcess,
+    onnx_reference_repository: Path,
+    reference_modules: dict[str, torch.nn.Module],
 ) -> None:
     model = registry()[name]
     inputs = model.make_inputs(BATCH, np.random.default_rng(123))
@@ -69,7 +72,7 @@ def test_served_outputs_match_onnxruntime_and_pytorch(
         str(onnx_reference_repository / name / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
     )
     direct = dict(zip(model.output_names, session.run(list(model.output_names), inputs), strict=True))
-    reference = _torch_outputs(model, inputs)
+    reference = _torch_outputs(model, reference_modules[name], inputs)
 
     for output in model.output_names:
         assert served[output].shape == direct[output].shape == reference[output].shape
@@ -102,3 +105,10 @@ def test_served_models_report_their_configured_signature(reference_server: Serve
             assert config.max_batch_size >= model.seed_batch_size
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("name", ONNX_MODELS)
+def test_parameter_count(name: str, reference_modules: dict[str, torch.nn.Module]) -> None:
+    # Here rather than in the unit tests: the session's modules are reused (the ResNets are slow to make).
+    module = reference_modules[name]
+    assert sum(p.numel() for p in module.parameters()) == registry()[name].parameter_count

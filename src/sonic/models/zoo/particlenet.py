@@ -56,9 +56,10 @@ def _particlenet(count: int, features: int, classes: int, seed: int) -> torch.nn
 
     def neighbour_features(fts: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """[N, 2C, P, k]: each particle's features and its neighbours' differences to them."""
-        channels, count, k = fts.shape[1], fts.shape[2], idx.shape[2]
-        flat = idx.reshape(idx.shape[0], 1, count * k).expand(-1, channels, -1)
-        neighbours = torch.gather(fts, 2, flat).reshape(-1, channels, count, k)
+        # Batch kept as -1 or read from the tensor so the exported graph has a dynamic batch.
+        channels, particles, k = fts.shape[1], fts.shape[2], idx.shape[2]
+        flat = idx.reshape(idx.shape[0], 1, particles * k).expand(-1, channels, -1)
+        neighbours = torch.gather(fts, 2, flat).reshape(-1, channels, particles, k)
         centre = fts.unsqueeze(3).expand(-1, -1, -1, k)
         return torch.cat([centre, neighbours - centre], dim=1)
 

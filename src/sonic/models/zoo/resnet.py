@@ -81,7 +81,7 @@ def _resnet(blocks: tuple[int, ...], widths: tuple[int, ...], seed: int) -> torc
     # nearly the same pooled features, leaving the softmax flat at 0.5 and output comparisons
     # meaningless. So BatchNorm statistics are set from a fixed calibration batch (one pass in
     # training mode with a cumulative average), and the head's logits standardised on it.
-    images = torch.from_numpy(make_inputs(8, np.random.default_rng(seed))["jet_images"])
+    images = torch.from_numpy(make_inputs(4, np.random.default_rng(seed))["jet_images"])
     for module in model.modules():
         if isinstance(module, nn.BatchNorm2d):
             module.momentum = None
