@@ -194,3 +194,28 @@ def fill_defaults(config: model_config_pb2.ModelConfig, *, default_filename: str
             group.gpus.extend(range(gpu_count))
     if not config.default_model_filename:
         config.default_model_filename = default_filename
+
+
+# Triton's default when auto-completing a model whose first dimension is dynamic
+# (``--backend-config=default-max-batch-size``).
+DEFAULT_MAX_BATCH_SIZE = 4
+
+Signature = list[tuple[str, int, list[int]]]  # (name, config data type enum, dims with -1 for dynamic)
+
+
+def complete_from_signature(
+    config: model_config_pb2.ModelConfig, inputs: Signature, outputs: Signature
+) -> None:
+    """Fill missing inputs/outputs (and ``max_batch_size`` when every first dim is dynamic), as Triton."""
+    batched = all(dims and dims[0] == -1 for _, _, dims in inputs + outputs)
+    if config.max_batch_size == 0 and batched and not config.input and not config.output:
+        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
+        if not config.HasField("dynamic_batching"):
+            config.dynamic_batching.SetInParent()
+    strip = 1 if config.max_batch_size > 0 else 0
+    if not config.input:
+        for name, data_type, dims in inputs:
+            config.input.add(name=name, data_type=data_type, dims=dims[strip:])
+    if not config.output:
+        for name, data_type, dims in outputs:
+            config.output.add(name=name, data_type=data_type, dims=dims[strip:])

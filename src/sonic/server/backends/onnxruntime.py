@@ -23,6 +23,7 @@ import onnxruntime as ort
 from tritonclient.grpc import model_config_pb2
 
 from sonic.errors import InternalError, InvalidArgumentError, ModelConfigError
+from sonic.protocol.model_config import complete_from_signature
 from sonic.server.backends.base import Backend, InstanceContext
 
 # ONNX TensorProto element types to Triton config enums.
@@ -49,10 +50,6 @@ _OPT_LEVELS = {
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
-
-# Triton's default when auto-completing a model whose first dimension is dynamic
-# (``--backend-config=default-max-batch-size``).
-DEFAULT_MAX_BATCH_SIZE = 4
 
 
 def _signature(model_path: Path) -> tuple[list[tuple[str, int, list[int]]], list[tuple[str, int, list[int]]]]:
@@ -97,18 +94,7 @@ class OnnxRuntimeBackend(Backend):
                 f"model '{config.name}': no config inputs/outputs and no model file {model_path} to read them from"
             )
         inputs, outputs = _signature(model_path)
-        batched = all(dims and dims[0] == -1 for _, _, dims in inputs + outputs)
-        if config.max_batch_size == 0 and batched and not config.input and not config.output:
-            config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
-            if not config.HasField("dynamic_batching"):
-                config.dynamic_batching.SetInParent()
-        strip = 1 if config.max_batch_size > 0 else 0
-        if not config.input:
-            for name, data_type, dims in inputs:
-                config.input.add(name=name, data_type=data_type, dims=dims[strip:])
-        if not config.output:
-            for name, data_type, dims in outputs:
-                config.output.add(name=name, data_type=data_type, dims=dims[strip:])
+        complete_from_signature(config, inputs, outputs)
 
     def __init__(self, context: InstanceContext) -> None:
         options = ort.SessionOptions()

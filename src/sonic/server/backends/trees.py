@@ -37,12 +37,12 @@ import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
 from sonic.errors import InternalError, InvalidArgumentError, ModelConfigError
+from sonic.protocol.model_config import complete_from_signature
 from sonic.server.backends.base import Backend, InstanceContext
 
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install 'sonic-inference[trees]'"
-DEFAULT_MAX_BATCH_SIZE = 4  # Triton's default when auto-completing a batched model
 
 DEFAULT_FILES = {
     "xgboost": "xgboost.model",
@@ -277,16 +277,11 @@ class TreesBackend(Backend):
             trusted=_trusted(_parameter(config, "skops_trusted_types")),
         )
         mode = output_mode(where, lambda key: _parameter(config, key))
-        if config.max_batch_size == 0 and not config.input and not config.output:
-            config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
-            if not config.HasField("dynamic_batching"):
-                config.dynamic_batching.SetInParent()
-        if not config.input:
-            config.input.add(name="input__0", data_type=model_config_pb2.TYPE_FP32, dims=[model.num_features])
-        if not config.output:
-            config.output.add(
-                name="output__0", data_type=model_config_pb2.TYPE_FP32, dims=[mode.width(model.num_classes)]
-            )
+        complete_from_signature(
+            config,
+            [("input__0", model_config_pb2.TYPE_FP32, [-1, model.num_features])],
+            [("output__0", model_config_pb2.TYPE_FP32, [-1, mode.width(model.num_classes)])],
+        )
 
     def __init__(self, context: InstanceContext) -> None:
         config = context.config
