@@ -47,9 +47,13 @@ def _columns_to_arrays(columns: Mapping[str, Sequence[Any]]) -> dict[str, Any]:
         if first.ndim == 0:
             arrays[name] = np.asarray(values)
             continue
-        flat = [np.ascontiguousarray(np.asarray(v)).reshape(-1) for v in values]
-        arrays[name] = ak.Array(flat)
-        arrays[f"{name}_shape"] = ak.Array([np.asarray(np.shape(v), dtype=np.int64) for v in values])
+        # Concatenated then cut by counts: keeps the dtype (building from a list of arrays would not).
+        flat = [np.asarray(v).reshape(-1) for v in values]
+        counts = np.array([len(f) for f in flat], dtype=np.int64)
+        arrays[name] = ak.unflatten(np.concatenate(flat), counts)
+        shapes = [np.asarray(np.shape(v), dtype=np.int64) for v in values]
+        ndims = np.array([len(d) for d in shapes], dtype=np.int64)
+        arrays[f"{name}_shape"] = ak.unflatten(np.concatenate(shapes), ndims)
     return arrays
 
 
@@ -95,6 +99,15 @@ def _unflatten(arrays: Mapping[str, Any], index: int, names: Sequence[str]) -> d
     return products
 
 
+def _per_event(ak: Any, column: Any) -> Any:
+    """A flat column as one numpy array; a jagged one as a list of per-event arrays, dtype kept."""
+    if column.ndim == 1:
+        return np.asarray(ak.to_numpy(column))
+    flat = np.asarray(ak.to_numpy(ak.flatten(column)))
+    counts = np.asarray(ak.to_numpy(ak.num(column)))
+    return np.split(flat, np.cumsum(counts)[:-1])
+
+
 @dataclass(frozen=True)
 class RootSource:
     """Events from a ROOT TTree, read ``step`` entries at a time; ``<name>_shape`` branches restore shapes.
@@ -123,12 +136,7 @@ class RootSource:
             first = 0
             for chunk in tree.iterate(sorted(wanted), step_size=self.step, library="ak"):
                 columns = {name: chunk[name] for name in wanted}
-                numpy_columns = {
-                    name: [np.asarray(row) for row in ak.to_list(col)]
-                    if col.ndim > 1
-                    else np.asarray(ak.to_numpy(col))
-                    for name, col in columns.items()
-                }
+                numpy_columns = {name: _per_event(ak, col) for name, col in columns.items()}
                 for offset in range(len(chunk)):
                     yield Event(first + offset, _unflatten(numpy_columns, offset, sorted(wanted)))
                 first += len(chunk)
