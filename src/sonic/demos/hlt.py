@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sonic.client.config import ClientConfig
-from sonic.demos.common import NO_BATCHING_SUFFIX, Progress, compare_outputs, plot
+from sonic.demos.common import NO_BATCHING_SUFFIX, Progress, compare_outputs, plot, table
 from sonic.models.zoo.facile import make_inputs
 from sonic.perf import scaling
 from sonic.workflow import (
@@ -89,7 +89,7 @@ def _workflow(
 
 @dataclass(frozen=True)
 class HltJob:
-    """One HLT client process (a Dask task): picklable configuration, connects on the worker."""
+    """One HLT client job (a Dask task): picklable configuration, uses its worker's connection."""
 
     client: ClientConfig
     model: str
@@ -99,12 +99,14 @@ class HltJob:
     work: CpuWork
 
     def __call__(self, index: int) -> dict[str, Any]:
-        with ServiceInference(self.client) as service:
-            service.infer(self.model, make_inputs(8, np.random.default_rng(0)))  # connect before timing
-            scheduler, source, _ = _workflow(
-                service, self.model, self.rechits, self.work, self.rest_s, self.events, index * self.events
-            )
-            report = scheduler.run(source)
+        from sonic.workflow.dask_plugin import worker_inference  # noqa: PLC0415  (needs distributed)
+
+        service = worker_inference(self.client)  # shared by this worker's jobs, closed by the worker
+        service.infer(self.model, make_inputs(8, np.random.default_rng(0)))  # connect before timing
+        scheduler, source, _ = _workflow(
+            service, self.model, self.rechits, self.work, self.rest_s, self.events, index * self.events
+        )
+        report = scheduler.run(source)
         latencies = [m.inference_s for e in report.events for m in e.modules if m.module == "facile"]
         return {
             "events": report.event_count,
@@ -138,6 +140,8 @@ def _single(inference: Inference, model: str, config: HltConfig, work: CpuWork, 
 
 
 def run(config: HltConfig, repository: Path, server_address: str, out: Path, work: CpuWork) -> dict[str, Any]:
+    print(f"\n== hlt: clients {list(config.clients)}, {config.events_per_client} events each, "
+          f"{config.rechits} channels per event")  # fmt: skip
     with DirectInference([repository]) as direct:
         sample = make_inputs(config.rechits, np.random.default_rng(5))
         direct.infer(MODEL, sample)
@@ -146,6 +150,7 @@ def run(config: HltConfig, repository: Path, server_address: str, out: Path, wor
             direct.infer(MODEL, sample)
         facile_s = (time.perf_counter() - start) / 5
         rest_s = config.rest_s if config.rest_s is not None else REST_PER_FACILE * facile_s
+        print(f"FACILE on this CPU: {facile_s * 1e3:.2f} ms/event -> rest of HLT {rest_s * 1e3:.1f} ms/event")
         direct_report, reference = _single(direct, MODEL, config, work, rest_s)
     client = ClientConfig(servers=(server_address,))
     with ServiceInference(client) as service:
@@ -170,6 +175,11 @@ def run(config: HltConfig, repository: Path, server_address: str, out: Path, wor
             [int(on["clients"]), on["events_per_s"], off["events_per_s"], on["events_per_s"] / off["events_per_s"],
              on["latency_mean_s"] * 1e3, off["latency_mean_s"] * 1e3, on["time_per_event_s"]]
         )  # fmt: skip
+    print(
+        table(
+            ["clients", "ev/s dyn", "ev/s no-dyn", "gain", "lat ms dyn", "lat ms no-dyn", "s/event dyn"], rows
+        )
+    )
     fit_result: dict[str, Any]
     points = sweep["dynamic_batching"]
     try:
@@ -180,8 +190,13 @@ def run(config: HltConfig, repository: Path, server_address: str, out: Path, wor
             "rms_residual_s": fitted.rms_residual_s,
             "predicted_clients_per_server": fitted.saturation_ratio,
         }
+        print(
+            f"scaling model fit: t_ideal {fitted.ideal_s * 1e3:.1f} ms, t_server {fitted.gpu_s * 1e3:.1f} ms "
+            f"-> {fitted.saturation_ratio:.1f} clients per server (seed 000: ~300 per V100 GPU)"
+        )
     except ValueError as exc:
         fit_result = {"error": str(exc)}
+        print(f"scaling model fit: {exc}")
     for name, report in (("direct", direct_report), ("service", service_report)):
         report.write_json(out / "hlt" / f"{name}.json")
     _plot(out / "hlt" / "throughput.png", sweep)
@@ -189,6 +204,8 @@ def run(config: HltConfig, repository: Path, server_address: str, out: Path, wor
         "direct_s": direct_report.time_per_event_s,
         "service_s": service_report.time_per_event_s,
     }
+    print(f"one client: {per_event['direct_s'] * 1e3:.1f} ms/event direct, "
+          f"{per_event['service_s'] * 1e3:.1f} ms/event service; same outputs: {same['identical']}")  # fmt: skip
     return {
         "config": {"clients": list(config.clients), "events_per_client": config.events_per_client,
                    "rechits": config.rechits, "facile_direct_s": facile_s, "rest_s": rest_s,

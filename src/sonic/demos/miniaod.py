@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sonic.client.config import ClientConfig
-from sonic.demos.common import Progress, compare_outputs, plot
+from sonic.demos.common import Progress, compare_outputs, plot, table
 from sonic.models.zoo import registry
 from sonic.workflow import (
     CpuModule,
@@ -122,6 +122,7 @@ def _fractions(report: RunReport) -> dict[str, float]:
 def run(
     config: MiniAodConfig, repository: Path, server_address: str, out: Path, work: CpuWork
 ) -> dict[str, Any]:
+    print(f"\n== miniaod: {config.events} events, {config.streams} streams, models {', '.join(MODELS)}")
     with DirectInference([repository]) as direct:
         direct.load(*MODELS)
         sample = next(iter(SyntheticSource(make_event, 1, seed=77)))
@@ -135,15 +136,20 @@ def run(
         rest_s = (
             config.rest_s if config.rest_s is not None else ml_s * (1 - SEED_ML_FRACTION) / SEED_ML_FRACTION
         )
+        print(
+            f"4 models on this CPU: {ml_s * 1e3:.1f} ms/event -> rest of MiniAOD {rest_s * 1e3:.0f} ms/event"
+        )
         direct_report, reference = _run(config, direct, work, rest_s)
     with ServiceInference(ClientConfig(servers=(server_address,))) as service:
         service_report, outputs = _run(config, service, work, rest_s)
     same = compare_outputs(reference, outputs)
     results = {"direct": _fractions(direct_report), "service": _fractions(service_report)}
-    [
+    rows = [
         [name, r["time_per_event_s"], r["event_wall_s"], r["rest_s"], r["ml_span_s"], 100 * r["ml_fraction"]]
         for name, r in results.items()
     ]
+    print(table(["mode", "s/event", "event s", "rest s", "ML span s", "ML %"], rows))
+    print(f"seed 001: ML {100 * SEED_ML_FRACTION:.1f} % of 993 ms on CPU; same outputs: {same['identical']}")
     direct_report.write_json(out / "miniaod" / "direct.json")
     service_report.write_json(out / "miniaod" / "service.json")
     _plot(out / "miniaod" / "fractions.png", results)

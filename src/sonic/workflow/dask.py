@@ -2,7 +2,8 @@
 
 Optional: ``pip install 'sonic-inference[dask]'``. A job is any picklable callable taking its
 job number and returning a JSON-able dict (usually a :meth:`RunReport.summary` plus its start and
-end times). Clients travel as configuration and connect lazily on each worker. With no scheduler
+end times). Clients travel as configuration and connect lazily on each worker; jobs on the same
+worker share one connection per configuration (:func:`sonic.workflow.dask_plugin.worker_inference`). With no scheduler
 address a :class:`distributed.LocalCluster` is started for the call and closed after it.
 """
 
@@ -77,6 +78,9 @@ class DaskRunner:
                 self._client = distributed.Client(self._cluster)
             else:
                 self._client = distributed.Client(self.config.scheduler_address)
+            from sonic.workflow.dask_plugin import SharedInference  # noqa: PLC0415  (needs distributed)
+
+            self._client.register_plugin(SharedInference())
         except BaseException:
             self.close()
             raise
