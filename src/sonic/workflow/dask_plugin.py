@@ -22,7 +22,9 @@ PLUGIN_NAME = "sonic-inference"
 class SharedInference(WorkerPlugin):
     name = PLUGIN_NAME
 
-    def __init__(self) -> None:
+    # The plugin object is pickled to the workers: its state is made there, in setup().
+    def setup(self, worker: Any) -> None:
+        del worker
         self._shared: dict[ClientConfig, ServiceInference] = {}
         self._lock = threading.Lock()
 
