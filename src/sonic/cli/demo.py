@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     work = CpuWork.calibrate()
     print("no GPU here: the server runs the models on this machine's CPU")
     results: dict[str, Any] = {}
+    out.mkdir(parents=True, exist_ok=True)
     with ServerProcess.start([repository], log_path=out / "server.log") as server:
         print(f"server ready at {server.grpc_address} (pid {server.pid})")
         if "protodune" in selected:

@@ -177,4 +177,4 @@ def _plot(path: Path, results: Mapping[str, Mapping[str, float]]) -> None:
 
 
 def quick(config: MiniAodConfig) -> MiniAodConfig:
-    return replace(config, events=4, streams=2)
+    return replace(config, events=2, streams=2)
