@@ -40,7 +40,7 @@ SEED_ML_FRACTION = 88.1 / 993.3  # seed 001: ParticleNet + DeepMET + DeepTau, 8.
 
 @dataclass(frozen=True)
 class MiniAodConfig:
-    events: int = 16
+    events: int = 8
     streams: int = 2
     rest_s: float | None = None  # None: sized so the models are the seed's 8.8 % when direct
 

@@ -6,9 +6,10 @@ of ML on the CPU); the EmTrkMichelId module, whose ``acquire`` cuts and normalis
 hit (the seed's "preprocessing") and whose inference runs direct or through the service with
 requests of 235 or 1693 patches, dynamic batching on or off.
 
-The breakdown follows the seed's: preprocessing (acquire), transfer (the rest of the inference
-time: serialization and bandwidth), travel (requests per event x the round trip of an empty gRPC
-call), server compute (the server's own statistics).
+The breakdown follows the seed's: preprocessing (acquire), transfer (the rest of the event's
+inference time: serialization, bandwidth, and here also waiting behind the other stream's
+executions on the one server instance), travel (requests per event x the round trip of an empty
+gRPC call), server compute (the server's executions, each counted once, per event).
 """
 
 from __future__ import annotations
@@ -184,7 +185,7 @@ def run(
         )  # fmt: skip
     print(
         table(
-            ["run", "non-ML s", "preproc s", "transfer s", "travel s", "server s", "event s", "s/event",
+            ["run", "non-ML s", "preproc s", "transfer+queue s", "travel s", "server s", "event s", "s/event",
              "same outputs"],
             rows,
         )
@@ -232,7 +233,7 @@ def _plot(path: Path, results: Mapping[str, Mapping[str, float]]) -> None:
         for key, label in (
             ("non_ml_s", "non-ML (emulated)"),
             ("preprocessing_s", "preprocessing"),
-            ("transfer_s", "transfer"),
+            ("transfer_s", "transfer + queue"),
             ("travel_s", "travel"),
             ("server_compute_s", "server compute"),
         ):

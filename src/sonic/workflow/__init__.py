@@ -15,6 +15,7 @@ from sonic.workflow.inference import (
     Inference,
     InferenceConfig,
     InferenceMode,
+    ServerStats,
     ServiceInference,
     open_inference,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "OutputCollector",
     "RunReport",
     "Scheduler",
+    "ServerStats",
     "ServiceInference",
     "SonicModule",
     "SyntheticSource",

@@ -33,7 +33,6 @@ from typing import Any, Self, TypeVar
 import numpy.typing as npt
 
 from sonic.client.config import ClientConfig
-from sonic.client.transport.base import ServerTiming
 
 T = TypeVar("T")
 Arrays = dict[str, npt.NDArray[Any]]
@@ -72,6 +71,37 @@ class InferenceConfig:
         return cls(**values)
 
 
+@dataclass(frozen=True)
+class ServerStats:
+    """Cumulative server-side figures of one model (Triton's statistics extension).
+
+    ``queue_ns`` is summed over requests; ``execution_ns`` (compute input + infer + output) over
+    executions, from the per-batch-size statistics: a dynamic batch that merges several requests runs,
+    and counts, once, where each of its requests reports the whole batch's compute time.
+    """
+
+    requests: int = 0
+    executions: int = 0
+    queue_ns: int = 0
+    execution_ns: int = 0
+
+    def __add__(self, other: ServerStats) -> ServerStats:
+        return ServerStats(
+            self.requests + other.requests,
+            self.executions + other.executions,
+            self.queue_ns + other.queue_ns,
+            self.execution_ns + other.execution_ns,
+        )
+
+    def __sub__(self, other: ServerStats) -> ServerStats:
+        return ServerStats(
+            self.requests - other.requests,
+            self.executions - other.executions,
+            self.queue_ns - other.queue_ns,
+            self.execution_ns - other.execution_ns,
+        )
+
+
 class _LoopThread:
     """An event loop running in its own thread; coroutines are handed to it from any other thread."""
 
@@ -106,7 +136,7 @@ class Inference(ABC):
     async def _infer(self, model: str, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays: ...
 
     @abstractmethod
-    async def _statistics(self, model: str) -> ServerTiming: ...
+    async def _statistics(self, model: str) -> ServerStats: ...
 
     @abstractmethod
     async def _close(self) -> None: ...
@@ -124,8 +154,8 @@ class Inference(ABC):
     ) -> Arrays:
         return self.submit(model, inputs, outputs).result()
 
-    def statistics(self, model: str) -> ServerTiming:
-        """Cumulative server-side durations of ``model`` (Triton's statistics): queue and compute."""
+    def statistics(self, model: str) -> ServerStats:
+        """Cumulative server-side figures of ``model``: requests, executions, queue and compute time."""
         return self._loop.run(self._statistics(model))
 
     def close(self) -> None:
@@ -182,14 +212,15 @@ class DirectInference(Inference):
         caller = ServerModelCaller(self._manager.get, asyncio.get_running_loop())
         return await caller.infer(model, "", inputs, outputs)
 
-    async def _statistics(self, model: str) -> ServerTiming:
+    async def _statistics(self, model: str) -> ServerStats:
         await self._ensure(model)
-        total = ServerTiming()
+        total = ServerStats()
         for version in self._manager.ready_versions(model):
             s = version.stats
-            total = total - ServerTiming(
-                -s.success.count, -s.queue.ns, -s.compute_input.ns, -s.compute_infer.ns, -s.compute_output.ns
+            execution_ns = sum(
+                b.compute_input.ns + b.compute_infer.ns + b.compute_output.ns for b in s.batch_stats.values()
             )
+            total = total + ServerStats(s.success.count, s.execution_count, s.queue.ns, execution_ns)
         return total
 
     async def _close(self) -> None:
@@ -222,17 +253,32 @@ class ServiceInference(Inference):
         result: Arrays = await self._client(model).infer(inputs, outputs)
         return result
 
-    async def _statistics(self, model: str) -> ServerTiming:
-        from sonic.client.transport.grpc import GrpcTransport  # noqa: PLC0415
+    async def _statistics(self, model: str) -> ServerStats:
+        import grpc  # noqa: PLC0415
+        from tritonclient.grpc import service_pb2, service_pb2_grpc  # noqa: PLC0415
 
-        total = ServerTiming()
+        total = ServerStats()
+        metadata = (("authorization", f"Bearer {self.config.token}"),) if self.config.token else None
         for address in self.config.servers:
-            transport = GrpcTransport(address, tls=self.config.tls, token=self.config.token)
-            try:
-                stats = await transport.model_statistics(model, "")
-            finally:
-                await transport.close()
-            total = total - (ServerTiming() - stats)
+            if self.config.tls is not None:
+                channel = grpc.aio.secure_channel(
+                    address, grpc.ssl_channel_credentials(*self.config.tls.read())
+                )
+            else:
+                channel = grpc.aio.insecure_channel(address)
+            async with channel:
+                stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+                response = await stub.ModelStatistics(
+                    service_pb2.ModelStatisticsRequest(name=model),
+                    timeout=self.config.control_timeout_s,
+                    metadata=metadata,
+                )
+            for stats in response.model_stats:
+                s = stats.inference_stats
+                execution_ns = sum(
+                    b.compute_input.ns + b.compute_infer.ns + b.compute_output.ns for b in stats.batch_stats
+                )
+                total = total + ServerStats(s.success.count, stats.execution_count, s.queue.ns, execution_ns)
         return total
 
     async def _close(self) -> None:

@@ -166,10 +166,9 @@ class Scheduler:
             delta = self.inference.statistics(model) - first
             count = max(1, len(records))
             server[model] = {
-                "requests_per_event": delta.success_count / count,
-                "queue_s": delta.queue_ns / 1e9 / count,
-                "compute_s": (delta.compute_input_ns + delta.compute_infer_ns + delta.compute_output_ns)
-                / 1e9
-                / count,
+                "requests_per_event": delta.requests / count,
+                "executions_per_event": delta.executions / count,
+                "queue_s": delta.queue_ns / 1e9 / count,  # summed over the event's requests
+                "compute_s": delta.execution_ns / 1e9 / count,  # each execution once
             }
         return RunReport(str(self.inference.mode), self.streams, wall_s, tuple(records), server)
