@@ -161,6 +161,7 @@ def run(
         non_ml_s = config.non_ml_s if config.non_ml_s is not None else NON_ML_PER_ML * ml_cpu_s
         print(f"ML on this CPU: {ml_cpu_s:.3f} s/event -> emulated non-ML work {non_ml_s:.3f} s/event")
         direct_report, reference = _run(config, direct, MODEL, big, work, non_ml_s)
+    written = _write_outputs(out / "protodune", reference)
     rtt_s = measure_rtt_s(server_address)
     runs: dict[str, Any] = {"direct": {"batch": big, "dynamic_batching": True, "report": direct_report}}
     comparisons: dict[str, Any] = {}
@@ -223,7 +224,21 @@ def run(
         "runs": results,
         "scaling": prediction,
         "identical": all(c["identical"] for c in comparisons.values()),
+        "outputs": written,
     }
+
+
+def _write_outputs(folder: Path, columns: Mapping[str, Any]) -> list[str]:
+    """The direct run's scores per event, as ROOT and Parquet files where uproot and pyarrow are installed."""
+    from sonic.workflow.io import write_parquet, write_root  # noqa: PLC0415
+
+    written = []
+    for writer, name in ((write_root, "scores.root"), (write_parquet, "scores.parquet")):
+        try:
+            written.append(str(writer(folder / name, columns)))
+        except ImportError as exc:
+            print(f"not written: {name}: {exc}")
+    return written
 
 
 def _plot(path: Path, results: Mapping[str, Mapping[str, float]]) -> None:

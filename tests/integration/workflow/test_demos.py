@@ -71,4 +71,5 @@ def test_demo_smallest_size(
     for png in ("protodune/breakdown.png", "hlt/throughput.png", "miniaod/fractions.png"):
         assert (out / png).stat().st_size > 1000
     assert (out / "protodune" / "direct.json").is_file()
+    assert sorted(Path(p).name for p in protodune["outputs"]) == ["scores.parquet", "scores.root"]
     assert "clients per server" in printed
