@@ -1,51 +1,130 @@
-"""``sonic demo``: build a sample model repository, serve it, and run inference through the service."""
+"""``sonic demo [protodune|hlt|miniaod|all]``: the seed demonstrators, direct vs service.
+
+Builds the reference models if needed, starts ``sonic serve`` over them, runs each demonstrator
+through :mod:`sonic.workflow` with direct (in-process) and service inference, prints tables while
+it works and writes JSON and PNG plots under ``--out``. Exit status 1 if any service run's outputs
+differ from the direct run's.
+"""
 
 from __future__ import annotations
 
 import argparse
-import tempfile
+import json
+import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-import numpy as np
-
+from sonic.demos import hlt, miniaod, protodune
+from sonic.demos.common import build_models, write_json
 from sonic.launch import ServerProcess
-from sonic.models.simple import write_sample_repository
+from sonic.workflow import CpuWork
+from sonic.workflow.dask import DaskConfig
+
+DEMOS = ("protodune", "hlt", "miniaod")
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got '{text}'")
+    return values
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("demo", help="serve a sample repository and infer through the service")
-    parser.add_argument("--out", type=Path, default=None, help="where to write the model repository")
+    parser = subparsers.add_parser(
+        "demo", help="the seed demonstrators (ProtoDUNE, HLT, MiniAOD), direct vs service"
+    )
+    parser.add_argument("which", nargs="?", default="all", choices=[*DEMOS, "all"])
+    parser.add_argument("--out", type=Path, default=Path("sonic-demo"), help="JSON, plots, model repository")
+    parser.add_argument("--repository", type=Path, default=None, help="model repository (default OUT/models)")
+    parser.add_argument("--quick", action="store_true", help="smallest sizes (seconds; what CI runs)")
+    parser.add_argument(
+        "--streams", type=int, default=None, help="event streams per job (protodune, miniaod)"
+    )
+    group = parser.add_argument_group("protodune")
+    group.add_argument("--events", type=int, default=None, help="events (default 4)")
+    group.add_argument(
+        "--patches", type=int, default=None, help="patches per event (seed: 55000; default 1500)"
+    )
+    group.add_argument(
+        "--batch-sizes", type=_ints, default=None, help="patches per request (default 235,1693)"
+    )
+    group = parser.add_argument_group("hlt")
+    group.add_argument(
+        "--clients", type=_ints, default=None, help="client counts to sweep (default 1,2,4,8,16)"
+    )
+    group.add_argument(
+        "--events-per-client", type=int, default=None, help="events per client job (default 12)"
+    )
+    group.add_argument("--rechits", type=int, default=None, help="HCAL channels per event (default 4000)")
+    group.add_argument("--scheduler", default=None, help="Dask scheduler address (default: a LocalCluster)")
+    group.add_argument("--dask-workers", type=int, default=2, help="LocalCluster worker processes")
+    group = parser.add_argument_group("miniaod")
+    group.add_argument("--miniaod-events", type=int, default=None, help="events (default 16)")
     parser.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    import tritonclient.grpc as grpcclient  # noqa: PLC0415  (the official client, as users would use it)
+def _configs(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    pd, hl, mini = protodune.ProtoDuneConfig(), hlt.HltConfig(), miniaod.MiniAodConfig()
+    if args.quick:
+        pd, hl, mini = protodune.quick(pd), hlt.quick(hl), miniaod.quick(mini)
+    pd = replace(
+        pd,
+        events=args.events or pd.events,
+        patches=args.patches or pd.patches,
+        streams=args.streams or pd.streams,
+        batch_sizes=args.batch_sizes or pd.batch_sizes,
+    )
+    hl = replace(
+        hl,
+        clients=args.clients or hl.clients,
+        events_per_client=args.events_per_client or hl.events_per_client,
+        rechits=args.rechits or hl.rechits,
+        dask=DaskConfig(scheduler_address=args.scheduler, workers=args.dask_workers),
+    )
+    mini = replace(mini, events=args.miniaod_events or mini.events, streams=args.streams or mini.streams)
+    return pd, hl, mini
 
-    with tempfile.TemporaryDirectory(prefix="sonic-demo-") as scratch:
-        repository = write_sample_repository(args.out or Path(scratch) / "model_repository")
-        print(f"model repository: {repository}")
-        with ServerProcess.start([repository]) as server:
-            print(f"server ready at {server.grpc_address} (pid {server.pid})")
-            client = grpcclient.InferenceServerClient(server.grpc_address)
-            a = np.arange(16, dtype=np.int32).reshape(1, 16)
-            b = np.ones((1, 16), dtype=np.int32)
-            inputs = [
-                grpcclient.InferInput("INPUT0", [1, 16], "INT32"),
-                grpcclient.InferInput("INPUT1", [1, 16], "INT32"),
-            ]
-            inputs[0].set_data_from_numpy(a)
-            inputs[1].set_data_from_numpy(b)
-            result = client.infer("add_sub", inputs)
-            total, difference = result.as_numpy("OUTPUT0"), result.as_numpy("OUTPUT1")
-            assert total is not None
-            assert difference is not None
-            print(f"add_sub: INPUT0 + INPUT1 = {total.tolist()[0]}")
-            print(f"add_sub: INPUT0 - INPUT1 = {difference.tolist()[0]}")
-            ok = np.array_equal(total, a + b) and np.array_equal(difference, a - b)
-            stats = client.get_inference_statistics("add_sub").model_stats[0]
-            print(
-                f"server statistics: {stats.inference_count} inference(s), {stats.execution_count} execution(s)"
-            )
-            client.close()
-    print("demo: OK" if ok else "demo: WRONG RESULT")
-    return 0 if ok else 1
+
+def run(args: argparse.Namespace) -> int:
+    selected = DEMOS if args.which == "all" else (args.which,)
+    out: Path = args.out
+    repository = args.repository or out / "models"
+    pd, hl, mini = _configs(args)
+    names: list[str] = []
+    no_batching: list[str] = []
+    if "protodune" in selected:
+        names.append(protodune.MODEL)
+        no_batching.append(protodune.MODEL)
+    if "hlt" in selected:
+        names.append(hlt.MODEL)
+        no_batching.append(hlt.MODEL)
+    if "miniaod" in selected:
+        names += miniaod.MODELS
+    started = time.perf_counter()
+    print(f"building models in {repository} (reused when up to date): {', '.join(names)}")
+    build_models(repository, names, no_batching=no_batching)
+    work = CpuWork.calibrate()
+    print("no GPU here: the server runs the models on this machine's CPU")
+    results: dict[str, Any] = {}
+    out.mkdir(parents=True, exist_ok=True)
+    with ServerProcess.start([repository], log_path=out / "server.log") as server:
+        print(f"server ready at {server.grpc_address} (pid {server.pid})")
+        if "protodune" in selected:
+            results["protodune"] = protodune.run(pd, repository, server.grpc_address, out, work)
+        if "hlt" in selected:
+            results["hlt"] = hlt.run(hl, repository, server.grpc_address, out, work)
+        if "miniaod" in selected:
+            results["miniaod"] = miniaod.run(mini, repository, server.grpc_address, out, work)
+    results["wall_s"] = time.perf_counter() - started
+    write_json(out / "summary.json", results)
+    identical = all(results[name]["identical"] for name in selected)
+    print(f"\nwritten: {out / 'summary.json'} and per-demo JSON and PNG files under {out}")
+    print(json.dumps({name: {"identical_outputs": results[name]["identical"]} for name in selected}))
+    print(f"demo: {'OK' if identical else 'OUTPUTS DIFFER between direct and service'} "
+          f"({results['wall_s']:.0f} s)")  # fmt: skip
+    return 0 if identical else 1

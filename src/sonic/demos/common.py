@@ -1,0 +1,156 @@
+"""What the demonstrators share: model repositories, progress bars, tables, output comparison, plots."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+from google.protobuf import text_format
+
+from sonic.protocol.model_config import CONFIG_FILENAME, load_config_file
+
+NO_BATCHING_SUFFIX = "_nobatch"
+
+
+def build_models(repository: Path, names: Sequence[str], *, no_batching: Sequence[str] = ()) -> Path:
+    """Reference models (built once, reused by stamp) plus ``<name>_nobatch`` copies without dynamic batching."""
+    from sonic.models.build import build_repository  # noqa: PLC0415  (needs torch)
+
+    build_repository(repository, list(names))
+    for name in no_batching:
+        source, target = repository / name, repository / f"{name}{NO_BATCHING_SUFFIX}"
+        config = load_config_file(source / CONFIG_FILENAME)
+        config.ClearField("dynamic_batching")
+        config.name = target.name
+        (target / "1").mkdir(parents=True, exist_ok=True)
+        for item in (source / "1").iterdir():
+            copy = target / "1" / item.name
+            if not copy.exists() or copy.stat().st_mtime < item.stat().st_mtime:
+                copy.unlink(missing_ok=True)
+                try:
+                    os.link(item, copy)  # same bytes, no second 50 MB file
+                except OSError:
+                    shutil.copy2(item, copy)
+        (target / CONFIG_FILENAME).write_text(text_format.MessageToString(config))
+    return repository
+
+
+def measure_rtt_s(address: str, calls: int = 30) -> float:
+    """Median round trip of an empty gRPC call (ServerReady): the per-request travel time."""
+    from sonic.client.transport.grpc import GrpcTransport  # noqa: PLC0415
+
+    async def probe() -> float:
+        transport = GrpcTransport(address)
+        try:
+            await transport.server_ready()
+            times = []
+            for _ in range(calls):
+                start = time.perf_counter()
+                await transport.server_ready()
+                times.append(time.perf_counter() - start)
+        finally:
+            await transport.close()
+        return statistics.median(times)
+
+    return asyncio.run(probe())
+
+
+class Progress:
+    """A one-line progress bar on a terminal; plain lines (every 10 %) otherwise."""
+
+    def __init__(self, label: str, total: int, stream: TextIO | None = None, width: int = 30) -> None:
+        self.label, self.total, self.width = label, max(1, total), width
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self._last_decile = -1
+        self._start = time.perf_counter()
+
+    def __call__(self, done: int) -> None:
+        fraction = min(1.0, done / self.total)
+        elapsed = time.perf_counter() - self._start
+        text = f"{self.label:<34} {done:>4}/{self.total} {elapsed:6.1f} s"
+        if self.tty:
+            filled = round(fraction * self.width)
+            bar = "#" * filled + "." * (self.width - filled)
+            self.stream.write(f"\r[{bar}] {text}")
+            if done >= self.total:
+                self.stream.write("\n")
+            self.stream.flush()
+        elif int(fraction * 10) > self._last_decile:
+            self._last_decile = int(fraction * 10)
+            if done >= self.total or fraction == 0 or self._last_decile % 5 == 0:
+                self.stream.write(f"  {text}\n")
+                self.stream.flush()
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return str(value)
+
+    cells = [[cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
+
+
+def compare_outputs(
+    reference: Mapping[str, Sequence[Any]], other: Mapping[str, Sequence[Any]]
+) -> dict[str, Any]:
+    """Whether two runs' collected outputs are bitwise identical, and the largest difference."""
+    identical = set(reference) == set(other)
+    max_diff = 0.0
+    for name in reference:
+        if name not in other or len(reference[name]) != len(other[name]):
+            identical = False
+            continue
+        for a, b in zip(reference[name], other[name], strict=True):
+            left, right = np.asarray(a), np.asarray(b)
+            if left.shape != right.shape:
+                identical = False
+                continue
+            if not np.array_equal(left, right):
+                identical = False
+                if left.size:
+                    diff = np.abs(left.astype(np.float64) - right.astype(np.float64))
+                    max_diff = max(max_diff, float(diff.max()))
+    return {"identical": identical, "max_abs_diff": max_diff}
+
+
+def write_json(path: Path, data: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, default=str))
+    return path
+
+
+def plot(path: Path, draw: Callable[[Any], None]) -> Path | None:
+    """Draw with matplotlib (Agg) into ``path``; None, with a note, when matplotlib is missing."""
+    try:
+        import matplotlib as mpl  # noqa: PLC0415
+
+        mpl.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        sys.stderr.write("plots need matplotlib: pip install 'sonic-inference[perf]'\n")
+        return None
+    figure, axes = plt.subplots(figsize=(7, 4.2))
+    try:
+        draw(axes)
+        figure.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, dpi=110)
+    finally:
+        plt.close(figure)
+    return path
