@@ -68,6 +68,7 @@ RAW = RESULTS / "raw" / "compare"
 MLSERVER_VENV = RESULTS / "raw" / "mlserver-venv"
 DOCS = ROOT / "docs"
 THREADS = 2
+MLSERVER_MEMORY_CAP_BYTES = 4 << 30
 ZOO = ("emtrk_michel", "facile", "deepcalo", "resnet_top")
 LARGE_SHAPE = (1693, 48, 48, 1)
 SERVERS = ("direct", "sonic", "sonic-uvloop", "triton", "mlserver")
@@ -260,35 +261,43 @@ def start_mlserver(repository: Path, models: Sequence[str]) -> TritonProcess:
     (repository / "settings.json").write_text(json.dumps(settings, indent=2))
     python = mlserver_python()
     env = {**os.environ, "PYTHONPATH": str(repository)}
-    command = [str(python.parent / "mlserver"), "start", str(repository)]
+    # Its data segment is capped: on 15.6 MB tensors it grew to 7.5 GB and the kernel's OOM killer took it,
+    # on a machine shared with others. Past the cap it fails by itself, and the run restarts it.
+    cap = f"--data={MLSERVER_MEMORY_CAP_BYTES}"
+    command = ["prlimit", cap, "--", str(python.parent / "mlserver"), "start", str(repository)]
     # TritonProcess.launch waits for ServerReady and ModelReady over KServe v2 gRPC, which MLServer speaks.
     return TritonProcess.launch(command, f"127.0.0.1:{grpc_port}", models, 300.0, env, RAW / "mlserver.log")
 
 
+def start_server(name: str, repositories: dict[str, Path]) -> ServerProcess | TritonProcess:
+    """Start one server and wait until it and every model are ready."""
+    models = [*ZOO, "identity", "identity_large"]
+    if name in {"sonic", "sonic-uvloop"}:
+        loop = "uvloop" if name == "sonic-uvloop" else "asyncio"
+        extra = ["--backend-config", f"onnxruntime,intra_op_thread_count={THREADS}", "--loop", loop]
+        return ServerProcess.start([repositories["sonic"]], extra_args=extra, log_path=RAW / f"{name}.log")
+    if name == "triton":
+        # The Python-backend stub links libpython: point it at this interpreter's own.
+        libdir = sysconfig.get_config_var("LIBDIR")
+        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(
+            p for p in (libdir, os.environ.get("LD_LIBRARY_PATH")) if p
+        )
+        workdir = RAW / "triton-work"
+        workdir.mkdir(parents=True, exist_ok=True)
+        return TritonProcess.start(
+            [repositories["triton"]], models=models, workdir=workdir, wait_timeout_s=300.0
+        )
+    return start_mlserver(repositories["mlserver"], models)
+
+
 def start_servers(repositories: dict[str, Path], running: dict[str, Any]) -> None:
     """Start every server; each goes into ``running`` as soon as it runs, so the caller stops it."""
-    models = [*ZOO, "identity", "identity_large"]
-    sonic_args = ["--backend-config", f"onnxruntime,intra_op_thread_count={THREADS}"]
-    loops = [("sonic", "asyncio")]
-    if importlib.util.find_spec("uvloop") is not None:
-        loops.append(("sonic-uvloop", "uvloop"))
-    else:
+    names = ["sonic", "sonic-uvloop", "triton", "mlserver"]
+    if importlib.util.find_spec("uvloop") is None:
         print("uvloop is not installed here (pip install uvloop): sonic-uvloop is left out", flush=True)
-    for name, loop in loops:
-        running[name] = ServerProcess.start(
-            [repositories["sonic"]], extra_args=[*sonic_args, "--loop", loop], log_path=RAW / f"{name}.log"
-        )
-    # The Python-backend stub links libpython: point it at this interpreter's own.
-    libdir = sysconfig.get_config_var("LIBDIR")
-    os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (libdir, os.environ.get("LD_LIBRARY_PATH")) if p
-    )
-    workdir = RAW / "triton-work"
-    workdir.mkdir(parents=True, exist_ok=True)
-    running["triton"] = TritonProcess.start(
-        [repositories["triton"]], models=models, workdir=workdir, wait_timeout_s=300.0
-    )
-    running["mlserver"] = start_mlserver(repositories["mlserver"], models)
+        names.remove("sonic-uvloop")
+    for name in names:
+        running[name] = start_server(name, repositories)
 
 
 # ---------------------------------------------------------------------------------------------- measurements
@@ -462,6 +471,7 @@ def run(rounds: int, window_s: float, only: set[str] | None) -> dict[str, Any]:
     }
     rows: list[dict[str, Any]] = []
     running: dict[str, Any] = {}
+    restarts: list[dict[str, Any]] = []
     try:
         start_servers(repositories, running)
         addresses = {name: server.grpc_address for name, server in running.items()}
@@ -475,6 +485,21 @@ def run(rounds: int, window_s: float, only: set[str] | None) -> dict[str, Any]:
                 for server in order[shift:] + order[:shift]:
                     if server not in pids:
                         continue
+                    if server in running and running[server].process.poll() is not None:
+                        # MLServer was OOM-killed by 15.6 MB tensors in trial runs: restart, and say so.
+                        code = running[server].process.poll()
+                        print(f"    {server} exited with code {code}: restarting it", flush=True)
+                        restarts.append(
+                            {
+                                "round": round_index,
+                                "workload": workload.key,
+                                "server": server,
+                                "exit_code": code,
+                            }
+                        )
+                        running[server] = start_server(server, repositories)
+                        addresses[server] = running[server].grpc_address
+                        pids[server] = running[server].pid
                     cpu_before = cpu_seconds(pids[server])
                     load_before = os.getloadavg()[0]
                     result = measure(workload, server, addresses, feeds[workload.key], sessions, window_s)
@@ -510,6 +535,7 @@ def run(rounds: int, window_s: float, only: set[str] | None) -> dict[str, Any]:
         "window_s": window_s,
         "cores": "not pinned: servers, load generator and direct runs share the 2 cores (and other users' jobs)",
         "workloads": [vars(w) for w in workloads],
+        "restarts": restarts,
         "rows": rows,
     }
 
@@ -547,8 +573,12 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
             continue
         key = metric(workload)
         servers: dict[str, Any] = {}
+        failed_windows: dict[str, int] = {}
         for server in workload.servers:
-            values = [r[key] for r in mine if r["server"] == server]
+            values = [r[key] for r in mine if r["server"] == server and r.get("requests", 1) > 0]
+            failed = sum(1 for r in mine if r["server"] == server and r.get("requests", 1) == 0)
+            if failed:
+                failed_windows[server] = failed
             if values:
                 servers[server] = {
                     "median": statistics.median(values),
@@ -557,7 +587,7 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
                     "rounds": values,
                 }
         ratios: dict[str, Any] = {}
-        by_round = {(r["round"], r["server"]): r[key] for r in mine}
+        by_round = {(r["round"], r["server"]): r[key] for r in mine if r.get("requests", 1) > 0}
         rounds = sorted({r["round"] for r in mine})
         for ours in ("sonic", "sonic-uvloop"):
             for reference in ("direct", "triton", "mlserver", "sonic"):
@@ -593,6 +623,7 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
             "label": workload.label,
             "metric": key,
             "servers": servers,
+            "failed_windows": failed_windows,
             "ratios": ratios,
             "targets": targets,
         }
@@ -614,9 +645,10 @@ def table(summary: dict[str, Any]) -> list[str]:
         cells = []
         for name in names:
             figure = item["servers"].get(name)
-            cells.append(
-                f"{figure['median']:,.0f} ({figure['min']:,.0f}-{figure['max']:,.0f})" if figure else "-"
-            )
+            cell = f"{figure['median']:,.0f} ({figure['min']:,.0f}-{figure['max']:,.0f})" if figure else "-"
+            if failed := item["failed_windows"].get(name):
+                cell += f", {failed} window(s) with no request done"
+            cells.append(cell)
         verdicts = []
         for target in item["targets"]:
             ratio = item["ratios"][f"sonic/{target['reference']}"]
