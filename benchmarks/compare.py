@@ -24,7 +24,7 @@ also the official ``tritonclient.grpc.aio`` (one InferInput built per call). Ser
 direct runs share the machine's 2 cores (no pinning). Each round visits every (workload, server) pair,
 the server order rotating between rounds; ratios are taken within a round, medians over rounds.
 
-    ./dev bench compare [--rounds 3] [--window-s 3] [--quick]
+    .venv/bin/python -m benchmarks.compare [--rounds 3] [--window-s 3] [--quick] [--replot]
 
 Writes benchmarks/results/compare.json, docs/compare.png, and the generated table of docs/benchmarks.md
 (between the ``compare:table`` markers of its "Comparisons" section).
