@@ -1,0 +1,72 @@
+"""The pure parts of benchmarks/compare.py: configs for the other servers, paired ratios, the docs table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from benchmarks import compare
+
+from sonic.models.zoo import registry
+
+pytestmark = pytest.mark.unit
+
+
+def test_triton_config_switches_backend_and_pins_one_cpu_instance() -> None:
+    text = compare.triton_config(registry()["deepcalo"].config_text)
+    assert 'backend: "python"' in text
+    assert "onnxruntime" not in text
+    assert "instance_group [ { kind: KIND_CPU count: 1 } ]" in text
+    assert "max_queue_delay_microseconds: 200" in text  # batching settings kept as they are
+
+
+def test_mlserver_settings_use_the_config_delay_with_a_floor() -> None:
+    deepcalo = compare.mlserver_settings("deepcalo", Path("/m.onnx"), registry()["deepcalo"].config_text, 32)
+    assert deepcalo["max_batch_time"] == pytest.approx(200e-6)
+    assert deepcalo["max_batch_size"] == 32
+    assert deepcalo["parameters"] == {"uri": "/m.onnx"}
+    no_delay = compare.mlserver_settings("identity", Path("/i.onnx"), "dynamic_batching { }", 32)
+    assert no_delay["max_batch_time"] == pytest.approx(100e-6)
+
+
+def _rows() -> list[dict[str, Any]]:
+    figures = {"sonic": (300.0, 100.0), "triton": (200.0, 200.0), "mlserver": (50.0, 25.0)}
+    rows = []
+    for server, per_round in figures.items():
+        for index, value in enumerate(per_round):
+            rows.append(
+                {"round": index, "workload": "identity_b1", "server": server, "requests_per_s": value}
+            )
+    return rows
+
+
+def test_ratios_are_paired_within_a_round() -> None:
+    summary = compare.summarize({"rows": _rows()})["identity_b1"]
+    assert summary["metric"] == "requests_per_s"
+    assert summary["servers"]["sonic"]["median"] == pytest.approx(200.0)
+    # Rounds give 1.5 and 0.5: the median of paired ratios, not the ratio of medians (1.0).
+    ratio = summary["ratios"]["sonic/triton"]
+    assert (ratio["median"], ratio["min"], ratio["max"]) == pytest.approx((1.0, 0.5, 1.5))
+    assert summary["ratios"]["sonic/mlserver"]["median"] == pytest.approx(5.0)
+    targets = {t["reference"]: t["met"] for t in summary["targets"]}
+    assert targets == {"triton": True, "mlserver": True}
+
+
+def test_table_says_by_how_much_a_target_is_missed(tmp_path: Path) -> None:
+    rows = [
+        {**r, "requests_per_s": r["requests_per_s"] / 4} if r["server"] == "sonic" else r for r in _rows()
+    ]
+    lines = compare.table(compare.summarize({"rows": rows}))
+    assert "triton: 0.25x [0.12-0.38] vs ≥ 0.7x — missed by 64%" in lines[-1]
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text(f"# B\n\n## Comparisons\n\n{compare.TABLE_START}\nold\n{compare.TABLE_END}\n\nprose\n")
+    assert compare.update_docs(lines, docs)
+    text = docs.read_text()
+    assert "old" not in text
+    assert "missed by 64%" in text
+    assert text.endswith(f"{compare.TABLE_END}\n\nprose\n")
+    bare = tmp_path / "bare.md"
+    bare.write_text("# B\n")
+    assert not compare.update_docs(lines, bare)
+    assert bare.read_text() == "# B\n"
