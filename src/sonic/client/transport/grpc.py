@@ -83,6 +83,11 @@ def convert_error(exc: aio.AioRpcError, address: str) -> ClientError:
     if code == grpc.StatusCode.CANCELLED and "channel closed" not in details.lower():
         return ConnectionLostError(details, status=status, server=address)
     if code in {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}:
+        # grpc's core reports a peer that vanished mid-call as INTERNAL "Internal error from Core":
+        # that is the connection, not the server's answer, so it is retried elsewhere.
+        text = f"{details} {exc.debug_error_string()}".lower()
+        if details == "Internal error from Core" or any(marker in text for marker in _CONNECTION_MARKERS):
+            return ConnectionLostError(details, status=status, server=address)
         return ServerError(details, status=status, server=address)
     return InvalidRequestError(details, status=status, server=address)
 
