@@ -40,7 +40,7 @@ def build_test_repository(root: Path) -> Path:
         'backend: "onnxruntime"\nmax_batch_size: 16\n'
         'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
         'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-        "dynamic_batching { max_queue_delay_microseconds: 20000 }\n",
+        "dynamic_batching { max_queue_delay_microseconds: 100000 }\n",
         variable_dims_model,
     )
     _model(

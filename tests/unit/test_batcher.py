@@ -197,16 +197,28 @@ async def test_preferred_size_dispatches_without_waiting_for_the_delay() -> None
     await scheduler.close(5)
 
 
-async def test_different_variable_dims_are_not_merged() -> None:
+async def test_requests_merge_only_with_their_own_shape() -> None:
     scheduler, (backend,) = _scheduler(DYNAMIC)
     first = await _hold_first(scheduler, backend)
     tasks = [asyncio.create_task(scheduler.submit(_item(v, width=2 + v % 2))) for v in range(4)]
     await _until_queued(scheduler, 4)
     backend.gate.set()
     results = await asyncio.gather(first, *tasks)
-    assert all(len(batch) == 1 for batch in backend.batches[1:])  # shapes alternate: nothing merges
+    # Shapes alternate on arrival; each batch is led by the oldest request and takes its own shape only.
+    assert backend.batches[1:] == [[0, 2], [1, 3]]
     for value, (outputs, _) in zip(range(4), results[1:], strict=True):
-        assert outputs["y"].shape == (1, 2 + value % 2)
+        np.testing.assert_array_equal(outputs["y"], np.full((1, 2 + value % 2), value * 2, dtype=np.float32))
+    await scheduler.close(5)
+
+
+async def test_preserve_ordering_keeps_first_in_first_out_across_shapes() -> None:
+    scheduler, (backend,) = _scheduler(BatchPolicy(max_batch_size=8, dynamic=True, preserve_ordering=True))
+    first = await _hold_first(scheduler, backend)
+    tasks = [asyncio.create_task(scheduler.submit(_item(v, width=2 + v % 2))) for v in range(4)]
+    await _until_queued(scheduler, 4)
+    backend.gate.set()
+    await asyncio.gather(first, *tasks)
+    assert backend.batches[1:] == [[0], [1], [2], [3]]
     await scheduler.close(5)
 
 

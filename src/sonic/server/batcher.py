@@ -247,9 +247,14 @@ class Scheduler:
                 selected.append(item)
                 full = True
                 break
-            if selected and (
-                item.shape_key != selected[0].shape_key or total + item.batch_size > self._max_merge
-            ):
+            if selected and item.shape_key != selected[0].shape_key:
+                if self._policy.preserve_ordering:
+                    full = True
+                    break
+                # Another shape waits for a later batch; the oldest request still leads this one, so
+                # nothing starves, and mixed-shape traffic (variable multiplicities) still merges.
+                continue
+            if selected and total + item.batch_size > self._max_merge:
                 full = True
                 break
             selected.append(item)
@@ -324,6 +329,10 @@ class Scheduler:
         try:
             self._deliver(batch, result, error)
         finally:
+            for item in batch:
+                # A request taken from the middle of a queue stays there until it reaches the head:
+                # drop its tensors now so they do not outlive the execution.
+                item.inputs = {}
             if delivered is not None:
                 delivered.set_result(None)
 
