@@ -62,9 +62,9 @@ output [
 dynamic_batching {
   max_queue_delay_microseconds: 100
 }
-# Merged batches run in slices of 512 patches: onnxruntime needs ~0.75 MB of activations per patch,
+# Merged batches run in slices of 256 patches: onnxruntime needs ~0.75 MB of activations per patch,
 # so a 1693-patch batch in one piece would hold ~1.25 GB (see docs/benchmarks.md, server core).
-parameters { key: "max_execution_batch_size" value { string_value: "512" } }
+parameters { key: "max_execution_batch_size" value { string_value: "256" } }
 """
 
 EMTRK_MICHEL = ReferenceModel(
