@@ -10,8 +10,8 @@ Same machine, same workloads, same load generator for every server:
 
 Servers, each its own process, all started once and left running for the whole run:
 
-- ``sonic``: ``sonic serve --loop asyncio``; ``sonic-uvloop``: the same with ``--loop uvloop`` (all but the
-  compute-bound models, where the event loop matters);
+- ``sonic``: ``sonic serve --loop asyncio``; ``sonic-uvloop``: the same with ``--loop uvloop`` (every
+  workload but the compute-bound ones, where the event loop does not matter);
 - ``triton``: ``tritonserver`` 2.51 from nvidia-pytriton, Python backend running an onnxruntime session
   (``model.py`` below: requests of one dynamic batch are concatenated into one ``session.run``);
 - ``mlserver``: Seldon MLServer in its own virtualenv (created on demand under benchmarks/results/raw),
