@@ -17,6 +17,7 @@ import numpy as np
 from google.protobuf import text_format
 
 from sonic.protocol.model_config import CONFIG_FILENAME, load_config_file
+from sonic.workflow import CpuModule, CpuWork, Event
 
 NO_BATCHING_SUFFIX = "_nobatch"
 
@@ -154,3 +155,14 @@ def plot(path: Path, draw: Callable[[Any], None]) -> Path | None:
     finally:
         plt.close(figure)
     return path
+
+
+class EmulatedWork(CpuModule):
+    """The workflow's other CPU work: calibrated computation (not a sleep) for ``seconds`` per event."""
+
+    def __init__(self, name: str, work: CpuWork, seconds: float) -> None:
+        super().__init__(name)
+        self.work, self.seconds = work, seconds
+
+    def process(self, event: Event) -> None:
+        self.work.run(self.seconds, seed=event.index)

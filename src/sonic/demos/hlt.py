@@ -22,11 +22,10 @@ import numpy as np
 import numpy.typing as npt
 
 from sonic.client.config import ClientConfig
-from sonic.demos.common import NO_BATCHING_SUFFIX, Progress, compare_outputs, plot, table
+from sonic.demos.common import NO_BATCHING_SUFFIX, EmulatedWork, Progress, compare_outputs, plot, table
 from sonic.models.zoo.facile import make_inputs
 from sonic.perf import scaling
 from sonic.workflow import (
-    CpuModule,
     CpuWork,
     DirectInference,
     Event,
@@ -61,15 +60,6 @@ def make_event(rechits: int) -> Any:
     return make
 
 
-class RestOfHlt(CpuModule):
-    def __init__(self, work: CpuWork, seconds: float) -> None:
-        super().__init__("rest_of_hlt")
-        self.work, self.seconds = work, seconds
-
-    def process(self, event: Event) -> None:
-        self.work.run(self.seconds, seed=event.index)
-
-
 class Facile(SonicModule):
     def acquire(self, event: Event) -> Mapping[str, npt.NDArray[Any]]:
         return {"rechit_features": event.get("rechit_features")}
@@ -83,7 +73,9 @@ def _workflow(
     inference: Inference, model: str, rechits: int, work: CpuWork, rest_s: float, events: int, first: int
 ) -> tuple[Scheduler, SyntheticSource, OutputCollector]:
     collector = OutputCollector(["energy"])
-    scheduler = Scheduler([RestOfHlt(work, rest_s), Facile(model, label="facile"), collector], inference)
+    scheduler = Scheduler(
+        [EmulatedWork("rest_of_hlt", work, rest_s), Facile(model, label="facile"), collector], inference
+    )
     return scheduler, SyntheticSource(make_event(rechits), events, seed=0, first=first), collector
 
 

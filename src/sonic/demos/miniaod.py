@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sonic.client.config import ClientConfig
-from sonic.demos.common import Progress, compare_outputs, plot, table
+from sonic.demos.common import EmulatedWork, Progress, compare_outputs, plot, table
 from sonic.models.zoo import registry
 from sonic.workflow import (
     CpuModule,
@@ -60,15 +60,6 @@ def make_event(index: int, rng: np.random.Generator) -> dict[str, Any]:
     return products
 
 
-class RestOfMiniAod(CpuModule):
-    def __init__(self, work: CpuWork, seconds: float) -> None:
-        super().__init__("rest_of_miniaod")
-        self.work, self.seconds = work, seconds
-
-    def process(self, event: Event) -> None:
-        self.work.run(self.seconds, seed=event.index)
-
-
 class ModelModule(SonicModule):
     """Sends this model's inputs from the event; puts each output back as ``<model>/<output>``."""
 
@@ -91,7 +82,10 @@ def _outputs() -> list[str]:
 
 def _run(config: MiniAodConfig, inference: Inference, work: CpuWork, rest_s: float) -> Any:
     collector = OutputCollector(_outputs())
-    modules: list[CpuModule | SonicModule] = [RestOfMiniAod(work, rest_s), *(ModelModule(m) for m in MODELS)]
+    modules: list[CpuModule | SonicModule] = [
+        EmulatedWork("rest_of_miniaod", work, rest_s),
+        *(ModelModule(m) for m in MODELS),
+    ]
     modules.append(collector)
     scheduler = Scheduler(modules, inference, streams=config.streams)
     source = SyntheticSource(make_event, config.events, seed=1)

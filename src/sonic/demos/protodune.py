@@ -24,10 +24,17 @@ import numpy as np
 import numpy.typing as npt
 
 from sonic.client.config import ClientConfig
-from sonic.demos.common import NO_BATCHING_SUFFIX, Progress, compare_outputs, measure_rtt_s, plot, table
+from sonic.demos.common import (
+    NO_BATCHING_SUFFIX,
+    EmulatedWork,
+    Progress,
+    compare_outputs,
+    measure_rtt_s,
+    plot,
+    table,
+)
 from sonic.perf import scaling
 from sonic.workflow import (
-    CpuModule,
     CpuWork,
     DirectInference,
     Event,
@@ -74,15 +81,14 @@ def make_event(patches: int, ticks: int) -> Any:
     return make
 
 
-class NonMlReco(CpuModule):
+class NonMlReco(EmulatedWork):
     """Stands in for the 110 s of non-ML reconstruction: calibrated computation, then a hit count."""
 
     def __init__(self, work: CpuWork, seconds: float) -> None:
-        super().__init__("non_ml_reco")
-        self.work, self.seconds = work, seconds
+        super().__init__("non_ml_reco", work, seconds)
 
     def process(self, event: Event) -> None:
-        self.work.run(self.seconds, seed=event.index)
+        super().process(event)
         event.put("hit_count", int(event.get("hit_wire").shape[0]))
 
 
