@@ -16,10 +16,26 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Self
+from typing import IO, Any, Self
 
 # ``sonic: ready grpc=HOST:PORT [http=HOST:PORT] [metrics=HOST:PORT]``: parsed as generic KEY=VALUE fields.
 READY_PATTERN = re.compile(r"^sonic: ready (?P<fields>.*)$")
+
+
+def terminate(process: subprocess.Popen[Any], timeout_s: float) -> int:
+    """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit code. Any stdout pipe is closed."""
+    try:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                return process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        return process.wait()
+    finally:
+        # Closed on every path: an open pipe left to the garbage collector is a ResourceWarning.
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 class ServerStartError(RuntimeError):
@@ -92,7 +108,7 @@ class ServerProcess:
             assert process.stdout is not None
             addresses = cls._wait_ready(process, process.stdout, wait_timeout_s, log_path)
         except BaseException:
-            cls._terminate(process, timeout_s=10)
+            terminate(process, timeout_s=10)
             raise
         return cls(process, addresses, log_path)
 
@@ -121,24 +137,9 @@ class ServerProcess:
                 if match:
                     return dict(field.split("=", 1) for field in match["fields"].split())
 
-    @staticmethod
-    def _terminate(process: subprocess.Popen[str], timeout_s: float) -> int:
-        try:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    return process.wait(timeout_s)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-            return process.wait()
-        finally:
-            # Closed on every path: an open pipe left to the garbage collector is a ResourceWarning.
-            if process.stdout is not None:
-                process.stdout.close()
-
     def stop(self, timeout_s: float = 60.0) -> int:
         """SIGTERM (drain and exit 0), then SIGKILL after ``timeout_s``; returns the exit code."""
-        return self._terminate(self.process, timeout_s)
+        return terminate(self.process, timeout_s)
 
     def __enter__(self) -> Self:
         return self

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +24,8 @@ from typing import Self
 
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from sonic.launch import terminate
 
 
 class TritonStartError(RuntimeError):
@@ -202,14 +203,14 @@ class TritonProcess:
         try:
             wait_until_ready(grpc_address, models, wait_timeout_s, process)
         except BaseException as exc:
-            _terminate(process, 10.0)
+            terminate(process, 10.0)
             if isinstance(exc, TritonStartError):
                 raise TritonStartError(f"{exc}; log:\n{_tail(log_path)}") from None
             raise
         return cls(process, grpc_address, log_path)
 
     def stop(self, timeout_s: float = 30.0) -> int:
-        return _terminate(self.process, timeout_s)
+        return terminate(self.process, timeout_s)
 
     def __enter__(self) -> Self:
         return self
@@ -218,13 +219,3 @@ class TritonProcess:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-
-
-def _terminate(process: subprocess.Popen[bytes], timeout_s: float) -> int:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            return process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-    return process.wait()
