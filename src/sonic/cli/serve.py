@@ -17,6 +17,7 @@ from sonic.server.config import (
     MAX_GRPC_MESSAGE_BYTES,
     AdmissionConfig,
     AuthConfig,
+    GrpcServerKind,
     ModelControlMode,
     ServerConfig,
     TlsConfig,
@@ -149,6 +150,12 @@ def _add_security_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--grpc-max-concurrent-streams", type=int, default=None, help="per gRPC connection")
     group.add_argument(
+        "--grpc-server",
+        choices=[kind.value for kind in GrpcServerKind],
+        default=GrpcServerKind.NATIVE.value,
+        help="gRPC's HTTP/2 stack: our own (native, fastest) or grpcio's asyncio server",
+    )
+    group.add_argument(
         "--http-max-connections-per-client", type=int, default=None, help="open HTTP connections per address"
     )
     group.add_argument(
@@ -203,6 +210,7 @@ def _security_from_args(args: argparse.Namespace) -> dict[str, object]:
         "max_requests_per_s": args.max_requests_per_sec,
         "request_burst": args.request_burst,
         "grpc_max_concurrent_streams": args.grpc_max_concurrent_streams,
+        "grpc_server": GrpcServerKind(args.grpc_server),
         "http_max_connections_per_client": args.http_max_connections_per_client,
         "repository_control": not args.disable_repository_control,
         "allow_model_links_outside": args.allow_model_links_outside,

@@ -17,7 +17,7 @@ RAW_OUTPUT_CONTENTS_TAG = bytes([(6 << 3) | 2])  # ModelInferResponse.raw_output
 STREAM_INFER_RESPONSE_TAG = bytes([(2 << 3) | 2])  # ModelStreamInferResponse.infer_response
 
 
-def _read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+def _read_varint(data: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     result = 0
     shift = 0
     end = len(data)
@@ -45,7 +45,9 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def split_raw_contents(data: bytes, tag: int = RAW_INPUT_CONTENTS_TAG) -> tuple[bytes, list[memoryview]]:
+def split_raw_contents(
+    data: bytes | bytearray, tag: int = RAW_INPUT_CONTENTS_TAG
+) -> tuple[bytes | bytearray, list[memoryview]]:
     """Cut the ``tag`` fields out of a serialized message: (rest of the message, views of those fields)."""
     view = memoryview(data)
     raw: list[memoryview] = []
@@ -84,14 +86,19 @@ def split_raw_contents(data: bytes, tag: int = RAW_INPUT_CONTENTS_TAG) -> tuple[
     return b"".join(kept), raw
 
 
-def append_raw_contents(head: bytes, contents: Sequence[bytes | memoryview]) -> bytes:
-    """A serialized message followed by ``raw_output_contents`` fields: one copy of each tensor."""
+def raw_contents_parts(head: bytes, contents: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
+    """A serialized message followed by ``raw_output_contents`` fields, as pieces (tensors not copied)."""
     parts: list[bytes | memoryview] = [head]
     for item in contents:
         parts.append(RAW_OUTPUT_CONTENTS_TAG)
         parts.append(encode_varint(item.nbytes if isinstance(item, memoryview) else len(item)))
         parts.append(item)
-    return b"".join(parts)
+    return parts
+
+
+def append_raw_contents(head: bytes, contents: Sequence[bytes | memoryview]) -> bytes:
+    """A serialized message followed by ``raw_output_contents`` fields: one copy of each tensor."""
+    return b"".join(raw_contents_parts(head, contents))
 
 
 def wrap_stream_response(infer_response: bytes) -> bytes:

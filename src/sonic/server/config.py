@@ -62,6 +62,13 @@ class AdmissionConfig:
             )
 
 
+class GrpcServerKind(enum.StrEnum):
+    """Which HTTP/2 stack serves gRPC: our own (lean, the default) or grpcio's asyncio server."""
+
+    NATIVE = "native"
+    GRPCIO = "grpcio"
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     model_repositories: tuple[Path, ...]
@@ -84,6 +91,7 @@ class ServerConfig:
     max_requests_per_s: float | None = None  # per client address, token bucket; None: unlimited
     request_burst: int = 100  # token-bucket depth for max_requests_per_s
     grpc_max_concurrent_streams: int | None = None  # per gRPC connection
+    grpc_server: GrpcServerKind = GrpcServerKind.NATIVE
     http_max_connections_per_client: int | None = None  # open HTTP connections per client address
     repository_control: bool = True  # False: load/unload refused even in explicit mode
     allow_model_links_outside: bool = False  # True: model folders may be symlinks out of the repositories

@@ -1,6 +1,6 @@
 """The running server: explicit state, start-up, and orderly shutdown.
 
-One process, one asyncio loop: gRPC (grpc.aio), HTTP/REST and the metrics endpoint share it.
+One process, one asyncio loop: gRPC (our HTTP/2 code, or grpc.aio), HTTP/REST and the metrics endpoint share it.
 Shutdown order: stop intake (the server turns not-ready, gRPC and HTTP refuse new calls), let
 requests in flight finish for up to ``exit_timeout_s``, cancel what is left, unload the models.
 """
@@ -14,15 +14,16 @@ from contextlib import suppress
 from typing import Any
 
 from sonic.errors import SonicError
-from sonic.server.config import ModelControlMode, ServerConfig
+from sonic.server.config import GrpcServerKind, ModelControlMode, ServerConfig
 from sonic.server.dataplane import DataPlane
-from sonic.server.frontends.grpc import GrpcFrontend
+from sonic.server.frontends.grpc_aio import GrpcAioFrontend
+from sonic.server.frontends.grpc_native import NativeGrpcFrontend
 from sonic.server.frontends.http import HttpFrontend
 from sonic.server.guard import Guard
 from sonic.server.manager import ModelManager
 from sonic.server.metrics import MetricsEndpoint
 from sonic.server.observe import RequestObserver, load_tracer
-from sonic.server.tls import grpc_server_credentials, http_ssl_context
+from sonic.server.tls import grpc_server_credentials, grpc_ssl_context, http_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class Server:
             self.dataplane.observer = RequestObserver(log_requests=config.log_requests, tracer=tracer)
         self.state = ServerState.CREATED
         self.guard = Guard.create(config, self.models)
-        self._grpc: GrpcFrontend | None = None
+        self._grpc: NativeGrpcFrontend | GrpcAioFrontend | None = None
         self._http: HttpFrontend | None = None
         self._metrics: MetricsEndpoint | None = None
         self._poller: asyncio.Task[None] | None = None
@@ -84,13 +85,7 @@ class Server:
                 except SonicError:
                     continue  # listed as UNAVAILABLE with its reason
         config = self.config
-        self._grpc = GrpcFrontend(
-            self.dataplane,
-            max_message_bytes=config.grpc_max_message_bytes,
-            guard=self.guard,
-            credentials=grpc_server_credentials(config.tls) if config.tls is not None else None,
-            max_concurrent_streams=config.grpc_max_concurrent_streams,
-        )
+        self._grpc = self._grpc_frontend(config)
         self.grpc_port = await self._grpc.start(config.host, config.grpc_port)
         if config.http_port is not None:
             self._http = HttpFrontend(
@@ -110,6 +105,23 @@ class Server:
         self.state = ServerState.SERVING
         log.info(
             "serving %d model(s) on %s:%d", len(self.models.loaded_models()), self.config.host, self.grpc_port
+        )
+
+    def _grpc_frontend(self, config: ServerConfig) -> NativeGrpcFrontend | GrpcAioFrontend:
+        if config.grpc_server is GrpcServerKind.GRPCIO:
+            return GrpcAioFrontend(
+                self.dataplane,
+                max_message_bytes=config.grpc_max_message_bytes,
+                guard=self.guard,
+                credentials=grpc_server_credentials(config.tls) if config.tls is not None else None,
+                max_concurrent_streams=config.grpc_max_concurrent_streams,
+            )
+        return NativeGrpcFrontend(
+            self.dataplane,
+            max_message_bytes=config.grpc_max_message_bytes,
+            guard=self.guard,
+            ssl_context=grpc_ssl_context(config.tls) if config.tls is not None else None,
+            max_concurrent_streams=config.grpc_max_concurrent_streams,
         )
 
     async def _poll_repository(self) -> None:

@@ -20,6 +20,13 @@ def http_ssl_context(tls: TlsConfig) -> ssl.SSLContext:
     return context
 
 
+def grpc_ssl_context(tls: TlsConfig) -> ssl.SSLContext:
+    """For the native gRPC frontend: HTTP/2 must be negotiated with ALPN."""
+    context = http_ssl_context(tls)
+    context.set_alpn_protocols(["h2"])
+    return context
+
+
 def grpc_server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
     key = tls.key_path.read_bytes()
     cert = tls.cert_path.read_bytes()

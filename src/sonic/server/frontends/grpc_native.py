@@ -1,0 +1,432 @@
+"""KServe v2 gRPC frontend on our own HTTP/2 connection code (the default ``--grpc-server native``).
+
+Why not grpcio's server: for small requests its per-call machinery (completion queues, a poller
+thread, several event-loop round trips per call) cost more than half of the server's CPU. Here a call
+is a few callbacks on the connection's protocol object and one task: see docs/benchmarks.md.
+
+gRPC over HTTP/2 as its spec says: ``application/grpc`` POSTs to ``/inference.GRPCInferenceService/M``,
+length-prefixed messages (gzip/deflate accepted), ``grpc-timeout`` deadlines, status and message in
+trailers (or trailers-only answers for calls that fail before any response).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import zlib
+from typing import Any
+
+import grpc
+
+from sonic.errors import SonicError, grpc_status
+from sonic.protocol.http2 import (
+    GRPC_MESSAGE_PREFIX,
+    GRPC_MESSAGE_PREFIX_BYTES,
+    encode_grpc_message,
+    encode_headers,
+    grpc_message_prefix,
+    parse_grpc_timeout,
+)
+from sonic.server.dataplane import DataPlane
+from sonic.server.frontends.grpc_methods import (
+    SERVICE,
+    GrpcMethods,
+    UnaryMethod,
+    as_sonic_error,
+    call_kind,
+    peer_host,
+)
+from sonic.server.frontends.h2 import Headers, Http2Connection, Stream
+from sonic.server.guard import Guard
+from sonic.server.observe import TRACE_HEADERS
+
+log = logging.getLogger(__name__)
+
+RESPONSE_HEADERS = encode_headers(
+    [
+        (b":status", b"200"),
+        (b"content-type", b"application/grpc"),
+        (b"grpc-accept-encoding", b"identity,deflate,gzip"),
+    ]
+)
+TRAILERS_OK = encode_headers([(b"grpc-status", b"0")])
+_TRACE_HEADER_NAMES = frozenset(name.encode() for name in TRACE_HEADERS)
+_DECOMPRESS_WBITS = {b"gzip": 31, b"deflate": 15}
+
+
+class CallError(Exception):
+    """A call ends with this gRPC status before or instead of its handler."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def status_block(code: grpc.StatusCode, message: str, *, trailers_only: bool) -> bytes:
+    headers = [(b":status", b"200"), (b"content-type", b"application/grpc")] if trailers_only else []
+    headers.append((b"grpc-status", str(code.value[0]).encode()))
+    if message:
+        headers.append((b"grpc-message", encode_grpc_message(message)))
+    return encode_headers(headers)
+
+
+class MessageReader:
+    """gRPC length-prefixed messages out of a stream's DATA, however the frames cut them."""
+
+    __slots__ = ("_body", "_compressed", "_filled", "_max_bytes", "_prefix")
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._prefix = b""
+        self._body: bytearray | None = None
+        self._filled = 0
+        self._compressed = False
+
+    def feed(self, data: memoryview) -> list[tuple[bool, bytes | bytearray]]:
+        """Complete (compressed, message) pairs; ``data`` is copied, never kept."""
+        out: list[tuple[bool, bytes | bytearray]] = []
+        pos, end = 0, len(data)
+        while pos < end:
+            body = self._body
+            if body is None:
+                if self._prefix or end - pos < GRPC_MESSAGE_PREFIX_BYTES:
+                    take = min(GRPC_MESSAGE_PREFIX_BYTES - len(self._prefix), end - pos)
+                    self._prefix += bytes(data[pos : pos + take])
+                    pos += take
+                    if len(self._prefix) < GRPC_MESSAGE_PREFIX_BYTES:
+                        break
+                    flag, length = GRPC_MESSAGE_PREFIX.unpack(self._prefix)
+                    self._prefix = b""
+                else:
+                    flag, length = GRPC_MESSAGE_PREFIX.unpack_from(data, pos)
+                    pos += GRPC_MESSAGE_PREFIX_BYTES
+                if length > self._max_bytes:
+                    raise CallError(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"Received message larger than max ({length} vs. {self._max_bytes})",
+                    )
+                if end - pos >= length:  # the whole message is here: one copy
+                    out.append((flag == 1, bytes(data[pos : pos + length])))
+                    pos += length
+                    continue
+                body = self._body = bytearray(length)
+                self._filled = 0
+                self._compressed = flag == 1
+            take = min(len(body) - self._filled, end - pos)
+            body[self._filled : self._filled + take] = data[pos : pos + take]
+            self._filled += take
+            pos += take
+            if self._filled == len(body):
+                out.append((self._compressed, body))
+                self._body = None
+        return out
+
+    @property
+    def partial(self) -> bool:
+        return bool(self._prefix) or self._body is not None
+
+
+class Call:
+    """One RPC: which method, its message(s), deadline and running tasks."""
+
+    __slots__ = (
+        "deadline",
+        "encoding",
+        "headers_sent",
+        "input_done",
+        "message",
+        "method",
+        "reader",
+        "tasks",
+        "trace",
+    )
+
+    def __init__(self, method: str, max_bytes: int) -> None:
+        self.method = method
+        self.reader = MessageReader(max_bytes)
+        self.message: bytes | bytearray | None = None
+        self.encoding: bytes | None = None
+        self.trace: dict[str, str] | None = None
+        self.deadline: asyncio.TimerHandle | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.headers_sent = False
+        self.input_done = False
+
+
+class GrpcConnection(Http2Connection):
+    def __init__(self, frontend: NativeGrpcFrontend) -> None:
+        super().__init__(max_concurrent_streams=frontend.max_concurrent_streams)
+        self._frontend = frontend
+        self._methods = frontend.methods
+        self._peer: str | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._frontend.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._frontend.connections.discard(self)
+
+    # --- the HTTP/2 hooks ---------------------------------------------------------------------------
+
+    def stream_opened(self, stream: Stream, headers: Headers) -> None:
+        try:
+            stream.call = self._open_call(stream, headers)
+        except CallError as error:
+            self._fail(stream, error.code, error.message)
+        except SonicError as error:
+            self._fail(stream, grpc_status(error), error.message)
+
+    def stream_data(self, stream: Stream, data: memoryview) -> None:
+        call: Call | None = stream.call
+        if call is None or stream.local_closed:
+            return
+        try:
+            for compressed, message in call.reader.feed(data):
+                self._on_message(stream, call, self._decompress(call, compressed, message))
+        except CallError as error:
+            self._fail(stream, error.code, error.message)
+
+    def stream_ended(self, stream: Stream) -> None:
+        call: Call | None = stream.call
+        if call is None or stream.local_closed:
+            return
+        call.input_done = True
+        if call.reader.partial:
+            self._fail(stream, grpc.StatusCode.INTERNAL, "request stream ended inside a message")
+        elif call.method == "ModelStreamInfer":
+            if not call.tasks:
+                self._finish_stream_call(stream, call)
+        elif call.message is None:
+            self._fail(stream, grpc.StatusCode.INTERNAL, f"{call.method}: the request has no message")
+        else:
+            self._spawn(stream, call, self._run_unary(stream, call, call.message))
+
+    def stream_reset(self, stream: Stream) -> None:
+        call: Call | None = stream.call
+        if call is None:
+            return
+        if call.deadline is not None:
+            call.deadline.cancel()
+        for task in list(call.tasks):
+            task.cancel()
+
+    # --- calls -----------------------------------------------------------------------------------------
+
+    def _open_call(self, stream: Stream, headers: Headers) -> Call:
+        path = content_type = timeout = encoding = authorization = None
+        method_verb = None
+        trace: dict[str, str] | None = {} if self._methods.dataplane.wants_trace_context else None
+        for name, value in headers:
+            if name == b":path":
+                path = value
+            elif name == b"content-type":
+                content_type = value
+            elif name == b"grpc-timeout":
+                timeout = value
+            elif name == b"grpc-encoding":
+                encoding = value
+            elif name == b"authorization":
+                authorization = value
+            elif name == b":method":
+                method_verb = value
+            elif trace is not None and name in _TRACE_HEADER_NAMES:
+                trace[name.decode()] = value.decode("latin-1")
+        if method_verb != b"POST" or content_type is None or not content_type.startswith(b"application/grpc"):
+            # Not a gRPC call at all: answered in HTTP, as the gRPC spec asks.
+            self.send_headers(stream, encode_headers([(b":status", b"415")]), end_stream=True)
+            msg = f"not a gRPC request (method {method_verb!r}, content-type {content_type!r})"
+            raise CallError(grpc.StatusCode.INVALID_ARGUMENT, msg)
+        method = self._frontend.paths.get(path or b"")
+        if method is None:
+            raise CallError(
+                grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {(path or b'').decode(errors='replace')}"
+            )
+        call = Call(method, self._frontend.max_message_bytes)
+        call.trace = trace
+        if encoding is not None and encoding != b"identity":
+            if encoding not in _DECOMPRESS_WBITS:
+                msg = f"compression {encoding.decode(errors='replace')!r} not supported (identity, deflate, gzip)"
+                raise CallError(grpc.StatusCode.UNIMPLEMENTED, msg)
+            call.encoding = encoding
+        if self._frontend.guard is not None:
+            peer = self._peer = self._peer or self.peer
+            token = authorization.decode("latin-1") if authorization is not None else None
+            self._frontend.guard.check(call_kind(method), token, peer, peer_host(peer))
+        if timeout is not None:
+            try:
+                seconds = parse_grpc_timeout(timeout)
+            except ValueError as exc:
+                raise CallError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+            call.deadline = self._loop.call_later(seconds, self._expire, stream)
+        return call
+
+    def _decompress(self, call: Call, compressed: bool, message: bytes | bytearray) -> bytes | bytearray:
+        if not compressed:
+            return message
+        if call.encoding is None:
+            raise CallError(grpc.StatusCode.INTERNAL, "compressed message without a grpc-encoding header")
+        limit = self._frontend.max_message_bytes
+        inflater = zlib.decompressobj(_DECOMPRESS_WBITS[call.encoding])
+        try:
+            data = inflater.decompress(message, limit + 1)
+        except zlib.error as exc:
+            raise CallError(grpc.StatusCode.INTERNAL, f"cannot decompress the message: {exc}") from None
+        if len(data) > limit:
+            raise CallError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Received message larger than max (> {limit} bytes decompressed)",
+            )
+        return data
+
+    def _on_message(self, stream: Stream, call: Call, message: bytes | bytearray) -> None:
+        if call.method == "ModelStreamInfer":
+            if not call.headers_sent:
+                call.headers_sent = True
+                self.send_headers(stream, RESPONSE_HEADERS)
+            self._spawn(stream, call, self._run_stream_message(stream, call, message))
+        elif call.message is not None:
+            raise CallError(
+                grpc.StatusCode.UNIMPLEMENTED, f"{call.method} takes one request message, got more"
+            )
+        else:
+            call.message = message
+
+    def _spawn(self, stream: Stream, call: Call, coroutine: Any) -> None:
+        task: asyncio.Task[None] = self._loop.create_task(coroutine)
+        call.tasks.add(task)
+        task.add_done_callback(lambda done: self._task_done(stream, call, done))
+
+    def _task_done(self, stream: Stream, call: Call, task: asyncio.Task[None]) -> None:
+        call.tasks.discard(task)
+        if (
+            call.method == "ModelStreamInfer"
+            and call.input_done
+            and not call.tasks
+            and not stream.local_closed
+        ):
+            self._finish_stream_call(stream, call)
+
+    async def _run_unary(self, stream: Stream, call: Call, message: bytes | bytearray) -> None:
+        try:
+            if call.method == "ModelInfer":
+                parts = await self._methods.infer(message, call.trace)
+            else:
+                method: UnaryMethod = self._methods.unary[call.method]
+                try:
+                    request = method.request_type.FromString(bytes(message))
+                except Exception as exc:  # noqa: BLE001  (protobuf's DecodeError and friends)
+                    raise CallError(
+                        grpc.StatusCode.INTERNAL, f"cannot parse the {call.method} request: {exc}"
+                    ) from None
+                parts = [(await method.handler(request)).SerializeToString()]
+        except CallError as call_error:
+            self._fail(stream, call_error.code, call_error.message)
+            return
+        except Exception as exc:  # noqa: BLE001  (mapped to a status)
+            error = as_sonic_error(exc)
+            self._fail(stream, grpc_status(error), error.message)
+            return
+        size = sum(len(part) for part in parts)
+        if size > self._frontend.max_message_bytes:
+            msg = f"Sent message larger than max ({size} vs. {self._frontend.max_message_bytes})"
+            self._fail(stream, grpc.StatusCode.RESOURCE_EXHAUSTED, msg)
+            return
+        if stream.local_closed:
+            return
+        self._cancel_deadline(call)
+        self.send_headers(stream, RESPONSE_HEADERS)
+        self.respond(stream, [grpc_message_prefix(size), *parts], TRAILERS_OK)
+
+    async def _run_stream_message(self, stream: Stream, call: Call, message: bytes | bytearray) -> None:
+        payload = await self._methods.stream_infer(message, call.trace)
+        if not stream.local_closed:
+            self.respond(stream, [grpc_message_prefix(len(payload)), payload])
+
+    def _finish_stream_call(self, stream: Stream, call: Call) -> None:
+        self._cancel_deadline(call)
+        if not call.headers_sent:
+            call.headers_sent = True
+            self.send_headers(stream, RESPONSE_HEADERS)
+        self.respond(stream, [], TRAILERS_OK)
+
+    def _expire(self, stream: Stream) -> None:
+        call: Call | None = stream.call
+        if call is not None:
+            call.deadline = None
+            for task in list(call.tasks):
+                task.cancel()
+        self._fail(stream, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    def _cancel_deadline(self, call: Call) -> None:
+        if call.deadline is not None:
+            call.deadline.cancel()
+            call.deadline = None
+
+    def _fail(self, stream: Stream, code: grpc.StatusCode, message: str) -> None:
+        """End the call with ``code``: trailers-only when nothing was sent yet."""
+        if stream.local_closed:
+            return
+        call: Call | None = stream.call
+        if call is not None:
+            self._cancel_deadline(call)
+        headers_sent = call is not None and call.headers_sent
+        stream.pending.clear()  # an error replaces any response not yet sent
+        self.send_headers(
+            stream, status_block(code, message, trailers_only=not headers_sent), end_stream=True
+        )
+
+
+class NativeGrpcFrontend:
+    """Listens, accepts connections, and shuts them down in order (GOAWAY, drain, then close)."""
+
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        *,
+        max_message_bytes: int,
+        guard: Guard | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        max_concurrent_streams: int | None = None,
+    ) -> None:
+        self.methods = GrpcMethods(dataplane)
+        self.max_message_bytes = max_message_bytes
+        self.guard = guard
+        self.max_concurrent_streams = max_concurrent_streams
+        self._ssl_context = ssl_context
+        names = [*self.methods.unary, "ModelInfer", "ModelStreamInfer"]
+        self.paths = {f"/{SERVICE}/{name}".encode(): name for name in names}
+        self.connections: set[GrpcConnection] = set()
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> int:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: GrpcConnection(self), host, port, ssl=self._ssl_context, reuse_address=True
+        )
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self.port
+
+    async def stop(self, grace_s: float) -> None:
+        """Refuse new connections and streams at once; calls in flight get up to ``grace_s``."""
+        if self._server is not None:
+            self._server.close()
+        connections = list(self.connections)
+        for connection in connections:
+            connection.start_shutdown()
+        if connections:
+            _, late = await asyncio.wait(
+                [asyncio.ensure_future(c.closed.wait()) for c in connections], timeout=grace_s
+            )
+            for waiter in late:
+                waiter.cancel()
+        for connection in list(self.connections):
+            for stream in list(connection.streams.values()):
+                connection.stream_reset(stream)
+            connection.abort()
+        if self._server is not None:
+            await self._server.wait_closed()

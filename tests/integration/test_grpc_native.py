@@ -1,0 +1,164 @@
+"""The native gRPC frontend's own duties: deadlines, size limits, unknown methods, bad peers."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import hpack
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2
+from tritonclient.utils import InferenceServerException
+
+from sonic.launch import ServerProcess
+from sonic.protocol.http2 import (
+    PREFACE,
+    Flag,
+    FrameType,
+    decode_grpc_message,
+    frame,
+    grpc_message_prefix,
+    settings_frame,
+)
+
+pytestmark = pytest.mark.integration
+
+MAX_MESSAGE_BYTES = 50_000
+
+
+@pytest.fixture(scope="module")
+def native_server(test_repository: Path) -> Iterator[ServerProcess]:
+    """The default frontend (native), with a small message limit."""
+    with ServerProcess.start(
+        [test_repository], extra_args=["--max-message-bytes", str(MAX_MESSAGE_BYTES)]
+    ) as process:
+        yield process
+
+
+def _infer(address: str, model: str, array: np.ndarray) -> np.ndarray:
+    with grpcclient.InferenceServerClient(address) as client:
+        tensor = grpcclient.InferInput("INPUT0", list(array.shape), "FP32")
+        tensor.set_data_from_numpy(array)
+        result = client.infer(model, [tensor]).as_numpy("OUTPUT0")
+        assert result is not None
+        return result
+
+
+def _raw_call(
+    address: str, path: str, message: bytes, extra_headers: list[tuple[str, str]]
+) -> dict[str, str]:
+    """One gRPC call over a plain socket; returns the response's header fields (trailers included)."""
+    host, port = address.rsplit(":", 1)
+    encoder, decoder = hpack.Encoder(), hpack.Decoder()
+    headers = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", path),
+        (":authority", address),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+        *extra_headers,
+    ]
+    request = b"".join(
+        [
+            PREFACE,
+            settings_frame({}),
+            frame(FrameType.HEADERS, Flag.END_HEADERS, 1, encoder.encode(headers)),
+            frame(FrameType.DATA, Flag.END_STREAM, 1, grpc_message_prefix(len(message)) + message),
+        ]
+    )
+    fields: dict[str, str] = {}
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(request)
+        buffer = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            buffer += chunk
+            while len(buffer) >= 9:
+                length = int.from_bytes(buffer[:3], "big")
+                if len(buffer) < 9 + length:
+                    break
+                frame_type, flags, stream_id = buffer[3], buffer[4], int.from_bytes(buffer[5:9], "big")
+                payload, buffer = buffer[9 : 9 + length], buffer[9 + length :]
+                if frame_type == FrameType.HEADERS and stream_id == 1:
+                    fields.update((n.decode(), v.decode()) for n, v in decoder.decode(payload, raw=True))
+                    if flags & Flag.END_STREAM:
+                        return fields
+    return fields
+
+
+def _slow_request() -> bytes:
+    request = service_pb2.ModelInferRequest(model_name="slow")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[8, 512])
+    request.raw_input_contents.append(np.ones((8, 512), np.float32).tobytes())
+    return request.SerializeToString()
+
+
+def test_server_ends_calls_at_their_deadline_and_keeps_serving(native_server: ServerProcess) -> None:
+    fields = _raw_call(
+        native_server.grpc_address,
+        "/inference.GRPCInferenceService/ModelInfer",
+        _slow_request(),
+        [("grpc-timeout", "1u")],
+    )
+    assert fields["grpc-status"] == str(grpc.StatusCode.DEADLINE_EXCEEDED.value[0])
+    ok = _raw_call(
+        native_server.grpc_address, "/inference.GRPCInferenceService/ModelInfer", _slow_request(), []
+    )
+    assert ok["grpc-status"] == "0"
+
+
+def test_malformed_deadline_and_unknown_method(native_server: ServerProcess) -> None:
+    fields = _raw_call(
+        native_server.grpc_address,
+        "/inference.GRPCInferenceService/ModelInfer",
+        b"",
+        [("grpc-timeout", "soon")],
+    )
+    with grpc.insecure_channel(native_server.grpc_address) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/NoSuchMethod")
+        with pytest.raises(grpc.RpcError) as caught:
+            call(b"")
+    assert caught.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    assert fields["grpc-status"] == str(grpc.StatusCode.INVALID_ARGUMENT.value[0])
+    assert "malformed grpc-timeout 'soon'" in decode_grpc_message(fields["grpc-message"].encode())
+
+
+def test_message_size_limit_is_resource_exhausted(native_server: ServerProcess) -> None:
+    small = np.ones((2, 16), np.float32)
+    np.testing.assert_array_equal(_infer(native_server.grpc_address, "identity", small), small)
+    with pytest.raises(InferenceServerException, match="larger than max") as caught:
+        _infer(native_server.grpc_address, "identity", np.ones((1024, 16), np.float32) * 2)
+    assert caught.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+    np.testing.assert_array_equal(_infer(native_server.grpc_address, "identity", small), small)
+
+
+def test_gzip_request_over_the_limit_once_inflated(native_server: ServerProcess) -> None:
+    zeros = np.zeros((1024, 16), np.float32)  # 64 KiB compresses to almost nothing
+    request = service_pb2.ModelInferRequest(model_name="identity")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=list(zeros.shape))
+    request.raw_input_contents.append(zeros.tobytes())
+    request.raw_input_contents.append(zeros.tobytes())  # 128 KiB in all: over the 50 kB limit
+    with grpc.insecure_channel(native_server.grpc_address, compression=grpc.Compression.Gzip) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        with pytest.raises(grpc.RpcError) as caught:
+            call(request.SerializeToString())
+    assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_a_peer_that_is_not_http2_is_dropped_and_others_are_served(native_server: ServerProcess) -> None:
+    host, port = native_server.grpc_address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    assert received  # a SETTINGS frame, then GOAWAY, then the connection closes
+    small = np.arange(16, dtype=np.float32).reshape(1, 16)
+    np.testing.assert_array_equal(_infer(native_server.grpc_address, "identity", small), small)

@@ -1,0 +1,228 @@
+"""The native HTTP/2 layer on its own: frames cut anywhere, flow control, HPACK memo, gRPC framing."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+import grpc
+import hpack
+import pytest
+
+from sonic.protocol.http2 import (
+    PREFACE,
+    ErrorCode,
+    Flag,
+    FrameType,
+    Setting,
+    encode_grpc_message,
+    encode_headers,
+    frame,
+    grpc_message_prefix,
+    parse_grpc_timeout,
+    settings_frame,
+    window_update,
+)
+from sonic.server.frontends.grpc_native import CallError, MessageReader
+from sonic.server.frontends.h2 import HeaderDecoder, Headers, Http2Connection, Stream
+
+REQUEST_HEADERS = [
+    (":method", "POST"),
+    (":scheme", "http"),
+    (":path", "/echo"),
+    (":authority", "localhost"),
+    ("content-type", "application/grpc"),
+    ("te", "trailers"),
+]
+
+
+class RecordingTransport:
+    """Collects what the connection writes (the socket's role; nothing else is faked)."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.closed = False
+
+    def writelines(self, data: list[bytes | memoryview]) -> None:
+        for piece in data:
+            self.written += piece
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str) -> Any:
+        return ("127.0.0.1", 5000) if name == "peername" else None
+
+
+class EchoConnection(Http2Connection):
+    """Answers each stream with the bytes it received, once the peer ends it."""
+
+    def __init__(self) -> None:
+        super().__init__(max_concurrent_streams=4)
+        self.received: dict[int, bytearray] = {}
+        self.headers: dict[int, Headers] = {}
+        self.resets: list[int] = []
+
+    def stream_opened(self, stream: Stream, headers: Headers) -> None:
+        self.headers[stream.stream_id] = headers
+        self.received[stream.stream_id] = bytearray()
+
+    def stream_data(self, stream: Stream, data: memoryview) -> None:
+        self.received[stream.stream_id] += data
+
+    def stream_ended(self, stream: Stream) -> None:
+        self.send_headers(stream, encode_headers([(b":status", b"200")]))
+        self.respond(
+            stream, [bytes(self.received[stream.stream_id])], encode_headers([(b"grpc-status", b"0")])
+        )
+
+    def stream_reset(self, stream: Stream) -> None:
+        self.resets.append(stream.stream_id)
+
+
+def parse_frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    frames = []
+    pos = 0
+    while pos < len(data):
+        length = int.from_bytes(data[pos : pos + 3], "big")
+        frame_type, flags = data[pos + 3], data[pos + 4]
+        stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big")
+        frames.append((frame_type, flags, stream_id, data[pos + 9 : pos + 9 + length]))
+        pos += 9 + length
+    return frames
+
+
+def client_bytes(bodies: dict[int, bytes], *, settings: dict[Setting, int] | None = None) -> bytes:
+    encoder = hpack.Encoder()
+    # Default windows are too small to echo every body at once: the client grants more.
+    settings = settings or {Setting.INITIAL_WINDOW_SIZE: 1 << 20}
+    out = [PREFACE, settings_frame(settings), window_update(0, 1 << 20)]
+    for stream_id, body in bodies.items():
+        out.append(frame(FrameType.HEADERS, Flag.END_HEADERS, stream_id, encoder.encode(REQUEST_HEADERS)))
+        # Two DATA frames per stream, the second ending it, so bodies cross frame boundaries too.
+        half = len(body) // 2
+        out.append(frame(FrameType.DATA, 0, stream_id, body[:half]))
+        out.append(frame(FrameType.DATA, Flag.END_STREAM, stream_id, body[half:]))
+    return b"".join(out)
+
+
+async def run_connection(data: bytes, chunk: int) -> tuple[EchoConnection, RecordingTransport]:
+    connection = EchoConnection()
+    transport = RecordingTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    for start in range(0, len(data), chunk):
+        connection.data_received(data[start : start + chunk])
+    await asyncio.sleep(0)  # writes leave on the next loop iteration
+    return connection, transport
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096, 1 << 20])
+async def test_streams_survive_any_cut_of_the_byte_stream(chunk: int) -> None:
+    bodies = {1: b"a" * 1000, 3: bytes(range(256)) * 300, 5: b""}
+    connection, transport = await run_connection(client_bytes(bodies), chunk)
+    assert {k: bytes(v) for k, v in connection.received.items()} == bodies
+    assert dict(connection.headers[1])[b":path"] == b"/echo"
+    echoed: dict[int, bytearray] = {1: bytearray(), 3: bytearray(), 5: bytearray()}
+    ended = set()
+    for frame_type, flags, stream_id, payload in parse_frames(bytes(transport.written)):
+        if frame_type == FrameType.DATA:
+            echoed[stream_id] += payload
+        if frame_type == FrameType.HEADERS and flags & Flag.END_STREAM:
+            ended.add(stream_id)
+    assert {k: bytes(v) for k, v in echoed.items()} == bodies
+    assert ended == {1, 3, 5}
+    assert not connection.streams  # all closed and forgotten
+
+
+async def test_output_waits_for_the_peers_window() -> None:
+    data = client_bytes({1: b"x" * 100}, settings={Setting.INITIAL_WINDOW_SIZE: 10})
+    connection, transport = await run_connection(data, 1 << 20)
+    sent = [f for f in parse_frames(bytes(transport.written)) if f[2] == 1]
+    assert sum(len(f[3]) for f in sent if f[0] == FrameType.DATA) == 10
+    assert not any(f[0] == FrameType.HEADERS and f[1] & Flag.END_STREAM for f in sent)  # trailers wait too
+    transport.written.clear()
+    connection.data_received(window_update(1, 90))
+    await asyncio.sleep(0)
+    sent = parse_frames(bytes(transport.written))
+    assert sum(len(f[3]) for f in sent if f[0] == FrameType.DATA) == 90
+    assert sent[-1][0] == FrameType.HEADERS
+    assert sent[-1][1] & Flag.END_STREAM
+
+
+async def test_streams_over_the_limit_are_refused_and_pings_answered() -> None:
+    encoder = hpack.Encoder()
+    opens = [
+        frame(FrameType.HEADERS, Flag.END_HEADERS, i, encoder.encode(REQUEST_HEADERS))
+        for i in (1, 3, 5, 7, 9)
+    ]
+    ping = frame(FrameType.PING, 0, 0, b"12345678")
+    connection, transport = await run_connection(b"".join([PREFACE, settings_frame({}), *opens, ping]), 64)
+    frames = parse_frames(bytes(transport.written))
+    refused = [f for f in frames if f[0] == FrameType.RST_STREAM]
+    assert [(f[2], struct.unpack(">I", f[3])[0]) for f in refused] == [(9, ErrorCode.REFUSED_STREAM)]
+    assert (FrameType.PING, Flag.ACK, 0, b"12345678") in frames
+    assert sorted(connection.streams) == [1, 3, 5, 7]
+
+
+async def test_reset_stream_is_reported_and_garbage_closes_the_connection() -> None:
+    encoder = hpack.Encoder()
+    opened = frame(FrameType.HEADERS, Flag.END_HEADERS, 1, encoder.encode(REQUEST_HEADERS))
+    reset = frame(FrameType.RST_STREAM, 0, 1, struct.pack(">I", ErrorCode.CANCEL))
+    connection, transport = await run_connection(b"".join([PREFACE, settings_frame({}), opened, reset]), 1024)
+    assert connection.resets == [1]
+    assert not transport.closed
+    _, bad_transport = await run_connection(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 1024)
+    assert bad_transport.closed
+    assert parse_frames(bytes(bad_transport.written))[-1][0] == FrameType.GOAWAY
+
+
+def test_header_memo_matches_a_plain_decoder_as_the_table_changes() -> None:
+    encoder = hpack.Encoder()
+    values = ["a", "a", "b", "a", "b", "c" * 5000, "a"]  # the long value evicts entries
+    blocks = [encoder.encode([*REQUEST_HEADERS, ("x-value", value)]) for value in values]
+    blocks.append(blocks[1])  # an identical block after the table moved on
+    memo, plain = HeaderDecoder(), hpack.Decoder()
+    for block in blocks:
+        expected = [(bytes(n), bytes(v)) for n, v in plain.decode(block, raw=True)]
+        assert memo.decode(block) == expected
+
+
+def test_encoded_headers_decode_to_themselves() -> None:
+    headers = [(b":status", b"200"), (b"content-type", b"application/grpc"), (b"grpc-message", b"x" * 300)]
+    assert hpack.Decoder().decode(encode_headers(headers), raw=True) == headers
+
+
+@pytest.mark.parametrize("cut", [1, 2, 5, 6, 17, 1000])
+def test_message_reader_reassembles_messages_cut_anywhere(cut: int) -> None:
+    messages = [b"", b"hello", bytes(range(256)) * 10]
+    data = b"".join(grpc_message_prefix(len(m)) + m for m in messages)
+    reader = MessageReader(max_bytes=1 << 20)
+    got = []
+    for start in range(0, len(data), cut):
+        got += [bytes(m) for _, m in reader.feed(memoryview(data[start : start + cut]))]
+    assert got == messages
+    assert not reader.partial
+
+
+def test_message_reader_refuses_oversized_messages() -> None:
+    reader = MessageReader(max_bytes=10)
+    with pytest.raises(CallError, match=r"larger than max \(11 vs. 10\)") as caught:
+        reader.feed(memoryview(grpc_message_prefix(11)))
+    assert caught.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_grpc_timeout_and_message_encoding() -> None:
+    assert parse_grpc_timeout(b"100m") == pytest.approx(0.1)
+    assert parse_grpc_timeout(b"2S") == 2.0
+    assert parse_grpc_timeout(b"5u") == pytest.approx(5e-6)
+    for bad in (b"", b"10", b"x1m", b"123456789S", b"1q"):
+        with pytest.raises(ValueError, match="malformed grpc-timeout"):
+            parse_grpc_timeout(bad)
+    assert encode_grpc_message("input 'x': 50% done\n é") == b"input 'x': 50%25 done%0A %C3%A9"
