@@ -161,9 +161,8 @@ class Http2Connection(asyncio.Protocol):
     # --- asyncio.Protocol ---------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(
-            "asyncio.Transport", transport
-        )  # uvloop's is not an asyncio.Transport subclass
+        # uvloop's transports are not asyncio.Transport subclasses, hence a cast and not a check.
+        self._transport = cast("asyncio.Transport", transport)
         settings = {
             Setting.INITIAL_WINDOW_SIZE: STREAM_WINDOW_BYTES,
             Setting.MAX_FRAME_SIZE: MAX_FRAME_BYTES,
