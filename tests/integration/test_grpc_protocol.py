@@ -206,3 +206,14 @@ def test_large_batches_run_in_slices_with_identical_results(client: grpcclient.I
     data = np.random.default_rng(3).random((10, 5), dtype=np.float32)  # slices of 3: 3+3+3+1
     result = client.infer("chunked", [_input("INPUT0", data, "FP32")])
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data * 2)
+
+
+def test_standard_grpc_health_check(server: ServerProcess) -> None:
+    """grpc.health.v1.Health/Check, as grpc-health-probe and Kubernetes gRPC probes call it."""
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        check = channel.unary_unary("/grpc.health.v1.Health/Check")
+        assert check(b"") == b"\x08\x01"  # HealthCheckResponse{status: SERVING}
+        assert check(b"\x0a\x05model") == b"\x08\x01"  # any service name
+        with pytest.raises(grpc.RpcError) as caught:
+            check(b"\x10\x01")  # a field HealthCheckRequest does not have
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT

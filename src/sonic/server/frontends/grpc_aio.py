@@ -16,6 +16,7 @@ from grpc import aio
 from sonic.errors import SonicError, grpc_status
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.grpc_methods import (
+    HEALTH_CHECK_PATH,
     SERVICE,
     GrpcMethods,
     UnaryMethod,
@@ -49,7 +50,7 @@ class GrpcAioFrontend:
         if max_concurrent_streams is not None:
             options.append(("grpc.max_concurrent_streams", max_concurrent_streams))
         self._server = aio.server(options=options)
-        self._server.add_generic_rpc_handlers((self._handlers(),))
+        self._server.add_generic_rpc_handlers((self._handlers(), self._health_handlers()))
         self.port = 0
 
     def _check(self, method: str, context: aio.ServicerContext[Any, Any]) -> None:
@@ -104,6 +105,22 @@ class GrpcAioFrontend:
         handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(self._model_infer)
         handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(self._model_stream_infer)
         return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+    def _health_handlers(self) -> grpc.GenericRpcHandler[Any, Any]:
+        async def check(data: bytes, context: aio.ServicerContext[Any, Any]) -> bytes:
+            try:
+                if self._guard is not None:
+                    self._check("HealthCheck", context)
+                return self._methods.health_check(data)
+            except Exception as exc:
+                error = as_sonic_error(exc)
+                await context.abort(grpc_status(error), error.message)
+                raise  # unreachable: abort raises
+
+        service, method = HEALTH_CHECK_PATH.strip("/").split("/")
+        return grpc.method_handlers_generic_handler(
+            service, {method: grpc.unary_unary_rpc_method_handler(check)}
+        )
 
     def _trace_headers(self, context: aio.ServicerContext[Any, Any]) -> dict[str, str] | None:
         """W3C trace context from the call's metadata, only when spans are being made."""

@@ -26,6 +26,11 @@ from sonic.server.types import InferRequest, InferResponse, InputTensor, ShmRef
 log = logging.getLogger(__name__)
 
 SERVICE = "inference.GRPCInferenceService"
+# gRPC's standard health service (grpc-health-probe, Kubernetes gRPC probes), as Triton serves it: only
+# Check. Its two messages are one field each, so they are read and written by hand.
+HEALTH_CHECK_PATH = "/grpc.health.v1.Health/Check"
+_HEALTH_SERVING = b"\x08\x01"  # HealthCheckResponse{status: SERVING}
+_HEALTH_NOT_SERVING = b"\x08\x02"
 
 
 def _parameter_int(parameters: Any, key: str) -> int:
@@ -137,7 +142,7 @@ def as_sonic_error(exc: Exception) -> SonicError:
     return InternalError(f"internal error: {exc!r}")
 
 
-HEALTH_METHODS = frozenset({"ServerLive", "ServerReady", "ModelReady"})
+HEALTH_METHODS = frozenset({"ServerLive", "ServerReady", "ModelReady", "HealthCheck"})
 
 
 def call_kind(method: str) -> CallKind:
@@ -241,6 +246,13 @@ class GrpcMethods:
             name: UnaryMethod(getattr(pb, f"{name}Request"), getattr(pb, f"{name}Response"), handler)
             for name, handler in handlers.items()
         }
+
+    def health_check(self, data: bytes | bytearray) -> bytes:
+        """``grpc.health.v1.Health/Check``: SERVING while the server is ready, for any service name."""
+        if data and data[0] != 0x0A:  # HealthCheckRequest has one field: 1, ``service``, a string
+            msg = "malformed HealthCheckRequest: expected only field 1 (service)"
+            raise InvalidArgumentError(msg)
+        return _HEALTH_SERVING if self.dataplane.server_ready() else _HEALTH_NOT_SERVING
 
     async def infer(
         self, data: bytes | bytearray, trace_headers: dict[str, str] | None = None

@@ -30,6 +30,7 @@ from sonic.protocol.http2 import (
 )
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.grpc_methods import (
+    HEALTH_CHECK_PATH,
     SERVICE,
     GrpcMethods,
     UnaryMethod,
@@ -314,6 +315,8 @@ class GrpcConnection(Http2Connection):
         try:
             if call.method == "ModelInfer":
                 parts = await self._methods.infer(message, call.trace)
+            elif call.method == "HealthCheck":
+                parts = [self._methods.health_check(message)]
             else:
                 method: UnaryMethod = self._methods.unary[call.method]
                 try:
@@ -399,6 +402,7 @@ class NativeGrpcFrontend:
         self._ssl_context = ssl_context
         names = [*self.methods.unary, "ModelInfer", "ModelStreamInfer"]
         self.paths = {f"/{SERVICE}/{name}".encode(): name for name in names}
+        self.paths[HEALTH_CHECK_PATH.encode()] = "HealthCheck"
         self.connections: set[GrpcConnection] = set()
         self._server: asyncio.Server | None = None
         self.port = 0
