@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -15,6 +14,7 @@ import pytest
 from sonic.errors import UnavailableError
 from sonic.server.backends.base import Backend
 from sonic.server.batcher import BatchPolicy, ModelInstance, QueuePolicy, Scheduler, WorkItem
+from sonic.server.instance_thread import InstanceThread
 from sonic.server.stats import ModelStats
 
 pytestmark = pytest.mark.unit
@@ -46,7 +46,7 @@ def _scheduler(policy: BatchPolicy, instances: int = 1) -> tuple[Scheduler, list
     scheduler = Scheduler(
         model_name="m",
         policy=policy,
-        instances=[ModelInstance(f"m_{i}", b, ThreadPoolExecutor(1)) for i, b in enumerate(backends)],
+        instances=[ModelInstance(f"m_{i}", b, InstanceThread(f"t_{i}")) for i, b in enumerate(backends)],
         output_names=["y"],
         stats=ModelStats(),
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ from sonic.errors import ModelConfigError, NotFoundError
 from sonic.models.simple import IDENTITY_CONFIG, identity_model
 from sonic.server.batcher import BatchPolicy, ModelInstance, Scheduler, WorkItem
 from sonic.server.config import ServerConfig
+from sonic.server.instance_thread import InstanceThread
 from sonic.server.manager import ModelManager
 from sonic.server.stats import ModelStats
 from sonic.server.types import InferRequest, InputTensor
@@ -113,7 +113,7 @@ async def test_instance_group_runs_instances_concurrently() -> None:
         def close(self) -> None:
             pass
 
-    instances = [ModelInstance(f"m_{i}", Meeting(), ThreadPoolExecutor(1)) for i in range(2)]  # type: ignore[arg-type]
+    instances = [ModelInstance(f"m_{i}", Meeting(), InstanceThread(f"t_{i}")) for i in range(2)]  # type: ignore[arg-type]
     scheduler = Scheduler(
         model_name="m",
         policy=BatchPolicy(max_batch_size=4),

@@ -13,7 +13,6 @@ import enum
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +22,7 @@ from tritonclient.grpc import model_config_pb2
 
 from sonic.errors import InternalError, SonicError, UnavailableError
 from sonic.server.backends.base import Backend, Request, RequestBackend
+from sonic.server.instance_thread import InstanceThread
 from sonic.server.stats import ModelStats, RequestTiming
 
 ItemOutputs = dict[str, npt.NDArray[Any]]
@@ -115,7 +115,7 @@ class ModelInstance:
 
     name: str
     backend: Backend
-    executor: ThreadPoolExecutor
+    thread: InstanceThread
 
 
 @dataclass(eq=False)
@@ -317,7 +317,7 @@ class Scheduler:
         result: _BatchResult | None = None
         error: SonicError | None = None
         try:
-            result = await loop.run_in_executor(instance.executor, self._run_batch, instance.backend, batch)
+            result = await instance.thread.run(self._run_batch, instance.backend, batch)
         except SonicError as exc:
             error = exc
         except Exception as exc:  # noqa: BLE001  (any backend failure fails this batch only)

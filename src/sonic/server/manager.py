@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2
@@ -27,6 +26,7 @@ from sonic.server.backends.base import InstanceContext
 from sonic.server.batcher import ModelInstance
 from sonic.server.calls import ServerModelCaller
 from sonic.server.config import ServerConfig
+from sonic.server.instance_thread import InstanceThread
 from sonic.server.model import ModelVersion
 from sonic.server.repository import (
     ModelLocation,
@@ -279,7 +279,7 @@ class ModelManager:
                         instance_name = (
                             f"{group.name}_{device}_{index}" if kind == "gpu" else f"{group.name}_{index}"
                         )
-                        executor = ThreadPoolExecutor(1, thread_name_prefix=f"sonic-{instance_name}")
+                        thread = InstanceThread(f"sonic-{instance_name}")
                         context = InstanceContext(
                             config=config,
                             spec=spec,
@@ -293,11 +293,11 @@ class ModelManager:
                             models=caller,
                         )
                         try:
-                            backend = await loop.run_in_executor(executor, backend_cls, context)
+                            backend = await thread.run(backend_cls, context)
                         except BaseException:
-                            executor.shutdown(wait=False)
+                            thread.shutdown()
                             raise
-                        instances.append(ModelInstance(instance_name, backend, executor))
+                        instances.append(ModelInstance(instance_name, backend, thread))
         except BaseException:
             await self._close_instances(instances)
             raise
@@ -307,13 +307,12 @@ class ModelManager:
         return model
 
     async def _close_instances(self, instances: list[ModelInstance]) -> None:
-        loop = asyncio.get_running_loop()
         for instance in instances:
             try:
-                await loop.run_in_executor(instance.executor, instance.backend.close)
+                await instance.thread.run(instance.backend.close)
             except Exception:
                 log.exception("closing instance %s failed", instance.name)
-            instance.executor.shutdown(wait=False)
+            instance.thread.shutdown()
 
     async def _close_version(self, model: ModelVersion) -> None:
         await model.scheduler.close(self._config.exit_timeout_s)
