@@ -3,9 +3,11 @@
 - small requests: identity FP32 [1, 16] at concurrency 32: requests/s and client CPU s per request,
   one request per call, and with client-side coalescing (``coalesce_in_flight=2``);
 - large requests: 1693 x 48 x 48 x 1 FP32 (15.6 MB, an EmTrkMichelId batch) through an identity model:
-  MB/s of request tensor moved (the response carries as much back), over gRPC and with shared memory.
+  MB/s of request tensor moved (the response carries as much back), over gRPC, with shared memory, and
+  with zero-copy shared memory (``shm_request``: each call fills the input view from the caller's
+  array, which stands in for producing the data in place, and takes the output as a view).
 
-Usage: ./dev bench client [--server sonic|triton] [--seconds 3] [--rounds 3] [--out FILE]
+Usage: ./dev bench client [--server sonic|triton] [--seconds 3] [--rounds 3] [--large-only] [--out FILE]
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import tritonclient.grpc.aio as triton_aio
 from tritonclient.grpc import InferInput
 
-from sonic.client import AsyncClient, ClientConfig, SharedMemoryMode
+from sonic.client import AsyncClient, CallTiming, ClientConfig, SharedMemoryMode, ShmRequest
 from sonic.launch import ServerProcess
 from sonic.testing.repository import MODELS, write_test_repository
 from sonic.testing.triton import TritonProcess
@@ -69,7 +72,24 @@ async def _tritonclient_call(client: triton_aio.InferenceServerClient, model: st
     return result.as_numpy("OUTPUT0")
 
 
-async def run(address: str, seconds: float, rounds: int) -> dict[str, Any]:
+async def _zero_copy_call(request: ShmRequest, x: npt.NDArray[Any], timings: list[CallTiming]) -> None:
+    """Fill the input in place, infer, take the output view: the split is fill / infer / 0 (no decode)."""
+    start = time.perf_counter()
+    np.copyto(request.inputs["INPUT0"], x)
+    filled = time.perf_counter()
+    outputs = await request.infer()
+    done = time.perf_counter()
+    assert outputs["OUTPUT0"].shape == x.shape
+    timings.append(CallTiming(filled - start, done - filled, time.perf_counter() - done))
+
+
+async def _borrowing_call(client: AsyncClient, x: npt.NDArray[Any], timings: list[CallTiming]) -> None:
+    """As the docs show it: borrow a region per call, fill it, infer, release."""
+    async with await client.shm_request({"INPUT0": x.shape}) as request:
+        await _zero_copy_call(request, x, timings)
+
+
+async def run(address: str, seconds: float, rounds: int, *, large_only: bool = False) -> dict[str, Any]:
     """Every case once per round, rounds interleaved, so load from other processes hits all alike."""
     small = np.ones((1, 16), np.float32)
     large = np.random.default_rng(0).standard_normal(LARGE_SHAPE).astype(np.float32)
@@ -86,10 +106,14 @@ async def run(address: str, seconds: float, rounds: int) -> dict[str, Any]:
     small_merged = AsyncClient("identity", merging)
     large_plain = AsyncClient("identity_large", plain)
     large_shm = AsyncClient("identity_large", shm)
+    large_zero_copy = AsyncClient("identity_large", shm)
+    held = await large_zero_copy.shm_request({"INPUT0": LARGE_SHAPE})  # one region for the whole run
     splits: dict[str, list[Any]] = {
         "large_sonic_grpc": [],
         "large_sonic_shm": [],
         "large_sonic_shm_2_in_flight": [],
+        "large_sonic_shm_zero_copy": [],
+        "large_sonic_shm_zero_copy_borrowing": [],
     }
 
     async def large_call(client: AsyncClient, timings: list[Any]) -> None:
@@ -108,7 +132,17 @@ async def run(address: str, seconds: float, rounds: int) -> dict[str, Any]:
             lambda: large_call(large_shm, splits["large_sonic_shm_2_in_flight"]),
             2,
         ),
+        "large_sonic_shm_zero_copy": (
+            lambda: _zero_copy_call(held, large, splits["large_sonic_shm_zero_copy"]),
+            1,
+        ),
+        "large_sonic_shm_zero_copy_borrowing": (
+            lambda: _borrowing_call(large_zero_copy, large, splits["large_sonic_shm_zero_copy_borrowing"]),
+            1,
+        ),
     }
+    if large_only:
+        cases = {name: case for name, case in cases.items() if name.startswith("large")}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
     try:
         for _ in range(rounds):
@@ -116,7 +150,8 @@ async def run(address: str, seconds: float, rounds: int) -> dict[str, Any]:
                 runs[name].append(await _measure(call, concurrency, seconds))
     finally:
         await triton.close()
-        for client in (small_client, small_merged, large_plain, large_shm):
+        held.release()
+        for client in (small_client, small_merged, large_plain, large_shm, large_zero_copy):
             await client.close()
     results: dict[str, Any] = {}
     for name, measured in runs.items():
@@ -133,6 +168,16 @@ async def run(address: str, seconds: float, rounds: int) -> dict[str, Any]:
                 "deserialize": sum(t.deserialize_s for t in timings) / len(timings),
             }
         results[name] = summary
+    shm_mb_s = results["large_sonic_shm"]["MB_per_s"]
+    for name in ("large_sonic_shm_zero_copy", "large_sonic_shm_zero_copy_borrowing"):
+        results[f"ratio_{name.removeprefix('large_sonic_shm_')}_vs_shm"] = (
+            results[name]["MB_per_s"] / shm_mb_s
+        )
+        results[f"ratio_{name.removeprefix('large_sonic_shm_')}_vs_4GB_s_target"] = (
+            results[name]["MB_per_s"] / 4000
+        )
+    if large_only:
+        return results
     results["speedup_small_requests_per_s"] = (
         results["small_sonic"]["requests_per_s"] / results["small_tritonclient"]["requests_per_s"]
     )
@@ -152,6 +197,7 @@ def main() -> None:
     parser.add_argument("--server", choices=["sonic", "triton"], default="sonic")
     parser.add_argument("--seconds", type=float, default=3.0, help="measurement time per case and round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median is reported")
+    parser.add_argument("--large-only", action="store_true", help="only the 15.6 MB cases")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/client.json"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sonic-bench-") as tmp:
@@ -161,7 +207,9 @@ def main() -> None:
         else:
             server_cm = TritonProcess.start([repo], models=[m.name for m in MODELS], workdir=Path(tmp))
         with server_cm as server:
-            results = asyncio.run(run(server.grpc_address, args.seconds, args.rounds))
+            results = asyncio.run(
+                run(server.grpc_address, args.seconds, args.rounds, large_only=args.large_only)
+            )
     report = {
         "server": args.server,
         "machine": {

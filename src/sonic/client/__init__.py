@@ -26,6 +26,7 @@ from sonic.client.errors import (
     TransientError,
 )
 from sonic.client.sync import SyncClient
+from sonic.client.zerocopy import ShmRequest
 
 __all__ = [
     "AsyncClient",
@@ -45,6 +46,7 @@ __all__ = [
     "RetriesExhaustedError",
     "ServerError",
     "SharedMemoryMode",
+    "ShmRequest",
     "SyncClient",
     "TlsConfig",
     "TransientError",

@@ -33,13 +33,7 @@ def _check_dtype(array: npt.NDArray[Any], spec: TensorInfo, where: str) -> None:
 
 def check_inputs(info: ModelInfo, inputs: Mapping[str, Any]) -> tuple[Arrays, int]:
     """The inputs as C-contiguous arrays, checked, and the batch size (1 for models without batching)."""
-    specs = {t.name: t for t in info.inputs}
-    unknown = sorted(set(inputs) - set(specs))
-    if unknown:
-        raise InputError(f"model '{info.name}': unknown inputs {unknown}, expected {sorted(specs)}")
-    missing = sorted(set(specs) - set(inputs))
-    if missing:
-        raise InputError(f"model '{info.name}': missing inputs {missing}")
+    specs = input_specs(info, inputs)
     arrays: Arrays = {}
     batch_sizes: dict[str, int] = {}
     for name, value in inputs.items():
@@ -47,24 +41,59 @@ def check_inputs(info: ModelInfo, inputs: Mapping[str, Any]) -> tuple[Arrays, in
         where = f"model '{info.name}' input '{name}'"
         array = np.ascontiguousarray(value)
         _check_dtype(array, spec, where)
-        shape = tuple(array.shape)
-        if info.max_batch_size > 0:
-            if not shape or not _dims_match(shape[1:], spec.dims):
-                raise InputError(
-                    f"{where}: shape {list(shape)} given, expected [batch, {', '.join(map(str, spec.dims))}]"
-                )
-            batch_sizes[name] = shape[0]
-        elif not _dims_match(shape, spec.dims):
-            raise InputError(
-                f"{where}: shape {list(shape)} given, expected {list(spec.dims)} (model without batching)"
-            )
+        check_shape(info, spec, tuple(array.shape), batch_sizes)
         arrays[name] = array
+    return arrays, common_batch(info, batch_sizes)
+
+
+def input_specs(info: ModelInfo, given: Mapping[str, Any]) -> dict[str, TensorInfo]:
+    """The model's inputs by name, after checking that ``given`` names each of them once."""
+    specs = {t.name: t for t in info.inputs}
+    unknown = sorted(set(given) - set(specs))
+    if unknown:
+        raise InputError(f"model '{info.name}': unknown inputs {unknown}, expected {sorted(specs)}")
+    missing = sorted(set(specs) - set(given))
+    if missing:
+        raise InputError(f"model '{info.name}': missing inputs {missing}")
+    return specs
+
+
+def check_shape(
+    info: ModelInfo, spec: TensorInfo, shape: tuple[int, ...], batch_sizes: dict[str, int]
+) -> None:
+    """``shape`` against the input's dims (and the batch dimension); notes its batch size."""
+    where = f"model '{info.name}' input '{spec.name}'"
+    if info.max_batch_size > 0:
+        if not shape or not _dims_match(shape[1:], spec.dims):
+            raise InputError(
+                f"{where}: shape {list(shape)} given, expected [batch, {', '.join(map(str, spec.dims))}]"
+            )
+        batch_sizes[spec.name] = shape[0]
+    elif not _dims_match(shape, spec.dims):
+        raise InputError(
+            f"{where}: shape {list(shape)} given, expected {list(spec.dims)} (model without batching)"
+        )
+
+
+def common_batch(info: ModelInfo, batch_sizes: dict[str, int]) -> int:
     if len(set(batch_sizes.values())) > 1:
         raise InputError(
             f"model '{info.name}': inputs have different batch sizes {batch_sizes}; all must match"
         )
-    batch = next(iter(batch_sizes.values()), 1)
-    return arrays, batch
+    return next(iter(batch_sizes.values()), 1)
+
+
+def output_shapes(info: ModelInfo, names: Sequence[str], batch: int) -> dict[str, tuple[int, ...] | None]:
+    """Each output's shape when known before the call (no variable dims); None where it is not."""
+    specs = {t.name: t for t in info.outputs}
+    shapes: dict[str, tuple[int, ...] | None] = {}
+    for name in names:
+        dims = specs[name].dims
+        if any(d < 0 for d in dims):
+            shapes[name] = None
+        else:
+            shapes[name] = (batch, *dims) if info.max_batch_size > 0 else tuple(dims)
+    return shapes
 
 
 def split(arrays: Arrays, batch: int, max_batch_size: int) -> list[Arrays]:

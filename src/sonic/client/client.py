@@ -35,7 +35,7 @@ from sonic.client.errors import (
 )
 from sonic.client.fallback import FallbackServer
 from sonic.client.registry import ServerEntry, ServerRegistry
-from sonic.client.shm import Region, RegionPool, align
+from sonic.client.shm import Region, RegionPool, layout
 from sonic.client.transport.base import (
     ModelInfo,
     ServerTiming,
@@ -46,6 +46,7 @@ from sonic.client.transport.base import (
     WireRequest,
     WireResponse,
 )
+from sonic.client.zerocopy import ShmRequest, no_local_server, plan, region_bytes
 from sonic.protocol import dtypes
 
 log = logging.getLogger(__name__)
@@ -96,12 +97,10 @@ def _output_bytes(info: ModelInfo, names: Sequence[str], batch: int) -> dict[str
     """Byte size of each output when all are known in advance (no variable dims, no BYTES)."""
     specs = {t.name: t for t in info.outputs}
     sizes: dict[str, int] = {}
-    for name in names:
-        spec = specs[name]
-        if spec.datatype == "BYTES" or any(d < 0 for d in spec.dims):
+    for name, shape in batching.output_shapes(info, names, batch).items():
+        if shape is None or specs[name].datatype == "BYTES":
             return None
-        lead = batch if info.max_batch_size > 0 else 1
-        sizes[name] = lead * dtypes.element_count(spec.dims) * dtypes.from_name(spec.datatype).numpy.itemsize
+        sizes[name] = dtypes.element_count(shape) * dtypes.from_name(specs[name].datatype).numpy.itemsize
     return sizes
 
 
@@ -359,6 +358,50 @@ class AsyncClient:
             log.log(level, "shared memory with %s not possible, using plain gRPC: %s", entry.address, exc)
             return None
 
+    async def shm_request(
+        self, shapes: Mapping[str, Sequence[int]], outputs: Sequence[str] | None = None
+    ) -> ShmRequest:
+        """A region of a server on this host, laid out for inputs of these shapes and the outputs.
+
+        Fill ``request.inputs`` in place, ``await request.infer()`` for read-only output views, and
+        ``release()`` it (or use ``async with``): see :mod:`sonic.client.zerocopy`.
+        """
+        info = await self.model_info()
+        inputs, out = plan(info, shapes, outputs)
+        registry = await self._open()
+        if self.config.shared_memory is SharedMemoryMode.OFF:
+            msg = f"model '{self.model}': shared memory is off in this client's config (shared_memory='off')"
+            raise ClientStateError(msg)
+        size = region_bytes(inputs, out)
+        local = [e for e in registry.candidates(self.model) if self._use_shm(e)]
+        for entry in sorted(local, key=lambda e: e.outstanding):
+            region = await self._region(entry, size)
+            if region is not None and entry.shm is not None:
+
+                async def send(request: WireRequest, entry: ServerEntry = entry) -> WireResponse:
+                    return await self._send_pinned(entry, request)
+
+                return ShmRequest(
+                    self.model, self.version, self.config.timeout_s, entry.shm, region, inputs, out, send
+                )
+        raise no_local_server(self.model, registry.entries)
+
+    async def _send_pinned(self, entry: ServerEntry, request: WireRequest) -> WireResponse:
+        """One try on one server: a zero-copy request's data lives in a region that server registered."""
+        registry = await self._open()  # ClientStateError once closed
+        if not request.request_id:
+            request.request_id = f"{self.model}-{next(self._ids)}"
+        assert self._in_flight is not None
+        async with self._in_flight:
+            entry.outstanding += 1
+            try:
+                return await entry.transport.infer(request)
+            except ConnectionLostError as exc:
+                registry.mark_dead(entry, exc)
+                raise
+            finally:
+                entry.outstanding -= 1
+
     async def _call(
         self,
         entry: ServerEntry,
@@ -378,19 +421,15 @@ class AsyncClient:
             in_sizes = {
                 n: (d.nbytes if isinstance(d, memoryview) else len(d)) for n, (_, d) in encoded.items()
             }
-            total = sum(align(s) for s in in_sizes.values()) + sum(align(s) for s in out_sizes.values())
+            total = layout("", out_sizes, layout("", in_sizes)[1])[1]
             # Below the threshold the copy into the region costs more than the bytes it keeps off the socket.
             region = await self._region(entry, total) if total >= self.config.shm_min_bytes else None
             if region is not None:
                 start = time.perf_counter_ns()
-                offset = 0
+                placements, end = layout(region.name, in_sizes)
+                out_placements, _ = layout(region.name, out_sizes, end)
                 for name, (_, data) in encoded.items():
-                    region.write(offset, data)
-                    placements[name] = ShmPlacement(region.name, in_sizes[name], offset)
-                    offset += align(in_sizes[name])
-                for name, size in out_sizes.items():
-                    out_placements[name] = ShmPlacement(region.name, size, offset)
-                    offset += align(size)
+                    region.write(placements[name].offset, data)
                 shm_ns = time.perf_counter_ns() - start
         request = WireRequest(
             model=self.model,

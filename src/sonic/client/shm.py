@@ -4,14 +4,18 @@ Each request in flight to a local server borrows one region from that server's p
 into it (the one copy of each tensor) and, when every requested output has a known size, has the
 server write the outputs there too. Regions are reused, grown when a request needs more, and
 unregistered and unlinked on close or after an error that may have left the server's view stale.
+Zero-copy callers (:mod:`sonic.client.zerocopy`) hold numpy views of a region: a mapping with views
+left is never unmapped under them (it goes with the last view), only unlinked and unregistered.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sonic.client.errors import ClientError
-from sonic.client.transport.base import Transport
+from sonic.client.transport.base import ShmPlacement, Transport
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +33,16 @@ ALIGN_BYTES = 64  # tensors start on cache-line boundaries
 
 def align(size: int) -> int:
     return (size + ALIGN_BYTES - 1) // ALIGN_BYTES * ALIGN_BYTES
+
+
+def layout(region: str, sizes: Mapping[str, int], start: int = 0) -> tuple[dict[str, ShmPlacement], int]:
+    """Consecutive aligned placements for tensors of ``sizes`` bytes from ``start``; and where they end."""
+    placements: dict[str, ShmPlacement] = {}
+    offset = start
+    for name, size in sizes.items():
+        placements[name] = ShmPlacement(region, size, offset)
+        offset += align(size)
+    return placements, offset
 
 
 class Region:
@@ -51,7 +65,7 @@ class Region:
         self.size = size
 
     def grow(self, size: int) -> None:
-        self.mapping.close()
+        self._unmap()
         os.ftruncate(self._fd, size)
         self.mapping = mmap.mmap(self._fd, size)
         self.size = size
@@ -60,21 +74,32 @@ class Region:
         size = data.nbytes if isinstance(data, memoryview) else len(data)
         self.mapping[offset : offset + size] = data
 
-    def read(self, offset: int, dtype: np.dtype[Any], shape: tuple[int, ...]) -> npt.NDArray[Any]:
-        """A copy: the region is reused by the next request as soon as this one returns."""
+    def array(
+        self, offset: int, dtype: np.dtype[Any], shape: tuple[int, ...], *, writable: bool
+    ) -> npt.NDArray[Any]:
+        """A numpy view of the region: it keeps the mapping alive, not the data (the region is reused)."""
         count = 1
         for dim in shape:
             count *= dim
-        view = np.frombuffer(self.mapping, dtype=dtype, count=count, offset=offset)
-        result = view.reshape(shape).copy()
-        del view  # release the buffer export so the mapping can be closed or grown
-        return result
+        view = np.frombuffer(self.mapping, dtype=dtype, count=count, offset=offset).reshape(shape)
+        view.flags.writeable = writable
+        return view
+
+    def read(self, offset: int, dtype: np.dtype[Any], shape: tuple[int, ...]) -> npt.NDArray[Any]:
+        """A copy: the region is reused by the next request as soon as this one returns."""
+        return self.array(offset, dtype, shape, writable=False).copy()
 
     def read_bytes(self, offset: int, size: int) -> bytes:
         return self.mapping[offset : offset + size]
 
+    def _unmap(self) -> None:
+        # With zero-copy views still held the mapping stays until the last of them goes: a view
+        # released too late then reads stale data, never unmapped memory.
+        with contextlib.suppress(BufferError):
+            self.mapping.close()
+
     def close(self) -> None:
-        self.mapping.close()
+        self._unmap()
         os.close(self._fd)
         self.path.unlink(missing_ok=True)
 
@@ -115,10 +140,13 @@ class RegionPool:
         await self._transport.shm_register(region.name, region.key, 0, region.size)
 
     def release(self, region: Region) -> None:
-        self._free.append(region)
+        if region in self._all:  # not when the pool was closed (or the region dropped) meanwhile
+            self._free.append(region)
 
     async def discard(self, region: Region) -> None:
         """Forget a region after an error; the server may be gone, so failures are only logged."""
+        if region not in self._all:  # already dropped, or the pool was closed
+            return
         self._all.discard(region)
         try:
             await self._transport.shm_unregister(region.name)

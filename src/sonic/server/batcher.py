@@ -103,6 +103,7 @@ class WorkItem:
     timeout_us: int = 0
     request_id: str = ""
     output_names: tuple[str, ...] | None = None  # None: every output
+    output_buffers: dict[str, npt.NDArray[Any]] | None = None  # shared memory to run into (alone only)
     enqueued_ns: int = 0
     level: int = 0
     state: _State = _State.QUEUED
@@ -397,7 +398,11 @@ class Scheduler:
         else:
             inputs = {name: np.concatenate([item.inputs[name] for item in batch]) for name in batch[0].inputs}
         merged = time.perf_counter_ns()
-        outputs = backend.execute(inputs, self._output_names)
+        buffers = batch[0].output_buffers
+        if len(batch) == 1 and buffers:
+            outputs = backend.execute_into(inputs, self._output_names, buffers)
+        else:
+            outputs = backend.execute(inputs, self._output_names)
         executed = time.perf_counter_ns()
         missing = [name for name in self._output_names if name not in outputs]
         if missing:

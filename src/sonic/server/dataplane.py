@@ -25,7 +25,7 @@ from sonic.server.cache import ResponseCache, infer_through_cache
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.manager import ModelManager
 from sonic.server.observe import RequestObserver
-from sonic.server.shm import SharedMemoryRegistry, write_output
+from sonic.server.shm import SharedMemoryRegistry, output_buffer, write_output
 from sonic.server.types import InferRequest, InferResponse, ShmRef
 
 EXTENSIONS = (
@@ -166,11 +166,17 @@ class DataPlane:
                 where = f"model '{request.model_name}' input '{tensor.name}'"
                 region = self.shared_memory.get(tensor.shm.region, where)
                 tensor.raw = region.view(tensor.shm.offset, tensor.shm.byte_size, where)
+        cached = self.cache is not None and model.config.response_cache.enable
+        batch = request.inputs[0].shape[0] if request.inputs and request.inputs[0].shape else 0
         for name, wanted in request.output_shm.items():
             # Checked before running the model so a bad region costs no inference.
             where = f"model '{request.model_name}' output '{name}'"
-            self.shared_memory.get(wanted.region, where).view(wanted.offset, wanted.byte_size, where)
-        if self.cache is not None and model.config.response_cache.enable:
+            view = self.shared_memory.get(wanted.region, where).view(wanted.offset, wanted.byte_size, where)
+            # The cache keeps outputs past the request: they must not be views of a client's region.
+            buffer = None if cached else output_buffer(model.spec, batch, name, view)
+            if buffer is not None:
+                request.output_buffers[name] = buffer
+        if self.cache is not None and cached:
             response = await infer_through_cache(self.cache, model, request)
         else:
             response = await model.infer(request)

@@ -179,6 +179,7 @@ class ModelVersion:
             timeout_us=request.timeout_us,
             request_id=request.request_id,
             output_names=tuple(request.outputs) if request.outputs is not None else None,
+            output_buffers=request.output_buffers or None,
         )
 
     # --- inference ------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from sonic.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from sonic.protocol import dtypes
+from sonic.protocol.model_config import ModelSpec
 
 # glibc's shm_open(key) opens /dev/shm/<key without its leading slash>.
 SHM_ROOT = Path("/dev/shm")  # noqa: S108  (the POSIX shared-memory namespace, not a temp dir)
@@ -125,8 +126,25 @@ class SharedMemoryRegistry:
         self.unregister("")
 
 
+def output_buffer(spec: ModelSpec, batch: int, name: str, view: memoryview) -> npt.NDArray[Any] | None:
+    """``view`` as the array output ``name`` will be, when its shape is known before running; else None."""
+    out = spec.outputs.get(name)
+    if (
+        out is None
+        or out.datatype.name == "BYTES"
+        or out.model_dims != out.dims
+        or min(out.dims, default=0) < 0
+    ):
+        return None
+    shape = (batch, *out.dims) if spec.batched else out.dims
+    count = dtypes.element_count(shape)
+    if count * out.datatype.numpy.itemsize > len(view):
+        return None  # too small: reported after running, as for every other backend
+    return np.frombuffer(view, dtype=out.datatype.numpy, count=count).reshape(shape)
+
+
 def write_output(view: memoryview, array: npt.NDArray[Any], datatype: dtypes.Datatype, where: str) -> int:
-    """Copy an output into a region view; returns the bytes written."""
+    """Copy an output into a region view (unless the backend wrote it there); returns the bytes written."""
     data = dtypes.array_to_bytes(array, datatype)
     size = data.nbytes if isinstance(data, memoryview) else len(data)
     if size > len(view):
@@ -134,5 +152,8 @@ def write_output(view: memoryview, array: npt.NDArray[Any], datatype: dtypes.Dat
             f"{where}: shared memory size specified with the request for output ({len(view)} bytes) "
             f"should be at least {size} bytes to hold the results"
         )
-    np.frombuffer(view, dtype=np.uint8, count=size)[:] = np.frombuffer(data, dtype=np.uint8)
+    target = np.frombuffer(view, dtype=np.uint8, count=size)
+    source = np.frombuffer(data, dtype=np.uint8)
+    if source.ctypes.data != target.ctypes.data:
+        target[:] = source
     return size

@@ -41,6 +41,8 @@ class InferRequest:
     received_ns: int = 0  # perf_counter_ns when the frontend got it
     parameters: dict[str, object] = field(default_factory=dict)
     output_shm: dict[str, ShmRef] = field(default_factory=dict)  # outputs to write into shared memory
+    # Views of those regions, shaped as the outputs will be, that a backend may write into directly.
+    output_buffers: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
     trace_headers: dict[str, str] | None = None  # W3C traceparent/tracestate, read only when tracing
 
 

@@ -122,6 +122,21 @@ class Backend(ABC):
     ) -> dict[str, npt.NDArray[Any]]:
         """Run one (possibly merged) batch; called from the instance's own thread."""
 
+    def execute_into(
+        self,
+        inputs: Mapping[str, npt.NDArray[Any]],
+        output_names: Sequence[str],
+        buffers: Mapping[str, npt.NDArray[Any]],
+    ) -> dict[str, npt.NDArray[Any]]:
+        """:meth:`execute` for one request whose outputs go to a client's shared memory.
+
+        ``buffers`` are writable views of those regions, shaped and typed as the outputs will be; a
+        backend that can run straight into them returns them (the server then copies nothing). The
+        default ignores them.
+        """
+        del buffers
+        return self.execute(inputs, output_names)
+
     def close(self) -> None:  # noqa: B027
         """Release resources; called once, from the instance's own thread."""
 

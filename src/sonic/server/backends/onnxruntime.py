@@ -13,6 +13,7 @@ GPU instances use the CUDA execution provider (TensorRT first when the config's
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,6 +26,8 @@ from tritonclient.grpc import model_config_pb2
 from sonic.errors import InternalError, InvalidArgumentError, ModelConfigError
 from sonic.protocol.model_config import complete_from_signature
 from sonic.server.backends.base import Backend, InstanceContext
+
+log = logging.getLogger(__name__)
 
 # ONNX TensorProto element types to Triton config enums.
 _ONNX_TO_CONFIG = {
@@ -121,6 +124,7 @@ class OnnxRuntimeBackend(Backend):
                 f"{context.model_path}: onnxruntime cannot load the model: {exc}"
             ) from None
         self._model = context.config.name
+        self._cpu = context.device_kind != "gpu"  # outputs are bound to host memory only on CPU
         self._run_options = ort.RunOptions()
         chunk = context.parameter("max_execution_batch_size") or "0"
         if not chunk.isdigit():
@@ -178,6 +182,39 @@ class OnnxRuntimeBackend(Backend):
             for start in range(0, total, self._chunk)
         ]
         return {name: np.concatenate([part[i] for part in parts]) for i, name in enumerate(names)}
+
+    def execute_into(
+        self,
+        inputs: Mapping[str, npt.NDArray[Any]],
+        output_names: Sequence[str],
+        buffers: Mapping[str, npt.NDArray[Any]],
+    ) -> dict[str, npt.NDArray[Any]]:
+        """With every output bound to its buffer, onnxruntime writes the results there: no copy after."""
+        names = list(output_names)
+        total = len(next(iter(inputs.values())))
+        if not self._cpu or any(n not in buffers for n in names) or (self._chunk and total > self._chunk):
+            return self.execute(inputs, output_names)
+        outs = [buffers[n] for n in names]
+        if any(
+            np.may_share_memory(o, a) for i, o in enumerate(outs) for a in [*inputs.values(), *outs[i + 1 :]]
+        ):
+            # A region used for an input and an output too: written during the run, it would change the
+            # inputs under the model. The plain run writes it only once the model is done, as Triton does.
+            return self.execute(inputs, output_names)
+        binding = self._session.io_binding()
+        try:
+            for key, array in inputs.items():
+                binding.bind_cpu_input(key, array)
+            for name in names:
+                out = buffers[name]
+                binding.bind_output(name, "cpu", 0, out.dtype.type, list(out.shape), out.ctypes.data)
+            self._session.run_with_iobinding(binding, self._run_options)
+        except Exception as exc:  # noqa: BLE001  (the plain run below reports real failures)
+            # A model whose outputs differ from the config in shape or type, or a dtype onnxruntime cannot
+            # bind (strings): the plain run decides, and the server copies its results as before.
+            log.debug("model '%s': running into shared memory failed, running plainly: %s", self._model, exc)
+            return self.execute(inputs, output_names)
+        return {name: buffers[name] for name in names}
 
     def _run(self, names: list[str], feeds: dict[str, npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
         try:

@@ -1,0 +1,79 @@
+"""Outputs run straight into a client's shared memory: onnxruntime's bound outputs and the server's checks."""
+
+from __future__ import annotations
+
+import mmap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sonic.protocol import dtypes
+from sonic.protocol.model_config import ModelSpec, fill_defaults, parse_config_text, validate_config
+from sonic.server.backends.base import InstanceContext
+from sonic.server.backends.onnxruntime import OnnxRuntimeBackend
+from sonic.server.shm import output_buffer, write_output
+from sonic.testing.repository import MODELS, write_test_repository
+
+pytestmark = pytest.mark.unit
+
+
+def _load(root: Path, name: str) -> tuple[OnnxRuntimeBackend, ModelSpec]:
+    text = (root / name / "config.pbtxt").read_text(encoding="utf-8")
+    config = parse_config_text(text, name)
+    fill_defaults(config, default_filename="model.onnx", gpu_count=0)
+    spec = validate_config(config)
+    path = root / name / "1" / "model.onnx"
+    context = InstanceContext(config, spec, 1, path.parent, path, f"{name}_0", "cpu", 0)
+    return OnnxRuntimeBackend(context), spec
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_test_repository(tmp_path_factory.mktemp("repo"), "sonic", MODELS)
+
+
+def test_outputs_are_written_into_the_given_buffers(repository: Path) -> None:
+    backend, spec = _load(repository, "identity")
+    x = np.arange(3 * 16, dtype=np.float32).reshape(3, 16)
+    region = mmap.mmap(-1, 4096)
+    buffer = output_buffer(spec, 3, "OUTPUT0", memoryview(region)[64:])
+    assert buffer is not None
+    assert (buffer.shape, buffer.dtype) == ((3, 16), np.float32)
+    outputs = backend.execute_into({"INPUT0": x}, ["OUTPUT0"], {"OUTPUT0": buffer})
+    assert outputs["OUTPUT0"] is buffer
+    np.testing.assert_array_equal(np.frombuffer(region, np.float32, 48, offset=64).reshape(3, 16), x)
+    # The server's copy into the region is then skipped; the byte count is still reported.
+    size = write_output(memoryview(region)[64:], buffer, dtypes.from_name("FP32"), "where")
+    assert size == x.nbytes
+    np.testing.assert_array_equal(buffer, x)
+    del buffer, outputs
+
+
+def test_unsuitable_buffers_fall_back_to_a_plain_run(repository: Path) -> None:
+    backend, _ = _load(repository, "identity")
+    x = np.ones((3, 16), np.float32)
+    wrong = np.zeros((2, 16), np.float32)  # shaped for another batch: onnxruntime refuses the binding
+    outputs = backend.execute_into({"INPUT0": x}, ["OUTPUT0"], {"OUTPUT0": wrong})
+    assert outputs["OUTPUT0"] is not wrong
+    np.testing.assert_array_equal(outputs["OUTPUT0"], x)
+    # The output placed over the input: the model must not write into what it still reads.
+    shared = np.arange(3 * 16, dtype=np.float32).reshape(3, 16)
+    outputs = backend.execute_into({"INPUT0": shared}, ["OUTPUT0"], {"OUTPUT0": shared})
+    assert outputs["OUTPUT0"] is not shared
+    np.testing.assert_array_equal(outputs["OUTPUT0"], np.arange(3 * 16, dtype=np.float32).reshape(3, 16))
+    # Outputs without a buffer: a plain run for all of them.
+    assert backend.execute_into({"INPUT0": x}, ["OUTPUT0"], {})["OUTPUT0"].shape == (3, 16)
+
+
+def test_output_buffer_only_when_the_size_is_known(repository: Path) -> None:
+    _, variable = _load(repository, "identity_fp16")  # dims [-1]
+    view = memoryview(bytearray(4096))
+    assert output_buffer(variable, 2, "OUTPUT0", view) is None
+    _, fixed = _load(repository, "identity")
+    assert output_buffer(fixed, 64, "OUTPUT0", view[:100]) is None  # too small: reported after running
+    assert output_buffer(fixed, 2, "NOPE", view) is None
+    _, nobatch = _load(repository, "nobatch")
+    buffer = output_buffer(nobatch, 0, "OUTPUT0", view)
+    assert buffer is not None
+    assert buffer.shape == (2, 3)
