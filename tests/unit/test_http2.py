@@ -226,3 +226,21 @@ def test_grpc_timeout_and_message_encoding() -> None:
         with pytest.raises(ValueError, match="malformed grpc-timeout"):
             parse_grpc_timeout(bad)
     assert encode_grpc_message("input 'x': 50% done\n é") == b"input 'x': 50%25 done%0A %C3%A9"
+
+
+async def test_header_block_split_over_continuation_frames() -> None:
+    block = hpack.Encoder().encode([*REQUEST_HEADERS, ("x-long", "v" * 40_000)])
+    pieces = [block[:100], block[100:20_000], block[20_000:]]
+    frames = [
+        frame(FrameType.HEADERS, 0, 1, pieces[0]),
+        frame(FrameType.CONTINUATION, 0, 1, pieces[1]),
+        frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, pieces[2]),
+        frame(FrameType.DATA, Flag.END_STREAM, 1, b"body"),
+    ]
+    connection, transport = await run_connection(b"".join([PREFACE, settings_frame({}), *frames]), 4096)
+    assert dict(connection.headers[1])[b"x-long"] == b"v" * 40_000
+    assert bytes(connection.received[1]) == b"body"
+    assert not transport.closed
+    interrupted = [frames[0], frame(FrameType.DATA, 0, 1, b"x")]  # anything but CONTINUATION is an error
+    _, broken = await run_connection(b"".join([PREFACE, settings_frame({}), *interrupted]), 4096)
+    assert broken.closed

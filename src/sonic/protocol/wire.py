@@ -46,8 +46,8 @@ def encode_varint(value: int) -> bytes:
 
 
 def split_raw_contents(
-    data: bytes | bytearray, tag: int = RAW_INPUT_CONTENTS_TAG
-) -> tuple[bytes | bytearray, list[memoryview]]:
+    data: bytes | bytearray | memoryview, tag: int = RAW_INPUT_CONTENTS_TAG
+) -> tuple[bytes | bytearray | memoryview, list[memoryview]]:
     """Cut the ``tag`` fields out of a serialized message: (rest of the message, views of those fields)."""
     view = memoryview(data)
     raw: list[memoryview] = []

@@ -69,7 +69,7 @@ class InferStream:
             # Large: cut the infer_response out as a view and its tensors out of that, without copies.
             rest, inner = split_raw_contents(data, STREAM_INFER_RESPONSE_TAG)
             if inner:
-                head_bytes, raw = split_raw_contents(inner[0], RAW_OUTPUT_CONTENTS_TAG)  # type: ignore[arg-type]
+                head_bytes, raw = split_raw_contents(inner[0], RAW_OUTPUT_CONTENTS_TAG)
                 head = service_pb2.ModelInferResponse.FromString(head_bytes)
             else:
                 head, raw = service_pb2.ModelInferResponse(), []

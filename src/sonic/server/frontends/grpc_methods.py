@@ -61,7 +61,7 @@ def _shm_ref(parameters: Any, where: str) -> ShmRef | None:
     )
 
 
-def decode_infer_request(data: bytes | bytearray, received_ns: int) -> InferRequest:
+def decode_infer_request(data: bytes | bytearray | memoryview, received_ns: int) -> InferRequest:
     """A serialized ``ModelInferRequest`` as our request type, tensor bytes left in place."""
     rest, raw = split_raw_contents(data)
     try:
@@ -247,7 +247,7 @@ class GrpcMethods:
             for name, handler in handlers.items()
         }
 
-    def health_check(self, data: bytes | bytearray) -> bytes:
+    def health_check(self, data: bytes | bytearray | memoryview) -> bytes:
         """``grpc.health.v1.Health/Check``: SERVING while the server is ready, for any service name."""
         if data and data[0] != 0x0A:  # HealthCheckRequest has one field: 1, ``service``, a string
             msg = "malformed HealthCheckRequest: expected only field 1 (service)"
@@ -255,7 +255,7 @@ class GrpcMethods:
         return _HEALTH_SERVING if self.dataplane.server_ready() else _HEALTH_NOT_SERVING
 
     async def infer(
-        self, data: bytes | bytearray, trace_headers: dict[str, str] | None = None
+        self, data: bytes | bytearray | memoryview, trace_headers: dict[str, str] | None = None
     ) -> list[bytes | memoryview]:
         """``ModelInfer``: a serialized request in, the serialized response's pieces out."""
         request = decode_infer_request(data, time.perf_counter_ns())
@@ -264,7 +264,7 @@ class GrpcMethods:
         return encode_infer_response(response)
 
     async def stream_infer(
-        self, data: bytes | bytearray, trace_headers: dict[str, str] | None = None
+        self, data: bytes | bytearray | memoryview, trace_headers: dict[str, str] | None = None
     ) -> bytes:
         """One ``ModelStreamInfer`` message: errors travel inside the stream, as Triton's do."""
         try:

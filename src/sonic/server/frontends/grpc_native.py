@@ -18,6 +18,8 @@ import zlib
 from typing import Any
 
 import grpc
+import numpy as np
+import numpy.typing as npt
 
 from sonic.errors import SonicError, grpc_status
 from sonic.protocol.http2 import (
@@ -81,13 +83,13 @@ class MessageReader:
     def __init__(self, max_bytes: int) -> None:
         self._max_bytes = max_bytes
         self._prefix = b""
-        self._body: bytearray | None = None
+        self._body: npt.NDArray[np.uint8] | None = None
         self._filled = 0
         self._compressed = False
 
-    def feed(self, data: memoryview) -> list[tuple[bool, bytes | bytearray]]:
+    def feed(self, data: memoryview) -> list[tuple[bool, bytes | memoryview]]:
         """Complete (compressed, message) pairs; ``data`` is copied, never kept."""
-        out: list[tuple[bool, bytes | bytearray]] = []
+        out: list[tuple[bool, bytes | memoryview]] = []
         pos, end = 0, len(data)
         while pos < end:
             body = self._body
@@ -112,15 +114,16 @@ class MessageReader:
                     out.append((flag == 1, bytes(data[pos : pos + length])))
                     pos += length
                     continue
-                body = self._body = bytearray(length)
+                # Left uninitialised (bytearray(n) would zero it first): a large tensor is written once.
+                body = self._body = np.empty(length, np.uint8)
                 self._filled = 0
                 self._compressed = flag == 1
             take = min(len(body) - self._filled, end - pos)
-            body[self._filled : self._filled + take] = data[pos : pos + take]
+            body[self._filled : self._filled + take] = np.frombuffer(data[pos : pos + take], np.uint8)
             self._filled += take
             pos += take
             if self._filled == len(body):
-                out.append((self._compressed, body))
+                out.append((self._compressed, body.data))
                 self._body = None
         return out
 
@@ -147,7 +150,7 @@ class Call:
     def __init__(self, method: str, max_bytes: int) -> None:
         self.method = method
         self.reader = MessageReader(max_bytes)
-        self.message: bytes | bytearray | None = None
+        self.message: bytes | memoryview | None = None
         self.encoding: bytes | None = None
         self.trace: dict[str, str] | None = None
         self.deadline: asyncio.TimerHandle | None = None
@@ -265,7 +268,7 @@ class GrpcConnection(Http2Connection):
             call.deadline = self._loop.call_later(seconds, self._expire, stream)
         return call
 
-    def _decompress(self, call: Call, compressed: bool, message: bytes | bytearray) -> bytes | bytearray:
+    def _decompress(self, call: Call, compressed: bool, message: bytes | memoryview) -> bytes | memoryview:
         if not compressed:
             return message
         if call.encoding is None:
@@ -283,7 +286,7 @@ class GrpcConnection(Http2Connection):
             )
         return data
 
-    def _on_message(self, stream: Stream, call: Call, message: bytes | bytearray) -> None:
+    def _on_message(self, stream: Stream, call: Call, message: bytes | memoryview) -> None:
         if call.method == "ModelStreamInfer":
             if not call.headers_sent:
                 call.headers_sent = True
@@ -311,7 +314,7 @@ class GrpcConnection(Http2Connection):
         ):
             self._finish_stream_call(stream, call)
 
-    async def _run_unary(self, stream: Stream, call: Call, message: bytes | bytearray) -> None:
+    async def _run_unary(self, stream: Stream, call: Call, message: bytes | memoryview) -> None:
         try:
             if call.method == "ModelInfer":
                 parts = await self._methods.infer(message, call.trace)
@@ -344,7 +347,7 @@ class GrpcConnection(Http2Connection):
         self.send_headers(stream, RESPONSE_HEADERS)
         self.respond(stream, [grpc_message_prefix(size), *parts], TRAILERS_OK)
 
-    async def _run_stream_message(self, stream: Stream, call: Call, message: bytes | bytearray) -> None:
+    async def _run_stream_message(self, stream: Stream, call: Call, message: bytes | memoryview) -> None:
         payload = await self._methods.stream_infer(message, call.trace)
         if not stream.local_closed:
             self.respond(stream, [grpc_message_prefix(len(payload)), payload])
