@@ -221,24 +221,17 @@ class GrpcConnection(Http2Connection):
     # --- calls -----------------------------------------------------------------------------------------
 
     def _open_call(self, stream: Stream, headers: Headers) -> Call:
-        path = content_type = timeout = encoding = authorization = None
-        method_verb = None
-        trace: dict[str, str] | None = {} if self._methods.dataplane.wants_trace_context else None
-        for name, value in headers:
-            if name == b":path":
-                path = value
-            elif name == b"content-type":
-                content_type = value
-            elif name == b"grpc-timeout":
-                timeout = value
-            elif name == b"grpc-encoding":
-                encoding = value
-            elif name == b"authorization":
-                authorization = value
-            elif name == b":method":
-                method_verb = value
-            elif trace is not None and name in _TRACE_HEADER_NAMES:
-                trace[name.decode()] = value.decode("latin-1")
+        fields = dict(headers)  # the fields read here appear once in a gRPC request
+        path, content_type = fields.get(b":path"), fields.get(b"content-type")
+        method_verb, timeout = fields.get(b":method"), fields.get(b"grpc-timeout")
+        encoding, authorization = fields.get(b"grpc-encoding"), fields.get(b"authorization")
+        trace = None
+        if self._methods.dataplane.wants_trace_context:
+            trace = {
+                name.decode(): fields[name].decode("latin-1")
+                for name in _TRACE_HEADER_NAMES
+                if name in fields
+            }
         if method_verb != b"POST" or content_type is None or not content_type.startswith(b"application/grpc"):
             # Not a gRPC call at all: answered in HTTP, as the gRPC spec asks.
             self.send_headers(stream, encode_headers([(b":status", b"415")]), end_stream=True)
