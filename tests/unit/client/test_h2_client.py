@@ -224,3 +224,20 @@ async def test_deadline_cancels_the_stream_and_connect_failures_are_connection_e
 
     with pytest.raises(ConnectionLostError, match="failed to connect"):
         await NativeTransport(f"127.0.0.1:{port}").server_ready()
+
+
+async def test_large_requests_leave_in_bounded_batches() -> None:
+    connection, transport = await connect({Setting.INITIAL_WINDOW_SIZE: 1 << 24})
+    connection.data_received(window_update(0, 1 << 24))
+    body = bytes(range(256)) * 4096  # 1 MiB: four batches
+    stream = call(connection, body)
+    batches = []
+    for _ in range(6):
+        await asyncio.sleep(0)  # one batch per loop iteration, so reads are not starved
+        batches.append(len(sent_data(transport, 1)[0]))
+    batch = ClientConnection.write_batch_bytes
+    assert batch is not None
+    assert batches[0] == batch
+    assert batches[1] == 2 * batch
+    assert sent_data(transport, 1) == (grpc_message_prefix(len(body)) + body, True)
+    assert not stream.call.future.done()

@@ -75,6 +75,8 @@ class Call:
 class ClientConnection(Http2Base):
     """One connection to a server. ``closing``: GOAWAY or loss; new calls go to a new connection."""
 
+    write_batch_bytes = 1 << 18
+
     def __init__(self, address: str) -> None:
         super().__init__(expect_preface=False)
         self.address = address
