@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from typing import Any
 
 import grpc
 import hpack
@@ -26,6 +25,7 @@ from sonic.protocol.http2 import (
 )
 from sonic.server.frontends.grpc_native import CallError, MessageReader
 from sonic.server.frontends.h2 import HeaderDecoder, Headers, Http2Connection, Stream
+from sonic.testing.h2 import RecordingTransport, parse_frames
 
 REQUEST_HEADERS = [
     (":method", "POST"),
@@ -35,30 +35,6 @@ REQUEST_HEADERS = [
     ("content-type", "application/grpc"),
     ("te", "trailers"),
 ]
-
-
-class RecordingTransport:
-    """Collects what the connection writes (the socket's role; nothing else is faked)."""
-
-    def __init__(self) -> None:
-        self.written = bytearray()
-        self.closed = False
-
-    def writelines(self, data: list[bytes | memoryview]) -> None:
-        for piece in data:
-            self.written += piece
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.closed = True
-
-    def get_extra_info(self, name: str) -> Any:
-        return ("127.0.0.1", 5000) if name == "peername" else None
 
 
 class EchoConnection(Http2Connection):
@@ -85,18 +61,6 @@ class EchoConnection(Http2Connection):
 
     def stream_reset(self, stream: Stream) -> None:
         self.resets.append(stream.stream_id)
-
-
-def parse_frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
-    frames = []
-    pos = 0
-    while pos < len(data):
-        length = int.from_bytes(data[pos : pos + 3], "big")
-        frame_type, flags = data[pos + 3], data[pos + 4]
-        stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big")
-        frames.append((frame_type, flags, stream_id, data[pos + 9 : pos + 9 + length]))
-        pos += 9 + length
-    return frames
 
 
 def client_bytes(bodies: dict[int, bytes], *, settings: dict[Setting, int] | None = None) -> bytes:

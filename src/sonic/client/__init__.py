@@ -14,6 +14,7 @@ from sonic.client.config import (
     FallbackServerKind,
     SharedMemoryMode,
     TlsConfig,
+    TransportKind,
 )
 from sonic.client.errors import (
     ClientError,
@@ -50,4 +51,5 @@ __all__ = [
     "SyncClient",
     "TlsConfig",
     "TransientError",
+    "TransportKind",
 ]

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from sonic.client import batching
 from sonic.client.coalesce import Coalescer
-from sonic.client.config import ClientConfig, SharedMemoryMode
+from sonic.client.config import ClientConfig, SharedMemoryMode, TransportKind
 from sonic.client.errors import (
     Attempt,
     ClientError,
@@ -149,17 +149,21 @@ class AsyncClient:
         return self._state
 
     def _transport(self, address: str) -> Transport:
+        config = self.config
+        common: dict[str, Any] = {
+            "compression": config.compression,
+            "tls": config.tls,
+            "token": config.token,
+            "default_timeout_s": config.timeout_s,
+            "control_timeout_s": config.control_timeout_s,
+        }
+        if config.transport is TransportKind.NATIVE:
+            from sonic.client.transport.h2 import NativeTransport  # noqa: PLC0415  (protobuf only when used)
+
+            return NativeTransport(address, **common)
         from sonic.client.transport.grpc import GrpcTransport  # noqa: PLC0415  (grpc only when used)
 
-        return GrpcTransport(
-            address,
-            compression=self.config.compression,
-            tls=self.config.tls,
-            token=self.config.token,
-            default_timeout_s=self.config.timeout_s,
-            control_timeout_s=self.config.control_timeout_s,
-            stream_max_bytes=self.config.stream_max_bytes,
-        )
+        return GrpcTransport(address, stream_max_bytes=config.stream_max_bytes, **common)
 
     async def _start_fallback(self) -> Transport:
         server = FallbackServer(self.config.fallback)

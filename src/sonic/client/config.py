@@ -7,6 +7,7 @@ The environment is read only in :meth:`ClientConfig.from_env`:
 - ``SONIC_TOKEN``: bearer token sent with every call
 - ``SONIC_FALLBACK_REPOSITORY``: model repository of the local fallback server (enables it)
 - ``SONIC_SHARED_MEMORY``: ``auto`` (default), ``system`` or ``off``
+- ``SONIC_TRANSPORT``: ``native`` (default) or ``grpcio``
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ class Compression(enum.StrEnum):
     NONE = "none"
     GZIP = "gzip"
     DEFLATE = "deflate"
+
+
+class TransportKind(enum.StrEnum):
+    NATIVE = "native"  # our HTTP/2 gRPC client (sonic.client.transport.h2)
+    GRPCIO = "grpcio"  # grpc aio, with ModelStreamInfer for small requests (sonic.client.transport.grpc)
 
 
 class Device(enum.StrEnum):
@@ -95,7 +101,8 @@ class ClientConfig:
     # >0: concurrent calls with the same input shapes are merged into batched requests, at most this many
     # merged requests in flight per shape (see sonic.client.coalesce); 0: every call is its own request.
     coalesce_in_flight: int = 0
-    stream_max_bytes: int = 65536  # smaller requests share one ModelStreamInfer stream; 0: unary only
+    transport: TransportKind = TransportKind.NATIVE
+    stream_max_bytes: int = 65536  # grpcio transport: smaller requests share one ModelStreamInfer stream
     compression: Compression = Compression.NONE
     tls: TlsConfig | None = None
     token: str = ""
@@ -125,7 +132,11 @@ class ClientConfig:
         values = dict(data)
         if "servers" in values:
             values["servers"] = tuple(values["servers"])
-        for key, kind in (("compression", Compression), ("shared_memory", SharedMemoryMode)):
+        for key, kind in (
+            ("compression", Compression),
+            ("shared_memory", SharedMemoryMode),
+            ("transport", TransportKind),
+        ):
             if key in values:
                 values[key] = kind(values[key])
         if "tls" in values:
@@ -152,6 +163,8 @@ class ClientConfig:
         changes: dict[str, Any] = {"servers": config.servers + servers}
         if env.get("SONIC_TOKEN"):
             changes["token"] = env["SONIC_TOKEN"]
+        if env.get("SONIC_TRANSPORT"):
+            changes["transport"] = TransportKind(env["SONIC_TRANSPORT"])
         if env.get("SONIC_SHARED_MEMORY"):
             changes["shared_memory"] = SharedMemoryMode(env["SONIC_SHARED_MEMORY"])
         if env.get("SONIC_FALLBACK_REPOSITORY"):

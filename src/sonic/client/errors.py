@@ -15,8 +15,8 @@ The tree::
     │       └── ConnectionLostError     the connection broke or was refused
     └── RetriesExhaustedError       every allowed try failed; ``attempts`` lists server and cause of each
 
-Third-party errors (``grpc.aio.AioRpcError``) are converted in exactly one place, the transport
-that talks to them (:mod:`sonic.client.transport.grpc`).
+gRPC status codes become these types through one table (:func:`error_for_status`), used by both
+transports; ``grpc.aio.AioRpcError`` is converted only in :mod:`sonic.client.transport.grpc`.
 """
 
 from __future__ import annotations
@@ -72,6 +72,23 @@ class ResourceExhaustedError(TransientError):
 
 class ConnectionLostError(TransientError):
     pass
+
+
+# gRPC status names as both transports report them. UNAVAILABLE, CANCELLED and INTERNAL can also mean
+# a broken connection; a transport that knows so raises ConnectionLostError itself.
+_STATUS_ERRORS: dict[str, type[ServerError]] = {
+    "UNAVAILABLE": UnavailableError,
+    "DEADLINE_EXCEEDED": DeadlineExceededError,
+    "RESOURCE_EXHAUSTED": ResourceExhaustedError,
+    "CANCELLED": ConnectionLostError,
+    "INTERNAL": ServerError,
+    "UNKNOWN": ServerError,
+}
+
+
+def error_for_status(status: str, message: str, server: str) -> ServerError:
+    """The one table from a gRPC status name to our error type; any other status cannot be retried."""
+    return _STATUS_ERRORS.get(status, InvalidRequestError)(message, status=status, server=server)
 
 
 @dataclass(frozen=True)

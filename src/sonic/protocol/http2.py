@@ -1,15 +1,22 @@
-"""The parts of HTTP/2 (RFC 9113), HPACK (RFC 7541) and gRPC-over-HTTP/2 framing that a gRPC server needs.
+"""HTTP/2 (RFC 9113), HPACK (RFC 7541) and gRPC-over-HTTP/2 framing for our gRPC server and client.
 
 Pure functions and constants; the connection state machine is
-:mod:`sonic.server.frontends.h2`. Header blocks we send never touch the HPACK dynamic table (literals
+:mod:`sonic.protocol.h2connection`. Header blocks we send never touch the HPACK dynamic table (literals
 "without indexing"), so our encoder is stateless and cannot fall out of step with the peer's decoder.
 """
 
 from __future__ import annotations
 
+import math
 import struct
 from enum import IntEnum
+from typing import Any
 from urllib.parse import quote, unquote
+
+import hpack
+import numpy as np
+import numpy.typing as npt
+from hpack.table import HeaderTable
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 FRAME_HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, stream id
@@ -140,6 +147,53 @@ def encode_headers(headers: list[tuple[bytes, bytes]]) -> bytes:
     return b"".join(out)
 
 
+# --- HPACK, decoder side -------------------------------------------------------------------------------
+
+MAX_HEADER_LIST_BYTES = 1 << 16
+HEADER_CACHE_ENTRIES = 256
+
+Headers = list[tuple[bytes, bytes]]
+
+
+class _CountingTable(HeaderTable):
+    """HPACK dynamic table that counts insertions, so unchanged-table decodes can be remembered."""
+
+    insertions = 0
+
+    def add(self, name: bytes, value: bytes) -> Any:
+        self.insertions += 1
+        return super().add(name, value)
+
+
+class HeaderDecoder:
+    """HPACK decoding with a memo of blocks that did not change the dynamic table.
+
+    Peers repeat the same block (every field indexed) for every call; decoding it again against an
+    unchanged table gives the same list, so it is looked up instead.
+    """
+
+    def __init__(self) -> None:
+        self._decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST_BYTES)
+        self._table = _CountingTable()
+        self._decoder.header_table = self._table
+        self._memo: dict[bytes, Headers] = {}
+
+    def decode(self, block: bytes) -> Headers:
+        headers = self._memo.get(block)
+        if headers is not None:
+            return headers
+        before = (self._table.insertions, self._table.maxsize)
+        try:
+            headers = [(bytes(n), bytes(v)) for n, v in self._decoder.decode(block, raw=True)]
+        except hpack.HPACKError as exc:
+            raise ProtocolError(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from None
+        if (self._table.insertions, self._table.maxsize) != before:
+            self._memo.clear()  # entries were decoded against the old table
+        elif len(self._memo) < HEADER_CACHE_ENTRIES:
+            self._memo[block] = headers
+        return headers
+
+
 # --- gRPC over HTTP/2 -----------------------------------------------------------------------------------
 
 _TIMEOUT_UNITS_S = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
@@ -155,6 +209,15 @@ def parse_grpc_timeout(value: bytes) -> float:
     return int(digits) * _TIMEOUT_UNITS_S[unit]
 
 
+def format_grpc_timeout(seconds: float) -> bytes:
+    """``grpc-timeout`` for a deadline ``seconds`` away: the finest unit that fits 8 digits, rounded up."""
+    for unit in "umSMH":
+        count = math.ceil(seconds / _TIMEOUT_UNITS_S[unit] - 1e-6)  # 1e-6: float noise, not a unit more
+        if count < 10**8:
+            return f"{max(count, 1)}{unit}".encode("ascii")
+    return b"99999999H"
+
+
 def encode_grpc_message(message: str) -> bytes:
     """``grpc-message``: percent-encoded UTF-8, as the gRPC spec asks (space and printable ASCII kept)."""
     return quote(message, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode("ascii")
@@ -166,3 +229,60 @@ def decode_grpc_message(value: bytes) -> str:
 
 def grpc_message_prefix(length: int, *, compressed: bool = False) -> bytes:
     return GRPC_MESSAGE_PREFIX.pack(1 if compressed else 0, length)
+
+
+class MessageReader:
+    """gRPC length-prefixed messages out of a stream's DATA, however the frames cut them."""
+
+    __slots__ = ("_body", "_compressed", "_filled", "_max_bytes", "_prefix")
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._prefix = b""
+        self._body: npt.NDArray[np.uint8] | None = None
+        self._filled = 0
+        self._compressed = False
+
+    def feed(self, data: memoryview) -> list[tuple[bool, bytes | memoryview]]:
+        """Complete (compressed, message) pairs; ``data`` is copied, never kept."""
+        out: list[tuple[bool, bytes | memoryview]] = []
+        pos, end = 0, len(data)
+        while pos < end:
+            body = self._body
+            if body is None:
+                if self._prefix or end - pos < GRPC_MESSAGE_PREFIX_BYTES:
+                    take = min(GRPC_MESSAGE_PREFIX_BYTES - len(self._prefix), end - pos)
+                    self._prefix += bytes(data[pos : pos + take])
+                    pos += take
+                    if len(self._prefix) < GRPC_MESSAGE_PREFIX_BYTES:
+                        break
+                    flag, length = GRPC_MESSAGE_PREFIX.unpack(self._prefix)
+                    self._prefix = b""
+                else:
+                    flag, length = GRPC_MESSAGE_PREFIX.unpack_from(data, pos)
+                    pos += GRPC_MESSAGE_PREFIX_BYTES
+                if length > self._max_bytes:
+                    raise self.too_large(length)
+                if end - pos >= length:  # the whole message is here: one copy
+                    out.append((flag == 1, bytes(data[pos : pos + length])))
+                    pos += length
+                    continue
+                # Left uninitialised (bytearray(n) would zero it first): a large tensor is written once.
+                body = self._body = np.empty(length, np.uint8)
+                self._filled = 0
+                self._compressed = flag == 1
+            take = min(len(body) - self._filled, end - pos)
+            body[self._filled : self._filled + take] = np.frombuffer(data[pos : pos + take], np.uint8)
+            self._filled += take
+            pos += take
+            if self._filled == len(body):
+                out.append((self._compressed, body.data))
+                self._body = None
+        return out
+
+    def too_large(self, length: int) -> Exception:
+        return ValueError(f"gRPC message of {length} bytes, larger than the limit of {self._max_bytes}")
+
+    @property
+    def partial(self) -> bool:
+        return bool(self._prefix) or self._body is not None

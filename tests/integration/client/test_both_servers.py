@@ -19,11 +19,14 @@ from sonic.client import (
     RetriesExhaustedError,
     SharedMemoryMode,
     SyncClient,
+    TransportKind,
 )
 
 pytestmark = pytest.mark.integration
 
 PLAIN = ClientConfig(shared_memory=SharedMemoryMode.OFF)
+# A representative subset runs on both client transports; the rest on the default (native) one.
+BOTH_TRANSPORTS = pytest.mark.parametrize("transport", list(TransportKind))
 
 
 def _config(server: Any, **changes: Any) -> ClientConfig:
@@ -51,8 +54,11 @@ def _direct(server: Any, model: str, x: np.ndarray, datatype: str) -> np.ndarray
         ("identity_int64", "INT64", np.arange(12, dtype=np.int64).reshape(2, 3, 2)),
     ],
 )
-def test_datatypes_equal_direct_inference(server: Any, model: str, datatype: str, array: np.ndarray) -> None:
-    with SyncClient(model, _config(server)) as client:
+@BOTH_TRANSPORTS
+def test_datatypes_equal_direct_inference(
+    server: Any, model: str, datatype: str, array: np.ndarray, transport: TransportKind
+) -> None:
+    with SyncClient(model, _config(server, transport=transport)) as client:
         out = client.infer({"INPUT0": array})["OUTPUT0"]
     expected = _direct(server, model, array, datatype)
     assert out.dtype == expected.dtype
@@ -89,9 +95,10 @@ def test_version_selection(server: Any) -> None:
 
 
 @pytest.mark.parametrize("compression", [Compression.GZIP, Compression.DEFLATE])
-def test_compression(server: Any, compression: Compression) -> None:
+@BOTH_TRANSPORTS
+def test_compression(server: Any, compression: Compression, transport: TransportKind) -> None:
     x = np.zeros((64, 16), np.float32)
-    with SyncClient("identity", _config(server, compression=compression)) as client:
+    with SyncClient("identity", _config(server, compression=compression, transport=transport)) as client:
         np.testing.assert_array_equal(client.infer({"INPUT0": x})["OUTPUT0"], x)
 
 
@@ -99,13 +106,15 @@ def _leftover_segments() -> set[str]:
     return {p.name for p in Path("/dev/shm").glob(f"sonic_{os.getpid()}_*")}
 
 
-def test_shared_memory_equals_grpc_and_cleans_up(server: Any) -> None:
+@BOTH_TRANSPORTS
+def test_shared_memory_equals_grpc_and_cleans_up(server: Any, transport: TransportKind) -> None:
     before = _leftover_segments()
     rng = np.random.default_rng(1)
     batches = [rng.standard_normal((n, 48, 48, 1)).astype(np.float32) for n in (5, 40, 17)]
 
     async def go(mode: SharedMemoryMode) -> list[np.ndarray]:
-        async with AsyncClient("identity_large", _config(server, shared_memory=mode)) as client:
+        config = _config(server, shared_memory=mode, transport=transport)
+        async with AsyncClient("identity_large", config) as client:
             results = await asyncio.gather(*(client.infer({"INPUT0": b}) for b in batches))
             if mode is SharedMemoryMode.SYSTEM:
                 assert _leftover_segments() - before, "shared memory was not used"
@@ -151,9 +160,10 @@ def test_shared_memory_regions_are_reused_and_grown(server: Any) -> None:
     assert _leftover_segments() == before
 
 
-def test_per_request_deadline_is_retried_then_reported(server: Any) -> None:
+@BOTH_TRANSPORTS
+def test_per_request_deadline_is_retried_then_reported(server: Any, transport: TransportKind) -> None:
     x = np.ones((1, 16), np.float32)
-    config = _config(server, timeout_s=1e-5, allowed_tries=2, retry_backoff_s=0.001)
+    config = _config(server, timeout_s=1e-5, allowed_tries=2, retry_backoff_s=0.001, transport=transport)
     with SyncClient("identity", config) as client, pytest.raises(RetriesExhaustedError) as info:
         client.infer({"INPUT0": x})
     assert [type(a.error).__name__ for a in info.value.attempts] == ["DeadlineExceededError"] * 2

@@ -20,6 +20,7 @@ from sonic.client import (
     FallbackServerKind,
     SharedMemoryMode,
     SyncClient,
+    TransportKind,
 )
 from sonic.launch import ServerProcess
 from sonic.testing.triton import free_port
@@ -30,8 +31,17 @@ REQUESTS = 1000
 CALLERS = 32
 
 
-@pytest.mark.parametrize("shared_memory", [SharedMemoryMode.OFF, SharedMemoryMode.SYSTEM])
-def test_sigkill_one_of_two_servers_mid_job(sonic_repository: Path, shared_memory: SharedMemoryMode) -> None:
+@pytest.mark.parametrize(
+    ("shared_memory", "transport"),
+    [
+        (SharedMemoryMode.OFF, TransportKind.NATIVE),
+        (SharedMemoryMode.SYSTEM, TransportKind.NATIVE),
+        (SharedMemoryMode.OFF, TransportKind.GRPCIO),
+    ],
+)
+def test_sigkill_one_of_two_servers_mid_job(
+    sonic_repository: Path, shared_memory: SharedMemoryMode, transport: TransportKind
+) -> None:
     with ServerProcess.start([sonic_repository]) as first, ServerProcess.start([sonic_repository]) as second:
         config = ClientConfig(
             servers=(first.grpc_address, second.grpc_address),
@@ -39,6 +49,7 @@ def test_sigkill_one_of_two_servers_mid_job(sonic_repository: Path, shared_memor
             retry_backoff_s=0.01,
             shared_memory=shared_memory,
             shm_min_bytes=0,
+            transport=transport,
         )
         before = {p.name for p in Path("/dev/shm").glob(f"sonic_{os.getpid()}_*")}
         inputs = [np.full((1, 16), i, np.float32) for i in range(REQUESTS)]

@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 
 from sonic.client import SyncClient
-from sonic.client.config import ClientConfig, TlsConfig
+from sonic.client.config import ClientConfig, TlsConfig, TransportKind
 from sonic.client.errors import ClientError, RetriesExhaustedError
 from sonic.launch import ServerProcess
 
 pytestmark = pytest.mark.integration
 
 TOKEN = "s3cret-token-for-tests"  # listed in the token_file fixture
+BOTH_TRANSPORTS = pytest.mark.parametrize("transport", list(TransportKind))
 
 
 @pytest.fixture(scope="module")
@@ -33,25 +34,36 @@ def secure_server(test_repository: Path, pki, token_file: Path) -> Iterator[Serv
         yield process
 
 
-def _config(server: ServerProcess, pki, token: str) -> ClientConfig:  # type: ignore[no-untyped-def]
+def _config(server: ServerProcess, pki, token: str, transport: TransportKind) -> ClientConfig:  # type: ignore[no-untyped-def]
     tls = TlsConfig(root_certificates=pki.ca, private_key=pki.client_key, certificate_chain=pki.client_cert)
     return ClientConfig(
-        servers=(server.grpc_address,), tls=tls, token=token, allowed_tries=2, retry_backoff_s=0.01
+        servers=(server.grpc_address,),
+        tls=tls,
+        token=token,
+        allowed_tries=2,
+        retry_backoff_s=0.01,
+        transport=transport,
     )
 
 
-def test_client_with_mutual_tls_and_token(secure_server: ServerProcess, pki) -> None:  # type: ignore[no-untyped-def]
+@BOTH_TRANSPORTS
+def test_client_with_mutual_tls_and_token(  # type: ignore[no-untyped-def]
+    secure_server: ServerProcess, pki, transport: TransportKind
+) -> None:
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
-    with SyncClient("add_sub", _config(secure_server, pki, TOKEN)) as client:
+    with SyncClient("add_sub", _config(secure_server, pki, TOKEN, transport)) as client:
         out = client.infer({"INPUT0": a, "INPUT1": a})
     np.testing.assert_array_equal(out["OUTPUT0"], a * 2)
 
 
-def test_client_with_a_wrong_token_is_refused_and_not_retried(secure_server: ServerProcess, pki) -> None:  # type: ignore[no-untyped-def]
+@BOTH_TRANSPORTS
+def test_client_with_a_wrong_token_is_refused_and_not_retried(  # type: ignore[no-untyped-def]
+    secure_server: ServerProcess, pki, transport: TransportKind
+) -> None:
     a = np.ones((1, 16), dtype=np.int32)
     with (
         pytest.raises(ClientError) as info,
-        SyncClient("add_sub", _config(secure_server, pki, "wrong")) as client,
+        SyncClient("add_sub", _config(secure_server, pki, "wrong", transport)) as client,
     ):
         client.infer({"INPUT0": a, "INPUT1": a})
     assert not isinstance(info.value, RetriesExhaustedError)  # an authentication failure is not transient

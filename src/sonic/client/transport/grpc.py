@@ -22,9 +22,7 @@ from sonic.client.errors import (
     ConnectionLostError,
     DeadlineExceededError,
     InvalidRequestError,
-    ResourceExhaustedError,
-    ServerError,
-    UnavailableError,
+    error_for_status,
 )
 from sonic.client.transport.base import (
     IndexEntry,
@@ -67,29 +65,23 @@ _COMPRESSION = {
 
 
 def convert_error(exc: aio.AioRpcError, address: str) -> ClientError:
-    """The one place where gRPC errors become ours."""
+    """The one place where grpcio's errors become ours: a broken connection is told from the status."""
     code = exc.code()
     details = exc.details() or ""
     status = str(code.name)
-    if code == grpc.StatusCode.UNAVAILABLE:
-        text = f"{details} {exc.debug_error_string()}".lower()
-        if any(marker in text for marker in _CONNECTION_MARKERS):
-            return ConnectionLostError(details, status=status, server=address)
-        return UnavailableError(details, status=status, server=address)
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return DeadlineExceededError(details, status=status, server=address)
-    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return ResourceExhaustedError(details, status=status, server=address)
-    if code == grpc.StatusCode.CANCELLED and "channel closed" not in details.lower():
+    text = f"{details} {exc.debug_error_string()}".lower()
+    broken = any(marker in text for marker in _CONNECTION_MARKERS)
+    if code == grpc.StatusCode.UNAVAILABLE and broken:
         return ConnectionLostError(details, status=status, server=address)
-    if code in {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}:
-        # grpc's core reports a peer that vanished mid-call as INTERNAL "Internal error from Core":
-        # that is the connection, not the server's answer, so it is retried elsewhere.
-        text = f"{details} {exc.debug_error_string()}".lower()
-        if details == "Internal error from Core" or any(marker in text for marker in _CONNECTION_MARKERS):
-            return ConnectionLostError(details, status=status, server=address)
-        return ServerError(details, status=status, server=address)
-    return InvalidRequestError(details, status=status, server=address)
+    if code == grpc.StatusCode.CANCELLED and "channel closed" in details.lower():
+        return InvalidRequestError(details, status=status, server=address)
+    # grpc's core reports a peer that vanished mid-call as INTERNAL "Internal error from Core":
+    # that is the connection, not the server's answer, so it is retried elsewhere.
+    if code in {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN} and (
+        details == "Internal error from Core" or broken
+    ):
+        return ConnectionLostError(details, status=status, server=address)
+    return error_for_status(status, details, address)
 
 
 def is_loopback(address: str) -> bool:
@@ -140,7 +132,7 @@ def decode_response(
     return WireResponse(head.model_name, head.model_version, tuple(outputs), serialize_ns, wait_ns)
 
 
-def split_response(data: bytes) -> tuple[Any, list[memoryview]]:
+def split_response(data: bytes | bytearray | memoryview) -> tuple[Any, list[memoryview]]:
     if len(data) < SPLIT_ABOVE_BYTES:
         head = service_pb2.ModelInferResponse.FromString(data)
         return head, [memoryview(r) for r in head.raw_output_contents]
@@ -155,7 +147,81 @@ def _tensor_infos(tensors: Any, batched: bool) -> tuple[TensorInfo, ...]:
     )
 
 
-class GrpcTransport(Transport):
+def model_info_from(name: str, metadata: Any, config: Any) -> ModelInfo:
+    """A ModelMetadataResponse and a ModelConfigResponse as the client needs them."""
+    max_batch_size = int(config.config.max_batch_size)
+    batched = max_batch_size > 0
+    return ModelInfo(
+        name=name,
+        versions=tuple(metadata.versions),
+        inputs=_tensor_infos(metadata.inputs, batched),
+        outputs=_tensor_infos(metadata.outputs, batched),
+        max_batch_size=max_batch_size,
+    )
+
+
+def server_timing_from(response: Any) -> ServerTiming:
+    """A ModelStatisticsResponse summed over its models (versions)."""
+    total = ServerTiming()
+    for stats in response.model_stats:
+        s = stats.inference_stats
+        total = total - ServerTiming(
+            -s.success.count, -s.queue.ns, -s.compute_input.ns, -s.compute_infer.ns, -s.compute_output.ns
+        )
+    return total
+
+
+class ControlCalls(Transport):
+    """The control-plane methods of both gRPC transports, on top of their ``_call``."""
+
+    async def _call(self, method: str, request: Any, response_type: Any) -> Any:
+        raise NotImplementedError
+
+    async def server_ready(self) -> bool:
+        pb = service_pb2
+        response = await self._call("ServerReady", pb.ServerReadyRequest(), pb.ServerReadyResponse)
+        return bool(response.ready)
+
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        pb = service_pb2
+        request = pb.ModelReadyRequest(name=name, version=version)
+        response = await self._call("ModelReady", request, pb.ModelReadyResponse)
+        return bool(response.ready)
+
+    async def repository_index(self) -> list[IndexEntry]:
+        pb = service_pb2
+        response = await self._call(
+            "RepositoryIndex", pb.RepositoryIndexRequest(ready=True), pb.RepositoryIndexResponse
+        )
+        return [IndexEntry(m.name, m.version, m.state) for m in response.models]
+
+    async def model_info(self, name: str, version: str) -> ModelInfo:
+        pb = service_pb2
+        metadata = await self._call(
+            "ModelMetadata", pb.ModelMetadataRequest(name=name, version=version), pb.ModelMetadataResponse
+        )
+        config = await self._call(
+            "ModelConfig", pb.ModelConfigRequest(name=name, version=version), pb.ModelConfigResponse
+        )
+        return model_info_from(name, metadata, config)
+
+    async def model_statistics(self, name: str, version: str) -> ServerTiming:
+        pb = service_pb2
+        request = pb.ModelStatisticsRequest(name=name, version=version)
+        return server_timing_from(await self._call("ModelStatistics", request, pb.ModelStatisticsResponse))
+
+    async def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        pb = service_pb2
+        request = pb.SystemSharedMemoryRegisterRequest(name=name, key=key, offset=offset, byte_size=byte_size)
+        await self._call("SystemSharedMemoryRegister", request, pb.SystemSharedMemoryRegisterResponse)
+
+    async def shm_unregister(self, name: str) -> None:
+        pb = service_pb2
+        request = pb.SystemSharedMemoryUnregisterRequest(name=name)
+        await self._call("SystemSharedMemoryUnregister", request, pb.SystemSharedMemoryUnregisterResponse)
+
+
+class GrpcTransport(ControlCalls):
     def __init__(
         self,
         address: str,
@@ -202,57 +268,6 @@ class GrpcTransport(Transport):
         except aio.AioRpcError as exc:
             raise convert_error(exc, self.address) from exc
 
-    async def server_ready(self) -> bool:
-        pb = service_pb2
-        response = await self._call("ServerReady", pb.ServerReadyRequest(), pb.ServerReadyResponse)
-        return bool(response.ready)
-
-    async def model_ready(self, name: str, version: str = "") -> bool:
-        pb = service_pb2
-        request = pb.ModelReadyRequest(name=name, version=version)
-        response = await self._call("ModelReady", request, pb.ModelReadyResponse)
-        return bool(response.ready)
-
-    async def repository_index(self) -> list[IndexEntry]:
-        pb = service_pb2
-        response = await self._call(
-            "RepositoryIndex", pb.RepositoryIndexRequest(ready=True), pb.RepositoryIndexResponse
-        )
-        return [IndexEntry(m.name, m.version, m.state) for m in response.models]
-
-    async def model_info(self, name: str, version: str) -> ModelInfo:
-        pb = service_pb2
-        metadata = await self._call(
-            "ModelMetadata", pb.ModelMetadataRequest(name=name, version=version), pb.ModelMetadataResponse
-        )
-        config = await self._call(
-            "ModelConfig", pb.ModelConfigRequest(name=name, version=version), pb.ModelConfigResponse
-        )
-        max_batch_size = int(config.config.max_batch_size)
-        batched = max_batch_size > 0
-        return ModelInfo(
-            name=name,
-            versions=tuple(metadata.versions),
-            inputs=_tensor_infos(metadata.inputs, batched),
-            outputs=_tensor_infos(metadata.outputs, batched),
-            max_batch_size=max_batch_size,
-        )
-
-    async def model_statistics(self, name: str, version: str) -> ServerTiming:
-        pb = service_pb2
-        response = await self._call(
-            "ModelStatistics",
-            pb.ModelStatisticsRequest(name=name, version=version),
-            pb.ModelStatisticsResponse,
-        )
-        total = ServerTiming()
-        for stats in response.model_stats:
-            s = stats.inference_stats
-            total = total - ServerTiming(
-                -s.success.count, -s.queue.ns, -s.compute_input.ns, -s.compute_infer.ns, -s.compute_output.ns
-            )
-        return total
-
     async def infer(self, request: WireRequest) -> WireResponse:
         start = time.perf_counter_ns()
         head, tail = encode_request(request)
@@ -292,16 +307,6 @@ class GrpcTransport(Transport):
                 await stream.close()
             stream = self._stream = InferStream(self._channel, self.address, self._metadata)
         return await stream.infer(head, tail, timeout_s)
-
-    async def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        pb = service_pb2
-        request = pb.SystemSharedMemoryRegisterRequest(name=name, key=key, offset=offset, byte_size=byte_size)
-        await self._call("SystemSharedMemoryRegister", request, pb.SystemSharedMemoryRegisterResponse)
-
-    async def shm_unregister(self, name: str) -> None:
-        pb = service_pb2
-        request = pb.SystemSharedMemoryUnregisterRequest(name=name)
-        await self._call("SystemSharedMemoryUnregister", request, pb.SystemSharedMemoryUnregisterResponse)
 
     async def close(self) -> None:
         if self._stream is not None:

@@ -18,13 +18,10 @@ import zlib
 from typing import Any
 
 import grpc
-import numpy as np
-import numpy.typing as npt
 
 from sonic.errors import SonicError, grpc_status
+from sonic.protocol import http2
 from sonic.protocol.http2 import (
-    GRPC_MESSAGE_PREFIX,
-    GRPC_MESSAGE_PREFIX_BYTES,
     encode_grpc_message,
     encode_headers,
     grpc_message_prefix,
@@ -75,61 +72,16 @@ def status_block(code: grpc.StatusCode, message: str, *, trailers_only: bool) ->
     return encode_headers(headers)
 
 
-class MessageReader:
-    """gRPC length-prefixed messages out of a stream's DATA, however the frames cut them."""
+class MessageReader(http2.MessageReader):
+    """Messages of a request: one too large ends the call with RESOURCE_EXHAUSTED, as grpcio does."""
 
-    __slots__ = ("_body", "_compressed", "_filled", "_max_bytes", "_prefix")
+    __slots__ = ()
 
-    def __init__(self, max_bytes: int) -> None:
-        self._max_bytes = max_bytes
-        self._prefix = b""
-        self._body: npt.NDArray[np.uint8] | None = None
-        self._filled = 0
-        self._compressed = False
-
-    def feed(self, data: memoryview) -> list[tuple[bool, bytes | memoryview]]:
-        """Complete (compressed, message) pairs; ``data`` is copied, never kept."""
-        out: list[tuple[bool, bytes | memoryview]] = []
-        pos, end = 0, len(data)
-        while pos < end:
-            body = self._body
-            if body is None:
-                if self._prefix or end - pos < GRPC_MESSAGE_PREFIX_BYTES:
-                    take = min(GRPC_MESSAGE_PREFIX_BYTES - len(self._prefix), end - pos)
-                    self._prefix += bytes(data[pos : pos + take])
-                    pos += take
-                    if len(self._prefix) < GRPC_MESSAGE_PREFIX_BYTES:
-                        break
-                    flag, length = GRPC_MESSAGE_PREFIX.unpack(self._prefix)
-                    self._prefix = b""
-                else:
-                    flag, length = GRPC_MESSAGE_PREFIX.unpack_from(data, pos)
-                    pos += GRPC_MESSAGE_PREFIX_BYTES
-                if length > self._max_bytes:
-                    raise CallError(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"Received message larger than max ({length} vs. {self._max_bytes})",
-                    )
-                if end - pos >= length:  # the whole message is here: one copy
-                    out.append((flag == 1, bytes(data[pos : pos + length])))
-                    pos += length
-                    continue
-                # Left uninitialised (bytearray(n) would zero it first): a large tensor is written once.
-                body = self._body = np.empty(length, np.uint8)
-                self._filled = 0
-                self._compressed = flag == 1
-            take = min(len(body) - self._filled, end - pos)
-            body[self._filled : self._filled + take] = np.frombuffer(data[pos : pos + take], np.uint8)
-            self._filled += take
-            pos += take
-            if self._filled == len(body):
-                out.append((self._compressed, body.data))
-                self._body = None
-        return out
-
-    @property
-    def partial(self) -> bool:
-        return bool(self._prefix) or self._body is not None
+    def too_large(self, length: int) -> Exception:
+        return CallError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"Received message larger than max ({length} vs. {self._max_bytes})",
+        )
 
 
 class Call:

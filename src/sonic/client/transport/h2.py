@@ -1,0 +1,196 @@
+"""KServe v2 gRPC transport on our own HTTP/2 client (the default ``transport = "native"``).
+
+Why not grpcio: for small requests its per-call machinery (the C core, its completion-queue poller,
+several event-loop round trips per call) cost the client more CPU per request than the server spends;
+here a call is one stream on a shared connection, a few callbacks and one future (docs/benchmarks.md).
+Many concurrent calls share one connection as HTTP/2 streams, so the ModelStreamInfer detour of the
+grpcio transport is not needed.
+
+Messages are the grpcio transport's (:func:`~sonic.client.transport.grpc.encode_request`): tensor bytes
+go out as views of the caller's arrays, framed without joining them into one message first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+import zlib
+from typing import Any
+
+from sonic.client.config import Compression, TlsConfig
+from sonic.client.errors import ConnectionLostError, DeadlineExceededError, ResourceExhaustedError
+from sonic.client.transport.base import (
+    WireRequest,
+    WireResponse,
+)
+from sonic.client.transport.grpc import (
+    MAX_MESSAGE_BYTES,
+    SERVICE,
+    ControlCalls,
+    decode_response,
+    encode_request,
+    is_loopback,
+    split_response,
+)
+from sonic.client.transport.h2_connection import ClientConnection
+from sonic.protocol.http2 import encode_headers, format_grpc_timeout, grpc_message_prefix
+
+_COMPRESSORS = {
+    Compression.GZIP: lambda data: zlib.compress(data, wbits=31),
+    Compression.DEFLATE: lambda data: zlib.compress(data, wbits=15),
+}
+
+
+def tls_context(tls: TlsConfig) -> ssl.SSLContext:
+    """Verify the server against the given roots (the system's when none) and offer HTTP/2 by ALPN."""
+    context = ssl.create_default_context(cafile=tls.root_certificates)
+    if tls.certificate_chain is not None:
+        context.load_cert_chain(tls.certificate_chain, tls.private_key)
+    context.set_alpn_protocols(["h2"])
+    return context
+
+
+class NativeTransport(ControlCalls):
+    def __init__(
+        self,
+        address: str,
+        *,
+        compression: Compression = Compression.NONE,
+        tls: TlsConfig | None = None,
+        token: str = "",
+        default_timeout_s: float | None = None,
+        control_timeout_s: float = 10.0,
+    ) -> None:
+        self.address = address
+        self.is_local = is_loopback(address) and tls is None
+        host, _, port = address.rpartition(":")
+        self._host, self._port = host.strip("[]"), int(port)
+        self._tls = tls
+        self._compress = _COMPRESSORS.get(compression)
+        self._timeout_s = default_timeout_s
+        self._control_timeout_s = control_timeout_s
+        headers = [
+            (b":method", b"POST"),
+            (b":scheme", b"https" if tls is not None else b"http"),
+            (b":path", b""),  # filled per method below
+            (b":authority", address.encode()),
+            (b"content-type", b"application/grpc"),
+            (b"te", b"trailers"),
+            (b"user-agent", b"sonic-client"),
+            (b"grpc-accept-encoding", b"identity,deflate,gzip"),
+        ]
+        if token:
+            headers.append((b"authorization", f"Bearer {token}".encode()))
+        self._headers = headers
+        self._blocks: dict[tuple[str, bool], bytes] = {}
+        self._compression_header = (b"grpc-encoding", compression.value.encode())
+        self._connection: ClientConnection | None = None
+        self._connect_lock: asyncio.Lock | None = None
+
+    # --- connection ---------------------------------------------------------------------------------
+
+    async def _connect(self) -> ClientConnection:
+        """The live connection, or a new one (the first call, after a GOAWAY or a lost connection)."""
+        if self._connect_lock is None:
+            self._connect_lock = asyncio.Lock()
+        async with self._connect_lock:
+            connection = self._connection
+            if connection is not None and not connection.closing:
+                return connection
+            loop = asyncio.get_running_loop()
+            context = tls_context(self._tls) if self._tls is not None else None
+            try:
+                async with asyncio.timeout(self._control_timeout_s):
+                    _, connection = await loop.create_connection(
+                        lambda: ClientConnection(self.address),
+                        self._host,
+                        self._port,
+                        ssl=context,
+                        server_hostname=self._host if context is not None else None,
+                    )
+            except (OSError, TimeoutError) as exc:
+                detail = f"failed to connect to {self.address}: {str(exc) or 'timed out'}"
+                raise ConnectionLostError(detail, status="UNAVAILABLE", server=self.address) from exc
+            if context is not None:
+                protocol = connection.transport_protocol()
+                if protocol != "h2":
+                    connection.close()
+                    detail = f"{self.address} did not agree to HTTP/2 over TLS (ALPN gave {protocol!r})"
+                    raise ConnectionLostError(detail, status="UNAVAILABLE", server=self.address)
+            self._connection = connection
+            return connection
+
+    def _block(self, method: str, compressed: bool) -> bytes:
+        """The request's header block: built once per method, as the server's HPACK memo likes it."""
+        key = (method, compressed)
+        block = self._blocks.get(key)
+        if block is None:
+            headers = [(n, (SERVICE + method).encode() if n == b":path" else v) for n, v in self._headers]
+            if compressed:
+                headers.append(self._compression_header)
+            block = self._blocks[key] = encode_headers(headers)
+        return block
+
+    async def _unary(
+        self, method: str, message: list[bytes | memoryview], size: int, timeout_s: float | None
+    ) -> bytes | bytearray | memoryview:
+        if size > MAX_MESSAGE_BYTES:
+            detail = f"{method} request of {size} bytes, larger than the gRPC limit of {MAX_MESSAGE_BYTES}"
+            raise ResourceExhaustedError(detail, status="RESOURCE_EXHAUSTED", server=self.address)
+        compressed = self._compress is not None and method == "ModelInfer"
+        if compressed:
+            assert self._compress is not None
+            data = self._compress(b"".join(message))
+            message = [grpc_message_prefix(len(data), compressed=True), data]
+        else:
+            message.insert(0, grpc_message_prefix(size))
+        block = self._block(method, compressed)
+        if timeout_s is not None:
+            block += encode_headers([(b"grpc-timeout", format_grpc_timeout(timeout_s))])
+        connection = self._connection
+        if connection is None or connection.closing:
+            connection = await self._connect()
+        if connection.full:
+            await connection.wait_for_room()
+        stream = connection.open_call(block, message, MAX_MESSAGE_BYTES)
+        timer = None
+        if timeout_s is not None:
+            error = DeadlineExceededError(
+                f"no response within {timeout_s} s", status="DEADLINE_EXCEEDED", server=self.address
+            )
+            timer = asyncio.get_running_loop().call_later(timeout_s, connection.cancel, stream, error)
+        try:
+            return await stream.call.future  # type: ignore[no-any-return]
+        except asyncio.CancelledError:
+            connection.cancel(stream, None)  # the caller gave up: the server stops too
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    async def _call(self, method: str, request: Any, response_type: Any) -> Any:
+        data = request.SerializeToString()
+        response = await self._unary(method, [data], len(data), self._control_timeout_s)
+        return response_type.FromString(bytes(response))
+
+    # --- Transport ----------------------------------------------------------------------------------
+
+    async def infer(self, request: WireRequest) -> WireResponse:
+        start = time.perf_counter_ns()
+        head, tail = encode_request(request)
+        head_bytes = head.SerializeToString()
+        size = len(head_bytes) + sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in tail)
+        sent = time.perf_counter_ns()
+        data = await self._unary(
+            "ModelInfer", [head_bytes, *tail], size, request.timeout_s or self._timeout_s
+        )
+        return decode_response(
+            *split_response(data), serialize_ns=sent - start, wait_ns=time.perf_counter_ns() - sent
+        )
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+            await connection.closed.wait()

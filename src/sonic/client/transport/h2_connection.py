@@ -1,0 +1,278 @@
+"""Client side of one HTTP/2 connection carrying unary gRPC calls, each call one stream.
+
+The frame handling, flow control and HPACK memo shared with our server are
+:class:`sonic.protocol.h2connection.Http2Base`. A call is opened with :meth:`ClientConnection.open_call`
+(HEADERS, then its message as flow control allows, END_STREAM on the last DATA) and ends when the
+server's trailers arrive; its future then holds the one response message or one of our error types.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections import deque
+
+from sonic.client.errors import ClientError, ConnectionLostError, error_for_status
+from sonic.protocol.h2connection import Http2Base, Stream
+from sonic.protocol.http2 import (
+    PREFACE,
+    ErrorCode,
+    Flag,
+    Headers,
+    MessageReader,
+    ProtocolError,
+    decode_grpc_message,
+)
+
+# Index = the gRPC status code (grpc/status.h): names as grpcio reports them, for error_for_status.
+STATUS_NAMES = (
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+)
+# RST_STREAM codes as the gRPC spec maps them to statuses (PROTOCOL.md, "Errors").
+_RESET_STATUS: dict[int, str] = {
+    ErrorCode.REFUSED_STREAM: "UNAVAILABLE",  # not processed: safe to send again
+    ErrorCode.CANCEL: "CANCELLED",
+    ErrorCode.ENHANCE_YOUR_CALM: "RESOURCE_EXHAUSTED",
+}
+_DECOMPRESS_WBITS = {b"gzip": 31, b"deflate": 15}
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error code {code}"
+
+
+class Call:
+    """One unary call: the future its caller awaits and what has arrived so far."""
+
+    __slots__ = ("future", "headers", "message", "reader")
+
+    def __init__(self, future: asyncio.Future[bytes | bytearray | memoryview], max_bytes: int) -> None:
+        self.future = future
+        self.reader = MessageReader(max_bytes)
+        self.headers: Headers | None = None  # the response headers, once they came
+        self.message: bytes | bytearray | memoryview | None = None
+
+
+class ClientConnection(Http2Base):
+    """One connection to a server. ``closing``: GOAWAY or loss; new calls go to a new connection."""
+
+    write_batch_bytes = 1 << 18
+
+    def __init__(self, address: str) -> None:
+        super().__init__(expect_preface=False)
+        self.address = address
+        self._next_stream_id = 1
+        self._gone = False  # the socket is closed: streams still open were lost with it
+        self._room: deque[asyncio.Future[None]] = deque()  # calls waiting for MAX_CONCURRENT_STREAMS
+
+    # --- calls --------------------------------------------------------------------------------------
+
+    @property
+    def full(self) -> bool:
+        return len(self.streams) >= self._peer_max_streams
+
+    async def wait_for_room(self) -> None:
+        """Until a stream may be opened under the server's MAX_CONCURRENT_STREAMS."""
+        while self.full and not self.closing:
+            waiter = self._loop.create_future()
+            self._room.append(waiter)
+            await waiter
+        if self.closing:
+            msg = "the connection closed while the call waited for a stream"
+            raise self._lost(msg)
+
+    def open_call(self, block: bytes, message: list[bytes | memoryview], max_bytes: int) -> Stream:
+        """A new stream: HEADERS ``block``, then ``message`` with END_STREAM. ``stream.call`` is its Call."""
+        if self.closing:
+            msg = "the connection is closing"
+            raise self._lost(msg)
+        stream_id = self._next_stream_id
+        if stream_id > 0x7FFFFFFF:
+            self.closing = True  # stream ids are spent: the next call opens a new connection
+            msg = "stream ids exhausted"
+            raise self._lost(msg)
+        self._next_stream_id += 2
+        self._last_stream_id = stream_id
+        stream = Stream(stream_id, self._peer_initial_window)
+        stream.call = Call(self._loop.create_future(), max_bytes)
+        self.streams[stream_id] = stream
+        self._emit_header_block(stream_id, block, end_stream=False)
+        self.respond(stream, message, trailers=b"")
+        return stream
+
+    def cancel(self, stream: Stream, error: ClientError | None) -> None:
+        """Stop a call (deadline, caller cancelled): RST_STREAM CANCEL, ``error`` to its caller."""
+        if stream.stream_id in self.streams:
+            self.reset(stream, ErrorCode.CANCEL)
+        future = stream.call.future
+        if error is not None and not future.done():
+            future.set_exception(error)
+
+    def close(self) -> None:
+        self._close()
+
+    def transport_protocol(self) -> str | None:
+        """The protocol TLS's ALPN agreed on (None without TLS)."""
+        ssl_object = self._transport.get_extra_info("ssl_object") if self._transport is not None else None
+        return None if ssl_object is None else ssl_object.selected_alpn_protocol()
+
+    # --- the role -----------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._emit(PREFACE)
+        self._send_settings({})
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = self._gone = True
+        super().connection_lost(exc)  # every open stream: stream_reset, as reset_code is 0
+        self._wake_all()
+
+    def goaway_received(self, last_stream_id: int, code: int) -> None:
+        """Streams up to ``last_stream_id`` finish; later ones were not processed and can go elsewhere."""
+        self.closing = True
+        for stream in [s for s in self.streams.values() if s.stream_id > last_stream_id]:
+            self.streams.pop(stream.stream_id)
+            self._blocked.pop(stream.stream_id, None)
+            stream.local_closed = stream.remote_closed = True
+            self._fail(stream, self._lost(f"the server is going away (GOAWAY {_code_name(code)})"))
+        self._wake_all()
+        if not self.streams:
+            self._close()
+
+    def _finish(self, stream: Stream) -> None:
+        stream.local_closed = True
+        if stream.remote_closed:
+            self._forget(stream)
+
+    def _forget(self, stream: Stream) -> None:
+        super()._forget(stream)
+        while self._room and not self.full:
+            waiter = self._room.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _wake_all(self) -> None:
+        while self._room:
+            waiter = self._room.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _lost(self, detail: str) -> ConnectionLostError:
+        return ConnectionLostError(f"{detail} ({self.address})", status="UNAVAILABLE", server=self.address)
+
+    # --- what the server sends ----------------------------------------------------------------------
+
+    def _headers_done(self, stream_id: int, flags: int, block: bytes) -> None:
+        headers = self._headers.decode(block)  # always: the HPACK table must stay in step
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            if stream_id > self._last_stream_id:
+                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on idle stream {stream_id}")
+            return  # a call we already cancelled
+        call: Call = stream.call
+        end_stream = bool(flags & Flag.END_STREAM)
+        if call.headers is None:
+            call.headers = headers
+            status = dict(headers).get(b":status")
+            if status != b"200":
+                code = "UNAVAILABLE" if status in {b"502", b"503", b"504"} else "UNKNOWN"
+                detail = f"HTTP status {(status or b'none').decode()} instead of a gRPC response"
+                self._end(stream, error_for_status(code, detail, self.address))
+                return
+            if not end_stream:
+                return
+        elif not end_stream:
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "second HEADERS without END_STREAM")
+        self._end(stream, self._outcome(call, headers))
+
+    def stream_data(self, stream: Stream, data: memoryview) -> None:
+        call: Call = stream.call
+        if call.future.done():
+            return
+        try:
+            messages = [
+                self._decompress(call, m) if compressed else m for compressed, m in call.reader.feed(data)
+            ]
+        except (ValueError, zlib.error) as exc:
+            status = "RESOURCE_EXHAUSTED" if "larger than the limit" in str(exc) else "INTERNAL"
+            self.cancel(stream, error_for_status(status, str(exc), self.address))
+            return
+        if len(messages) + (call.message is not None) > 1:
+            detail = "more than one response message in a unary call"
+            self.cancel(stream, error_for_status("INTERNAL", detail, self.address))
+        elif messages:
+            call.message = messages[0]
+
+    def stream_ended(self, stream: Stream) -> None:
+        """DATA with END_STREAM: a response without trailers, hence without a status."""
+        error = error_for_status("INTERNAL", "the response ended without grpc-status", self.address)
+        self._end(stream, error)
+
+    def stream_reset(self, stream: Stream) -> None:
+        if self._gone:
+            self._fail(stream, self._lost("the connection was lost"))
+            return
+        status = _RESET_STATUS.get(stream.reset_code, "INTERNAL")
+        detail = f"the server reset the stream (RST_STREAM {_code_name(stream.reset_code)})"
+        self._fail(stream, error_for_status(status, detail, self.address))
+
+    def _end(self, stream: Stream, outcome: bytes | bytearray | memoryview | ClientError) -> None:
+        """The server ended the call: resolve it, and stop sending if the request is still going."""
+        stream.remote_closed = True
+        if stream.local_closed:
+            self._forget(stream)
+        else:
+            self.reset(stream, ErrorCode.CANCEL)
+        if isinstance(outcome, ClientError):
+            self._fail(stream, outcome)
+        elif not stream.call.future.done():
+            stream.call.future.set_result(outcome)
+
+    def _outcome(self, call: Call, trailers: Headers) -> bytes | bytearray | memoryview | ClientError:
+        fields = dict(trailers)
+        code = fields.get(b"grpc-status")
+        message = decode_grpc_message(fields.get(b"grpc-message", b""))
+        if code == b"0":
+            if call.message is None:
+                return error_for_status("INTERNAL", "an OK response without a message", self.address)
+            if call.reader.partial:
+                return error_for_status("INTERNAL", "the response ended inside a message", self.address)
+            return call.message
+        if code is None or not code.isdigit():
+            return error_for_status(
+                "UNKNOWN", f"no valid grpc-status in the trailers: {code!r}", self.address
+            )
+        number = int(code)
+        name = STATUS_NAMES[number] if number < len(STATUS_NAMES) else "UNKNOWN"
+        return error_for_status(name, message, self.address)
+
+    def _decompress(self, call: Call, message: bytes | bytearray | memoryview) -> bytes:
+        encoding = dict(call.headers or ()).get(b"grpc-encoding", b"identity")
+        wbits = _DECOMPRESS_WBITS.get(encoding)
+        if wbits is None:
+            raise ValueError(f"compressed response with unsupported grpc-encoding {encoding!r}")
+        return zlib.decompress(message, wbits)
+
+    def _fail(self, stream: Stream, error: ClientError) -> None:
+        if not stream.call.future.done():
+            stream.call.future.set_exception(error)

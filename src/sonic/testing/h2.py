@@ -1,0 +1,41 @@
+"""Helpers for tests of our HTTP/2 connections (server and client) without sockets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RecordingTransport:
+    """Collects what the connection writes (the socket's role; nothing else is faked)."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.closed = False
+
+    def writelines(self, data: list[bytes | memoryview]) -> None:
+        for piece in data:
+            self.written += piece
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str) -> Any:
+        return ("127.0.0.1", 5000) if name == "peername" else None
+
+
+def parse_frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    frames = []
+    pos = 0
+    while pos < len(data):
+        length = int.from_bytes(data[pos : pos + 3], "big")
+        frame_type, flags = data[pos + 3], data[pos + 4]
+        stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big")
+        frames.append((frame_type, flags, stream_id, data[pos + 9 : pos + 9 + length]))
+        pos += 9 + length
+    return frames
