@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from sonic.perf.engine import LoadGenerator, LoadLevel, MeasurementConfig
-from sonic.perf.transport import GrpcTransport, encode_infer_request
+from sonic.perf.transport import TRANSPORTS, encode_infer_request
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -37,7 +37,14 @@ class LoadResult:
 
 
 async def grpc_load(
-    address: str, payload: bytes, *, concurrency: int, batch: int, duration_s: float, warmup_s: float
+    address: str,
+    payload: bytes,
+    *,
+    concurrency: int,
+    batch: int,
+    duration_s: float,
+    warmup_s: float,
+    transport: str = "grpcio",
 ) -> LoadResult:
     """Closed loop with ``concurrency`` callers: one window of ``duration_s`` after ``warmup_s`` of load.
 
@@ -45,8 +52,8 @@ async def grpc_load(
     scripts and the CLI measure the same way.
     """
     measurement = MeasurementConfig(window_s=duration_s, stable_windows=1, max_windows=1, warmup_s=warmup_s)
-    async with GrpcTransport(address, model="") as transport:
-        generator = LoadGenerator(transport, [payload], batch_size=batch, measurement=measurement)
+    async with TRANSPORTS[transport](address, model="") as channel:
+        generator = LoadGenerator(channel, [payload], batch_size=batch, measurement=measurement)
         result = await generator.run(LoadLevel(concurrency=concurrency))
     if not result.requests:
         raise RuntimeError(f"no request completed in the {duration_s} s window; make it longer")

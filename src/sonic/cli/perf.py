@@ -52,6 +52,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "-x", "--model-version", default="", help="model version (default: the server's choice)"
     )
+    parser.add_argument(
+        "--transport",
+        choices=["native", "grpcio"],
+        default="native",
+        help="load generator's gRPC stack: sonic.client's HTTP/2 (native, less CPU) or grpc.aio",
+    )
     load = parser.add_mutually_exclusive_group()
     load.add_argument("--concurrency", help="closed loop: START:END:STEP, e.g. 1:64:x2 (default 1)")
     load.add_argument("--request-rate", help="open loop, requests/s: START:END:STEP, e.g. 100:400:100")
@@ -110,6 +116,7 @@ def config_from_args(args: argparse.Namespace) -> PerfConfig:
         input_data=args.input_data,
         shapes=tuple(parse_shape(s) for s in args.shape),
         measurement=measurement_from_args(args),
+        transport=args.transport,
     )
 
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from grpc import aio
 from tritonclient.grpc import service_pb2
 
 from sonic.perf.inputs import (
@@ -47,7 +46,7 @@ from sonic.perf.stats import (
     server_breakdown,
     summarize_latencies,
 )
-from sonic.perf.transport import GrpcTransport, PerfError, Transport
+from sonic.perf.transport import TRANSPORTS, PerfError, RequestFailed, Transport
 
 LATE_NS = 1_000_000  # open loop: a request sent this far behind its slot counts as delayed
 
@@ -164,9 +163,9 @@ class LoadGenerator:
         sent = time.perf_counter_ns()
         try:
             response = await self._transport.infer(payload)
-        except aio.AioRpcError as exc:
+        except RequestFailed as exc:
             self._recorder.errors += 1
-            self._recorder.last_error = f"{exc.code().name}: {exc.details()}"
+            self._recorder.last_error = str(exc)
             return
         done = time.perf_counter_ns()
         service_pb2.ModelInferResponse.FromString(response)
@@ -312,6 +311,12 @@ class PerfConfig:
     distinct_requests: int = 16
     measurement: MeasurementConfig = MeasurementConfig()
     seed: int = 0
+    transport: str = "native"  # "native" (sonic.client's HTTP/2, lighter) or "grpcio" (grpc.aio)
+
+    def __post_init__(self) -> None:
+        if self.transport not in TRANSPORTS:
+            msg = f"transport '{self.transport}': expected one of {', '.join(TRANSPORTS)}"
+            raise PerfError(msg)
 
 
 @dataclass(frozen=True)
@@ -348,7 +353,7 @@ async def run_perf(
     config: PerfConfig, *, transport: Transport | None = None, on_window: WindowCallback | None = None
 ) -> PerfReport:
     """Measure every level of ``config`` in turn against one server."""
-    transport = transport or GrpcTransport(config.url, config.model, config.version)
+    transport = transport or TRANSPORTS[config.transport](config.url, config.model, config.version)
     async with transport:
         info = model_info(await transport.model_metadata(), await transport.model_config())
         payloads, serialize_ns = build_payloads(transport, config, info)

@@ -11,7 +11,7 @@ engine needs to change for it.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Self
 
 import grpc
@@ -28,6 +28,10 @@ SERVICE = "/inference.GRPCInferenceService/"
 
 class PerfError(RuntimeError):
     """A measurement cannot proceed: unreachable server, unknown model, bad input specification."""
+
+
+class RequestFailed(Exception):
+    """One inference request failed; the load goes on and the failure is counted."""
 
 
 def encode_infer_request(
@@ -57,8 +61,8 @@ class Transport(abc.ABC):
         """One request's bytes, built before the load starts and sent many times."""
 
     @abc.abstractmethod
-    async def infer(self, payload: bytes) -> bytes:
-        """Send one encoded request; return the serialized response."""
+    async def infer(self, payload: bytes) -> bytes | memoryview:
+        """Send one encoded request; return the serialized response. Raises :class:`RequestFailed`."""
 
     @abc.abstractmethod
     async def model_metadata(self) -> service_pb2.ModelMetadataResponse: ...
@@ -129,7 +133,10 @@ class GrpcTransport(Transport):
         return encode_infer_request(self.model, self.version, arrays, datatypes)
 
     async def infer(self, payload: bytes) -> bytes:
-        response: bytes = await self._infer(payload, timeout=self.timeout_s)
+        try:
+            response: bytes = await self._infer(payload, timeout=self.timeout_s)
+        except aio.AioRpcError as exc:
+            raise RequestFailed(f"{exc.code().name}: {exc.details()}") from None
         return response
 
     async def model_metadata(self) -> service_pb2.ModelMetadataResponse:
@@ -152,6 +159,69 @@ class GrpcTransport(Transport):
             "ModelStatistics", request, service_pb2.ModelStatisticsResponse
         )
         return result
+
+
+class NativeTransport(Transport):
+    """KServe v2 gRPC through ``sonic.client``'s own HTTP/2 transport: a lighter load generator."""
+
+    def __init__(self, address: str, model: str, version: str = "", *, timeout_s: float = 600.0) -> None:
+        from sonic.client.transport.h2 import NativeTransport as ClientTransport  # noqa: PLC0415
+
+        self.address = address
+        self.model = model
+        self.version = version
+        self.timeout_s = timeout_s
+        self._client = ClientTransport(address, control_timeout_s=timeout_s)
+
+    async def open(self) -> None:
+        """Connects on the first call."""
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    def encode(self, arrays: Mapping[str, npt.NDArray[Any]], datatypes: Mapping[str, str]) -> bytes:
+        return encode_infer_request(self.model, self.version, arrays, datatypes)
+
+    async def infer(self, payload: bytes) -> bytes | memoryview:
+        from sonic.client.errors import ClientError  # noqa: PLC0415
+
+        try:
+            return await self._client.raw_call("ModelInfer", payload, self.timeout_s)
+        except ClientError as exc:
+            raise RequestFailed(str(exc)) from None
+
+    async def _unary(self, method: str, request: Any, response_type: Any) -> Any:
+        from sonic.client.errors import ClientError  # noqa: PLC0415
+
+        try:
+            data = await self._client.raw_call(method, request.SerializeToString(), self.timeout_s)
+        except ClientError as exc:
+            raise PerfError(f"{method} for model '{self.model}' at {self.address} failed: {exc}") from None
+        return response_type.FromString(bytes(data))
+
+    async def model_metadata(self) -> service_pb2.ModelMetadataResponse:
+        request = service_pb2.ModelMetadataRequest(name=self.model, version=self.version)
+        result: service_pb2.ModelMetadataResponse = await self._unary(
+            "ModelMetadata", request, service_pb2.ModelMetadataResponse
+        )
+        return result
+
+    async def model_config(self) -> service_pb2.ModelConfigResponse:
+        request = service_pb2.ModelConfigRequest(name=self.model, version=self.version)
+        result: service_pb2.ModelConfigResponse = await self._unary(
+            "ModelConfig", request, service_pb2.ModelConfigResponse
+        )
+        return result
+
+    async def statistics(self) -> service_pb2.ModelStatisticsResponse:
+        request = service_pb2.ModelStatisticsRequest(name=self.model, version=self.version)
+        result: service_pb2.ModelStatisticsResponse = await self._unary(
+            "ModelStatistics", request, service_pb2.ModelStatisticsResponse
+        )
+        return result
+
+
+TRANSPORTS: dict[str, Callable[..., Transport]] = {"grpcio": GrpcTransport, "native": NativeTransport}
 
 
 def is_rpc_error(exc: BaseException) -> bool:

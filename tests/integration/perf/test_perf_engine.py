@@ -44,8 +44,9 @@ def _direct_execution_s(model_path: Path, batch: int) -> float:
     return best
 
 
+@pytest.mark.parametrize("transport", ["native", "grpcio"])
 async def test_latency_is_at_least_the_model_execution_and_counts_match_statistics(
-    perf_server: ServerProcess, perf_repository: Path
+    perf_server: ServerProcess, perf_repository: Path, transport: str
 ) -> None:
     batch = 8
     direct_s = _direct_execution_s(perf_repository / "slow" / "1" / "model.onnx", batch)
@@ -56,6 +57,7 @@ async def test_latency_is_at_least_the_model_execution_and_counts_match_statisti
         levels=(LoadLevel(concurrency=1), LoadLevel(concurrency=2)),
         batch_size=batch,
         measurement=QUICK,
+        transport=transport,
     )
     report = await run_perf(config)
     after = _success_count(perf_server.grpc_address, "slow")
@@ -118,7 +120,16 @@ async def test_variable_dims_take_the_given_shape(perf_server: ServerProcess) ->
     assert report.model.inputs[0].dims == (-1,)
 
 
-async def test_unknown_model_is_a_clear_error(perf_server: ServerProcess) -> None:
-    config = PerfConfig(url=perf_server.grpc_address, model="nope", levels=(LoadLevel(concurrency=1),))
-    with pytest.raises(PerfError, match="ModelMetadata for model 'nope'"):
+@pytest.mark.parametrize("transport", ["native", "grpcio"])
+async def test_unknown_model_is_a_clear_error(perf_server: ServerProcess, transport: str) -> None:
+    levels = (LoadLevel(concurrency=1),)
+    config = PerfConfig(url=perf_server.grpc_address, model="nope", levels=levels, transport=transport)
+    with pytest.raises(PerfError, match=r"ModelMetadata for model 'nope'.*not found"):
         await run_perf(config)
+
+
+def test_unknown_transport_is_a_clear_error() -> None:
+    with pytest.raises(PerfError, match="transport 'carrier-pigeon': expected one of grpcio, native"):
+        PerfConfig(
+            url="127.0.0.1:1", model="m", levels=(LoadLevel(concurrency=1),), transport="carrier-pigeon"
+        )

@@ -169,6 +169,11 @@ class NativeTransport(ControlCalls):
             if timer is not None:
                 timer.cancel()
 
+    async def raw_call(self, method: str, message: bytes, timeout_s: float | None) -> bytes | memoryview:
+        """One call with an already serialized request (``sonic perf`` sends the same bytes many times)."""
+        response = await self._unary(method, [message], len(message), timeout_s)
+        return response if isinstance(response, bytes | memoryview) else memoryview(response)
+
     async def _call(self, method: str, request: Any, response_type: Any) -> Any:
         data = request.SerializeToString()
         response = await self._unary(method, [data], len(data), self._control_timeout_s)
