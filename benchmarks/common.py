@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import os
 import platform
@@ -68,6 +70,30 @@ async def grpc_load(
         p90_ms=round(latency.p90_us / 1000, 3),
         p99_ms=round(latency.p99_us / 1000, 3),
         mean_ms=round(latency.mean_us / 1000, 3),
+    )
+
+
+M_TRIM_THRESHOLD = -1  # glibc mallopt parameters (malloc.h)
+M_MMAP_THRESHOLD = -3
+
+
+def steady_malloc(threshold_bytes: int = 64 << 20) -> bool:
+    """Keep this process's large allocations on the heap (glibc), so load generators measure steadily.
+
+    A load generator receiving 15.6 MB responses allocates 15.6 MB per request. glibc serves that with a
+    fresh mmap (page faults and kernel zeroing of every page: ~2x the time per request here) until its
+    dynamic threshold happens to rise past the size, so the same run measured ~400 or ~900 MB/s depending
+    on what the process had freed before. Fixing the thresholds takes the chance out, for every server
+    alike. Returns False where it cannot be set (not glibc).
+    """
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
+        return False
+    libc = ctypes.CDLL(libc_name)
+    if not hasattr(libc, "mallopt"):
+        return False
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold_bytes)) and bool(
+        libc.mallopt(M_TRIM_THRESHOLD, 2 * threshold_bytes)
     )
 
 

@@ -58,7 +58,7 @@ import tritonclient.grpc.aio as triton_aio
 from tritonclient.grpc import InferInput
 from tritonclient.utils import np_to_triton_dtype
 
-from benchmarks.common import RESULTS, grpc_load, infer_request_bytes, machine, save
+from benchmarks.common import RESULTS, grpc_load, infer_request_bytes, machine, save, steady_malloc
 from sonic.launch import ServerProcess
 from sonic.models.build import build_model
 from sonic.models.zoo import ReferenceModel, registry
@@ -747,6 +747,7 @@ def main() -> None:
         "--replot", action="store_true", help="redo the table, docs and plot from compare.json, no measuring"
     )
     args = parser.parse_args()
+    steady_malloc()  # this process is the load generator: see benchmarks.common.steady_malloc
     if args.replot:
         result = json.loads((RESULTS / "compare.json").read_text())
         result["summary"] = summarize(result)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import grpc_load, infer_request_bytes, machine, save
+from benchmarks.common import grpc_load, infer_request_bytes, machine, save, steady_malloc
 from sonic.launch import ServerProcess, terminate
 from sonic.testing.repository import write_test_repository
 from sonic.testing.triton import free_port
@@ -157,6 +157,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--window-s", type=float, default=4.0)
     args = parser.parse_args()
+    steady_malloc()  # this process is the load generator: see benchmarks.common.steady_malloc
     result = run(args.rounds, args.window_s)
     for label, entry in result["summary"].items():
         print(label, entry)

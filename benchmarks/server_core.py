@@ -20,7 +20,15 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from benchmarks.common import RESULTS, grpc_load, infer_request_bytes, machine, peak_rss_mb, save
+from benchmarks.common import (
+    RESULTS,
+    grpc_load,
+    infer_request_bytes,
+    machine,
+    peak_rss_mb,
+    save,
+    steady_malloc,
+)
 from sonic.launch import ServerProcess
 from sonic.models.build import build_model
 from sonic.models.simple import identity_model
@@ -193,6 +201,7 @@ def main() -> None:
         "--quick", action="store_true", help="short windows (a smoke run, not for the record)"
     )
     args = parser.parse_args()
+    steady_malloc()  # this process is the load generator: see benchmarks.common.steady_malloc
     result = run(args.repeats, args.quick)
     result["machine"] = machine()
     path = save("server_core", result)
