@@ -1,20 +1,18 @@
 """How the load generator reaches a server: one small class per transport behind :class:`Transport`.
 
-:class:`GrpcTransport` sends pre-serialized ``ModelInferRequest`` bytes over grpc.aio, so the
-generator spends its CPU on timing, not on protobuf. Shared memory (system / CUDA) is the next
-transport: it registers regions once in :meth:`Transport.open`, writes tensors there and sends
-requests whose inputs name the region (``shared_memory_region`` parameters) from
-:meth:`Transport.encode`. It lands with the client's shared-memory support; nothing else in the
+Both send pre-serialized ``ModelInferRequest`` bytes, so the generator spends its CPU on timing, not on
+protobuf: :class:`NativeTransport` through ``sonic.client``'s own HTTP/2 code (the default, lighter),
+:class:`GrpcTransport` over grpc.aio. A shared-memory transport would register regions once in
+:meth:`Transport.open` and send requests naming them from :meth:`Transport.encode`; nothing else in the
 engine needs to change for it.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Self
 
-import grpc
 import numpy as np
 import numpy.typing as npt
 from grpc import aio
@@ -48,7 +46,16 @@ def encode_infer_request(
 
 
 class Transport(abc.ABC):
-    """Metadata, config, statistics and inference calls for one model on one server."""
+    """Metadata, config, statistics and inference calls for one model on one server.
+
+    Subclasses move bytes: ``open``, ``close``, ``infer`` and ``_unary`` (one control call).
+    """
+
+    def __init__(self, address: str, model: str, version: str = "", *, timeout_s: float = 600.0) -> None:
+        self.address = address
+        self.model = model
+        self.version = version
+        self.timeout_s = timeout_s
 
     @abc.abstractmethod
     async def open(self) -> None: ...
@@ -57,87 +64,16 @@ class Transport(abc.ABC):
     async def close(self) -> None: ...
 
     @abc.abstractmethod
-    def encode(self, arrays: Mapping[str, npt.NDArray[Any]], datatypes: Mapping[str, str]) -> bytes:
-        """One request's bytes, built before the load starts and sent many times."""
-
-    @abc.abstractmethod
     async def infer(self, payload: bytes) -> bytes | memoryview:
         """Send one encoded request; return the serialized response. Raises :class:`RequestFailed`."""
 
     @abc.abstractmethod
-    async def model_metadata(self) -> service_pb2.ModelMetadataResponse: ...
-
-    @abc.abstractmethod
-    async def model_config(self) -> service_pb2.ModelConfigResponse: ...
-
-    @abc.abstractmethod
-    async def statistics(self) -> service_pb2.ModelStatisticsResponse: ...
-
-    async def __aenter__(self) -> Self:
-        await self.open()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-
-def _identity(data: bytes) -> bytes:
-    return data
-
-
-class GrpcTransport(Transport):
-    """KServe v2 gRPC: works against ``sonic serve`` and any Triton."""
-
-    def __init__(self, address: str, model: str, version: str = "", *, timeout_s: float = 600.0) -> None:
-        self.address = address
-        self.model = model
-        self.version = version
-        self.timeout_s = timeout_s
-        self._channel: aio.Channel | None = None
-
-    async def open(self) -> None:
-        options = [
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ]
-        self._channel = aio.insecure_channel(self.address, options=options)
-        self._infer = self._channel.unary_unary(
-            SERVICE + "ModelInfer", request_serializer=_identity, response_deserializer=_identity
-        )
-
-    async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close(grace=None)
-            self._channel = None
-
-    def _call(self, method: str, response: Any) -> Any:
-        if self._channel is None:
-            msg = "transport is not open; use it as 'async with'"
-            raise PerfError(msg)
-        return self._channel.unary_unary(
-            SERVICE + method,
-            request_serializer=lambda message: message.SerializeToString(),
-            response_deserializer=response.FromString,
-        )
-
-    async def _unary(self, method: str, request: Any, response: Any) -> Any:
-        try:
-            return await self._call(method, response)(request, timeout=self.timeout_s)
-        except aio.AioRpcError as exc:
-            raise PerfError(
-                f"{method} for model '{self.model}' at {self.address} failed: "
-                f"{exc.code().name}: {exc.details()}"
-            ) from None
+    async def _unary(self, method: str, request: Any, response_type: Any) -> Any:
+        """One control call; raises :class:`PerfError` naming the method, model and server."""
 
     def encode(self, arrays: Mapping[str, npt.NDArray[Any]], datatypes: Mapping[str, str]) -> bytes:
+        """One request's bytes, built before the load starts and sent many times."""
         return encode_infer_request(self.model, self.version, arrays, datatypes)
-
-    async def infer(self, payload: bytes) -> bytes:
-        try:
-            response: bytes = await self._infer(payload, timeout=self.timeout_s)
-        except aio.AioRpcError as exc:
-            raise RequestFailed(f"{exc.code().name}: {exc.details()}") from None
-        return response
 
     async def model_metadata(self) -> service_pb2.ModelMetadataResponse:
         request = service_pb2.ModelMetadataRequest(name=self.model, version=self.version)
@@ -160,6 +96,62 @@ class GrpcTransport(Transport):
         )
         return result
 
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+class GrpcTransport(Transport):
+    """KServe v2 gRPC on grpc.aio: works against ``sonic serve`` and any Triton."""
+
+    _channel: aio.Channel | None = None
+
+    async def open(self) -> None:
+        options = [
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ]
+        self._channel = aio.insecure_channel(self.address, options=options)
+        self._infer = self._channel.unary_unary(
+            SERVICE + "ModelInfer", request_serializer=_identity, response_deserializer=_identity
+        )
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close(grace=None)
+            self._channel = None
+
+    async def _unary(self, method: str, request: Any, response_type: Any) -> Any:
+        if self._channel is None:
+            msg = "transport is not open; use it as 'async with'"
+            raise PerfError(msg)
+        call = self._channel.unary_unary(
+            SERVICE + method,
+            request_serializer=lambda message: message.SerializeToString(),
+            response_deserializer=response_type.FromString,
+        )
+        try:
+            return await call(request, timeout=self.timeout_s)
+        except aio.AioRpcError as exc:
+            raise PerfError(
+                f"{method} for model '{self.model}' at {self.address} failed: "
+                f"{exc.code().name}: {exc.details()}"
+            ) from None
+
+    async def infer(self, payload: bytes) -> bytes:
+        try:
+            response: bytes = await self._infer(payload, timeout=self.timeout_s)
+        except aio.AioRpcError as exc:
+            raise RequestFailed(f"{exc.code().name}: {exc.details()}") from None
+        return response
+
 
 class NativeTransport(Transport):
     """KServe v2 gRPC through ``sonic.client``'s own HTTP/2 transport: a lighter load generator."""
@@ -167,10 +159,7 @@ class NativeTransport(Transport):
     def __init__(self, address: str, model: str, version: str = "", *, timeout_s: float = 600.0) -> None:
         from sonic.client.transport.h2 import NativeTransport as ClientTransport  # noqa: PLC0415
 
-        self.address = address
-        self.model = model
-        self.version = version
-        self.timeout_s = timeout_s
+        super().__init__(address, model, version, timeout_s=timeout_s)
         self._client = ClientTransport(address, control_timeout_s=timeout_s)
 
     async def open(self) -> None:
@@ -178,9 +167,6 @@ class NativeTransport(Transport):
 
     async def close(self) -> None:
         await self._client.close()
-
-    def encode(self, arrays: Mapping[str, npt.NDArray[Any]], datatypes: Mapping[str, str]) -> bytes:
-        return encode_infer_request(self.model, self.version, arrays, datatypes)
 
     async def infer(self, payload: bytes) -> bytes | memoryview:
         from sonic.client.errors import ClientError  # noqa: PLC0415
@@ -199,30 +185,5 @@ class NativeTransport(Transport):
             raise PerfError(f"{method} for model '{self.model}' at {self.address} failed: {exc}") from None
         return response_type.FromString(bytes(data))
 
-    async def model_metadata(self) -> service_pb2.ModelMetadataResponse:
-        request = service_pb2.ModelMetadataRequest(name=self.model, version=self.version)
-        result: service_pb2.ModelMetadataResponse = await self._unary(
-            "ModelMetadata", request, service_pb2.ModelMetadataResponse
-        )
-        return result
 
-    async def model_config(self) -> service_pb2.ModelConfigResponse:
-        request = service_pb2.ModelConfigRequest(name=self.model, version=self.version)
-        result: service_pb2.ModelConfigResponse = await self._unary(
-            "ModelConfig", request, service_pb2.ModelConfigResponse
-        )
-        return result
-
-    async def statistics(self) -> service_pb2.ModelStatisticsResponse:
-        request = service_pb2.ModelStatisticsRequest(name=self.model, version=self.version)
-        result: service_pb2.ModelStatisticsResponse = await self._unary(
-            "ModelStatistics", request, service_pb2.ModelStatisticsResponse
-        )
-        return result
-
-
-TRANSPORTS: dict[str, Callable[..., Transport]] = {"grpcio": GrpcTransport, "native": NativeTransport}
-
-
-def is_rpc_error(exc: BaseException) -> bool:
-    return isinstance(exc, grpc.RpcError)
+TRANSPORTS: dict[str, type[Transport]] = {"grpcio": GrpcTransport, "native": NativeTransport}
