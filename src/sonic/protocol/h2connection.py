@@ -16,8 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections import deque
-from typing import Any, cast
+from typing import cast
 
 from sonic.protocol.http2 import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -34,6 +33,7 @@ from sonic.protocol.http2 import (
     HeaderDecoder,
     ProtocolError,
     Setting,
+    Stream,
     frame,
     frame_header,
     goaway,
@@ -47,33 +47,6 @@ log = logging.getLogger(__name__)
 STREAM_WINDOW_BYTES = 1 << 26  # what each stream may send before our WINDOW_UPDATE
 CONNECTION_WINDOW_BYTES = 1 << 30
 MAX_FRAME_BYTES = 1 << 20  # largest frame we accept: big tensors arrive in few frames
-
-
-class Stream:
-    __slots__ = (
-        "call",
-        "local_closed",
-        "pending",
-        "recv_unacked",
-        "remote_closed",
-        "reset_code",
-        "send_window",
-        "stream_id",
-        "trailers",
-    )
-
-    def __init__(self, stream_id: int, send_window: int) -> None:
-        self.stream_id = stream_id
-        self.send_window = send_window
-        self.recv_unacked = 0
-        self.remote_closed = False
-        self.local_closed = False
-        self.pending: deque[memoryview] = deque()  # DATA not yet allowed out by flow control
-        # Sent once ``pending`` is empty: a header block with END_STREAM, or b"": an empty DATA frame
-        # with END_STREAM (a request ends so; it has no trailers).
-        self.trailers: bytes | None = None
-        self.call: Any = None  # the application's per-stream state
-        self.reset_code = 0  # the peer's RST_STREAM error code
 
 
 class Http2Base(asyncio.Protocol):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections import deque
 from enum import IntEnum
 from typing import Any
 from urllib.parse import quote, unquote
@@ -286,3 +287,32 @@ class MessageReader:
     @property
     def partial(self) -> bool:
         return bool(self._prefix) or self._body is not None
+
+
+class Stream:
+    """One stream's state in a connection (:mod:`sonic.protocol.h2connection`), either end."""
+
+    __slots__ = (
+        "call",
+        "local_closed",
+        "pending",
+        "recv_unacked",
+        "remote_closed",
+        "reset_code",
+        "send_window",
+        "stream_id",
+        "trailers",
+    )
+
+    def __init__(self, stream_id: int, send_window: int) -> None:
+        self.stream_id = stream_id
+        self.send_window = send_window
+        self.recv_unacked = 0
+        self.remote_closed = False
+        self.local_closed = False
+        self.pending: deque[memoryview] = deque()  # DATA not yet allowed out by flow control
+        # Sent once ``pending`` is empty: a header block with END_STREAM, or b"": an empty DATA frame
+        # with END_STREAM (a request ends so; it has no trailers).
+        self.trailers: bytes | None = None
+        self.call: Any = None  # the application's per-stream state
+        self.reset_code = 0  # the peer's RST_STREAM error code

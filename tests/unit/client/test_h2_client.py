@@ -20,13 +20,13 @@ from sonic.client.errors import (
 from sonic.client.transport.base import WireInput, WireRequest
 from sonic.client.transport.h2 import NativeTransport
 from sonic.client.transport.h2_connection import ClientConnection
-from sonic.protocol.h2connection import Stream
 from sonic.protocol.http2 import (
     PREFACE,
     ErrorCode,
     Flag,
     FrameType,
     Setting,
+    Stream,
     encode_headers,
     frame,
     goaway,

@@ -13,7 +13,7 @@ import zlib
 from collections import deque
 
 from sonic.client.errors import ClientError, ConnectionLostError, error_for_status
-from sonic.protocol.h2connection import Http2Base, Stream
+from sonic.protocol.h2connection import Http2Base
 from sonic.protocol.http2 import (
     PREFACE,
     ErrorCode,
@@ -21,6 +21,7 @@ from sonic.protocol.http2 import (
     Headers,
     MessageReader,
     ProtocolError,
+    Stream,
     decode_grpc_message,
 )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sonic.protocol.h2connection import Http2Base, Stream
+from sonic.protocol.h2connection import Http2Base
 from sonic.protocol.http2 import (
     ErrorCode,
     Flag,
@@ -18,6 +18,7 @@ from sonic.protocol.http2 import (
     Headers,
     ProtocolError,
     Setting,
+    Stream,
     goaway,
     rst_stream,
 )
