@@ -86,6 +86,11 @@ def split_raw_contents(
     return b"".join(kept), raw
 
 
+def parts_size(parts: Sequence[bytes | memoryview]) -> int:
+    """Bytes in a message given as pieces."""
+    return sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+
+
 def raw_contents_parts(head: bytes, contents: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
     """A serialized message followed by ``raw_output_contents`` fields, as pieces (tensors not copied)."""
     parts: list[bytes | memoryview] = [head]
@@ -101,6 +106,6 @@ def append_raw_contents(head: bytes, contents: Sequence[bytes | memoryview]) -> 
     return b"".join(raw_contents_parts(head, contents))
 
 
-def wrap_stream_response(infer_response: bytes) -> bytes:
-    """A ``ModelStreamInferResponse`` holding an already serialized ``ModelInferResponse``."""
-    return b"".join((STREAM_INFER_RESPONSE_TAG, encode_varint(len(infer_response)), infer_response))
+def wrap_stream_response(infer_response: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
+    """A ``ModelStreamInferResponse`` around a serialized ``ModelInferResponse`` given as pieces, as pieces."""
+    return [STREAM_INFER_RESPONSE_TAG, encode_varint(parts_size(infer_response)), *infer_response]

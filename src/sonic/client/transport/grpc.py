@@ -36,7 +36,7 @@ from sonic.client.transport.base import (
     WireResponse,
 )
 from sonic.client.transport.stream import SPLIT_ABOVE_BYTES, InferStream, StreamFailedError
-from sonic.protocol.wire import encode_varint, split_raw_contents
+from sonic.protocol.wire import encode_varint, parts_size, split_raw_contents
 
 SERVICE = "/inference.GRPCInferenceService/"
 # Triton's clients and server use INT32_MAX: requests that fit one fit the other.
@@ -271,7 +271,7 @@ class GrpcTransport(ControlCalls):
     async def infer(self, request: WireRequest) -> WireResponse:
         start = time.perf_counter_ns()
         head, tail = encode_request(request)
-        size = head.ByteSize() + sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in tail)
+        size = head.ByteSize() + parts_size(tail)
         timeout_s = request.timeout_s or self._timeout_s
         if self._stream_max_bytes and size <= self._stream_max_bytes:
             sent = time.perf_counter_ns()

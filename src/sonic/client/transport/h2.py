@@ -35,6 +35,7 @@ from sonic.client.transport.grpc import (
 )
 from sonic.client.transport.h2_connection import ClientConnection
 from sonic.protocol.http2 import encode_headers, format_grpc_timeout, grpc_message_prefix
+from sonic.protocol.wire import parts_size
 
 _COMPRESSORS = {
     Compression.GZIP: lambda data: zlib.compress(data, wbits=31),
@@ -185,7 +186,7 @@ class NativeTransport(ControlCalls):
         start = time.perf_counter_ns()
         head, tail = encode_request(request)
         head_bytes = head.SerializeToString()
-        size = len(head_bytes) + sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in tail)
+        size = len(head_bytes) + parts_size(tail)
         sent = time.perf_counter_ns()
         data = await self._unary(
             "ModelInfer", [head_bytes, *tail], size, request.timeout_s or self._timeout_s

@@ -156,7 +156,7 @@ class GrpcAioFrontend:
         trace_headers = self._trace_headers(context)
 
         async def one(data: bytes) -> None:
-            await results.put(await self._methods.stream_infer(data, trace_headers))
+            await results.put(b"".join(await self._methods.stream_infer(data, trace_headers)))
 
         async def read() -> None:
             async for data in requests:

@@ -265,10 +265,10 @@ class GrpcMethods:
 
     async def stream_infer(
         self, data: bytes | bytearray | memoryview, trace_headers: dict[str, str] | None = None
-    ) -> bytes:
-        """One ``ModelStreamInfer`` message: errors travel inside the stream, as Triton's do."""
+    ) -> list[bytes | memoryview]:
+        """One ``ModelStreamInfer`` message, as pieces: errors travel inside the stream, as Triton's do."""
         try:
-            return wrap_stream_response(b"".join(await self.infer(data, trace_headers)))
+            return wrap_stream_response(await self.infer(data, trace_headers))
         except Exception as exc:  # noqa: BLE001  (reported in the stream message)
             error = as_sonic_error(exc)
             message = service_pb2.ModelStreamInferResponse(error_message=error.message)
@@ -279,4 +279,4 @@ class GrpcMethods:
                 message.infer_response.id = request.id
             except Exception:  # noqa: BLE001, S110  (a malformed request has no id to echo)
                 pass
-            return bytes(message.SerializeToString())
+            return [message.SerializeToString()]

@@ -27,6 +27,7 @@ from sonic.protocol.http2 import (
     grpc_message_prefix,
     parse_grpc_timeout,
 )
+from sonic.protocol.wire import parts_size
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.grpc_methods import (
     HEALTH_CHECK_PATH,
@@ -281,7 +282,7 @@ class GrpcConnection(Http2Connection):
             error = as_sonic_error(exc)
             self._fail(stream, grpc_status(error), error.message)
             return
-        size = sum(len(part) for part in parts)
+        size = parts_size(parts)
         if size > self._frontend.max_message_bytes:
             msg = f"Sent message larger than max ({size} vs. {self._frontend.max_message_bytes})"
             self._fail(stream, grpc.StatusCode.RESOURCE_EXHAUSTED, msg)
@@ -293,9 +294,9 @@ class GrpcConnection(Http2Connection):
         self.respond(stream, [grpc_message_prefix(size), *parts], TRAILERS_OK)
 
     async def _run_stream_message(self, stream: Stream, call: Call, message: bytes | memoryview) -> None:
-        payload = await self._methods.stream_infer(message, call.trace)
+        parts = await self._methods.stream_infer(message, call.trace)
         if not stream.local_closed:
-            self.respond(stream, [grpc_message_prefix(len(payload)), payload])
+            self.respond(stream, [grpc_message_prefix(parts_size(parts)), *parts])
 
     def _finish_stream_call(self, stream: Stream, call: Call) -> None:
         self._cancel_deadline(call)
