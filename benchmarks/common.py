@@ -97,6 +97,12 @@ def steady_malloc(threshold_bytes: int = 64 << 20) -> bool:
     )
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its threads (children not included), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def peak_rss_mb(pid: int) -> float:
     """VmHWM: the process's peak resident set size."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -58,7 +58,15 @@ import tritonclient.grpc.aio as triton_aio
 from tritonclient.grpc import InferInput
 from tritonclient.utils import np_to_triton_dtype
 
-from benchmarks.common import RESULTS, grpc_load, infer_request_bytes, machine, save, steady_malloc
+from benchmarks.common import (
+    RESULTS,
+    cpu_seconds,
+    grpc_load,
+    infer_request_bytes,
+    machine,
+    save,
+    steady_malloc,
+)
 from sonic.launch import ServerProcess
 from sonic.models.build import build_model
 from sonic.models.zoo import ReferenceModel, registry
@@ -451,12 +459,6 @@ async def tritonclient_once(address: str, model: str, feeds: dict[str, npt.NDArr
         await client.infer(model, tensors, client_timeout=120.0)
     finally:
         await client.close()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process and its threads (children not included), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run(rounds: int, window_s: float, only: set[str] | None) -> dict[str, Any]:

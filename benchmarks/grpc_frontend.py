@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import grpc_load, infer_request_bytes, machine, save, steady_malloc
+from benchmarks.common import cpu_seconds, grpc_load, infer_request_bytes, machine, save, steady_malloc
 from sonic.launch import ServerProcess, terminate
 from sonic.testing.repository import write_test_repository
 from sonic.testing.triton import free_port
@@ -53,11 +53,6 @@ async def main():
 
 uvloop.run(main())
 """
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks of 1/100 s
 
 
 def start_do_nothing() -> tuple[subprocess.Popen[str], str]:

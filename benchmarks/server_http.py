@@ -39,6 +39,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from benchmarks.common import cpu_seconds
 from sonic.launch import ServerProcess
 from sonic.models.build import build_repository
 from sonic.models.simple import write_sample_repository
@@ -101,12 +102,6 @@ def make_client(protocol: str, address: str, certs: dict[str, Path] | None) -> A
         ssl_options={"ca_certs": str(certs["ca"])},
         insecure=True,  # the certificate names an IP; geventhttpclient checks host names only
     )
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_load(
