@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import numpy.typing as npt
 
 from sonic.perf.engine import LoadGenerator, LoadLevel, MeasurementConfig
 from sonic.perf.transport import TRANSPORTS, encode_infer_request
@@ -20,7 +20,7 @@ from sonic.perf.transport import TRANSPORTS, encode_infer_request
 RESULTS = Path(__file__).parent / "results"
 
 
-def infer_request_bytes(model: str, inputs: dict[str, np.ndarray], datatypes: dict[str, str]) -> bytes:
+def infer_request_bytes(model: str, inputs: dict[str, npt.NDArray[Any]], datatypes: dict[str, str]) -> bytes:
     """A serialized ModelInferRequest, built once and sent many times."""
     return encode_infer_request(model, "", inputs, datatypes)
 

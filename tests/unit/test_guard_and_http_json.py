@@ -111,7 +111,7 @@ def _binary_body(header: dict[str, object], *tensors: bytes) -> tuple[bytes, int
 
 def test_decode_binary_inputs_are_views() -> None:
     a = np.arange(4, dtype=np.float32)
-    header = {
+    header: dict[str, object] = {
         "id": "r7",
         "parameters": {"binary_data_output": True, "priority": 2},
         "inputs": [

@@ -70,7 +70,7 @@ def build_torchscript(repo: Path, net: Net) -> None:
     with warnings.catch_warnings():
         # TorchScript is what Triton's pytorch_libtorch platform serves; torch 2.13 calls it deprecated.
         warnings.simplefilter("ignore", DeprecationWarning)
-        torch.jit.save(torch.jit.trace(net, example), str(version / "model.pt"))
+        torch.jit.save(torch.jit.trace(net, example), str(version / "model.pt"))  # type: ignore[no-untyped-call]
     # Config order differs from the index order on purpose: INPUT__1 is the second forward argument.
     write_model(
         repo,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import pickle
-from typing import Any
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
 
 import ml_dtypes
 import numpy as np
@@ -25,11 +26,19 @@ SAMPLES: dict[str, npt.NDArray[Any]] = {
 }
 
 
-def run(coroutine):  # type: ignore[no-untyped-def]
+T = TypeVar("T")
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coroutine)
 
 
-async def _infer(transports, model, inputs, outputs=None):  # type: ignore[no-untyped-def]
+async def _infer(
+    transports: list[MemoryTransport],
+    model: str,
+    inputs: Mapping[str, Any],
+    outputs: Sequence[str] | None = None,
+) -> dict[str, npt.NDArray[Any]]:
     async with AsyncClient(model, transports=transports) as client:
         return await client.infer(inputs, outputs)
 
@@ -67,7 +76,7 @@ def test_datatypes_round_trip(transports: list[MemoryTransport], datatype: str) 
 def test_input_errors_name_model_and_input(
     transports: list[MemoryTransport],
     servers: list[MemoryServer],
-    inputs: dict[str, np.ndarray],
+    inputs: dict[str, npt.NDArray[Any]],
     message: str,
 ) -> None:
     with pytest.raises(InputError, match="model 'double'") as info:
@@ -86,7 +95,7 @@ def test_oversized_batch_is_split_and_joined(
 ) -> None:
     x = np.arange(20 * 4, dtype=np.float32).reshape(20, 4)
 
-    async def go() -> tuple[dict[str, np.ndarray], int]:
+    async def go() -> tuple[dict[str, npt.NDArray[Any]], int]:
         async with AsyncClient("double", transports=transports) as client:
             result = await client.infer_detailed({"INPUT0": x})
             return result.outputs, result.timing.requests
@@ -117,7 +126,7 @@ def test_model_without_batching(transports: list[MemoryTransport]) -> None:
 def test_ragged_batch_keeps_order(transports: list[MemoryTransport]) -> None:
     objects = [{"INPUT0": np.arange(n * 2, dtype=np.int64).reshape(2, n)} for n in (1, 5, 3, 7, 2)]
 
-    async def go() -> list[dict[str, np.ndarray]]:
+    async def go() -> list[dict[str, npt.NDArray[Any]]]:
         async with AsyncClient("id_int64", transports=transports) as client:
             return await client.infer_ragged(objects)
 
@@ -193,7 +202,7 @@ def test_concurrent_calls_coalesce_into_batches(
 ) -> None:
     config = ClientConfig(coalesce_in_flight=1)
 
-    async def go() -> list[dict[str, np.ndarray]]:
+    async def go() -> list[dict[str, npt.NDArray[Any]]]:
         async with AsyncClient("double", config, transports=transports[:1]) as client:
             await client.model_info()
             servers[0].hold()
