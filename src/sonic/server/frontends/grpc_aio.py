@@ -14,10 +14,12 @@ import grpc
 from grpc import aio
 
 from sonic.errors import grpc_status
+from sonic.server.config import TlsConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend
 from sonic.server.frontends.gate import CallGate, as_sonic_error
 from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, SERVICE, GrpcMethods, UnaryMethod
+from sonic.server.tls import grpc_server_credentials
 
 Context = aio.ServicerContext[Any, Any]
 
@@ -42,14 +44,14 @@ class GrpcAioFrontend(Frontend):
         port: int,
         *,
         max_message_bytes: int,
-        credentials: grpc.ServerCredentials | None = None,
+        tls: TlsConfig | None = None,
         max_concurrent_streams: int | None = None,
     ) -> None:
         self._methods = GrpcMethods(dataplane)
         self._gate = gate
         self.host = host
         self.port = port
-        self._credentials = credentials
+        self._credentials = grpc_server_credentials(tls) if tls is not None else None
         options: list[tuple[str, Any]] = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import zlib
 from typing import Any
 
@@ -28,11 +27,13 @@ from sonic.protocol.http2 import (
     parse_grpc_timeout,
 )
 from sonic.protocol.wire import parts_size
+from sonic.server.config import TlsConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend
 from sonic.server.frontends.gate import CallGate, as_sonic_error
 from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, SERVICE, GrpcMethods, UnaryMethod
 from sonic.server.frontends.h2 import Headers, Http2Connection, Stream
+from sonic.server.tls import grpc_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -336,7 +337,7 @@ class NativeGrpcFrontend(Frontend):
         port: int,
         *,
         max_message_bytes: int,
-        ssl_context: ssl.SSLContext | None = None,
+        tls: TlsConfig | None = None,
         max_concurrent_streams: int | None = None,
     ) -> None:
         self.methods = GrpcMethods(dataplane)
@@ -345,7 +346,7 @@ class NativeGrpcFrontend(Frontend):
         self.port = port
         self.max_message_bytes = max_message_bytes
         self.max_concurrent_streams = max_concurrent_streams
-        self._ssl_context = ssl_context
+        self._ssl_context = grpc_ssl_context(tls) if tls is not None else None
         names = [*self.methods.unary, "ModelInfer", "ModelStreamInfer"]
         self.paths = {f"/{SERVICE}/{name}".encode(): name for name in names}
         self.paths[HEALTH_CHECK_PATH.encode()] = "HealthCheck"

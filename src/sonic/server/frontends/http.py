@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import ssl
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -27,11 +26,13 @@ from sonic.errors import (
     http_status,
 )
 from sonic.protocol import http_json
+from sonic.server.config import TlsConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.aiohttp_listener import AiohttpListener
 from sonic.server.frontends.base import Frontend
 from sonic.server.frontends.gate import CallGate, as_sonic_error
 from sonic.server.guard import CallKind
+from sonic.server.tls import http_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class HttpFrontend(Frontend):
         port: int,
         *,
         max_message_bytes: int,
-        ssl_context: ssl.SSLContext | None = None,
+        tls: TlsConfig | None = None,
         max_connections_per_client: int | None = None,
     ) -> None:
         self._dataplane = dataplane
@@ -110,7 +111,7 @@ class HttpFrontend(Frontend):
         self._max_connections_per_client = max_connections_per_client
         self._limited: _ConnectionLimitedServer | None = None
         self._max_message_bytes = max_message_bytes
-        self._ssl_context = ssl_context
+        self._ssl_context = http_ssl_context(tls) if tls is not None else None
         self._listener = AiohttpListener()
 
     # --- lifecycle ------------------------------------------------------------------------------------
