@@ -23,7 +23,7 @@ from sonic.errors import (
 )
 from sonic.protocol.http_json import decode_infer_request, encode_infer_response, message_to_json
 from sonic.server.config import AuthConfig
-from sonic.server.frontends.grpc_methods import peer_host
+from sonic.server.frontends.gate import peer_host
 from sonic.server.guard import RateLimiter, TokenVerifier
 from sonic.server.types import InferResponse, OutputTensor
 

@@ -25,8 +25,7 @@ from sonic.client import (
     SyncClient,
     TransportKind,
 )
-from sonic.launch import ServerProcess
-from sonic.testing.triton import free_port
+from sonic.launch import ServerProcess, free_port
 
 pytestmark = pytest.mark.integration
 

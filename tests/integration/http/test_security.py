@@ -146,9 +146,14 @@ def auth_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def auth_server(auth_repository: Path, token_file: Path, jwt_issuer) -> Iterator[ServerProcess]:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module", params=["native", "grpcio"])
+def auth_server(  # type: ignore[no-untyped-def]
+    request: pytest.FixtureRequest, auth_repository: Path, token_file: Path, jwt_issuer
+) -> Iterator[ServerProcess]:
+    """Once per gRPC stack: both take their checks from the one call gate."""
     args = [
+        "--grpc-server",
+        request.param,
         "--http-port",
         "0",
         "--auth-token-file",

@@ -7,23 +7,19 @@ serialized bytes to serialized pieces, skipping protobuf for tensor bytes (see :
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
 from tritonclient.grpc import service_pb2
 
-from sonic.errors import InternalError, InvalidArgumentError, SonicError
+from sonic.errors import InvalidArgumentError
 from sonic.protocol import dtypes
 from sonic.protocol.wire import raw_contents_parts, split_raw_contents, wrap_stream_response
 from sonic.server.dataplane import DataPlane
-from sonic.server.guard import CallKind
+from sonic.server.frontends.gate import as_sonic_error
 from sonic.server.types import InferRequest, InferResponse, InputTensor, ShmRef
-
-log = logging.getLogger(__name__)
 
 SERVICE = "inference.GRPCInferenceService"
 # gRPC's standard health service (grpc-health-probe, Kubernetes gRPC probes), as Triton serves it: only
@@ -133,34 +129,6 @@ def encode_infer_response(response: InferResponse) -> list[bytes | memoryview]:
             continue
         contents.append(dtypes.array_to_bytes(output.array, dtypes.from_name(output.datatype)))
     return raw_contents_parts(head.SerializeToString(), contents)
-
-
-def as_sonic_error(exc: Exception) -> SonicError:
-    if isinstance(exc, SonicError):
-        return exc
-    log.exception("unexpected error", exc_info=exc)
-    return InternalError(f"internal error: {exc!r}")
-
-
-HEALTH_METHODS = frozenset({"ServerLive", "ServerReady", "ModelReady", "HealthCheck"})
-
-
-def call_kind(method: str) -> CallKind:
-    if method in HEALTH_METHODS:
-        return CallKind.HEALTH
-    if method == "RepositoryIndex":
-        return CallKind.INDEX
-    if method in {"ModelInfer", "ModelStreamInfer"}:
-        return CallKind.INFER
-    return CallKind.CONTROL
-
-
-def peer_host(peer: str) -> str:
-    """The host of a gRPC peer (``ipv4:1.2.3.4:5``, ``ipv6:%5B::1%5D:5``) as HTTP's peername spells it."""
-    scheme, _, rest = peer.partition(":")
-    if scheme not in {"ipv4", "ipv6"}:
-        return peer
-    return unquote(rest).rsplit(":", 1)[0].strip("[]")
 
 
 @dataclass(frozen=True)
