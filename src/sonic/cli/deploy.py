@@ -66,7 +66,7 @@ def run_local(args: argparse.Namespace) -> int:
         return 2
     stop = threading.Event()
 
-    def request_stop(signum: int, frame: FrameType | None) -> None:
+    def request_stop(_signum: int, _frame: FrameType | None) -> None:
         stop.set()
 
     signal.signal(signal.SIGTERM, request_stop)

@@ -31,7 +31,8 @@ class Upstream:
 
     def __post_init__(self) -> None:
         if bool(self.service) == bool(self.addresses):
-            raise ValueError("Upstream: give either a service name or replica addresses, not both or none")
+            msg = "Upstream: give either a service name or replica addresses, not both or none"
+            raise ValueError(msg)
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,8 @@ class JwtAuth:
 
     def __post_init__(self) -> None:
         if bool(self.jwks_file) == bool(self.jwks_uri):
-            raise ValueError("JwtAuth: give either jwks_file or jwks_uri (with jwks_host)")
+            msg = "JwtAuth: give either jwks_file or jwks_uri (with jwks_host)"
+            raise ValueError(msg)
         if self.jwks_uri and not self.jwks_host:
             raise ValueError(f"JwtAuth: jwks_uri {self.jwks_uri!r} needs jwks_host to connect to")
 

@@ -32,7 +32,8 @@ PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
         "Request latency at the replicas",
         "µs",
         tuple(
-            (f"p{int(q * 100)}", _quantile(q, "sonic_inference_request_duration_us")) for q in (0.5, 0.95, 0.99)
+            (f"p{int(q * 100)}", _quantile(q, "sonic_inference_request_duration_us"))
+            for q in (0.5, 0.95, 0.99)
         ),
     ),
     (
@@ -51,8 +52,10 @@ PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
         (
             (
                 "{{model}}",
-                f"sum by (model) (rate(nv_inference_count[{_W}]))"
-                f" / sum by (model) (rate(nv_inference_exec_count[{_W}]))",
+                (
+                    f"sum by (model) (rate(nv_inference_count[{_W}]))"
+                    f" / sum by (model) (rate(nv_inference_exec_count[{_W}]))"
+                ),
             ),
         ),
     ),
@@ -75,7 +78,10 @@ PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
         (
             ("requests", f"sum(rate(envoy_cluster_upstream_rq_total{{{_CLUSTER}}}[{_W}]))"),
             ("retries", f"sum(rate(envoy_cluster_upstream_rq_retry{{{_CLUSTER}}}[{_W}]))"),
-            ("resets", f"sum(rate(envoy_cluster_upstream_cx_destroy_remote_with_active_rq{{{_CLUSTER}}}[{_W}]))"),
+            (
+                "resets",
+                f"sum(rate(envoy_cluster_upstream_cx_destroy_remote_with_active_rq{{{_CLUSTER}}}[{_W}]))",
+            ),
         ),
     ),
     (

@@ -52,7 +52,8 @@ class LocalSettings:
         if self.replicas < 1:
             raise ValueError(f"--replicas {self.replicas}: at least 1")
         if self.admission_threshold_ms is not None and not self.prometheus:
-            raise ValueError("the admission filter queries Prometheus: give --prometheus with the threshold")
+            msg = "the admission filter queries Prometheus: give --prometheus with the threshold"
+            raise ValueError(msg)
 
 
 def _free_port(host: str) -> int:
@@ -117,7 +118,7 @@ class LocalStack:
             for future in futures:
                 try:
                     self.replicas.append(future.result())
-                except Exception:  # noqa: PERF203  (the others are collected so stop() ends them)
+                except Exception:  # the others are collected, so stop() ends them too
                     for other in futures:
                         if other is not future and other.exception() is None:
                             self.replicas.append(other.result())
@@ -128,7 +129,10 @@ class LocalStack:
         admission = None
         if settings.admission_threshold_ms is not None:
             admission = Admission(
-                settings.host, prometheus_port, load_query(settings.load_window), settings.admission_threshold_ms
+                settings.host,
+                prometheus_port,
+                load_query(settings.load_window),
+                settings.admission_threshold_ms,
             )
         return EnvoySettings(
             upstream=Upstream(addresses=tuple(r.grpc_address for r in self.replicas)),
@@ -174,7 +178,9 @@ class LocalStack:
             f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
             f"--web.listen-address={self.prometheus_address}",
         ]
-        self.prometheus = LoggedChild("prometheus", command, self.workdir / "prometheus.log", PROMETHEUS_READY)
+        self.prometheus = LoggedChild(
+            "prometheus", command, self.workdir / "prometheus.log", PROMETHEUS_READY
+        )
         self.prometheus.wait_ready(settings.wait_timeout_s)
         _get(f"http://{self.prometheus_address}/-/ready")  # raises unless it answers 200
 

@@ -25,6 +25,7 @@ class LoggedChild:
         self.name = name
         self.log_path = log_path
         self._ready_pattern = ready
+        self.ready_line = ""  # the line that matched ``ready``
         self._ready = threading.Event()
         self._ended = threading.Event()
         self.process = subprocess.Popen(
@@ -52,6 +53,7 @@ class LoggedChild:
                 log.write(line)
                 log.flush()
                 if not self._ready.is_set() and self._ready_pattern.search(line):
+                    self.ready_line = line.strip()
                     self._ready.set()
         self._ended.set()
         self._ready.set()  # wakes wait_ready, which then sees the end
