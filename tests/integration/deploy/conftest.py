@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
+import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Self
 
+import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 
+from sonic.client import AsyncClient, ClientConfig
 from sonic.models.simple import write_sample_repository
 from sonic.models.testing import slow_model
 
@@ -85,3 +91,71 @@ def wait_for_prometheus(
 
 def is_nan_or_none(value: float | None) -> bool:
     return value is None or math.isnan(value)
+
+
+class Callers:
+    """``count`` concurrent callers of one model through one ``sonic.client``, until stopped.
+
+    They run on an event loop in a thread of their own, so the test can act (kill a replica, ask
+    Envoy for the RepositoryIndex) while they call; every call's outcome is counted.
+    """
+
+    def __init__(self, address: str, model: str, inputs: dict[str, np.ndarray], count: int = 32) -> None:
+        self.address, self.model, self.inputs, self.count = address, model, inputs, count
+        self.completed = 0
+        self.errors: list[BaseException] = []
+        self._changed = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="callers")
+
+    async def _main(self) -> None:
+        client = AsyncClient(self.model, ClientConfig(servers=(self.address,)))
+        async with client, asyncio.TaskGroup() as group:
+            for _ in range(self.count):
+                group.create_task(self._caller(client))
+
+    async def _caller(self, client: AsyncClient) -> None:
+        while not self._stop.is_set():
+            try:
+                await client.infer(self.inputs)
+            except Exception as exc:  # noqa: BLE001  (every failure is a test failure, reported at the end)
+                with self._changed:
+                    self.errors.append(exc)
+            else:
+                with self._changed:
+                    self.completed += 1
+                    self._changed.notify_all()
+
+    def wait_completed(self, total: int, timeout_s: float = 60.0) -> None:
+        with self._changed:
+            if not self._changed.wait_for(lambda: self.completed >= total or self.errors, timeout_s):
+                pytest.fail(
+                    f"{self.count} callers completed {self.completed} calls of {total} in {timeout_s} s"
+                )
+        assert not self.errors, self.errors[:3]
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def success_count(grpc_address: str, model: str) -> int:
+    """Successful requests of ``model`` by the replica's own statistics."""
+    client = grpcclient.InferenceServerClient(grpc_address)
+    try:
+        stats = client.get_inference_statistics(model_name=model)
+    finally:
+        client.close()
+    return sum(int(m.inference_stats.success.count) for m in stats.model_stats)
+
+
+def envoy_counter(admin_address: str, name: str) -> int:
+    """One counter of Envoy's admin /stats, e.g. ``cluster.sonic_replicas.upstream_rq_retry``."""
+    url = f"http://{admin_address}/stats?format=json&filter=" + urllib.parse.quote(f"^{name}$")
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        stats = json.loads(answer.read())["stats"]
+    return sum(int(s["value"]) for s in stats if s.get("name") == name)
