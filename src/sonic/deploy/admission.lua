@@ -1,4 +1,4 @@
--- sonic admission control, rendered by sonic.deploy.envoy (placeholders: $query, $threshold, $authority).
+-- sonic admission control, rendered by sonic.deploy.envoy (the query, threshold and authority are filled in there).
 --
 -- A new job starts by asking for the RepositoryIndex (sonic.client and CMSSW's SonicTriton both do).
 -- While the load metric that Prometheus computes is above the threshold, that call is refused with

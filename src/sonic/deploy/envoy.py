@@ -180,9 +180,12 @@ def replica_cluster(settings: EnvoySettings) -> dict[str, Any]:
                 "grpc_health_check": {},
             }
         ],
+        # A replica that stops answering (resets, UNAVAILABLE) is ejected for a while; model errors
+        # (INTERNAL, INVALID_ARGUMENT) say nothing about the replica and eject nothing.
         "outlier_detection": {
-            "consecutive_5xx": 5,
             "consecutive_gateway_failure": 2,
+            "enforcing_consecutive_gateway_failure": 100,
+            "enforcing_consecutive_5xx": 0,
             "interval": "1s",
             "base_ejection_time": "10s",
         },
