@@ -10,7 +10,10 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from sonic.deploy.binaries import MissingBinaryError
 from sonic.deploy.local import LocalSettings, LocalStack
+from sonic.deploy.process import ChildStartError
+from sonic.launch import ServerStartError
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -71,7 +74,12 @@ def run_local(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    with LocalStack.start(settings) as stack:
+    try:
+        stack = LocalStack.start(settings)
+    except (ServerStartError, ChildStartError, MissingBinaryError) as exc:
+        print(f"sonic deploy local: {exc}", file=sys.stderr)
+        return 1
+    with stack:
         print(stack.ready_line(), flush=True)
         print(f"sonic: configs and logs in {stack.workdir}", file=sys.stderr, flush=True)
         stop.wait()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sonic.deploy.envoy import INGRESS_STAT_PREFIX, REPLICA_CLUSTER
+from sonic.deploy.envoy_settings import INGRESS_STAT_PREFIX, REPLICA_CLUSTER
 from sonic.deploy.metrics import LOAD_RECORD, envoy_healthy_replicas
 
 RATE_INTERVAL = "$__rate_interval"

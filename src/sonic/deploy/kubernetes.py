@@ -11,14 +11,14 @@ import json
 from pathlib import Path
 
 from sonic.deploy import grafana
-from sonic.deploy.envoy import (
+from sonic.deploy.envoy import envoy_config
+from sonic.deploy.envoy_settings import (
     Admission,
     ConnectionRateLimit,
     EnvoySettings,
     JwtAuth,
     ListenerTls,
     Upstream,
-    envoy_config,
 )
 from sonic.deploy.keda import Scaling, scaled_object
 from sonic.deploy.metrics import kubernetes_prometheus_config, load_query, recording_rules

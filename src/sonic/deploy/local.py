@@ -21,7 +21,8 @@ from types import TracebackType
 from typing import Self
 
 from sonic.deploy.binaries import envoy_binary, prometheus_binary
-from sonic.deploy.envoy import Admission, EnvoySettings, Upstream, envoy_config
+from sonic.deploy.envoy import envoy_config
+from sonic.deploy.envoy_settings import Admission, EnvoySettings, Upstream
 from sonic.deploy.metrics import ScrapeTargets, load_query, local_prometheus_config, recording_rules
 from sonic.deploy.process import LoggedChild
 from sonic.deploy.yamltext import to_yaml

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sonic.deploy.envoy import REPLICA_CLUSTER
+from sonic.deploy.envoy_settings import REPLICA_CLUSTER
 
 LOAD_RECORD = "sonic:queue_time_per_execution_ms"
 

@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from tritonclient.utils import InferenceServerException
 
 from sonic.client import ClientConfig, SyncClient
 from sonic.deploy import grafana
+from sonic.deploy.binaries import MissingBinaryError, prometheus_binary
 from sonic.deploy.keda import Scaling, desired_replicas
 from sonic.deploy.local import LocalSettings, LocalStack
 from sonic.deploy.metrics import load_query
@@ -158,3 +160,21 @@ def test_cli_prints_the_ready_line_serves_and_stops_everything_on_sigterm(
     assert code == 0, cli.tail()
     for address in (fields["envoy"], fields["prometheus"], fields["envoy-admin"], *replicas):
         assert _refuses_connections(address), f"{address} still accepts connections after SIGTERM"
+
+
+def test_start_failures_say_what_failed_and_leave_nothing_running(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="give --prometheus with the threshold"):
+        LocalSettings(repositories=(tmp_path,), admission_threshold_ms=1.0)
+    result = subprocess.run(
+        [sys.executable, "-m", "sonic.cli.main", "deploy", "local", "--model-repository", str(tmp_path),
+         "--replicas", "2", "--port", "0", "--serve-arg=--no-such-option", "--workdir", str(tmp_path / "stack")],
+        check=False, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.startswith("sonic deploy local: sonic serve exited with code 2 before ready"), (
+        result.stderr
+    )
+    assert "--no-such-option" in result.stderr
+    assert not (tmp_path / "stack" / "envoy.log").exists()  # nothing started after the replicas failed
+    with pytest.raises(MissingBinaryError, match="no Prometheus binary"):
+        prometheus_binary(tmp_path / "prometheus")

@@ -20,7 +20,8 @@ from cryptography.x509.oid import NameOID
 
 from sonic.deploy import grafana
 from sonic.deploy.binaries import envoy_binary
-from sonic.deploy.envoy import Admission, EnvoySettings, JwtAuth, Upstream, admission_lua, envoy_config
+from sonic.deploy.envoy import admission_lua, envoy_config
+from sonic.deploy.envoy_settings import Admission, EnvoySettings, JwtAuth, Upstream
 from sonic.deploy.keda import Scaling, desired_replicas
 from sonic.deploy.kubernetes import generated_files
 from sonic.deploy.metrics import ScrapeTargets, local_prometheus_config, recording_rules

@@ -26,7 +26,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from sonic.deploy.binaries import envoy_binary
-from sonic.deploy.envoy import EnvoySettings, Upstream, envoy_config
+from sonic.deploy.envoy import envoy_config
+from sonic.deploy.envoy_settings import EnvoySettings, Upstream
 from sonic.deploy.local import ENVOY_READY
 from sonic.deploy.process import LoggedChild
 from sonic.deploy.yamltext import to_yaml
