@@ -13,7 +13,6 @@ import re
 import socket
 import tempfile
 import urllib.request
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,12 +71,54 @@ def _get(url: str) -> bytes:
         return body
 
 
+@dataclass(frozen=True)
+class RunningEnvoy:
+    child: LoggedChild
+    address: str  # the listener, where clients connect
+    admin: str
+
+    @property
+    def pid(self) -> int:
+        return self.child.pid
+
+    def stop(self) -> int:
+        return self.child.stop()
+
+
+def start_envoy(
+    settings: EnvoySettings, workdir: Path, concurrency: int, wait_timeout_s: float
+) -> RunningEnvoy:
+    """Envoy with ``settings`` (admin port 0: a free one), ready: listeners bound, first health checks done."""
+    config_path = workdir / "envoy.yaml"
+    config_path.write_text(to_yaml(envoy_config(settings)), encoding="utf-8")
+    admin_path = workdir / "envoy-admin-address"
+    admin_path.unlink(missing_ok=True)
+    command = [
+        str(envoy_binary()),
+        "--config-path", str(config_path),
+        "--concurrency", str(concurrency),
+        "--admin-address-path", str(admin_path),
+        "--disable-hot-restart",  # several Envoys on one host share no memory segment
+        "--log-level", "info",
+    ]  # fmt: skip
+    child = LoggedChild("envoy", command, workdir / "envoy.log", ENVOY_READY)
+    try:
+        child.wait_ready(wait_timeout_s)
+        admin = admin_path.read_text(encoding="utf-8").strip()
+        listeners = json.loads(_get(f"http://{admin}/listeners?format=json"))
+    except BaseException:
+        child.stop()
+        raise
+    socket_address = listeners["listener_statuses"][0]["local_address"]["socket_address"]
+    return RunningEnvoy(child, f"{socket_address['address']}:{socket_address['port_value']}", admin)
+
+
 class LocalStack:
     def __init__(self, settings: LocalSettings, workdir: Path) -> None:
         self.settings = settings
         self.workdir = workdir
         self.replicas: list[ServerProcess] = []
-        self.envoy: LoggedChild | None = None
+        self.envoy: RunningEnvoy | None = None
         self.prometheus: LoggedChild | None = None
         self.envoy_address = ""
         self.envoy_admin = ""
@@ -145,24 +186,11 @@ class LocalStack:
         )
 
     def _start_envoy(self, prometheus_port: int) -> None:
-        config_path = self.workdir / "envoy.yaml"
-        config_path.write_text(to_yaml(envoy_config(self.envoy_settings(prometheus_port))), encoding="utf-8")
-        admin_path = self.workdir / "envoy-admin-address"
-        admin_path.unlink(missing_ok=True)
-        command = [
-            str(envoy_binary()),
-            "--config-path", str(config_path),
-            "--concurrency", str(self.settings.envoy_concurrency),
-            "--admin-address-path", str(admin_path),
-            "--disable-hot-restart",  # several Envoys on one host share no memory segment
-            "--log-level", "info",
-        ]  # fmt: skip
-        self.envoy = LoggedChild("envoy", command, self.workdir / "envoy.log", ENVOY_READY)
-        self.envoy.wait_ready(self.settings.wait_timeout_s)
-        self.envoy_admin = admin_path.read_text(encoding="utf-8").strip()
-        listeners = json.loads(_get(f"http://{self.envoy_admin}/listeners?format=json"))
-        socket_address = listeners["listener_statuses"][0]["local_address"]["socket_address"]
-        self.envoy_address = f"{socket_address['address']}:{socket_address['port_value']}"
+        settings = self.envoy_settings(prometheus_port)
+        self.envoy = start_envoy(
+            settings, self.workdir, self.settings.envoy_concurrency, self.settings.wait_timeout_s
+        )
+        self.envoy_address, self.envoy_admin = self.envoy.address, self.envoy.admin
 
     def _start_prometheus(self, port: int) -> None:
         settings = self.settings
@@ -194,10 +222,6 @@ class LocalStack:
             fields.append(f"prometheus={self.prometheus_address}")
         fields.append(f"envoy-admin={self.envoy_admin}")
         return "sonic: ready " + " ".join(fields)
-
-    def pids(self) -> Sequence[int]:
-        children = [self.envoy, self.prometheus]
-        return [r.pid for r in self.replicas] + [c.pid for c in children if c is not None]
 
     def stop(self) -> None:
         """Envoy first (no new requests), then the replicas drain, then Prometheus."""

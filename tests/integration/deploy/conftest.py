@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import ipaddress
 import json
 import math
 import os
@@ -17,6 +19,10 @@ from typing import Self
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from sonic.client import AsyncClient, ClientConfig
 from sonic.models.simple import write_sample_repository
@@ -159,3 +165,30 @@ def envoy_counter(admin_address: str, name: str) -> int:
     with urllib.request.urlopen(url, timeout=10) as answer:
         stats = json.loads(answer.read())["stats"]
     return sum(int(s["value"]) for s in stats if s.get("name") == name)
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and localhost (and its key), as a site's TLS Secret would hold."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sonic-envoy")])
+    now = dt.datetime.now(dt.UTC)
+    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "tls.crt", directory / "tls.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_path, key_path

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import shutil
@@ -13,10 +12,6 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from sonic.deploy import grafana
 from sonic.deploy.binaries import envoy_binary
@@ -27,7 +22,7 @@ from sonic.deploy.kubernetes import generated_files
 from sonic.deploy.metrics import ScrapeTargets, local_prometheus_config, recording_rules
 from sonic.deploy.yamltext import to_yaml
 
-from .conftest import REPO_ROOT
+from .conftest import REPO_ROOT, self_signed
 
 pytestmark = pytest.mark.integration
 KUBERNETES = REPO_ROOT / "deploy" / "kubernetes"
@@ -98,30 +93,6 @@ def test_replica_deployment_drains_before_it_is_killed() -> None:
     assert {c["name"] for c in pod["initContainers"]} == {"fetch-models"}
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sonic-envoy")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now)
-        .not_valid_after(now + dt.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "tls.crt", directory / "tls.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return cert_path, key_path
-
-
 def envoy_validate(config_text: str, tmp_path: Path) -> None:
     path = tmp_path / "envoy.yaml"
     path.write_text(config_text)
@@ -136,7 +107,7 @@ def envoy_validate(config_text: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("path", ["base/generated/envoy.yaml", "overlays/example-site/generated/envoy.yaml"])
 def test_envoy_accepts_the_kubernetes_config(path: str, tmp_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)  # the site's TLS secret, mounted at /etc/envoy-tls in the pod
+    cert, key = self_signed(tmp_path)  # the site's TLS secret, mounted at /etc/envoy-tls in the pod
     text = (KUBERNETES / path).read_text().replace("/etc/envoy-tls/tls.crt", str(cert))
     envoy_validate(text.replace("/etc/envoy-tls/tls.key", str(key)), tmp_path)
 
