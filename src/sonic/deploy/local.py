@@ -157,14 +157,11 @@ class LocalStack:
 
         with ThreadPoolExecutor(settings.replicas) as pool:
             futures = [pool.submit(start_one, i) for i in range(settings.replicas)]
-            for future in futures:
-                try:
-                    self.replicas.append(future.result())
-                except Exception:  # the others are collected, so stop() ends them too
-                    for other in futures:
-                        if other is not future and other.exception() is None:
-                            self.replicas.append(other.result())
-                    raise
+        # Every start has ended here; the ones that succeeded are kept, so stop() ends them on failure.
+        self.replicas = [f.result() for f in futures if f.exception() is None]
+        failures = [error for f in futures if (error := f.exception()) is not None]
+        if failures:
+            raise failures[0]
 
     def envoy_settings(self, prometheus_port: int) -> EnvoySettings:
         settings = self.settings
