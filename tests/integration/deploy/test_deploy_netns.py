@@ -176,6 +176,8 @@ def test_a_protodune_event_takes_its_bandwidth_term_on_a_2_gbps_link(
     print(
         f"{PATCHES} patches ({EVENT_BITS / 1e9:.2f} Gb) through Envoy: {shaped:.2f} s shaped, {unshaped:.2f} s not"
     )
-    # The wire alone takes 1.95 s; the stack's own time overlaps it (the request streams through).
-    assert WIRE_S * 0.95 <= shaped <= WIRE_S + unshaped + 1.0
-    assert shaped > unshaped
+    # No faster than the wire (1.95 s): the link is what the seed's is, scaled. The stack's own time
+    # (unshaped) overlaps the transfer, as the request streams through, so the link adds at most
+    # about its wire time on top. Both bounds are about the link, not about the stack's speed.
+    assert shaped >= WIRE_S * 0.95
+    assert shaped <= unshaped + WIRE_S * 1.5
