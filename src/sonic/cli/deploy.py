@@ -10,11 +10,6 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from sonic.deploy.binaries import MissingBinaryError
-from sonic.deploy.local import LocalSettings, LocalStack
-from sonic.deploy.process import ChildStartError
-from sonic.launch import ServerStartError
-
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("deploy", help="scale-out deployment: Envoy, Prometheus, Kubernetes")
@@ -48,6 +43,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run_local(args: argparse.Namespace) -> int:
+    # Only this command needs the deploy extra (PyYAML, Envoy): `sonic serve` must start without it.
+    from sonic.deploy.binaries import MissingBinaryError  # noqa: PLC0415
+    from sonic.deploy.local import LocalSettings, LocalStack  # noqa: PLC0415
+    from sonic.deploy.process import ChildStartError  # noqa: PLC0415
+    from sonic.launch import ServerStartError  # noqa: PLC0415
+
     try:
         settings = LocalSettings(
             repositories=tuple(args.model_repository),
