@@ -34,7 +34,7 @@ from sonic.client.errors import (
     TransientError,
 )
 from sonic.client.fallback import FallbackServer
-from sonic.client.registry import ServerEntry, ServerRegistry
+from sonic.client.registry import ServerEntry, ServerRegistry, resolve_services
 from sonic.client.shm import Region, RegionPool, layout
 from sonic.client.transport.base import (
     ModelInfo,
@@ -184,7 +184,8 @@ class AsyncClient:
             if self._registry is None:
                 transports = self._given_transports
                 if transports is None:
-                    transports = [self._transport(a) for a in self.config.servers]
+                    addresses = [*self.config.servers, *await resolve_services(self.config.services)]
+                    transports = [self._transport(a) for a in addresses]
                 registry = ServerRegistry(
                     transports,
                     control_timeout_s=self.config.control_timeout_s,
