@@ -14,9 +14,9 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
-import numpy as np
+import numpy.typing as npt
 import pytest
 import tritonclient.grpc as grpcclient
 from cryptography import x509
@@ -106,7 +106,9 @@ class Callers:
     Envoy for the RepositoryIndex) while they call; every call's outcome is counted.
     """
 
-    def __init__(self, address: str, model: str, inputs: dict[str, np.ndarray], count: int = 32) -> None:
+    def __init__(
+        self, address: str, model: str, inputs: dict[str, npt.NDArray[Any]], count: int = 32
+    ) -> None:
         self.address, self.model, self.inputs, self.count = address, model, inputs, count
         self.completed = 0
         self.errors: list[BaseException] = []

@@ -100,7 +100,7 @@ def test_load_refuses_new_jobs_scales_up_and_every_panel_has_data(monitored: Loc
     wait_for_prometheus(prometheus, refused_total, lambda r: (scalar(r) or 0.0) >= 1.0, deadline_s=30)
     # After the load: the metric falls back (no execution: NaN), new jobs are admitted, KEDA scales down.
     idle = wait_for_prometheus(
-        prometheus, query, lambda r: is_nan_or_none(scalar(r)) or scalar(r) < THRESHOLD_MS
+        prometheus, query, lambda r: is_nan_or_none(scalar(r)) or (scalar(r) or 0.0) < THRESHOLD_MS
     )
     assert desired_replicas(current, scalar(idle), scaling) <= current
     assert "slow" in repository_index(monitored.envoy_address)
