@@ -11,8 +11,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from sonic.errors import SonicError
 from sonic.logs import configure_logging
+from sonic.protocol.errors import SonicError
 from sonic.server.config import (
     MAX_GRPC_MESSAGE_BYTES,
     AdmissionConfig,

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from sonic.client import batching
 from sonic.client.coalesce import Coalescer
-from sonic.client.config import ClientConfig, SharedMemoryMode, TransportKind
+from sonic.client.config import ClientConfig, SharedMemoryMode
 from sonic.client.errors import (
     Attempt,
     ClientError,
@@ -36,18 +36,11 @@ from sonic.client.errors import (
 from sonic.client.fallback import FallbackServer
 from sonic.client.registry import ServerEntry, ServerRegistry
 from sonic.client.shm import Region, RegionPool, layout
-from sonic.client.transport.base import (
-    ModelInfo,
-    ServerTiming,
-    ShmPlacement,
-    Transport,
-    WireInput,
-    WireOutputRequest,
-    WireRequest,
-    WireResponse,
-)
+from sonic.client.transport.base import ModelInfo, ServerTiming, Transport
+from sonic.client.transport.factory import open_transport
 from sonic.client.zerocopy import ShmRequest, no_local_server, plan, region_bytes
 from sonic.protocol import dtypes
+from sonic.protocol.types import ShmRef, WireInput, WireOutputRequest, WireRequest, WireResponse
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -148,29 +141,12 @@ class AsyncClient:
     def state(self) -> ClientState:
         return self._state
 
-    def _transport(self, address: str) -> Transport:
-        config = self.config
-        common: dict[str, Any] = {
-            "compression": config.compression,
-            "tls": config.tls,
-            "token": config.token,
-            "default_timeout_s": config.timeout_s,
-            "control_timeout_s": config.control_timeout_s,
-        }
-        if config.transport is TransportKind.NATIVE:
-            from sonic.client.transport.h2 import NativeTransport  # noqa: PLC0415  (protobuf only when used)
-
-            return NativeTransport(address, **common)
-        from sonic.client.transport.grpc import GrpcTransport  # noqa: PLC0415  (grpc only when used)
-
-        return GrpcTransport(address, stream_max_bytes=config.stream_max_bytes, **common)
-
     async def _start_fallback(self) -> Transport:
         server = FallbackServer(self.config.fallback)
         self._fallback = server  # set first, so close() stops it even if this task is cancelled
         log.warning("no reachable server has model '%s': starting the local fallback server", self.model)
         address = await asyncio.to_thread(server.start)
-        return self._transport(address)
+        return open_transport(address, self.config)
 
     async def _open(self) -> ServerRegistry:
         if self._state is ClientState.CLOSED:
@@ -184,7 +160,7 @@ class AsyncClient:
             if self._registry is None:
                 transports = self._given_transports
                 if transports is None:
-                    transports = [self._transport(a) for a in self.config.servers]
+                    transports = [open_transport(a, self.config) for a in self.config.servers]
                 registry = ServerRegistry(
                     transports,
                     control_timeout_s=self.config.control_timeout_s,
@@ -417,8 +393,8 @@ class AsyncClient:
         specs = {t.name: t for t in info.inputs}
         batch = next(iter(encoded.values()))[0].shape[0] if info.max_batch_size > 0 else 1
         region: Region | None = None
-        placements: dict[str, ShmPlacement] = {}
-        out_placements: dict[str, ShmPlacement] = {}
+        placements: dict[str, ShmRef] = {}
+        out_placements: dict[str, ShmRef] = {}
         shm_ns = 0
         if self._use_shm(entry):
             out_sizes = _output_bytes(info, names, batch) or {}
@@ -473,7 +449,7 @@ class AsyncClient:
         return InferResult(outputs, timing), entry.address
 
     def _decode(
-        self, response: WireResponse, names: list[str], region: Region | None, placed: dict[str, ShmPlacement]
+        self, response: WireResponse, names: list[str], region: Region | None, placed: dict[str, ShmRef]
     ) -> Arrays:
         by_name = {o.name: o for o in response.outputs}
         outputs: Arrays = {}

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import InternalError, SonicError, UnavailableError
+from sonic.protocol.errors import InternalError, SonicError, UnavailableError
 from sonic.server.backends.base import Backend, Request, RequestBackend
 from sonic.server.instance_thread import InstanceThread
 from sonic.server.stats import ModelStats, RequestTiming

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sonic.errors import ModelConfigError
+from sonic.protocol.errors import ModelConfigError
 from sonic.server.backends import backend_class, detect_backend
 from sonic.server.backends.base import Backend
 

@@ -30,7 +30,7 @@ import numpy.typing as npt
 from google.protobuf import descriptor, json_format
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import (
+from sonic.protocol.errors import (
     AlreadyExistsError,
     InternalError,
     InvalidArgumentError,

@@ -13,11 +13,12 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from sonic.errors import SonicError, grpc_status
+from sonic.protocol.errors import SonicError
+from sonic.protocol.grpc_codec import grpc_status
+from sonic.protocol.wire import SERVICE
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.grpc_methods import (
     HEALTH_CHECK_PATH,
-    SERVICE,
     GrpcMethods,
     UnaryMethod,
     as_sonic_error,

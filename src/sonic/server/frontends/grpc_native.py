@@ -19,19 +19,19 @@ from typing import Any
 
 import grpc
 
-from sonic.errors import SonicError, grpc_status
 from sonic.protocol import http2
+from sonic.protocol.errors import SonicError
+from sonic.protocol.grpc_codec import grpc_status
 from sonic.protocol.http2 import (
     encode_grpc_message,
     encode_headers,
     grpc_message_prefix,
     parse_grpc_timeout,
 )
-from sonic.protocol.wire import parts_size
+from sonic.protocol.wire import SERVICE, parts_size
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.grpc_methods import (
     HEALTH_CHECK_PATH,
-    SERVICE,
     GrpcMethods,
     UnaryMethod,
     as_sonic_error,

@@ -19,7 +19,8 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from sonic.errors import (
+from sonic.protocol import http_json
+from sonic.protocol.errors import (
     InternalError,
     InvalidArgumentError,
     NotFoundError,
@@ -28,7 +29,6 @@ from sonic.errors import (
     UnimplementedError,
     http_status,
 )
-from sonic.protocol import http_json
 from sonic.server.dataplane import DataPlane
 from sonic.server.guard import CallKind, Guard
 from sonic.server.observe import TRACE_HEADERS
