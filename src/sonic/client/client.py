@@ -22,6 +22,7 @@ from typing import Any, Self, TypeVar
 import numpy.typing as npt
 
 from sonic.client import batching
+from sonic.client.batching import Parameters
 from sonic.client.coalesce import Coalescer
 from sonic.client.config import ClientConfig, SharedMemoryMode
 from sonic.client.errors import (
@@ -247,34 +248,57 @@ class AsyncClient:
 
     # --- inference ------------------------------------------------------------------------------------
 
-    async def infer(self, inputs: Mapping[str, Any], outputs: Sequence[str] | None = None) -> Arrays:
-        """Named numpy inputs in, named numpy outputs out (all outputs unless ``outputs`` names some)."""
-        return (await self.infer_detailed(inputs, outputs)).outputs
+    async def infer(
+        self,
+        inputs: Mapping[str, Any],
+        outputs: Sequence[str] | None = None,
+        *,
+        parameters: Parameters | None = None,
+    ) -> Arrays:
+        """Named numpy inputs in, named numpy outputs out (all outputs unless ``outputs`` names some).
+
+        ``parameters``: Triton's request parameters (``sequence_id``, ``priority``, ``timeout``, ...) and
+        custom ones a model reads (``request.parameters()`` in a Python model); see
+        :mod:`sonic.protocol.types`.
+        """
+        return (await self.infer_detailed(inputs, outputs, parameters=parameters)).outputs
 
     async def infer_ragged(
-        self, objects: Sequence[Mapping[str, Any]], outputs: Sequence[str] | None = None
+        self,
+        objects: Sequence[Mapping[str, Any]],
+        outputs: Sequence[str] | None = None,
+        *,
+        parameters: Parameters | None = None,
     ) -> list[Arrays]:
         """One request per object (shapes may differ), sent concurrently, results in the given order."""
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(self.infer(o, outputs)) for o in objects]
+            tasks = [group.create_task(self.infer(o, outputs, parameters=parameters)) for o in objects]
         return [t.result() for t in tasks]
 
     async def infer_detailed(
-        self, inputs: Mapping[str, Any], outputs: Sequence[str] | None = None
+        self,
+        inputs: Mapping[str, Any],
+        outputs: Sequence[str] | None = None,
+        *,
+        parameters: Parameters | None = None,
     ) -> InferResult:
         info = await self.model_info()
         arrays, batch = batching.check_inputs(info, inputs)
         names = batching.output_names(info, outputs)
+        if parameters:
+            batching.check_request_parameters(self.model, parameters)
         if batch == 0:
             return InferResult(batching.empty_outputs(info, names), CallTiming())
-        if self.config.coalesce_in_flight and 0 < batch < info.max_batch_size:
+        # Requests with parameters are never merged: each keeps its own.
+        if self.config.coalesce_in_flight and not parameters and 0 < batch < info.max_batch_size:
             return await self._coalesced(info, arrays, batch, names)
+        extra = parameters or {}
         parts = batching.split(arrays, batch, info.max_batch_size)
         if len(parts) == 1:
-            results = [await self._infer_part(info, parts[0], names)]
+            results = [await self._infer_part(info, parts[0], names, extra)]
         else:
             async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(self._infer_part(info, p, names)) for p in parts]
+                tasks = [group.create_task(self._infer_part(info, p, names, extra)) for p in parts]
             results = [t.result() for t in tasks]
         if len(results) == 1:
             return results[0]
@@ -287,7 +311,7 @@ class AsyncClient:
         if self._coalescer is None:
 
             async def send(merged: Arrays) -> tuple[Arrays, CallTiming]:
-                result = await self._infer_part(info, merged, names)
+                result = await self._infer_part(info, merged, names, {})
                 return result.outputs, result.timing
 
             self._coalescer = Coalescer(send, info.max_batch_size, self.config.coalesce_in_flight)
@@ -295,7 +319,9 @@ class AsyncClient:
         outputs, timing = await self._coalescer.submit(key, arrays, batch)
         return InferResult(outputs, timing)
 
-    async def _infer_part(self, info: ModelInfo, arrays: Arrays, names: list[str]) -> InferResult:
+    async def _infer_part(
+        self, info: ModelInfo, arrays: Arrays, names: list[str], parameters: Parameters
+    ) -> InferResult:
         start = time.perf_counter_ns()
         specs = {t.name: t for t in info.inputs}
         encoded = {n: (a, batching.tensor_bytes(a, specs[n].datatype)) for n, a in arrays.items()}
@@ -304,7 +330,7 @@ class AsyncClient:
         assert self._in_flight is not None
         async with self._in_flight:
             (result, server), tries = await self._with_retries(
-                lambda entry: self._call(entry, info, encoded, names, request_id)
+                lambda entry: self._call(entry, info, encoded, names, request_id, parameters)
             )
         timing = CallTiming(
             result.timing.serialize_s + prepare_ns / 1e9,
@@ -389,6 +415,7 @@ class AsyncClient:
         encoded: dict[str, tuple[npt.NDArray[Any], bytes | memoryview]],
         names: list[str],
         request_id: str,
+        parameters: Parameters,
     ) -> tuple[InferResult, str]:
         specs = {t.name: t for t in info.inputs}
         batch = next(iter(encoded.values()))[0].shape[0] if info.max_batch_size > 0 else 1
@@ -423,6 +450,7 @@ class AsyncClient:
             outputs=tuple(WireOutputRequest(n, out_placements.get(n)) for n in names),
             request_id=request_id,
             timeout_s=self.config.timeout_s,
+            parameters=parameters,
         )
         try:
             before = (

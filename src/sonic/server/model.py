@@ -180,6 +180,7 @@ class ModelVersion:
             request_id=request.request_id,
             output_names=tuple(request.outputs) if request.outputs is not None else None,
             output_buffers=request.output_buffers or None,
+            parameters=request.parameters,
         )
 
     # --- inference ------------------------------------------------------------------------------------
