@@ -33,13 +33,19 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class ServerTiming:
-    """Cumulative server-side durations of a model (ModelStatistics), in nanoseconds."""
+    """Cumulative server-side durations of a model (ModelStatistics), in nanoseconds.
+
+    The ``compute_*`` durations are summed over requests (each request of a dynamic batch reports the
+    whole batch); ``execution_ns`` is summed over executions (each batch once).
+    """
 
     success_count: int = 0
     queue_ns: int = 0
     compute_input_ns: int = 0
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
+    executions: int = 0
+    execution_ns: int = 0
 
     def __sub__(self, other: ServerTiming) -> ServerTiming:
         return ServerTiming(
@@ -48,6 +54,8 @@ class ServerTiming:
             self.compute_input_ns - other.compute_input_ns,
             self.compute_infer_ns - other.compute_infer_ns,
             self.compute_output_ns - other.compute_output_ns,
+            self.executions - other.executions,
+            self.execution_ns - other.execution_ns,
         )
 
 

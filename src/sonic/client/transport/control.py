@@ -52,8 +52,17 @@ def server_timing_from(response: Any) -> ServerTiming:
     total = ServerTiming()
     for stats in response.model_stats:
         s = stats.inference_stats
+        execution_ns = sum(
+            b.compute_input.ns + b.compute_infer.ns + b.compute_output.ns for b in stats.batch_stats
+        )
         total = total - ServerTiming(
-            -s.success.count, -s.queue.ns, -s.compute_input.ns, -s.compute_infer.ns, -s.compute_output.ns
+            -s.success.count,
+            -s.queue.ns,
+            -s.compute_input.ns,
+            -s.compute_infer.ns,
+            -s.compute_output.ns,
+            -stats.execution_count,
+            -execution_ns,
         )
     return total
 
