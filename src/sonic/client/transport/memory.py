@@ -40,6 +40,7 @@ class MemoryServer:
     failures: list[str] = field(default_factory=list)  # statuses for the next calls, in order
     batch_sizes: list[int] = field(default_factory=list)  # of each request that ran
     request_ids: list[str] = field(default_factory=list)
+    parameters: list[dict[str, object]] = field(default_factory=list)  # of each request that ran
     in_flight: int = 0
     _open: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -112,6 +113,7 @@ class MemoryServer:
             )
         self.batch_sizes.append(batch)
         self.request_ids.append(request.request_id)
+        self.parameters.append(dict(request.parameters))
         results = model.function(arrays)
         wanted = [o.name for o in request.outputs] or [o.name for o in model.info.outputs]
         outputs = []
