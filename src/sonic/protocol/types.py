@@ -7,10 +7,15 @@ Server side, the gRPC and HTTP codecs decode into :class:`InferRequest` and enco
 Request parameters travel as one mapping from the client API (``AsyncClient.infer(..., parameters=)``)
 through both codecs (gRPC ``InferParameter`` map, HTTP JSON ``parameters``) to
 :attr:`InferRequest.parameters` and on to backends (``Request.parameters``; a Python model reads the
-custom ones as ``request.parameters()``). The codecs move any name and value; only
-:data:`REQUEST_PARAMETERS` gives names a meaning. Adding a parameter therefore touches: this module
-(its type in :data:`REQUEST_PARAMETERS`, and a property when the server reads it), the code that acts
-on it (the scheduler, a backend), and its tests.
+custom ones as ``request.parameters()``). The codecs and the client move any name and value; only
+:data:`REQUEST_PARAMETERS` gives names a meaning. Adding a parameter therefore touches about four files:
+
+1. this module: its types in :data:`REQUEST_PARAMETERS` (and a property of :class:`InferRequest` if the
+   server reads it, as :attr:`InferRequest.priority`);
+2. the code that acts on it: ``sonic/server/model.py`` (what the scheduler gets) or the backend that
+   reads ``Request.parameters`` (``sonic/server/backends/python.py`` for the Python backend's view);
+3. ``docs/client.md``, the list of parameters;
+4. its test.
 """
 
 from __future__ import annotations
