@@ -15,7 +15,8 @@ from typing import Any
 import numpy.typing as npt
 
 from sonic.perf.engine import LoadGenerator, LoadLevel, MeasurementConfig
-from sonic.perf.transport import TRANSPORTS, encode_infer_request
+from sonic.perf.transport import Transport
+from sonic.protocol.grpc_codec import encode_infer_request
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -54,7 +55,7 @@ async def grpc_load(
     scripts and the CLI measure the same way.
     """
     measurement = MeasurementConfig(window_s=duration_s, stable_windows=1, max_windows=1, warmup_s=warmup_s)
-    async with TRANSPORTS[transport](address, model="") as channel:
+    async with Transport(address, model="", kind=transport) as channel:
         generator = LoadGenerator(channel, [payload], batch_size=batch, measurement=measurement)
         result = await generator.run(LoadLevel(concurrency=concurrency))
     if not result.requests:

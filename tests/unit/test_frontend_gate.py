@@ -9,7 +9,8 @@ import grpc
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from sonic.errors import InternalError, NotFoundError, UnauthenticatedError, grpc_status, http_status
+from sonic.protocol.errors import InternalError, NotFoundError, UnauthenticatedError, http_status
+from sonic.protocol.grpc_codec import grpc_status
 from sonic.server.config import AuthConfig, ServerConfig
 from sonic.server.frontends.base import host_port
 from sonic.server.frontends.gate import CallGate, as_sonic_error, grpc_call_kind

@@ -7,15 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sonic.protocol.wire import MAX_MESSAGE_BYTES
+
 
 class ModelControlMode(enum.StrEnum):
     NONE = "none"  # load every model at start, no load/unload API
     EXPLICIT = "explicit"  # load only through the API (and --load-model)
     POLL = "poll"  # rescan the repositories every repository_poll_s
-
-
-# Triton's gRPC limit (INT32_MAX), so the same requests fit through both servers.
-MAX_GRPC_MESSAGE_BYTES = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -80,7 +78,7 @@ class ServerConfig:
     exit_timeout_s: float = 30.0  # drain time for in-flight requests at shutdown
     gpu_count: int = 0
     backend_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    grpc_max_message_bytes: int = MAX_GRPC_MESSAGE_BYTES
+    grpc_max_message_bytes: int = MAX_MESSAGE_BYTES  # Triton's: the same requests fit both servers
     server_name: str = "sonic"
     http_port: int | None = None  # None: no HTTP/REST frontend; 0 picks a free port
     metrics_port: int | None = None  # None: no Prometheus endpoint; 0 picks a free port

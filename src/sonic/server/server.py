@@ -14,7 +14,7 @@ import logging
 from contextlib import suppress
 from typing import Any
 
-from sonic.errors import SonicError
+from sonic.protocol.errors import SonicError
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend

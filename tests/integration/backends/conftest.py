@@ -301,6 +301,20 @@ def build_python_and_ensembles(repo: Path) -> None:
     write_model(repo, "bls", BLS_CONFIG, python_model("bls"))
     write_model(
         repo,
+        "echo_parameters",
+        """
+        name: "echo_parameters"
+        backend: "python"
+        input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+        output [
+          { name: "PARAMETERS" data_type: TYPE_STRING dims: [ 1 ] },
+          { name: "SEQUENCE" data_type: TYPE_STRING dims: [ 1 ] }
+        ]
+        """,
+        python_model("echo_parameters"),
+    )
+    write_model(
+        repo,
         "bls_async",
         """
         name: "bls_async"
@@ -408,7 +422,7 @@ def backend_server(built_models: BuiltModels) -> Iterator[ServerProcess]:
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(built_models.python_path), env.get("PYTHONPATH")) if p
     )
-    with ServerProcess.start([built_models.repo], env=env) as server:
+    with ServerProcess.start([built_models.repo], env=env, extra_args=["--http-port", "0"]) as server:
         yield server
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sonic.errors import ModelConfigError
+from sonic.protocol.errors import ModelConfigError
 from sonic.server.backends import backend_class, detect_backend
 from sonic.server.backends.base import Backend
 

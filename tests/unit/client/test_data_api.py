@@ -219,3 +219,56 @@ def test_concurrent_calls_coalesce_into_batches(
     for i, result in enumerate(results):
         np.testing.assert_array_equal(result["OUTPUT0"], np.full((1, 4), 2 * i, np.float32))
     assert servers[0].batch_sizes == [1, 8, 8, 2]
+
+
+def test_parameters_go_with_every_part_of_a_split_batch(
+    transports: list[MemoryTransport], servers: list[MemoryServer]
+) -> None:
+    x = np.arange(20 * 4, dtype=np.float32).reshape(20, 4)
+    sent: dict[str, str | int] = {"sequence_id": "run-1", "priority": 1, "detector": "hcal"}
+
+    async def go() -> dict[str, npt.NDArray[Any]]:
+        async with AsyncClient("double", transports=transports) as client:
+            return await client.infer({"INPUT0": x}, parameters=sent)
+
+    np.testing.assert_array_equal(asyncio.run(go())["OUTPUT0"], x * 2)
+    assert servers[0].parameters + servers[1].parameters == [sent] * 3
+
+
+def test_calls_with_parameters_are_not_coalesced(
+    transports: list[MemoryTransport], servers: list[MemoryServer]
+) -> None:
+    config = ClientConfig(coalesce_in_flight=1)
+
+    async def go() -> None:
+        async with AsyncClient("double", config, transports=transports[:1]) as client:
+            await client.model_info()
+            servers[0].hold()
+            tasks = [
+                asyncio.create_task(
+                    client.infer({"INPUT0": np.ones((1, 4), np.float32)}, parameters={"n": i})
+                )
+                for i in range(3)
+            ]
+            while servers[0].in_flight < 3:  # noqa: ASYNC110  (all three go on the wire at once)
+                await asyncio.sleep(0)
+            servers[0].release()
+            await asyncio.gather(*tasks)
+
+    asyncio.run(go())
+    assert servers[0].batch_sizes == [1, 1, 1]
+    assert sorted(str(p["n"]) for p in servers[0].parameters) == ["0", "1", "2"]
+
+
+def test_parameter_of_the_wrong_type_is_an_input_error(
+    transports: list[MemoryTransport], servers: list[MemoryServer]
+) -> None:
+    with (
+        SyncClient("double", transports=transports) as client,
+        pytest.raises(
+            InputError,
+            match="model 'double': request parameter 'sequence_start' must be a boolean, got 'yes'",
+        ),
+    ):
+        client.infer({"INPUT0": np.ones((1, 4), np.float32)}, parameters={"sequence_start": "yes"})
+    assert servers[0].batch_sizes == servers[1].batch_sizes == []

@@ -20,22 +20,12 @@ from typing import Any
 
 from sonic.client.config import Compression, TlsConfig
 from sonic.client.errors import ConnectionLostError, DeadlineExceededError, ResourceExhaustedError
-from sonic.client.transport.base import (
-    WireRequest,
-    WireResponse,
-)
-from sonic.client.transport.grpc import (
-    MAX_MESSAGE_BYTES,
-    SERVICE,
-    ControlCalls,
-    decode_response,
-    encode_request,
-    is_loopback,
-    split_response,
-)
+from sonic.client.transport.control import GrpcCalls, is_loopback
 from sonic.client.transport.h2_connection import ClientConnection
+from sonic.protocol.grpc_codec import decode_response, encode_request, split_response
 from sonic.protocol.http2 import encode_headers, format_grpc_timeout, grpc_message_prefix
-from sonic.protocol.wire import parts_size
+from sonic.protocol.types import WireRequest, WireResponse
+from sonic.protocol.wire import MAX_MESSAGE_BYTES, SERVICE_PATH, parts_size
 
 _COMPRESSORS = {
     Compression.GZIP: lambda data: zlib.compress(data, wbits=31),
@@ -52,7 +42,7 @@ def tls_context(tls: TlsConfig) -> ssl.SSLContext:
     return context
 
 
-class NativeTransport(ControlCalls):
+class NativeTransport(GrpcCalls):
     def __init__(
         self,
         address: str,
@@ -127,7 +117,9 @@ class NativeTransport(ControlCalls):
         key = (method, compressed)
         block = self._blocks.get(key)
         if block is None:
-            headers = [(n, (SERVICE + method).encode() if n == b":path" else v) for n, v in self._headers]
+            headers = [
+                (n, (SERVICE_PATH + method).encode() if n == b":path" else v) for n, v in self._headers
+            ]
             if compressed:
                 headers.append(self._compression_header)
             block = self._blocks[key] = encode_headers(headers)

@@ -3,7 +3,7 @@
 The front ends only say where the inputs are in their protocol (the ``authorization`` header or metadata, the
 peer, how to look a header up); the policy is here, once: the guard's checks (skipped entirely when no guard is
 configured, so a plain server pays nothing), W3C trace headers (read only while spans are made), and failures
-mapped through the one status table of :mod:`sonic.errors`, unexpected exceptions logged and reported as INTERNAL.
+mapped through the one status table of :mod:`sonic.protocol.errors`, unexpected exceptions logged and reported as INTERNAL.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from urllib.parse import unquote
 
-from sonic.errors import InternalError, SonicError
+from sonic.protocol.errors import InternalError, SonicError
 from sonic.server.dataplane import DataPlane
 from sonic.server.guard import CallKind, Guard
 from sonic.server.observe import TRACE_HEADERS

@@ -13,12 +13,13 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from sonic.errors import grpc_status
+from sonic.protocol.grpc_codec import grpc_status
+from sonic.protocol.wire import SERVICE
 from sonic.server.config import TlsConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend
 from sonic.server.frontends.gate import CallGate, as_sonic_error
-from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, SERVICE, GrpcMethods, UnaryMethod
+from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, GrpcMethods, UnaryMethod
 from sonic.server.tls import grpc_server_credentials
 
 Context = aio.ServicerContext[Any, Any]

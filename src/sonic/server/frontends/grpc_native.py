@@ -18,20 +18,21 @@ from typing import Any
 
 import grpc
 
-from sonic.errors import SonicError, grpc_status
 from sonic.protocol import http2
+from sonic.protocol.errors import SonicError
+from sonic.protocol.grpc_codec import grpc_status
 from sonic.protocol.http2 import (
     encode_grpc_message,
     encode_headers,
     grpc_message_prefix,
     parse_grpc_timeout,
 )
-from sonic.protocol.wire import parts_size
+from sonic.protocol.wire import SERVICE, parts_size
 from sonic.server.config import TlsConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend
 from sonic.server.frontends.gate import CallGate, as_sonic_error
-from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, SERVICE, GrpcMethods, UnaryMethod
+from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, GrpcMethods, UnaryMethod
 from sonic.server.frontends.h2 import Headers, Http2Connection, Stream
 from sonic.server.tls import grpc_ssl_context
 

@@ -18,14 +18,14 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from sonic.errors import (
+from sonic.protocol import http_json
+from sonic.protocol.errors import (
     InvalidArgumentError,
     NotFoundError,
     ResourceExhaustedError,
     UnimplementedError,
     http_status,
 )
-from sonic.protocol import http_json
 from sonic.server.config import TlsConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.aiohttp_listener import AiohttpListener
