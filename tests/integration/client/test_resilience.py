@@ -123,7 +123,9 @@ class Job:
         pytest.fail(f"{address} got no request within {RECOVERY_BOUND_S} s of being ready again")
 
 
-def test_killed_server_restarted_on_its_port_gets_traffic_again(sonic_repository: Path, tmp_path: Path) -> None:
+def test_killed_server_restarted_on_its_port_gets_traffic_again(
+    sonic_repository: Path, tmp_path: Path
+) -> None:
     """SIGKILL one of two servers mid-job, restart it on the same port, then SIGKILL the other one:
     the job goes on on the restarted server (it was never used again before: 4,496 NoServerErrors)."""
     first = start("sonic", sonic_repository, tmp_path)
