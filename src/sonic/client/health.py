@@ -103,13 +103,15 @@ class Prober(Generic[E]):
             self._task = loop.create_task(self._run(), name="sonic-client-prober")
 
     def probe_soon(self, entry: E) -> bool:
-        """A caller found no usable server: probe ``entry`` now unless one ended under a backoff ago.
-
-        Returns whether a probe is (now) pending, so the caller can :meth:`wait_probed` for it.
-        """
+        """A caller found no usable server: is a verdict on ``entry`` coming soon? True when a probe is
+        running or due within the probe timeout, or when one is started now (unless one ended under
+        a backoff ago: a server that is down is not probed by every call)."""
+        now = asyncio.get_running_loop().time()
         if entry.health is Health.PROBING:
             return True
-        if asyncio.get_running_loop().time() - entry.probed_at < self.policy.backoff_s:
+        if entry.probe_at is not None and entry.probe_at - now <= self.policy.timeout_s:
+            return not self._closed
+        if now - entry.probed_at < self.policy.backoff_s:
             return False
         self.schedule(entry, now=True)
         return not self._closed
@@ -120,6 +122,17 @@ class Prober(Generic[E]):
             self._probed = asyncio.Event()
         with suppress(TimeoutError):
             await asyncio.wait_for(self._probed.wait(), timeout_s)
+
+    async def verdicts(self, entries: list[E]) -> None:
+        """Until a probe of each of ``entries`` ended (bounded: two probe calls' time plus the wait)."""
+        loop = asyncio.get_running_loop()
+        before = [e.probed_at for e in entries]
+        deadline = loop.time() + 3 * self.policy.timeout_s
+        while any(e.probed_at == b for e, b in zip(entries, before, strict=True)):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            await self.wait_probed(remaining)
 
     async def _run(self) -> None:
         assert self._wake is not None

@@ -204,7 +204,7 @@ class ServerRegistry:
         pending = [e for e in self._down_with(model) if not e.is_fallback and self.prober.probe_soon(e)]
         if not pending:
             return None
-        await self.prober.wait_probed(self.prober.policy.timeout_s)
+        await self.prober.verdicts(pending)
         back = [e for e in self.candidates(model) if e in pending]
         return _best(back) if back else None
 
