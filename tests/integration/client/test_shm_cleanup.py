@@ -90,7 +90,10 @@ def test_killed_client_leaves_no_shared_memory(
         left = registered(control)
         assert not left & theirs, f"regions of the dead client still registered: {left & theirs}"
         assert segments(child.pid) == set()
-        assert mine and mine <= left and segments(os.getpid()) == mine  # the live client's are untouched
+        # The live client's regions are untouched.
+        assert mine
+        assert mine <= left
+        assert segments(os.getpid()) == mine
         np.testing.assert_array_equal(live.infer({"INPUT0": x})["OUTPUT0"], x)
     finally:
         if child.poll() is None:
