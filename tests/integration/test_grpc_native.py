@@ -15,13 +15,12 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from sonic.launch import ServerProcess
+from sonic.protocol.grpc_call import decode_grpc_message, grpc_message_prefix
 from sonic.protocol.http2 import (
     PREFACE,
     Flag,
     FrameType,
-    decode_grpc_message,
     frame,
-    grpc_message_prefix,
     settings_frame,
 )
 

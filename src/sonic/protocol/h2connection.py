@@ -1,30 +1,34 @@
-"""One HTTP/2 connection (RFC 9113) as an asyncio protocol, for either end: frames, flow control, streams.
+"""One HTTP/2 connection (RFC 9113), sans I/O, for either end: frames, flow control, streams, limits.
 
-The server (:mod:`sonic.server.frontends.h2`) and the client (:mod:`sonic.client.transport.h2`) subclass
-:class:`Http2Base` and fill in what differs by role: who opens streams (``_headers_done``), what ends
-one (``_finish``), GOAWAY, and the ``stream_*`` hooks. Written for the request rates of small inference
-calls: a frame is parsed in place from the received bytes, a DATA payload goes straight to its stream,
-header blocks that leave the HPACK table alone are decoded once and remembered, and everything written
-in one event-loop iteration leaves in one ``writelines``.
+Bytes go in through :meth:`Http2Core.receive_data`; what they cause comes out as calls of the
+``stream_*`` hooks (the events) and as bytes from :meth:`Http2Core.data_to_send`. There is no socket,
+loop or clock in here: timers are deadlines (:meth:`next_deadline`) that the one asyncio adapter
+(:mod:`sonic.protocol.h2asyncio`) arms and reports back with :meth:`on_timer`, and the adapter learns
+that output is waiting from :meth:`_output_ready`. Roles fill in what differs: who opens streams
+(``_headers_done``), what ends one (``_finish``), GOAWAY.
 
-Receive windows are large (we replenish as data arrives; message-size limits and stream limits bound
-memory); send windows are the peer's, and output waits for its WINDOW_UPDATEs.
+Written for the request rates of small inference calls: a frame is parsed in place from the received
+bytes, a DATA payload goes straight to its stream, header blocks that leave the HPACK table alone are
+decoded once and remembered (bounded: :class:`~sonic.protocol.http2.HeaderDecoder`), and everything
+queued between two :meth:`data_to_send` calls leaves together. Every per-frame cost is O(1): flow
+control revisits only streams whose window opened (:mod:`sonic.protocol.h2output`), and floods of frames
+that cost work without progress are counted against :class:`~sonic.protocol.h2limits.Http2Limits`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import struct
-from typing import cast
 
+from sonic.protocol.h2limits import Http2Limits, MemoBudget
+from sonic.protocol.h2output import Http2Output
+from sonic.protocol.h2timers import ConnectionTimers, TimerAction
 from sonic.protocol.http2 import (
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_WINDOW_BYTES,
     FRAME_HEADER,
     FRAME_HEADER_BYTES,
     MAX_FRAME_BYTES_LIMIT,
-    MAX_HEADER_LIST_BYTES,
     MAX_WINDOW_BYTES,
     PREFACE,
     ErrorCode,
@@ -35,7 +39,6 @@ from sonic.protocol.http2 import (
     Setting,
     Stream,
     frame,
-    frame_header,
     goaway,
     rst_stream,
     settings_frame,
@@ -49,41 +52,45 @@ CONNECTION_WINDOW_BYTES = 1 << 30
 MAX_FRAME_BYTES = 1 << 20  # largest frame we accept: big tensors arrive in few frames
 
 
-class Http2Base(asyncio.Protocol):
-    """What both ends of a connection do alike. Subclasses send their preface and SETTINGS."""
+class Http2Core(Http2Output):
+    """What both ends of a connection do alike. Roles send their preface and SETTINGS (``start``)."""
 
-    # DATA queued for the socket per loop iteration, at most (None: all the windows allow). Python
-    # 3.11's transports join a writelines() into one copy and keep what the socket did not take in a
-    # bytearray trimmed from the front, which costs O(n^2) memmove for a 15 MB message; a bounded
-    # batch per iteration, paused by the transport's high-water mark, leaves the socket paced instead.
-    write_batch_bytes: int | None = None
-
-    def __init__(self, *, expect_preface: bool) -> None:
-        self._transport: asyncio.Transport | None = None
-        self._loop = asyncio.get_running_loop()
+    def __init__(
+        self, *, expect_preface: bool, limits: Http2Limits, memo_budget: MemoBudget | None = None
+    ) -> None:
+        super().__init__()
+        self.limits = limits
+        self.timers = ConnectionTimers(limits)
         self._buffer = bytearray()
         self._preface_seen = not expect_preface
-        self._headers = HeaderDecoder()
-        self._continuation: tuple[int, int, bytearray] | None = None  # stream, flags, block so far
+        self._headers = HeaderDecoder(
+            max_header_list_bytes=limits.max_header_list_bytes,
+            max_table_size_updates=limits.max_table_size_updates,
+            memo_bytes=limits.memo_bytes,
+            budget=memo_budget,
+        )
+        # A header block being assembled: stream, HEADERS flags, block so far, CONTINUATION frames.
+        self._continuation: tuple[int, int, bytearray] | None = None
+        self._continuations = 0
         self._data_left = 0  # bytes of a DATA payload still to arrive, routed straight to its stream
         self._data_stream: Stream | None = None
         self._data_end = False
         self.streams: dict[int, Stream] = {}
         self._last_stream_id = 0  # the highest stream id opened, by the peer (server) or by us (client)
-        self._send_window = DEFAULT_WINDOW_BYTES
-        self._peer_initial_window = DEFAULT_WINDOW_BYTES
-        self._peer_max_frame = DEFAULT_MAX_FRAME_BYTES
         self._peer_max_streams = 1 << 31  # unlimited until its SETTINGS say otherwise
         self._recv_unacked = 0
-        self._blocked: dict[int, Stream] = {}  # streams with output waiting for a window
-        self._out: list[bytes | memoryview] = []
-        self._write_scheduled = False
-        self._batch_bytes = 0  # DATA bytes in _out
-        self._paused = False
+        # Accounting against the limits (counts, never time).
+        self._streams_opened = 0  # by the peer
+        self._streams_completed = 0
+        self._premature_resets = 0
+        self._empty_frames = 0
+        self._priority_frames = 0
+        self._control_frames_in = 0
         self.closing = False  # GOAWAY sent or received: no new streams
-        self.closed = asyncio.Event()
+        self.close_wanted = False  # the adapter closes the transport once the output is written
+        self.abort_wanted = False  # ... or drops it at once (a peer we will not wait for)
 
-    # --- hooks for the application and the role -----------------------------------------------------
+    # --- hooks for the application, the role and the adapter ----------------------------------------
 
     def stream_data(self, stream: Stream, data: memoryview) -> None:
         raise NotImplementedError
@@ -106,41 +113,29 @@ class Http2Base(asyncio.Protocol):
     def goaway_received(self, last_stream_id: int, code: int) -> None:
         raise NotImplementedError
 
-    # --- asyncio.Protocol ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Our side's opening: preface (client) and SETTINGS."""
+        raise NotImplementedError
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not asyncio.Transport subclasses, hence a cast and not a check.
-        self._transport = cast("asyncio.Transport", transport)
+    def _output_ready(self) -> None:
+        """Output is waiting (after none was): the adapter schedules a :meth:`data_to_send`."""
+
+    # --- bytes in, bytes out -------------------------------------------------------------------------
 
     def _send_settings(self, extra: dict[Setting, int]) -> None:
         settings = {
             Setting.INITIAL_WINDOW_SIZE: STREAM_WINDOW_BYTES,
             Setting.MAX_FRAME_SIZE: MAX_FRAME_BYTES,
-            Setting.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST_BYTES,
+            Setting.MAX_HEADER_LIST_SIZE: self.limits.max_header_list_bytes,
             Setting.ENABLE_PUSH: 0,
         }
         settings.update(extra)
         self._emit(settings_frame(settings))
         self._emit(window_update(0, CONNECTION_WINDOW_BYTES - DEFAULT_WINDOW_BYTES))
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if exc is not None:
-            log.debug("HTTP/2 connection with %s lost: %s", self.peer, exc)
-        streams = list(self.streams.values())
-        self.streams.clear()
-        self._blocked.clear()
-        for stream in streams:
-            self.stream_reset(stream)
-        self.closed.set()
-
-    def pause_writing(self) -> None:
-        self._paused = True
-
-    def resume_writing(self) -> None:
-        self._paused = False
-        self._flush_blocked()
-
-    def data_received(self, data: bytes) -> None:
+    def receive_data(self, data: bytes) -> None:
+        """Bytes from the peer. A connection error queues GOAWAY and asks the adapter to close."""
+        self.timers.active = True
         try:
             if self._buffer:
                 self._buffer += data
@@ -153,56 +148,82 @@ class Http2Base(asyncio.Protocol):
                 if used < len(data):
                     self._buffer += data[used:]
         except ProtocolError as exc:
-            log.info("HTTP/2 connection error with %s: %s", self.peer, exc)
-            self._emit(goaway(self._last_stream_id, exc.code, str(exc)))
-            self._close()
+            self.connection_error(exc)
 
-    # --- output ----------------------------------------------------------------------------------------
+    def connection_error(self, exc: ProtocolError) -> None:
+        log.info("HTTP/2 connection error with %s: %s", self.peer, exc)
+        self._emit(goaway(self._last_stream_id, exc.code, str(exc)))
+        if exc.code == ErrorCode.ENHANCE_YOUR_CALM:
+            self.abort_wanted = True  # an abusive peer: its unread output is not waited for
+        self._close()
+
+    def data_to_send(self) -> list[bytes | memoryview]:
+        """Everything queued since the last call; the next batch of DATA is queued behind it."""
+        out, self._out = self._out, []
+        self._queued_control = 0
+        if self._batch_bytes:
+            self._batch_bytes = 0
+            self._flush_blocked()  # the next batch, taken on the next call
+        return out
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`on_timer` is next due (the adapter's clock), None when never."""
+        return self.timers.next_deadline()
+
+    def start_timers(self, now: float) -> None:
+        self.timers.start(now)
+
+    def on_timer(self, now: float) -> None:
+        for action in self.timers.due(now, has_streams=bool(self.streams)):
+            if action is TimerAction.PING:
+                self._emit(frame(FrameType.PING, 0, 0, self.timers.ping_payload))
+            elif action is TimerAction.PING_TIMEOUT:
+                log.info(
+                    "HTTP/2 connection with %s: no PING answer within %s s",
+                    self.peer,
+                    self.limits.ping_timeout_s,
+                )
+                self.abort_wanted = True
+                self._close()
+            elif not self.closing:  # idle
+                self._emit(goaway(self._last_stream_id, ErrorCode.NO_ERROR, "idle"))
+                self._close()
+
+    def _pong(self, payload: bytes) -> None:
+        self.timers.pong(payload)
+
+    def transport_lost(self) -> None:
+        """The transport is gone: every open stream is reset for its application."""
+        streams = list(self.streams.values())
+        self.streams.clear()
+        self._forget_all_blocked()
+        self._headers.clear()
+        for stream in streams:
+            self.stream_reset(stream)
 
     @property
     def peer(self) -> str:
-        """The peer as gRPC spells it: ``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``."""
-        address = self._transport.get_extra_info("peername") if self._transport is not None else None
-        if not address:
-            return "unknown"
-        host, port = address[0], address[1]
-        return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
-
-    def _emit(self, data: bytes | memoryview) -> None:
-        self._out.append(data)
-        if not self._write_scheduled:
-            self._write_scheduled = True
-            self._loop.call_soon(self._write_out)
-
-    def _write_out(self) -> None:
-        self._write_scheduled = False
-        out, self._out = self._out, []
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.writelines(out)
-        if self._batch_bytes:
-            self._batch_bytes = 0
-            if self._blocked and not self._paused:
-                self._flush_blocked()  # the next batch, written on the next iteration
+        return "unknown"
 
     def _close(self) -> None:
         self.closing = True
-        if self._transport is not None:
-            self._write_out()
-            self._transport.close()
+        self.close_wanted = True
+        self._output_ready()
+
+    # --- output helpers ------------------------------------------------------------------------------
+
+    def _emit_control(self, data: bytes) -> None:
+        """A control frame we owe the peer (ACK, RST_STREAM, WINDOW_UPDATE): bounded while unread."""
+        self._queued_control += 1
+        if self._queued_control > self.limits.max_queued_control_frames and not self.close_wanted:
+            msg = f"more than {self.limits.max_queued_control_frames} control frames queued and not read"
+            raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, msg)
+        self._emit(data)
 
     def send_headers(self, stream: Stream, block: bytes, *, end_stream: bool = False) -> None:
         self._emit_header_block(stream.stream_id, block, end_stream=end_stream)
         if end_stream:
             self._finish(stream)
-
-    def respond(self, stream: Stream, data: list[bytes | memoryview], trailers: bytes | None = None) -> None:
-        """DATA as flow control allows, then (when given) the end of the stream: see Stream.trailers."""
-        if stream.local_closed:
-            return
-        stream.pending.extend(memoryview(piece).cast("B") for piece in data)
-        if trailers is not None:
-            stream.trailers = trailers
-        self._flush(stream)
 
     def reset(self, stream: Stream, code: ErrorCode) -> None:
         if not stream.local_closed or not stream.remote_closed:
@@ -210,10 +231,6 @@ class Http2Base(asyncio.Protocol):
         stream.local_closed = stream.remote_closed = True
         stream.pending.clear()
         self._forget(stream)
-
-    def abort(self) -> None:
-        if self._transport is not None:
-            self._transport.abort()
 
     def _emit_header_block(self, stream_id: int, block: bytes, *, end_stream: bool) -> None:
         limit = self._peer_max_frame
@@ -227,52 +244,9 @@ class Http2Base(asyncio.Protocol):
             last = Flag.END_HEADERS if index == len(chunks) else 0
             self._emit(frame(FrameType.CONTINUATION, last, stream_id, chunk))
 
-    def _flush(self, stream: Stream) -> None:
-        pending = stream.pending
-        while pending:
-            allowed = min(stream.send_window, self._send_window, self._peer_max_frame)
-            batch = self.write_batch_bytes
-            if allowed <= 0 or self._paused or (batch is not None and self._batch_bytes >= batch):
-                self._blocked[stream.stream_id] = stream
-                return
-            size = 0
-            pieces: list[memoryview] = []
-            while pending and size < allowed:
-                piece = pending[0]
-                take = min(len(piece), allowed - size)
-                if take == len(piece):
-                    pieces.append(pending.popleft())
-                else:
-                    pieces.append(piece[:take])
-                    pending[0] = piece[take:]
-                size += take
-            stream.send_window -= size
-            self._send_window -= size
-            self._batch_bytes += size
-            # The last DATA of a request carries END_STREAM itself, saving a frame.
-            end = Flag.END_STREAM if not pending and stream.trailers == b"" else 0
-            self._emit(frame_header(FrameType.DATA, end, stream.stream_id, size))
-            for piece in pieces:
-                self._emit(piece)
-            if end:
-                stream.trailers = None
-                self._finish(stream)
-        self._blocked.pop(stream.stream_id, None)
-        if stream.trailers is not None:
-            if stream.trailers:
-                self._emit_header_block(stream.stream_id, stream.trailers, end_stream=True)
-            else:
-                self._emit(frame(FrameType.DATA, Flag.END_STREAM, stream.stream_id))
-            stream.trailers = None
-            self._finish(stream)
-
-    def _flush_blocked(self) -> None:
-        for stream in list(self._blocked.values()):
-            self._flush(stream)
-
     def _forget(self, stream: Stream) -> None:
         self.streams.pop(stream.stream_id, None)
-        self._blocked.pop(stream.stream_id, None)
+        self._unblock(stream)
         if self.closing and not self.streams:
             self._close()
 
@@ -293,7 +267,7 @@ class Http2Base(asyncio.Protocol):
                 raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 client (bad connection preface)")
             self._preface_seen = True
             pos += len(PREFACE)
-        while end - pos >= FRAME_HEADER_BYTES:
+        while end - pos >= FRAME_HEADER_BYTES and not self.close_wanted:
             high, low, frame_type, flags, stream_id = FRAME_HEADER.unpack_from(view, pos)
             length = (high << 16) | low
             stream_id &= 0x7FFFFFFF
@@ -330,6 +304,7 @@ class Http2Base(asyncio.Protocol):
             stream.recv_unacked += length
         self._data_stream = stream
         self._data_end = bool(flags & Flag.END_STREAM)
+        self._empty_frames = 0
 
     def _data_continues(self, view: memoryview) -> int:
         take = min(len(view), self._data_left)
@@ -346,16 +321,26 @@ class Http2Base(asyncio.Protocol):
     def _on_data(self, stream_id: int, flags: int, payload: memoryview, length: int) -> None:
         self._count_received(length)
         stream = self._open_stream_for_data(stream_id)
-        if stream is None:
-            return
         if flags & Flag.PADDED:
             if not length or payload[0] >= length:
                 raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "DATA padding longer than the frame")
             payload = payload[1 : length - payload[0]]
+        if payload:
+            self._empty_frames = 0
+        elif not flags & Flag.END_STREAM:
+            self._count_empty_frame()
+        if stream is None:
+            return
         stream.recv_unacked += length
         if payload:
             self.stream_data(stream, payload)
         self._after_data(stream, bool(flags & Flag.END_STREAM))
+
+    def _count_empty_frame(self) -> None:
+        self._empty_frames += 1
+        if self._empty_frames > self.limits.max_consecutive_empty_frames:
+            msg = f"more than {self.limits.max_consecutive_empty_frames} empty frames in a row"
+            raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, msg)
 
     def _open_stream_for_data(self, stream_id: int) -> Stream | None:
         if stream_id == 0:
@@ -375,13 +360,13 @@ class Http2Base(asyncio.Protocol):
             if stream.local_closed:
                 self._forget(stream)
         elif stream.recv_unacked > STREAM_WINDOW_BYTES // 2 and not stream.local_closed:
-            self._emit(window_update(stream.stream_id, stream.recv_unacked))
+            self._emit_control(window_update(stream.stream_id, stream.recv_unacked))
             stream.recv_unacked = 0
 
     def _count_received(self, length: int) -> None:
         self._recv_unacked += length
         if self._recv_unacked > CONNECTION_WINDOW_BYTES // 2:
-            self._emit(window_update(0, self._recv_unacked))
+            self._emit_control(window_update(0, self._recv_unacked))
             self._recv_unacked = 0
 
     def _on_headers(self, stream_id: int, flags: int, payload: memoryview) -> None:
@@ -395,55 +380,120 @@ class Http2Base(asyncio.Protocol):
             start += 5
         if start > stop:
             raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "HEADERS padding longer than the frame")
+        self._check_block_size(stop - start)
         if flags & Flag.END_HEADERS:
+            self._empty_frames = 0
             self._headers_done(stream_id, flags, bytes(payload[start:stop]))
         else:
+            if start == stop:
+                self._count_empty_frame()
             self._continuation = (stream_id, flags, bytearray(payload[start:stop]))
+            self._continuations = 0
+
+    def _check_block_size(self, size: int) -> None:
+        if size > self.limits.max_header_block_bytes:
+            msg = f"header block of more than {self.limits.max_header_block_bytes} bytes"
+            raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, msg)
 
     def _on_continuation(self, stream_id: int, flags: int, payload: memoryview) -> None:
         if self._continuation is None or self._continuation[0] != stream_id:
             raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION without HEADERS")
+        self._continuations += 1
+        if self._continuations > self.limits.max_continuation_frames:
+            msg = f"more than {self.limits.max_continuation_frames} CONTINUATION frames in one header block"
+            raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, msg)
+        if not payload and not flags & Flag.END_HEADERS:
+            self._count_empty_frame()
         block = self._continuation[2]
         block += payload
-        if len(block) > MAX_HEADER_LIST_BYTES:
-            raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, "header block too large")
+        self._check_block_size(len(block))
         if flags & Flag.END_HEADERS:
             first_flags = self._continuation[1]
             self._continuation = None
             self._headers_done(stream_id, first_flags, bytes(block))
 
+    def _count_control_frame(self) -> None:
+        """SETTINGS, PING and WINDOW_UPDATE: free for the peer to send, so budgeted per DATA we send."""
+        self._control_frames_in += 1
+        limits = self.limits
+        allowed = (
+            limits.control_frame_allowance + limits.max_window_updates_per_data_frame * self._data_frames
+        )
+        if self._control_frames_in > allowed:
+            msg = f"{self._control_frames_in} SETTINGS/PING/WINDOW_UPDATE frames for {self._data_frames} DATA"
+            raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, msg)
+
+    def _count_reset(self) -> None:
+        """A stream reset before its response (by the peer, or refused): rapid reset is budgeted."""
+        self._premature_resets += 1
+        if self._premature_resets > self.limits.rapid_reset_budget + self._streams_completed:
+            msg = f"{self._premature_resets} streams reset early, {self._streams_completed} completed"
+            raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, msg)
+
     def _on_control(self, frame_type: int, flags: int, stream_id: int, payload: memoryview) -> None:
         if frame_type == FrameType.SETTINGS:
-            if stream_id != 0 or len(payload) % 6:
-                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "malformed SETTINGS")
+            if stream_id != 0:
+                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "SETTINGS on a stream")
+            if len(payload) % 6 or (flags & Flag.ACK and payload):
+                raise ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS of a wrong length")
             if not flags & Flag.ACK:
+                self._count_control_frame()
                 self._apply_settings(payload)
-                self._emit(frame(FrameType.SETTINGS, Flag.ACK, 0))
+                self._emit_control(frame(FrameType.SETTINGS, Flag.ACK, 0))
         elif frame_type == FrameType.PING:
-            if len(payload) != 8 or stream_id != 0:
-                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "malformed PING")
-            if not flags & Flag.ACK:
-                self._emit(frame(FrameType.PING, Flag.ACK, 0, bytes(payload)))
+            if stream_id != 0:
+                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "PING on a stream")
+            if len(payload) != 8:
+                raise ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "PING of a wrong length")
+            if flags & Flag.ACK:
+                self._pong(bytes(payload))
+            else:
+                self._count_control_frame()
+                self._emit_control(frame(FrameType.PING, Flag.ACK, 0, bytes(payload)))
         elif frame_type == FrameType.WINDOW_UPDATE:
+            self._count_control_frame()
             self._on_window_update(stream_id, payload)
         elif frame_type == FrameType.RST_STREAM:
-            if stream_id == 0 or len(payload) != 4:
-                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "malformed RST_STREAM")
-            stream = self.streams.get(stream_id)
-            if stream is not None:
-                stream.local_closed = stream.remote_closed = True
-                stream.pending.clear()
-                stream.reset_code = struct.unpack_from(">I", payload)[0]
-                self._forget(stream)
-                self.stream_reset(stream)
+            self._on_rst_stream(stream_id, payload)
         elif frame_type == FrameType.GOAWAY:
+            if stream_id != 0:
+                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "GOAWAY on a stream")
             if len(payload) < 8:
                 raise ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "GOAWAY shorter than 8 bytes")
             last_stream_id, code = struct.unpack_from(">II", payload)
             self.goaway_received(last_stream_id & 0x7FFFFFFF, code)
         elif frame_type == FrameType.PUSH_PROMISE:
             raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE, but push is disabled")
-        # PRIORITY and unknown frame types are ignored, as RFC 9113 asks.
+        elif frame_type == FrameType.PRIORITY:
+            if stream_id == 0:
+                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0")
+            if len(payload) != 5:
+                raise ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "PRIORITY of a wrong length")
+            self._priority_frames += 1
+            if self._priority_frames > self.limits.max_priority_frames_per_stream * (
+                1 + self._streams_opened
+            ):
+                raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, "too many PRIORITY frames")
+        else:  # unknown frame types are ignored, as RFC 9113 asks, but not for free
+            self._count_control_frame()
+
+    def _on_rst_stream(self, stream_id: int, payload: memoryview) -> None:
+        if stream_id == 0:
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "RST_STREAM on stream 0")
+        if len(payload) != 4:
+            raise ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "RST_STREAM of a wrong length")
+        if stream_id > self._last_stream_id:
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"RST_STREAM on idle stream {stream_id}")
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return
+        if not stream.local_closed:
+            self._count_reset()
+        stream.local_closed = stream.remote_closed = True
+        stream.pending.clear()
+        stream.reset_code = struct.unpack_from(">I", payload)[0]
+        self._forget(stream)
+        self.stream_reset(stream)
 
     def _apply_settings(self, payload: memoryview) -> None:
         for offset in range(0, len(payload), 6):
@@ -451,16 +501,15 @@ class Http2Base(asyncio.Protocol):
             if key == Setting.INITIAL_WINDOW_SIZE:
                 if value > MAX_WINDOW_BYTES:
                     raise ProtocolError(ErrorCode.FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE too large")
-                delta = value - self._peer_initial_window
-                self._peer_initial_window = value
-                for stream in self.streams.values():
-                    stream.send_window += delta
+                self._set_peer_initial_window(value)
             elif key == Setting.MAX_FRAME_SIZE:
                 if not DEFAULT_MAX_FRAME_BYTES <= value <= MAX_FRAME_BYTES_LIMIT:
                     raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"MAX_FRAME_SIZE {value} out of range")
                 self._peer_max_frame = value
             elif key == Setting.MAX_CONCURRENT_STREAMS:
                 self._peer_max_streams = value
+            elif key == Setting.ENABLE_PUSH and value > 1:
+                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"ENABLE_PUSH {value} is not 0 or 1")
         self._flush_blocked()
 
     def _on_window_update(self, stream_id: int, payload: memoryview) -> None:
@@ -475,6 +524,8 @@ class Http2Base(asyncio.Protocol):
                 raise ProtocolError(ErrorCode.FLOW_CONTROL_ERROR, "connection window overflow")
             self._flush_blocked()
             return
+        if stream_id > self._last_stream_id:
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {stream_id}")
         stream = self.streams.get(stream_id)
         if stream is None:
             return
@@ -482,10 +533,9 @@ class Http2Base(asyncio.Protocol):
             self.reset(stream, ErrorCode.PROTOCOL_ERROR)
             self.stream_reset(stream)
             return
-        stream.send_window += increment
-        if stream.send_window > MAX_WINDOW_BYTES:
+        stream.send_credit += increment
+        if stream.send_credit + self._peer_initial_window > MAX_WINDOW_BYTES:
             self.reset(stream, ErrorCode.FLOW_CONTROL_ERROR)
             self.stream_reset(stream)
             return
-        if stream.pending or stream.trailers is not None:
-            self._flush(stream)
+        self._stream_window_opened(stream)

@@ -30,11 +30,11 @@ from sonic.protocol.http2 import (
     encode_headers,
     frame,
     goaway,
-    grpc_message_prefix,
     rst_stream,
     settings_frame,
     window_update,
 )
+from sonic.protocol.grpc_call import grpc_message_prefix
 from sonic.testing.h2 import RecordingTransport, parse_frames
 
 OK_HEADERS = encode_headers([(b":status", b"200"), (b"content-type", b"application/grpc")])
