@@ -20,6 +20,7 @@ from sonic.client.errors import (
 from sonic.client.transport.base import WireInput, WireRequest
 from sonic.client.transport.h2 import NativeTransport
 from sonic.client.transport.h2_connection import ClientConnection
+from sonic.protocol.grpc_call import grpc_message_prefix
 from sonic.protocol.http2 import (
     PREFACE,
     ErrorCode,
@@ -34,7 +35,6 @@ from sonic.protocol.http2 import (
     settings_frame,
     window_update,
 )
-from sonic.protocol.grpc_call import grpc_message_prefix
 from sonic.testing.h2 import RecordingTransport, parse_frames
 
 OK_HEADERS = encode_headers([(b":status", b"200"), (b"content-type", b"application/grpc")])
