@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 STREAM_WINDOW_BYTES = 1 << 26  # what each stream may send before our WINDOW_UPDATE
 CONNECTION_WINDOW_BYTES = 1 << 30
 MAX_FRAME_BYTES = 1 << 20  # largest frame we accept: big tensors arrive in few frames
+MAX_SETTINGS_PER_FRAME = 64  # RFC 9113 defines 6; a 1 MiB frame of 174,000 would cost ~50 ms
 
 
 class Http2Core(Http2Output):
@@ -413,14 +414,14 @@ class Http2Core(Http2Output):
             self._headers_done(stream_id, first_flags, bytes(block))
 
     def _count_control_frame(self) -> None:
-        """SETTINGS, PING and WINDOW_UPDATE: free for the peer to send, so budgeted per DATA we send."""
+        """SETTINGS, WINDOW_UPDATE, unknown types: free for the peer to send, so budgeted per DATA we send."""
         self._control_frames_in += 1
         limits = self.limits
         allowed = (
             limits.control_frame_allowance + limits.max_window_updates_per_data_frame * self._data_frames
         )
         if self._control_frames_in > allowed:
-            msg = f"{self._control_frames_in} SETTINGS/PING/WINDOW_UPDATE frames for {self._data_frames} DATA"
+            msg = f"{self._control_frames_in} SETTINGS/WINDOW_UPDATE frames for {self._data_frames} DATA sent"
             raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, msg)
 
     def _count_reset(self) -> None:
@@ -438,6 +439,9 @@ class Http2Core(Http2Output):
                 raise ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS of a wrong length")
             if not flags & Flag.ACK:
                 self._count_control_frame()
+                if len(payload) > 6 * MAX_SETTINGS_PER_FRAME:
+                    msg = f"SETTINGS with more than {MAX_SETTINGS_PER_FRAME} entries"
+                    raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, msg)
                 self._apply_settings(payload)
                 self._emit_control(frame(FrameType.SETTINGS, Flag.ACK, 0))
         elif frame_type == FrameType.PING:
@@ -447,8 +451,7 @@ class Http2Core(Http2Output):
                 raise ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "PING of a wrong length")
             if flags & Flag.ACK:
                 self._pong(bytes(payload))
-            else:
-                self._count_control_frame()
+            else:  # bounded by the queue of ACKs the peer must read (max_queued_control_frames)
                 self._emit_control(frame(FrameType.PING, Flag.ACK, 0, bytes(payload)))
         elif frame_type == FrameType.WINDOW_UPDATE:
             self._count_control_frame()
