@@ -50,7 +50,7 @@ class Core(ServerCore):
         self.resets: list[int] = []
         self.flushes = 0
 
-    def stream_opened(self, stream: Stream, headers: Headers) -> None:  # noqa: ARG002
+    def stream_opened(self, stream: Stream, headers: Headers) -> None:
         self.bodies[stream.stream_id] = bytearray()
 
     def stream_data(self, stream: Stream, data: memoryview) -> None:
