@@ -400,3 +400,13 @@ def test_keepalive_pings_and_drops_a_silent_peer() -> None:
     core.on_timer(17.0)  # no answer within 2 s
     assert core.close_wanted
     assert core.abort_wanted
+
+
+def test_answers_held_for_a_peer_that_does_not_read_are_bounded_too() -> None:
+    core = connect(max_queued_control_frames=50)
+    core.receive_data(b"".join(headers(2 * i + 1) for i in range(60)))
+    assert goaway_code(sent(core)) is None  # the transport takes each batch
+    core.pause_output(True)  # the transport's buffer is full: the peer does not read
+    core.receive_data(b"".join(headers(2 * i + 201) for i in range(60)))
+    assert goaway_code(sent(core)) == ErrorCode.ENHANCE_YOUR_CALM
+    assert core.abort_wanted

@@ -3,8 +3,8 @@
 It owns what the core must not: the transport, the event loop and its clock. Received bytes go to
 :meth:`~Http2Core.receive_data`; queued output leaves in one ``writelines`` per loop iteration
 (scheduled by the core's ``_output_ready``); the core's deadline is one timer handle; the transport's
-high-water mark pauses both our DATA and our reading, so a peer that does not read gets no more ACKs
-queued (the core caps what is already queued: ``max_queued_control_frames``).
+high-water mark holds our output in the core (DATA in its streams, the rest in the queue), where a
+peer that does not read runs into ``max_queued_control_frames`` instead of growing our memory.
 
 Server and client both subclass :class:`Http2Protocol` together with their role (server:
 :mod:`sonic.server.frontends.h2`, client: :mod:`sonic.client.transport.h2_connection`).
@@ -57,13 +57,12 @@ class Http2Protocol(Http2Core, asyncio.Protocol):
         self.closed.set()
 
     def pause_writing(self) -> None:
+        # Reading goes on: two ends that both stopped reading while their output waits would wait
+        # on each other forever (a large request and a large response on one connection). What the
+        # core queues meanwhile is bounded instead (max_queued_control_frames).
         self.pause_output(True)
-        if self._transport is not None:
-            self._transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.resume_reading()
         self.pause_output(False)
         self._write_out()
 

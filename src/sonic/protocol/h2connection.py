@@ -215,11 +215,15 @@ class Http2Core(Http2Output):
 
     def _emit_control(self, data: bytes) -> None:
         """A control frame we owe the peer (ACK, RST_STREAM, WINDOW_UPDATE): bounded while unread."""
+        self._count_queued()
+        self._emit(data)
+
+    def _count_queued(self) -> None:
         self._queued_control += 1
         if self._queued_control > self.limits.max_queued_control_frames and not self.close_wanted:
-            msg = f"more than {self.limits.max_queued_control_frames} control frames queued and not read"
-            raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, msg)
-        self._emit(data)
+            # Not raised: the application's answers come here too, outside receive_data.
+            msg = f"more than {self.limits.max_queued_control_frames} frames queued and not read"
+            self.connection_error(ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, msg))
 
     def send_headers(self, stream: Stream, block: bytes, *, end_stream: bool = False) -> None:
         self._emit_header_block(stream.stream_id, block, end_stream=end_stream)
@@ -234,6 +238,8 @@ class Http2Core(Http2Output):
         self._forget(stream)
 
     def _emit_header_block(self, stream_id: int, block: bytes, *, end_stream: bool) -> None:
+        if self._paused:  # the peer is not reading: held answers count like held ACKs
+            self._count_queued()
         limit = self._peer_max_frame
         flags = Flag.END_STREAM if end_stream else 0
         if len(block) <= limit:
