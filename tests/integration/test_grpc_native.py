@@ -151,6 +151,18 @@ def test_gzip_request_over_the_limit_once_inflated(native_server: ServerProcess)
     assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+def test_gzip_bomb_stops_at_the_limit_while_inflating(native_server: ServerProcess) -> None:
+    bomb = bytes(40 << 20)  # 40 MiB of zeros: ~40 KiB on the wire, under the 50 kB message limit
+    with grpc.insecure_channel(native_server.grpc_address, compression=grpc.Compression.Gzip) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        with pytest.raises(grpc.RpcError) as caught:
+            call(bomb)
+    assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert f"> {MAX_MESSAGE_BYTES} bytes decompressed" in str(caught.value.details())
+    small = np.ones((1, 16), np.float32)
+    np.testing.assert_array_equal(_infer(native_server.grpc_address, "identity", small), small)
+
+
 def test_a_peer_that_is_not_http2_is_dropped_and_others_are_served(native_server: ServerProcess) -> None:
     host, port = native_server.grpc_address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=30) as sock:
