@@ -410,3 +410,33 @@ def test_answers_held_for_a_peer_that_does_not_read_are_bounded_too() -> None:
     core.receive_data(b"".join(headers(2 * i + 201) for i in range(60)))
     assert goaway_code(sent(core)) == ErrorCode.ENHANCE_YOUR_CALM
     assert core.abort_wanted
+
+
+MALFORMED = {
+    "upper-case name": [*REQUEST, (b"X-Trace", b"1")],
+    "unknown pseudo-header": [*REQUEST, (b":protocol", b"websocket")],
+    "pseudo-header after a regular one": [*REQUEST[1:], REQUEST[0]],
+    "duplicate :method": [*REQUEST[:1], *REQUEST],
+    "connection-specific field": [*REQUEST, (b"connection", b"keep-alive")],
+    "te other than trailers": [*REQUEST, (b"te", b"gzip")],
+    "no :path": [f for f in REQUEST if f[0] != b":path"],
+    "empty :path": [(n, b"" if n == b":path" else v) for n, v in REQUEST],
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_requests_are_reset_with_protocol_error(case: str) -> None:
+    core = connect()
+    core.receive_data(headers(1, block=encode_headers(MALFORMED[case])))
+    core.receive_data(headers(3))  # the connection goes on
+    frames = sent(core)
+    assert resets(frames) == [(1, ErrorCode.PROTOCOL_ERROR)]
+    assert goaway_code(frames) is None
+    assert [f[2] for f in frames if f[0] == FrameType.HEADERS and f[1] & Flag.END_STREAM] == [3]
+
+
+def test_pseudo_headers_in_trailers_are_a_stream_error() -> None:
+    core = connect()
+    core.receive_data(headers(1, end_stream=False) + headers(1, block=encode_headers([(b":path", b"/x")])))
+    assert resets(sent(core)) == [(1, ErrorCode.PROTOCOL_ERROR)]
+    assert core.resets == [1]

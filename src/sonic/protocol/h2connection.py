@@ -179,8 +179,8 @@ class Http2Core(Http2Control):
     def _data_started(self, stream_id: int, flags: int, length: int) -> None:
         self._count_received(length)
         stream = self._open_stream_for_data(stream_id)
-        if stream is not None:
-            stream.recv_unacked += length
+        if stream is not None and not self._within_window(stream, length):
+            stream = None
         self._data_stream = stream
         self._data_end = bool(flags & Flag.END_STREAM)
         self._empty_frames = 0
@@ -208,9 +208,8 @@ class Http2Core(Http2Control):
             self._empty_frames = 0
         elif not flags & Flag.END_STREAM:
             self._count_empty_frame()
-        if stream is None:
+        if stream is None or not self._within_window(stream, length):
             return
-        stream.recv_unacked += length
         if payload:
             self.stream_data(stream, payload)
         self._after_data(stream, bool(flags & Flag.END_STREAM))
@@ -242,8 +241,19 @@ class Http2Core(Http2Control):
             self._emit_control(window_update(stream.stream_id, stream.recv_unacked))
             stream.recv_unacked = 0
 
+    def _within_window(self, stream: Stream, length: int) -> bool:
+        """Count DATA against the stream's receive window; past it the stream is reset."""
+        stream.recv_unacked += length
+        if stream.recv_unacked <= STREAM_WINDOW_BYTES:
+            return True
+        self.reset(stream, ErrorCode.FLOW_CONTROL_ERROR)
+        self.stream_reset(stream)
+        return False
+
     def _count_received(self, length: int) -> None:
         self._recv_unacked += length
+        if self._recv_unacked > CONNECTION_WINDOW_BYTES:
+            raise ProtocolError(ErrorCode.FLOW_CONTROL_ERROR, "DATA beyond the connection window")
         if self._recv_unacked > CONNECTION_WINDOW_BYTES // 2:
             self._emit_control(window_update(0, self._recv_unacked))
             self._recv_unacked = 0

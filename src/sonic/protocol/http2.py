@@ -237,6 +237,39 @@ class HeaderDecoder:
         return self._memo_used
 
 
+# --- field validation (RFC 9113 section 8.2 and 8.3) -------------------------------------------------
+
+_REQUEST_PSEUDO = frozenset({b":method", b":scheme", b":path", b":authority"})
+_CONNECTION_SPECIFIC = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
+)
+
+
+def malformed_fields(headers: Headers, *, trailers: bool) -> str | None:
+    """Why a request's header (or trailer) list is malformed, None when it is not."""
+    pseudo: set[bytes] = set()
+    regular_seen = False
+    for name, value in headers:
+        if name != name.lower():
+            return f"upper-case field name {name!r}"
+        if name.startswith(b":"):
+            if trailers or regular_seen or name not in _REQUEST_PSEUDO or name in pseudo:
+                return f"pseudo-header {name!r} not allowed here"
+            pseudo.add(name)
+        else:
+            regular_seen = True
+            if name in _CONNECTION_SPECIFIC or (name == b"te" and value != b"trailers"):
+                return f"connection-specific field {name!r}"
+    if trailers:
+        return None
+    method = dict(headers).get(b":method")
+    if method == b"CONNECT":
+        return None if pseudo == {b":method", b":authority"} else "CONNECT with :scheme or :path"
+    if not {b":method", b":scheme", b":path"} <= pseudo or not dict(headers).get(b":path"):
+        return "request without :method, :scheme and a non-empty :path"
+    return None
+
+
 class Stream:
     """One stream's state in a connection (:mod:`sonic.protocol.h2connection`), either end."""
 

@@ -21,10 +21,16 @@ from sonic.protocol.http2 import (
     Setting,
     Stream,
     goaway,
+    malformed_fields,
     rst_stream,
 )
 
 __all__ = ["HeaderDecoder", "Headers", "Http2Connection", "ServerCore", "Stream"]
+
+# Request header blocks whose validity is remembered (clients repeat theirs), and the largest kept.
+CHECKED_BLOCKS = 64
+CHECKED_BLOCK_BYTES = 4096
+_UNCHECKED = "unchecked"
 
 
 class ServerCore(Http2Core):
@@ -32,6 +38,7 @@ class ServerCore(Http2Core):
 
     def __init__(self, *, limits: Http2Limits = SERVER_LIMITS, memo_budget: MemoBudget | None = None) -> None:
         super().__init__(expect_preface=True, limits=limits, memo_budget=memo_budget)
+        self._checked: dict[bytes, str | None] = {}  # request blocks seen: why malformed, or None
 
     def stream_opened(self, stream: Stream, headers: Headers) -> None:
         raise NotImplementedError
@@ -69,6 +76,9 @@ class ServerCore(Http2Core):
                 self.stream_reset(stream)
             elif not end_stream:
                 raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "second HEADERS without END_STREAM")
+            elif malformed_fields(headers, trailers=True) is not None:
+                self.reset(stream, ErrorCode.PROTOCOL_ERROR)
+                self.stream_reset(stream)
             else:
                 self._after_data(stream, end_stream=True)
             return
@@ -83,12 +93,27 @@ class ServerCore(Http2Core):
             if not self.closing:
                 self._count_reset()  # a peer that ignores our limit is budgeted like a rapid reset
             return
+        if self._malformed(block, headers):
+            self._emit_control(rst_stream(stream_id, ErrorCode.PROTOCOL_ERROR))
+            self._count_reset()
+            return
         stream = Stream(stream_id)
         self.streams[stream_id] = stream
         stream.remote_closed = end_stream
         self.stream_opened(stream, headers)
         if end_stream and not stream.local_closed:
             self.stream_ended(stream)
+
+    def _malformed(self, block: bytes, headers: Headers) -> bool:
+        """RFC 9113 section 8.2/8.3, checked once per distinct block (clients repeat theirs)."""
+        problem = self._checked.get(block, _UNCHECKED)
+        if problem is _UNCHECKED:
+            problem = malformed_fields(headers, trailers=False)
+            if len(block) <= CHECKED_BLOCK_BYTES:
+                if len(self._checked) >= CHECKED_BLOCKS:
+                    self._checked.clear()
+                self._checked[block] = problem
+        return problem is not None
 
 
 class Http2Connection(ServerCore, Http2Protocol):
