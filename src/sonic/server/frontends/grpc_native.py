@@ -37,6 +37,7 @@ from sonic.protocol.grpc_call import (
 from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits, MemoBudget
 from sonic.protocol.http2 import encode_headers
 from sonic.protocol.wire import parts_size
+from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.grpc_methods import (
     HEALTH_CHECK_PATH,
@@ -62,7 +63,6 @@ RESPONSE_HEADERS = encode_headers(
 )
 TRAILERS_OK = encode_headers([(b"grpc-status", b"0")])
 _TRACE_HEADER_NAMES = frozenset(name.encode() for name in TRACE_HEADERS)
-DEFAULT_MAX_DECOMPRESSED_BYTES = 256 << 20
 MEMO_BUDGET_BYTES = 32 << 20  # all connections' header-block memos together
 
 
@@ -217,9 +217,11 @@ class GrpcConnection(Http2Connection):
             call.deadline = self._loop.call_later(seconds, self._expire, stream)
         return call
 
-    async def _inflated(self, call: Call, message: bytes | memoryview) -> bytes | memoryview:
+    async def _inflated(
+        self, call: Call, compressed: bool, message: bytes | memoryview
+    ) -> bytes | memoryview:
         """The message as sent (compressed: inflated, bounded, in a thread when large)."""
-        if not call.compressed:
+        if not compressed:
             return message
         try:
             return await decompress(message, call.encoding, self._frontend.message_limits)
@@ -259,7 +261,7 @@ class GrpcConnection(Http2Connection):
 
     async def _run_unary(self, stream: Stream, call: Call, message: bytes | memoryview) -> None:
         try:
-            message = await self._inflated(call, message)
+            message = await self._inflated(call, call.compressed, message)
             if call.method == "ModelInfer":
                 parts = await self._methods.infer(message, call.trace)
             elif call.method == "HealthCheck":
@@ -294,12 +296,11 @@ class GrpcConnection(Http2Connection):
     async def _run_stream_message(
         self, stream: Stream, call: Call, compressed: bool, message: bytes | memoryview
     ) -> None:
-        if compressed:
-            try:
-                message = await decompress(message, call.encoding, self._frontend.message_limits)
-            except GrpcError as error:
-                self._fail(stream, grpc.StatusCode[error.status], error.message)
-                return
+        try:
+            message = await self._inflated(call, compressed, message)
+        except CallError as error:
+            self._fail(stream, error.code, error.message)
+            return
         parts = await self._methods.stream_infer(message, call.trace)
         if not stream.local_closed:
             self.respond(stream, [grpc_message_prefix(parts_size(parts)), *parts])
@@ -349,7 +350,7 @@ class NativeGrpcFrontend:
         guard: Guard | None = None,
         ssl_context: ssl.SSLContext | None = None,
         max_concurrent_streams: int | None = None,
-        max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+        max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES,
         http2_limits: Http2Limits = SERVER_LIMITS,
     ) -> None:
         self.methods = GrpcMethods(dataplane)
