@@ -1,9 +1,12 @@
 """Client side of one HTTP/2 connection carrying unary gRPC calls, each call one stream.
 
-The frame handling, flow control and HPACK memo shared with our server are
-:class:`sonic.protocol.h2connection.Http2Base`. A call is opened with :meth:`ClientConnection.open_call`
-(HEADERS, then its message as flow control allows, END_STREAM on the last DATA) and ends when the
-server's trailers arrive; its future then holds the one response message or one of our error types.
+The frame handling, flow control, limits and HPACK memo shared with our server are the sans-I/O
+:class:`sonic.protocol.h2connection.Http2Core` on its asyncio adapter
+(:class:`sonic.protocol.h2asyncio.Http2Protocol`); statuses, trailers and message framing are
+:mod:`sonic.protocol.grpc_call`. A call is opened with :meth:`ClientConnection.open_call` (HEADERS, then
+its message as flow control allows, END_STREAM on the last DATA) and ends when the server's trailers
+arrive; its future then holds the one response message (still compressed when ``call.compressed``: the
+transport inflates it, bounded and off the loop) or one of our error types.
 """
 
 from __future__ import annotations
