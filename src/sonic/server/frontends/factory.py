@@ -22,9 +22,9 @@ def configured_frontends(
     config: ServerConfig, dataplane: DataPlane, models: ModelManager, guard: Guard | None
 ) -> list[Frontend]:
     gate = CallGate(dataplane, guard)
-    grpc_kind = GrpcAioFrontend if config.grpc_server is GrpcServerKind.GRPCIO else NativeGrpcFrontend
-    frontends: list[Frontend] = [
-        grpc_kind(
+    grpc: Frontend
+    if config.grpc_server is GrpcServerKind.GRPCIO:
+        grpc = GrpcAioFrontend(
             dataplane,
             gate,
             config.host,
@@ -33,7 +33,19 @@ def configured_frontends(
             tls=config.tls,
             max_concurrent_streams=config.grpc_max_concurrent_streams,
         )
-    ]
+    else:
+        grpc = NativeGrpcFrontend(
+            dataplane,
+            gate,
+            config.host,
+            config.grpc_port,
+            max_message_bytes=config.grpc_max_message_bytes,
+            tls=config.tls,
+            max_concurrent_streams=config.grpc_max_concurrent_streams,
+            max_decompressed_bytes=config.grpc_max_decompressed_bytes,
+            http2_limits=config.grpc_http2_limits,
+        )
+    frontends: list[Frontend] = [grpc]
     if config.http_port is not None:
         frontends.append(
             HttpFrontend(
