@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -320,3 +321,54 @@ def test_model_unloaded_on_one_of_two_servers(pair: list[ServerHandle]) -> None:
         for control in (moved_control, other_control):
             control.load_model("identity")
             control.close()
+
+
+def slow_reference(x: npt.NDArray[np.float32], width: int = 512, depth: int = 40) -> npt.NDArray[Any]:
+    """What the ``slow`` test model computes (sonic.models.testing.slow_model)."""
+    rng = np.random.default_rng(7)
+    weight = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
+    for _ in range(depth):
+        x = np.tanh(x @ weight)
+    return x
+
+
+def test_drain_cuts_off_late_requests_and_the_client_retries_them(test_repository: Path) -> None:
+    """A server stopped with a short exit timeout logs how many requests it cut off; the client sends
+    them to the other server and counts them."""
+    draining = ServerProcess.start([test_repository], extra_args=["--exit-timeout-secs", "0.2"])
+    other = ServerProcess.start([test_repository])
+    config = ClientConfig(
+        servers=(draining.grpc_address, other.grpc_address), preferred_server=draining.grpc_address, **FAST
+    )
+    inputs = [np.random.default_rng(i).standard_normal((64, 512)).astype(np.float32) for i in range(64)]
+    results: dict[int, npt.NDArray[Any]] = {}
+
+    async def scenario() -> AsyncClient:
+        async with AsyncClient("slow", config) as client:
+            stopped = asyncio.Event()
+
+            async def call(i: int) -> None:
+                results[i] = (await client.infer({"INPUT0": inputs[i]}))["OUTPUT0"]
+                if not stopped.is_set():
+                    stopped.set()
+                    draining.process.send_signal(signal.SIGTERM)
+
+            async with asyncio.TaskGroup() as group:
+                for i in range(len(inputs)):
+                    group.create_task(call(i))
+            return client
+
+    try:
+        client = asyncio.run(scenario())
+        assert draining.process.wait(30) == 0
+    finally:
+        draining.stop()
+        other.stop()
+    for i, x in enumerate(inputs):
+        np.testing.assert_allclose(results[i], slow_reference(x), rtol=1e-4, atol=1e-5)
+    log = draining.log_path.read_text()
+    match = re.search(r"drain: (\d+) request\(s\) still in flight", log)
+    assert match is not None, log[-2000:]
+    assert int(match[1]) >= 1
+    assert client.statistics.drained >= 1
+    assert client.statistics.failed == 0

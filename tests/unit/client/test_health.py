@@ -31,7 +31,9 @@ def _entry(client: AsyncClient, address: str) -> ServerEntry:
     return next(e for e in client._registry.entries if e.address == address)
 
 
-async def _until_health(client: AsyncClient, entry: ServerEntry, health: Health, timeout_s: float = 5.0) -> None:
+async def _until_health(
+    client: AsyncClient, entry: ServerEntry, health: Health, timeout_s: float = 5.0
+) -> None:
     """Each probe's end is an event: wait for the ones that bring ``entry`` to ``health`` (bounded)."""
     assert client._registry is not None
     async with asyncio.timeout(timeout_s):

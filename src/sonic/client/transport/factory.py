@@ -29,7 +29,12 @@ def open_transport(address: str, config: ClientConfig) -> GrpcCalls:
     if config.transport is TransportKind.NATIVE:
         from sonic.client.transport.h2 import NativeTransport  # noqa: PLC0415  (protobuf only when used)
 
-        return NativeTransport(address, **common)
+        return NativeTransport(
+            address,
+            keepalive_interval_s=config.keepalive_s,
+            keepalive_timeout_s=config.keepalive_timeout_s,
+            **common,
+        )
     from sonic.client.transport.grpc import GrpcTransport  # noqa: PLC0415  (grpc only when used)
 
     return GrpcTransport(
