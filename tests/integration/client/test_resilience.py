@@ -280,6 +280,38 @@ def test_hung_server_stalls_each_caller_at_most_one_deadline(pair: list[ServerHa
         os.kill(hung.pid, signal.SIGCONT)
 
 
+def test_hung_server_found_by_keepalive_without_a_deadline(sonic_pair: list[ServerHandle]) -> None:
+    """No deadline at all: HTTP/2 keepalive PINGs find the hung server, and the calls stuck on it are
+    answered once by the other server. (Native transport: with grpcio, a call may also wait on grpc's
+    own reconnection to the hung server, which keepalive does not cover; the deadline does.)"""
+    hung, healthy = sonic_pair
+    config = ClientConfig(
+        servers=(hung.grpc_address, healthy.grpc_address),
+        timeout_s=None,
+        keepalive_s=0.3,
+        keepalive_timeout_s=0.3,
+        **FAST,
+    )
+    job = Job()
+
+    async def scenario() -> None:
+        async with AsyncClient("identity", config) as client:
+
+            def stop_hung(i: int) -> None:
+                if len(job.results) == 50:
+                    os.kill(hung.pid, signal.SIGSTOP)
+
+            await job.run(client, range(300), stop_hung)
+            job.check(range(300))
+            assert client.statistics.connection_lost >= 1
+            assert max(job.waits.values()) < 5.0  # keepalive interval (up to twice) plus its timeout
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        os.kill(hung.pid, signal.SIGCONT)
+
+
 def test_model_unloaded_on_one_of_two_servers(pair: list[ServerHandle]) -> None:
     """Unload on one server mid-job: no NOT_FOUND reaches a caller while the other has the model; once
     neither has it the error names each server; loaded again, it is found again."""
@@ -340,7 +372,7 @@ def test_drain_cuts_off_late_requests_and_the_client_retries_them(test_repositor
     config = ClientConfig(
         servers=(draining.grpc_address, other.grpc_address), preferred_server=draining.grpc_address, **FAST
     )
-    inputs = [np.random.default_rng(i).standard_normal((64, 512)).astype(np.float32) for i in range(64)]
+    inputs = [np.random.default_rng(i).standard_normal((16, 512)).astype(np.float32) for i in range(32)]
     results: dict[int, npt.NDArray[Any]] = {}
 
     async def scenario() -> AsyncClient:

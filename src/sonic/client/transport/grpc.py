@@ -107,8 +107,8 @@ class GrpcTransport(GrpcCalls):
         if reconnect_backoff_s is not None:
             first_ms, longest_ms = (int(s * 1000) for s in reconnect_backoff_s)
             options += [
+                # Not grpc.min_reconnect_backoff_ms: grpc also takes it as the connect timeout.
                 ("grpc.initial_reconnect_backoff_ms", first_ms),
-                ("grpc.min_reconnect_backoff_ms", first_ms),
                 ("grpc.max_reconnect_backoff_ms", longest_ms),
             ]
         if tls is None:
