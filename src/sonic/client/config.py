@@ -98,7 +98,9 @@ class FallbackConfig:
             raise ValueError(f"fallback retries {self.retries} must be >= 0, wait {self.wait_timeout_s} > 0")
 
 
-DEFAULT_TIMEOUT_S = 60.0  # per-request deadline: the slowest reference model at its default batch, x10
+# Per-request deadline: the slowest reference model (resnet50, seed batch 10) takes ~2 s per batch on a
+# CPU and a few seconds merged; 60 s leaves room for a busy server's queue (docs/client.md).
+DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_BALANCER_PORT = 8001
 
 
