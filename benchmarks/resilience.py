@@ -48,14 +48,16 @@ async def recovery_round(repository: Path) -> float:
                 await client.infer({"INPUT0": X})
             os.kill(server.pid, signal.SIGKILL)
             await asyncio.to_thread(server.process.wait)
-            restart = asyncio.create_task(
-                asyncio.to_thread(ServerProcess.start, [repository], grpc_port=port)
-            )
+
+            def start_again() -> tuple[ServerProcess, float]:
+                process = ServerProcess.start([repository], grpc_port=port)
+                return process, time.perf_counter()  # its ready line was just read
+
+            restart = asyncio.create_task(asyncio.to_thread(start_again))
             ready: float | None = None
             while True:
                 if ready is None and restart.done():
-                    restarted = restart.result()
-                    ready = time.perf_counter()
+                    restarted, ready = restart.result()
                 try:
                     await client.infer({"INPUT0": X})
                 except ClientError:

@@ -280,6 +280,38 @@ def test_hung_server_stalls_each_caller_at_most_one_deadline(pair: list[ServerHa
         os.kill(hung.pid, signal.SIGCONT)
 
 
+@pytest.mark.slow
+def test_hung_server_with_default_settings(sonic_pair: list[ServerHandle]) -> None:
+    """SIGSTOP with the default client settings: no caller waits longer than the documented deadline
+    plus one retry (keepalive finds the hung server first: two silent intervals plus its timeout)."""
+    hung, healthy = sonic_pair
+    defaults = ClientConfig()
+    config = ClientConfig(
+        servers=(hung.grpc_address, healthy.grpc_address), shared_memory=SharedMemoryMode.OFF
+    )
+    job = Job()
+
+    async def scenario() -> None:
+        async with AsyncClient("identity", config) as client:
+
+            def stop_hung(i: int) -> None:
+                if len(job.results) == 50:
+                    os.kill(hung.pid, signal.SIGSTOP)
+
+            await job.run(client, range(200), stop_hung)
+            job.check(range(200))
+            assert defaults.timeout_s is not None
+            assert defaults.keepalive_s is not None
+            assert max(job.waits.values()) < defaults.timeout_s + 1.0
+            assert max(job.waits.values()) < 2 * defaults.keepalive_s + defaults.keepalive_timeout_s + 1.0
+            assert client.statistics.connection_lost >= 1
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        os.kill(hung.pid, signal.SIGCONT)
+
+
 def test_hung_server_found_by_keepalive_without_a_deadline(sonic_pair: list[ServerHandle]) -> None:
     """No deadline at all: HTTP/2 keepalive PINGs find the hung server, and the calls stuck on it are
     answered once by the other server. (Native transport: with grpcio, a call may also wait on grpc's
