@@ -329,6 +329,12 @@ class AsyncClient:
             return False  # nowhere else to go: retry here (a model being reloaded comes back)
         if status not in {"NOT_FOUND", "UNAVAILABLE"}:
             return False
+        now = asyncio.get_running_loop().time()
+        if status == "UNAVAILABLE" and now - entry.probed_at < self.config.probe_backoff_s:
+            return (
+                False  # an overloaded server answers UNAVAILABLE often: its list is read at most this often
+            )
+        entry.probed_at = now
         try:
             await registry.refresh(entry, self.config.control_timeout_s)
         except (ClientError, TimeoutError) as error:

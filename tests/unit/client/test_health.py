@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from typing import Any
 
@@ -141,3 +142,20 @@ def test_model_gone_everywhere_names_each_server(
     assert "memory-0:1" in text
     assert "memory-1:1" in text
     assert "no reachable server has model 'double'" in text
+
+
+def test_verbose_calls_are_summarised(
+    transports: list[MemoryTransport], caplog: pytest.LogCaptureFixture
+) -> None:
+    config = ClientConfig(verbose=True)
+
+    async def go() -> None:
+        async with AsyncClient("double", config, transports=transports[:1]) as client:
+            await client.infer(_x())
+
+    with caplog.at_level(logging.INFO, logger="sonic.client.verbose"):
+        asyncio.run(go())
+    summary = [r.getMessage() for r in caplog.records if r.name == "sonic.client.verbose"]
+    assert len(summary) == 1
+    assert "model 'double' on memory-0:1: 1 try(s)" in summary[0]
+    assert "inference count 1" in summary[0]
