@@ -103,18 +103,18 @@ class Prober(Generic[E]):
             self._task = loop.create_task(self._run(), name="sonic-client-prober")
 
     def probe_soon(self, entry: E) -> bool:
-        """A caller found no usable server: is a verdict on ``entry`` coming soon? True when a probe is
-        running or due within the probe timeout, or when one is started now (unless one ended under
-        a backoff ago: a server that is down is not probed by every call)."""
+        """A caller found no usable server: is a verdict on ``entry`` coming soon? A probe is started
+        now, unless one ended under ``backoff_s`` ago (a server that is down is not probed by every
+        call); then only a running probe, or one due within the probe timeout, is worth waiting for."""
         now = asyncio.get_running_loop().time()
+        if self._closed:
+            return False
         if entry.health is Health.PROBING:
             return True
-        if entry.probe_at is not None and entry.probe_at - now <= self.policy.timeout_s:
-            return not self._closed
         if now - entry.probed_at < self.policy.backoff_s:
-            return False
+            return entry.probe_at is not None and entry.probe_at - now <= self.policy.timeout_s
         self.schedule(entry, now=True)
-        return not self._closed
+        return True
 
     async def wait_probed(self, timeout_s: float) -> None:
         """Until the next probe ends, or ``timeout_s``."""
