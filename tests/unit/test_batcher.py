@@ -13,8 +13,11 @@ import pytest
 
 from sonic.errors import UnavailableError
 from sonic.server.backends.base import Backend
-from sonic.server.batcher import BatchPolicy, ModelInstance, QueuePolicy, Scheduler, WorkItem
 from sonic.server.instance_thread import InstanceThread
+from sonic.server.runtime.executor import ModelInstance
+from sonic.server.runtime.policy import BatchPolicy, QueuePolicy
+from sonic.server.runtime.scheduler import Scheduler
+from sonic.server.runtime.work import WorkItem
 from sonic.server.stats import ModelStats
 
 pytestmark = pytest.mark.unit
@@ -26,23 +29,29 @@ class GatedDoubler(Backend):
     name = "gated"
     default_filename = "none"
 
-    def __init__(self) -> None:
+    def __init__(self, anyone_started: threading.Event | None = None) -> None:
         self.gate = threading.Event()
         self.gate.set()
         self.started = threading.Event()
+        self.anyone_started = anyone_started or threading.Event()  # shared by the instances of a test
+        self.second_started = threading.Event()
         self.batches: list[list[float]] = []  # first value of each merged row, per execution
 
     def execute(
         self, inputs: Mapping[str, npt.NDArray[Any]], output_names: Sequence[str]
     ) -> dict[str, npt.NDArray[Any]]:
+        if self.started.is_set():
+            self.second_started.set()
         self.started.set()
+        self.anyone_started.set()
         self.gate.wait(timeout=30)
         self.batches.append([float(row[0]) for row in inputs["x"]])
         return {"y": inputs["x"] * 2}
 
 
 def _scheduler(policy: BatchPolicy, instances: int = 1) -> tuple[Scheduler, list[GatedDoubler]]:
-    backends = [GatedDoubler() for _ in range(instances)]
+    anyone_started = threading.Event()
+    backends = [GatedDoubler(anyone_started) for _ in range(instances)]
     scheduler = Scheduler(
         model_name="m",
         policy=policy,
@@ -78,9 +87,9 @@ async def _hold_first(scheduler: Scheduler, backend: GatedDoubler) -> asyncio.Ta
 
 
 async def _until_queued(scheduler: Scheduler, count: int) -> None:
-    """Let the submit tasks just created run up to their enqueue."""
-    while scheduler.queued < count:  # noqa: ASYNC110  (one loop turn per task: no event to wait on)
-        await asyncio.sleep(0)
+    """Let the submit tasks just created run up to their enqueue (their first step: one loop turn)."""
+    await asyncio.sleep(0)
+    assert scheduler.queued == count
 
 
 async def test_merge_and_split() -> None:
@@ -164,9 +173,12 @@ async def test_delay_timeout_moves_request_behind_others() -> None:
     scheduler, (backend,) = _scheduler(policy)
     first = await _hold_first(scheduler, backend)
     delayed = asyncio.create_task(scheduler.submit(_item(1)))
-    await asyncio.sleep(0.02)  # let its 1 ms timeout pass
-    fresh = asyncio.create_task(scheduler.submit(_item(2, timeout_us=10_000_000)))
     await _until_queued(scheduler, 1)
+    # Not a wait for time to pass: the loop runs timers in deadline order, so once this later
+    # timer fires, the request's 1 ms timeout has fired and moved it behind the delayed line.
+    await asyncio.sleep(0.002)
+    fresh = asyncio.create_task(scheduler.submit(_item(2, timeout_us=10_000_000)))
+    await _until_queued(scheduler, 2)
     backend.gate.set()
     await asyncio.gather(first, delayed, fresh)
     assert backend.batches == [[-1], [2], [1]]
@@ -177,11 +189,9 @@ async def test_queue_delay_gathers_a_batch() -> None:
     scheduler, (backend,) = _scheduler(
         BatchPolicy(max_batch_size=8, dynamic=True, max_queue_delay_us=200_000)
     )
-    tasks = []
-    for value in (1, 2, 3):
-        tasks.append(asyncio.create_task(scheduler.submit(_item(value))))
-        await asyncio.sleep(0.005)
-    await asyncio.gather(*tasks)
+    # The idle instance wakes at the first request and, the batch not being full, waits out the delay
+    # instead of running it alone; the other two arrive meanwhile.
+    await asyncio.gather(*(scheduler.submit(_item(value)) for value in (1, 2, 3)))
     assert backend.batches == [[1, 2, 3]]
     await scheduler.close(5)
 
@@ -237,7 +247,8 @@ async def test_preserve_ordering_across_instances() -> None:
     scheduler, backends = _scheduler(
         BatchPolicy(max_batch_size=1, dynamic=True, preserve_ordering=True), instances=2
     )
-    backends[0].gate.clear()  # the first request lands on instance 0 and is held
+    for backend in backends:
+        backend.gate.clear()
     done: list[int] = []
 
     async def submit(value: int) -> None:
@@ -245,14 +256,17 @@ async def test_preserve_ordering_across_instances() -> None:
         done.append(value)
 
     slow = asyncio.create_task(submit(1))
-    assert await asyncio.to_thread(backends[0].started.wait, 10)
-    fast = asyncio.create_task(submit(2))
-    assert await asyncio.to_thread(backends[1].started.wait, 10)
-    await asyncio.sleep(0.05)  # time for the second result to come back to the loop
-    assert done == []  # the second finished executing but must wait for the first
-    backends[0].gate.set()
-    await asyncio.gather(slow, fast)
-    assert done == [1, 2]
+    assert await asyncio.to_thread(backends[0].anyone_started.wait, 10)
+    held, free = backends if backends[0].started.is_set() else backends[::-1]
+    free.gate.set()  # the other instance runs requests 2 and 3 while request 1 is held
+    fast = [asyncio.create_task(submit(value)) for value in (2, 3)]
+    # The free instance starts request 3 only after handing request 2 back to the loop, and this
+    # wait ends with a loop callback queued after that hand-back: request 2 is back, and held.
+    assert await asyncio.to_thread(free.second_started.wait, 10)
+    assert done == []
+    held.gate.set()
+    await asyncio.gather(slow, *fast)
+    assert done == [1, 2, 3]
     await scheduler.close(5)
 
 

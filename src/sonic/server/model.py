@@ -13,8 +13,11 @@ from tritonclient.grpc import model_config_pb2
 from sonic.errors import InternalError, InvalidArgumentError, UnavailableError
 from sonic.protocol import dtypes
 from sonic.protocol.model_config import ModelSpec
-from sonic.server.backends.base import Backend, RequestScheduler
-from sonic.server.batcher import BatchPolicy, ModelInstance, Scheduler, WorkItem
+from sonic.server.backends.base import Backend
+from sonic.server.runtime.executor import ModelInstance
+from sonic.server.runtime.policy import BatchPolicy
+from sonic.server.runtime.scheduler import Scheduler
+from sonic.server.runtime.work import RequestScheduler, WorkItem
 from sonic.server.stats import ModelStats
 from sonic.server.types import InferRequest, InferResponse, InputTensor, OutputTensor
 
@@ -180,6 +183,7 @@ class ModelVersion:
             request_id=request.request_id,
             output_names=tuple(request.outputs) if request.outputs is not None else None,
             output_buffers=request.output_buffers or None,
+            parameters=request.parameters,
         )
 
     # --- inference ------------------------------------------------------------------------------------
