@@ -3,7 +3,9 @@
 The shape of the independent harness of issue 11: the official ``tritonclient.grpc.aio`` as the load
 (one InferInput built per call), each server started fresh for each window, warm-up then one
 measured window, sonic and Triton alternating on the same machine. Prints requests/s, the server's CPU
-use (cores) and the sonic/Triton ratio of each round, then the median ratio.
+use (cores), its CPU time and thread context switches per request (a hand-off that puts a thread to
+sleep costs one context switch: a count the load of the machine changes little), and the sonic/Triton
+ratio of each round, then the median ratio.
 
     .venv/bin/python -m benchmarks.identity_rate [--rounds 3] [--window-s 8] [--warmup-s 3]
 
@@ -19,6 +21,7 @@ import site
 import statistics
 import sysconfig
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +33,16 @@ from sonic.testing.repository import MODELS, write_test_repository
 from sonic.testing.triton import TritonProcess
 
 CONCURRENCY = 32
+
+
+def context_switches(pid: int) -> int:
+    """Voluntary and involuntary context switches of every thread of a process, from /proc."""
+    total = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        for line in status.read_text().splitlines():
+            if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                total += int(line.split()[1])
+    return total
 
 
 def build() -> dict[str, Path]:
@@ -49,10 +62,14 @@ def build() -> dict[str, Path]:
     return {"sonic": sonic_repo, "triton": triton_repo}
 
 
-def start(name: str, repositories: dict[str, Path]) -> ServerProcess | TritonProcess:
-    if name == "sonic":
+def start(name: str, repositories: dict[str, Path], baseline: Path | None) -> ServerProcess | TritonProcess:
+    if name.startswith("sonic"):
         extra = ["--backend-config", f"onnxruntime,intra_op_thread_count={THREADS}"]
-        return ServerProcess.start([repositories["sonic"]], extra_args=extra, log_path=RAW / "rate-sonic.log")
+        env = None
+        if name == "sonic-base" and baseline is not None:  # another checkout's src/, e.g. before a change
+            env = {**os.environ, "PYTHONPATH": str(baseline)}
+        log = RAW / f"rate-{name}.log"
+        return ServerProcess.start([repositories["sonic"]], extra_args=extra, env=env, log_path=log)
     # The Python-backend stub links libpython: point it at this interpreter's own.
     libdir = sysconfig.get_config_var("LIBDIR")
     os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(
@@ -63,26 +80,44 @@ def start(name: str, repositories: dict[str, Path]) -> ServerProcess | TritonPro
     return TritonProcess.start([repositories["triton"]], models=["identity"], workdir=workdir)
 
 
+@dataclass
+class Window:
+    requests_per_s: float
+    cores: float  # server CPU time / wall time
+    cpu_us_per_request: float
+    switches_per_request: float
+
+
 def one_window(
-    name: str, repositories: dict[str, Path], window_s: float, warmup_s: float
-) -> tuple[float, float]:
-    """Requests/s and server cores used in one window, on a freshly started server."""
-    server = start(name, repositories)
+    name: str, repositories: dict[str, Path], window_s: float, warmup_s: float, baseline: Path | None
+) -> Window:
+    """One measured window on a freshly started server (its main process; Triton's Python stub is apart)."""
+    server = start(name, repositories, baseline)
     try:
         feeds = {"INPUT0": np.ones((1, 16), np.float32)}
         address = server.grpc_address
         pid = server.pid
-        cpu: list[float] = []
+        before: list[float] = []
 
         async def measured() -> dict[str, float]:
             # Warm-up inside tritonclient_run; the CPU clock starts with the window.
             loop = asyncio.get_running_loop()
-            loop.call_later(warmup_s, lambda: cpu.extend((cpu_seconds(pid), time.perf_counter())))
+            loop.call_later(
+                warmup_s,
+                lambda: before.extend((cpu_seconds(pid), time.perf_counter(), context_switches(pid))),
+            )
             return await tritonclient_run(address, "identity", feeds, CONCURRENCY, window_s, warmup_s)
 
         result = asyncio.run(measured())
-        used = (cpu_seconds(pid) - cpu[0]) / (time.perf_counter() - cpu[1])
-        return result["requests_per_s"], used
+        cpu_s = cpu_seconds(pid) - before[0]
+        switches = context_switches(pid) - before[2]
+        requests = result["requests"]
+        return Window(
+            result["requests_per_s"],
+            cpu_s / (time.perf_counter() - before[1]),
+            1e6 * cpu_s / requests,
+            switches / requests,
+        )
     finally:
         server.stop()
 
@@ -92,19 +127,31 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--window-s", type=float, default=8.0)
     parser.add_argument("--warmup-s", type=float, default=3.0)
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="also run 'sonic-base': sonic serve from this src/ (e.g. before a change)",
+    )
     args = parser.parse_args()
     repositories = build()
-    ratios = []
+    names = ["sonic", "triton"] + (["sonic-base"] if args.baseline_src else [])
+    ratios: dict[str, list[float]] = {name: [] for name in names if name != "triton"}
     for index in range(args.rounds):
-        order = ("sonic", "triton") if index % 2 == 0 else ("triton", "sonic")
+        order = names[index % len(names) :] + names[: index % len(names)]
         rates = {}
         for name in order:
-            rate, cores = one_window(name, repositories, args.window_s, args.warmup_s)
-            rates[name] = rate
-            print(f"round {index + 1} {name:7s} {rate:8.0f} req/s  {cores:.2f} cores", flush=True)
-        ratios.append(rates["sonic"] / rates["triton"])
-        print(f"round {index + 1} sonic/triton {ratios[-1]:.2f}", flush=True)
-    print(f"median sonic/triton {statistics.median(ratios):.2f} over {args.rounds} rounds")
+            w = one_window(name, repositories, args.window_s, args.warmup_s, args.baseline_src)
+            rates[name] = w.requests_per_s
+            print(
+                f"round {index + 1} {name:10s} {w.requests_per_s:8.0f} req/s  {w.cores:.2f} cores  "
+                f"{w.cpu_us_per_request:5.0f} CPU us/request  {w.switches_per_request:5.2f} switches/request",
+                flush=True,
+            )
+        for name, values in ratios.items():
+            values.append(rates[name] / rates["triton"])
+            print(f"round {index + 1} {name}/triton {values[-1]:.2f}", flush=True)
+    for name, values in ratios.items():
+        print(f"median {name}/triton {statistics.median(values):.2f} over {args.rounds} rounds")
 
 
 if __name__ == "__main__":
