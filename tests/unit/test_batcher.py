@@ -12,7 +12,7 @@ import numpy.typing as npt
 import pytest
 
 from sonic.errors import UnavailableError
-from sonic.server.backends.base import Backend
+from sonic.server.backends.base import Backend, Batch
 from sonic.server.instance_thread import InstanceThread
 from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.policy import BatchPolicy, QueuePolicy
@@ -63,7 +63,14 @@ def _scheduler(policy: BatchPolicy, instances: int = 1) -> tuple[Scheduler, list
     return scheduler, backends
 
 
-def _item(value: float, rows: int = 1, width: int = 2, priority: int = 0, timeout_us: int = 0) -> WorkItem:
+def _item(
+    value: float,
+    rows: int = 1,
+    width: int = 2,
+    priority: int = 0,
+    timeout_us: int = 0,
+    parameters: dict[str, object] | None = None,
+) -> WorkItem:
     x = np.full((rows, width), value, dtype=np.float32)
     return WorkItem(
         inputs={"x": x},
@@ -72,6 +79,8 @@ def _item(value: float, rows: int = 1, width: int = 2, priority: int = 0, timeou
         future=asyncio.get_running_loop().create_future(),
         priority=priority,
         timeout_us=timeout_us,
+        request_id=f"r{value:g}",
+        parameters=parameters or {},
     )
 
 
@@ -297,3 +306,50 @@ async def test_close_fails_nothing_that_was_queued() -> None:
     backend.gate.set()
     await asyncio.gather(first, queued, closing)
     assert backend.batches == [[-1], [1]]
+
+
+class ContextRecorder(GatedDoubler):
+    """Sees each merged batch with its requests: what a backend needing per-request context gets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[Batch] = []
+
+    def execute_batch(self, batch: Batch) -> dict[str, npt.NDArray[Any]]:
+        self.started.set()
+        self.gate.wait(timeout=30)
+        self.seen.append(batch)
+        # Each request's rows of the merged input scaled by its own parameter: context per request.
+        scales = [float(str(r.parameters.get("scale", 1))) for r in batch.requests]
+        x = batch.inputs["x"]
+        return {
+            "y": np.concatenate([x[rows] * scale for rows, scale in zip(batch.rows, scales, strict=True)])
+        }
+
+
+async def test_backend_sees_the_requests_of_a_merged_batch() -> None:
+    backend = ContextRecorder()
+    scheduler = Scheduler(
+        model_name="m",
+        policy=DYNAMIC,
+        instances=[ModelInstance("m_0", backend, InstanceThread("t_0"))],
+        output_names=["y"],
+        stats=ModelStats(),
+    )
+    scheduler.start()
+    first = await _hold_first(scheduler, backend)
+    tasks = [
+        asyncio.create_task(scheduler.submit(_item(v, rows=v, parameters={"scale": 10 * v}))) for v in (1, 2)
+    ]
+    await _until_queued(scheduler, 2)
+    backend.gate.set()
+    results = await asyncio.gather(*tasks)
+    await first
+    merged = backend.seen[-1]
+    assert [r.request_id for r in merged.requests] == ["r1", "r2"]
+    assert [dict(r.parameters) for r in merged.requests] == [{"scale": 10}, {"scale": 20}]
+    assert merged.rows == [slice(0, 1), slice(1, 3)]
+    assert merged.inputs["x"].shape == (3, 2)
+    for value, (outputs, _) in zip((1, 2), results, strict=True):
+        np.testing.assert_array_equal(outputs["y"], np.full((value, 2), 10 * value * value, dtype=np.float32))
+    await scheduler.close(5)

@@ -106,6 +106,18 @@ async def test_reload_keeps_serving_while_new_version_loads(tmp_path: Path) -> N
     await manager.close()
 
 
+async def test_request_parameters_reach_the_work_item(tmp_path: Path) -> None:
+    _identity(tmp_path, "m")
+    manager = ModelManager(ServerConfig(model_repositories=(tmp_path,)))
+    await manager.load("m")
+    request = _request("m", 1.0)
+    request.parameters = {"custom": "value", "sequence_id": 7}
+    item = manager.get("m").prepare(request)
+    assert item.parameters == {"custom": "value", "sequence_id": 7}
+    item.future.cancel()
+    await manager.close()
+
+
 async def test_instance_group_runs_instances_concurrently() -> None:
     """Two instances: two requests execute at the same time (both held in execute together)."""
     barrier = threading.Barrier(2, timeout=10)
