@@ -102,8 +102,8 @@ def main() -> None:
     result = asyncio.run(run(args.concurrency, args.loop_work_us, args.seconds))
     print(
         f"{result['requests_per_s']:8.0f} req/s  loop idle {result['loop_idle']:.2f}  "
-        f"loop {result['loop_cpu_us_per_request']:.0f} CPU us/request  mean batch {result['mean_batch']:.1f}  "
-        f"(ceiling {1e6 / args.loop_work_us:.0f} req/s)"
+        f"loop {result['loop_cpu_us_per_request']:.0f} CPU us/request  mean batch {result['mean_batch']:.1f}"
+        + (f"  (ceiling {1e6 / args.loop_work_us:.0f} req/s)" if args.loop_work_us else "")
     )
 
 

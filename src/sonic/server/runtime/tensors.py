@@ -8,8 +8,9 @@ split and checks).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
@@ -29,6 +30,35 @@ class BatchResult:
 
 def _request(item: WorkItem, output_names: Sequence[str]) -> Request:
     return Request(item.inputs, item.output_names or tuple(output_names), item.request_id, item.parameters)
+
+
+class _Requests(Sequence[Request]):
+    """A batch's :class:`Request` objects, made on first use: most backends never look at them."""
+
+    def __init__(self, batch: Sequence[WorkItem], output_names: Sequence[str]) -> None:
+        self._batch = batch
+        self._output_names = output_names
+        self._made: list[Request] | None = None
+
+    def _requests(self) -> list[Request]:
+        if self._made is None:
+            self._made = [_request(item, self._output_names) for item in self._batch]
+        return self._made
+
+    def __len__(self) -> int:
+        return len(self._batch)
+
+    @overload
+    def __getitem__(self, index: int) -> Request: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Request]: ...
+
+    def __getitem__(self, index: int | slice) -> Request | Sequence[Request]:
+        return self._requests()[index]
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter(self._requests())
 
 
 def run_requests(
@@ -56,7 +86,7 @@ def run_requests(
 
 def merge(batch: Sequence[WorkItem], output_names: Sequence[str], batched: bool) -> Batch:
     """One :class:`Batch` of the requests' inputs, concatenated along the batch dimension."""
-    requests = [_request(item, output_names) for item in batch]
+    requests = _Requests(batch, output_names)
     if len(batch) == 1:
         inputs = batch[0].inputs
         rows = [slice(0, batch[0].batch_size) if batched else slice(None)]
