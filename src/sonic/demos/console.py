@@ -41,8 +41,10 @@ def route_logs(log_path: Path) -> logging.FileHandler:
 
 
 def console(stream: TextIO | None = None) -> Console:
-    """A rich console on ``stream`` (stdout by default); plain text when it is not a terminal."""
-    return Console(file=stream or sys.stdout, highlight=False, soft_wrap=True)
+    """A rich console on ``stream`` (stdout by default); plain text, 120 columns, when it is not a terminal."""
+    target = stream or sys.stdout
+    width = None if target.isatty() else 120  # rich's default of 80 wraps the summary's headers in logs
+    return Console(file=target, highlight=False, soft_wrap=True, width=width)
 
 
 class Progress:

@@ -59,7 +59,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "<b class=bad>NO</b>"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
     return html.escape(str(value))
 
 

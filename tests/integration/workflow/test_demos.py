@@ -121,8 +121,8 @@ def test_demo_report_renders_in_chromium(demo_run: DemoRun, browser: Path, tmp_p
     assert text.count("data:image/png;base64,") == 3  # the plots travel inside the one file
     assert "Projection: the same run with a GPU server" in text
     assert "Measured on a GPU: no GPU run" in text
-    screenshot = chromium.render(browser, page, tmp_path / "report.png", tmp_path / "profile")
+    screenshot = chromium.render(browser, page, tmp_path / "report.png", tmp_path / "profile", (1100, 4400))
     pixels = plt.imread(screenshot)  # RGBA floats in [0, 1]
-    assert pixels.shape[:2] == (2600, 1100)
+    assert pixels.shape[:2] == (4400, 1100)
     inked = (pixels[..., :3].mean(axis=2) < 0.9).mean()
     assert 0.02 < inked < 0.6, f"{inked:.3f} of the page is not background: blank or unstyled page?"
