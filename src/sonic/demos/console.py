@@ -67,6 +67,9 @@ class Progress:
                 TimeElapsedColumn(),
                 console=self._console,
                 auto_refresh=False,
+                # A run that fails mid-bar must not leave stdout captured by the live display.
+                redirect_stdout=False,
+                redirect_stderr=False,
             )
             self._task = self._bar.add_task(label, total=self.total)
             self._bar.start()
