@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from sonic.testing.triton import TritonProcess
 
 from benchmarks.common import cpu_seconds
 from benchmarks.compare import RAW, THREADS, TRITON_MODEL, triton_config, tritonclient_run
 from sonic.launch import ServerProcess
+from sonic.launch.triton import TritonProcess
 from sonic.testing.repository import MODELS, write_test_repository
 
 CONCURRENCY = 32
