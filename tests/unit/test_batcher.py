@@ -176,17 +176,17 @@ async def test_delay_timeout_moves_request_behind_others() -> None:
         max_batch_size=1,
         dynamic=True,
         queue_policies=(
-            QueuePolicy(default_timeout_us=1_000, delay_on_timeout=True, allow_timeout_override=True),
+            QueuePolicy(default_timeout_us=10_000_000, delay_on_timeout=True, allow_timeout_override=True),
         ),
     )
     scheduler, (backend,) = _scheduler(policy)
     first = await _hold_first(scheduler, backend)
-    delayed = asyncio.create_task(scheduler.submit(_item(1)))
+    delayed = asyncio.create_task(scheduler.submit(_item(1, timeout_us=1_000)))  # shortens the 10 s default
     await _until_queued(scheduler, 1)
     # Not a wait for time to pass: the loop runs timers in deadline order, so once this later
     # timer fires, the request's 1 ms timeout has fired and moved it behind the delayed line.
     await asyncio.sleep(0.002)
-    fresh = asyncio.create_task(scheduler.submit(_item(2, timeout_us=10_000_000)))
+    fresh = asyncio.create_task(scheduler.submit(_item(2)))
     await _until_queued(scheduler, 2)
     backend.gate.set()
     await asyncio.gather(first, delayed, fresh)
