@@ -31,19 +31,15 @@ from sonic.client.cleanup import exit_cleanup
 from sonic.client.coalesce import Coalescer
 from sonic.client.config import ClientConfig, SharedMemoryMode
 from sonic.client.errors import (
-    Attempt,
     ClientError,
     ClientStateError,
     ConnectionLostError,
-    DeadlineExceededError,
-    InvalidRequestError,
-    NoServerError,
-    RetriesExhaustedError,
     TransientError,
 )
 from sonic.client.fallback import FallbackServer, SharedFallback
 from sonic.client.health import ProbePolicy
 from sonic.client.registry import ServerEntry, ServerRegistry, resolve_services
+from sonic.client.retries import with_retries
 from sonic.client.shm import Region, RegionPool, layout
 from sonic.client.stats import ClientStatistics
 from sonic.client.transport.base import ModelInfo, ServerTiming, Transport
@@ -263,87 +259,9 @@ class AsyncClient:
     # --- retries --------------------------------------------------------------------------------------
 
     async def _with_retries(self, operation: Callable[[ServerEntry], Awaitable[T]]) -> tuple[T, int]:
-        """Run ``operation`` on a chosen server, retrying transient failures; returns (result, tries).
-
-        A broken connection makes the server dead and a missed deadline suspect (see
-        :mod:`sonic.client.health`): the retry goes to another server first. Other transient errors
-        retry the same server once, then another. NOT_FOUND or UNAVAILABLE for the model from a server
-        that listed it refreshes that server's model list: if the model moved, the retry goes to a
-        server that has it.
-        """
+        """Run ``operation`` on a chosen server with retries (:mod:`sonic.client.retries`)."""
         registry = await self._open()
-        attempts: list[Attempt] = []
-        avoid: set[ServerEntry] = set()
-        retry_on: ServerEntry | None = None
-        for index in range(self.config.allowed_tries):
-            if index:
-                delay_s = self.config.retry_backoff_s * 2 ** (index - 1)
-                await asyncio.sleep(min(delay_s, self.config.retry_backoff_max_s))  # backoff, not a sync
-            try:
-                if retry_on is not None and retry_on.healthy:
-                    entry = retry_on
-                else:
-                    entry = await registry.select(self.model, avoid)
-            except NoServerError as exc:
-                if not attempts:
-                    raise
-                attempts.append(Attempt("(no server left)", exc))
-                break
-            entry.outstanding += 1
-            try:
-                result = await operation(entry)
-            except (TransientError, InvalidRequestError) as exc:
-                moved = await self._model_moved(registry, entry, exc)
-                if not moved and not isinstance(exc, TransientError):
-                    raise
-                attempts.append(Attempt(entry.address, exc))
-                self.statistics.count_failure(exc, moved=moved)
-                if isinstance(exc, ConnectionLostError):
-                    registry.mark_dead(entry, exc)
-                elif isinstance(exc, DeadlineExceededError):
-                    registry.mark_suspect(entry, exc)
-                if moved or isinstance(exc, ConnectionLostError | DeadlineExceededError) or retry_on is entry:
-                    avoid.add(entry)
-                    retry_on = None
-                else:
-                    retry_on = entry  # the first retry goes to the same server
-                log.info("model '%s' try %d on %s failed: %s", self.model, index + 1, entry.address, exc)
-            else:
-                registry.mark_ok(entry)
-                self.statistics.count_success(index + 1)
-                return result, index + 1
-            finally:
-                entry.outstanding -= 1
-        self.statistics.failed += 1
-        raise RetriesExhaustedError(self.model, attempts)
-
-    async def _model_moved(self, registry: ServerRegistry, entry: ServerEntry, exc: ClientError) -> bool:
-        """NOT_FOUND, or UNAVAILABLE while another server has it, for a model ``entry`` listed: read its
-        model list again; True when the model is gone from it (the retry goes elsewhere)."""
-        status = getattr(exc, "status", "")
-        if self.model not in entry.models or entry.is_fallback:
-            return False
-        if status == "UNAVAILABLE" and isinstance(exc, ConnectionLostError):
-            return False
-        if status == "UNAVAILABLE" and not [e for e in registry.candidates(self.model) if e is not entry]:
-            return False  # nowhere else to go: retry here (a model being reloaded comes back)
-        if status not in {"NOT_FOUND", "UNAVAILABLE"}:
-            return False
-        now = asyncio.get_running_loop().time()
-        if status == "UNAVAILABLE" and now - entry.probed_at < self.config.probe_backoff_s:
-            return (
-                False  # an overloaded server answers UNAVAILABLE often: its list is read at most this often
-            )
-        entry.probed_at = now
-        try:
-            await registry.refresh(entry, self.config.control_timeout_s)
-        except (ClientError, TimeoutError) as error:
-            registry.mark_dead(entry, error)
-            return True
-        if self.model in entry.models:
-            return False
-        log.warning("model '%s' is gone from %s (%s): trying elsewhere", self.model, entry.address, status)
-        return True
+        return await with_retries(self.model, self.config, registry, self.statistics, operation)
 
     # --- metadata -------------------------------------------------------------------------------------
 
