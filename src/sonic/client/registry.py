@@ -210,13 +210,11 @@ class ServerRegistry:
 
     async def refresh_models(self) -> None:
         """No healthy server lists a model: read every healthy server's list again (a model that
-        moved back). At most once per probe backoff per server."""
+        moved back). At most once per longest probe backoff per server: a job whose model only the
+        fallback serves must not ask every remote server on every call."""
         now = asyncio.get_running_loop().time()
-        stale = [
-            e
-            for e in self.entries
-            if e.healthy and not e.is_fallback and now - e.probed_at >= self.prober.policy.backoff_s
-        ]
+        every_s = self.prober.policy.backoff_max_s
+        stale = [e for e in self.entries if e.healthy and not e.is_fallback and now - e.probed_at >= every_s]
         for entry in stale:
             entry.probed_at = now
         results = await asyncio.gather(
