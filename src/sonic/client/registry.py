@@ -147,7 +147,8 @@ class ServerRegistry:
         self.prober.schedule(entry)
 
     def mark_suspect(self, entry: ServerEntry, reason: BaseException) -> None:
-        """A deadline or keepalive failure: last choice until a probe (scheduled soon) says otherwise."""
+        """A missed deadline: last choice until a probe (started now) says otherwise. (A failed keepalive
+        closes the connection: that is mark_dead.)"""
         if entry.health is Health.HEALTHY:
             entry.health = Health.SUSPECT
             entry.down_reason = str(reason)
