@@ -13,6 +13,7 @@ The tree::
     ├── UnauthenticatedError        no bearer token, or one that is not valid                (UNAUTHENTICATED / 401)
     ├── PermissionDeniedError       an operation this server was configured to refuse        (PERMISSION_DENIED / 403)
     ├── ResourceExhaustedError      a client over its request-rate limit                     (RESOURCE_EXHAUSTED / 429)
+    ├── PayloadTooLargeError        a request body over the size or decompressed-size limit   (RESOURCE_EXHAUSTED / 413)
     └── InternalError               model execution failed, or a bug                        (INTERNAL / 500)
 
 Status codes follow Triton's own mapping of TRITONSERVER_Error codes, so clients that branch on
@@ -74,6 +75,10 @@ class ResourceExhaustedError(SonicError):
     pass
 
 
+class PayloadTooLargeError(SonicError):
+    pass
+
+
 class InternalError(SonicError):
     pass
 
@@ -89,6 +94,7 @@ STATUS_TABLE: dict[type[SonicError], tuple[grpc.StatusCode, HTTPStatus]] = {
     UnauthenticatedError: (grpc.StatusCode.UNAUTHENTICATED, HTTPStatus.UNAUTHORIZED),
     PermissionDeniedError: (grpc.StatusCode.PERMISSION_DENIED, HTTPStatus.FORBIDDEN),
     ResourceExhaustedError: (grpc.StatusCode.RESOURCE_EXHAUSTED, HTTPStatus.TOO_MANY_REQUESTS),
+    PayloadTooLargeError: (grpc.StatusCode.RESOURCE_EXHAUSTED, HTTPStatus.REQUEST_ENTITY_TOO_LARGE),
     InternalError: (grpc.StatusCode.INTERNAL, HTTPStatus.INTERNAL_SERVER_ERROR),
 }
 
