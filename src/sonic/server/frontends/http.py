@@ -35,7 +35,7 @@ from sonic.errors import (
     http_status,
 )
 from sonic.protocol import http_json
-from sonic.protocol.inflate import WBITS, InflateError, InflateLimitError, inflate
+from sonic.protocol.inflate import WBITS, InflateError, InflateLimitError, inflate_async
 from sonic.server.dataplane import DataPlane
 from sonic.server.guard import CallKind, Guard
 from sonic.server.observe import TRACE_HEADERS
@@ -43,7 +43,7 @@ from sonic.server.observe import TRACE_HEADERS
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
-# Bodies (compressed, or the JSON part) from this size on are inflated and parsed in a thread, so one
+# JSON from this size on is parsed in a thread (inflation moves there by itself), so one
 # large request does not stall every other connection; smaller ones stay on the loop, where they cost less
 # than a thread hand-off.
 OFF_LOOP_BYTES = 1 << 18
@@ -318,16 +318,14 @@ class HttpFrontend:
             return body
         limit = self._max_decompressed_bytes
         try:
-            if len(body) < OFF_LOOP_BYTES:
-                return inflate(body, encoding, limit)
-            return await asyncio.to_thread(inflate, body, encoding, limit)
+            return await inflate_async(body, encoding, limit)
         except InflateLimitError:
             raise PayloadTooLargeError(
                 f"the {encoding} request body inflates to more than the server limit of {limit} bytes "
                 "decompressed"
             ) from None
         except InflateError as exc:
-            raise InvalidArgumentError(str(exc)) from None
+            raise InvalidArgumentError(f"{encoding} request body: {exc}") from None
 
     async def _receive(self, request: web.BaseRequest) -> bytes | bytearray:
         """The body as sent; a Content-Length over the limit is refused before a byte is read."""
