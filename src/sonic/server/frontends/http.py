@@ -352,13 +352,17 @@ class HttpFrontend:
                 filled += len(chunk)
             return buffer
         # Chunked transfer: the size is known only at the end.
-        chunks = [first]
-        size = len(first)
-        while chunk := await request.content.readany():
+        chunks: list[bytes] = []
+        size = 0
+        chunk = first
+        while chunk:
             size += len(chunk)
             if size > limit:
-                raise PayloadTooLargeError(f"request body is over the server limit of {limit} bytes")
+                raise PayloadTooLargeError(
+                    f"request body (chunked) is over the server limit of {limit} bytes"
+                )
             chunks.append(chunk)
+            chunk = await request.content.readany()
         return b"".join(chunks)
 
     async def _json_body(self, request: web.BaseRequest) -> dict[str, Any]:
