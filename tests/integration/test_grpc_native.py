@@ -15,13 +15,12 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from sonic.launch import ServerProcess
+from sonic.protocol.grpc_call import decode_grpc_message, grpc_message_prefix
 from sonic.protocol.http2 import (
     PREFACE,
     Flag,
     FrameType,
-    decode_grpc_message,
     frame,
-    grpc_message_prefix,
     settings_frame,
 )
 
@@ -150,6 +149,39 @@ def test_gzip_request_over_the_limit_once_inflated(native_server: ServerProcess)
         with pytest.raises(grpc.RpcError) as caught:
             call(request.SerializeToString())
     assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_gzip_bomb_stops_at_the_limit_while_inflating(native_server: ServerProcess) -> None:
+    bomb = bytes(40 << 20)  # 40 MiB of zeros: ~40 KiB on the wire, under the 50 kB message limit
+    with grpc.insecure_channel(native_server.grpc_address, compression=grpc.Compression.Gzip) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        with pytest.raises(grpc.RpcError) as caught:
+            call(bomb)
+    assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert f"> {MAX_MESSAGE_BYTES} bytes decompressed" in str(caught.value.details())
+    small = np.ones((1, 16), np.float32)
+    np.testing.assert_array_equal(_infer(native_server.grpc_address, "identity", small), small)
+
+
+def test_compressed_stream_messages_are_inflated_and_bounded(native_server: ServerProcess) -> None:
+    small = np.arange(16, dtype=np.float32).reshape(1, 16)
+    request = service_pb2.ModelInferRequest(model_name="identity", id="small")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
+    request.raw_input_contents.append(small.tobytes())
+    with grpc.insecure_channel(native_server.grpc_address, compression=grpc.Compression.Gzip) as channel:
+        call = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        answers = list(call(iter([request.SerializeToString()])))
+        assert len(answers) == 1
+        answer = service_pb2.ModelStreamInferResponse.FromString(answers[0])
+        assert answer.infer_response.id == "small"
+        assert (
+            np.frombuffer(answer.infer_response.raw_output_contents[0], np.float32).tolist()
+            == small.ravel().tolist()
+        )
+        with pytest.raises(grpc.RpcError) as caught:
+            list(call(iter([bytes(40 << 20)])))
+    assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "bytes decompressed" in str(caught.value.details())
 
 
 def test_a_peer_that_is_not_http2_is_dropped_and_others_are_served(native_server: ServerProcess) -> None:

@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import struct
 
 import grpc
 import hpack
 import pytest
 
+from sonic.protocol.grpc_call import encode_grpc_message, grpc_message_prefix, parse_grpc_timeout
+from sonic.protocol.h2limits import SERVER_LIMITS
 from sonic.protocol.http2 import (
     PREFACE,
     ErrorCode,
     Flag,
     FrameType,
     Setting,
-    encode_grpc_message,
     encode_headers,
     frame,
-    grpc_message_prefix,
-    parse_grpc_timeout,
     settings_frame,
     window_update,
 )
@@ -41,7 +41,7 @@ class EchoConnection(Http2Connection):
     """Answers each stream with the bytes it received, once the peer ends it."""
 
     def __init__(self) -> None:
-        super().__init__(max_concurrent_streams=4)
+        super().__init__(limits=dataclasses.replace(SERVER_LIMITS, max_concurrent_streams=4))
         self.received: dict[int, bytearray] = {}
         self.headers: dict[int, Headers] = {}
         self.resets: list[int] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -13,7 +14,9 @@ from pathlib import Path
 
 from sonic.errors import SonicError
 from sonic.logs import configure_logging
+from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits
 from sonic.server.config import (
+    MAX_GRPC_DECOMPRESSED_BYTES,
     MAX_GRPC_MESSAGE_BYTES,
     AdmissionConfig,
     AuthConfig,
@@ -148,7 +151,42 @@ def _add_security_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--request-burst", type=int, default=100, help="burst allowed above --max-requests-per-sec"
     )
-    group.add_argument("--grpc-max-concurrent-streams", type=int, default=None, help="per gRPC connection")
+    group.add_argument(
+        "--grpc-max-concurrent-streams",
+        type=int,
+        default=None,
+        help=f"per gRPC connection (native default {SERVER_LIMITS.max_concurrent_streams}; grpcio: unlimited)",
+    )
+    group.add_argument(
+        "--grpc-max-decompressed-bytes",
+        type=int,
+        default=MAX_GRPC_DECOMPRESSED_BYTES,
+        help="largest gRPC message once inflated (gzip/deflate); larger ones get RESOURCE_EXHAUSTED",
+    )
+    group.add_argument(
+        "--grpc-max-header-bytes",
+        type=int,
+        default=SERVER_LIMITS.max_header_block_bytes,
+        help="largest header block of a gRPC request, encoded and decoded (native)",
+    )
+    group.add_argument(
+        "--grpc-idle-timeout-secs",
+        type=float,
+        default=SERVER_LIMITS.idle_timeout_s,
+        help="close gRPC connections with no call and no frame for this long (0: never; native)",
+    )
+    group.add_argument(
+        "--grpc-keepalive-secs",
+        type=float,
+        default=SERVER_LIMITS.keepalive_interval_s,
+        help="PING silent gRPC connections this often (0: never; native)",
+    )
+    group.add_argument(
+        "--grpc-keepalive-timeout-secs",
+        type=float,
+        default=SERVER_LIMITS.ping_timeout_s,
+        help="close a gRPC connection whose PING is not answered within this (native)",
+    )
     group.add_argument(
         "--grpc-server",
         choices=[kind.value for kind in GrpcServerKind],
@@ -210,11 +248,24 @@ def _security_from_args(args: argparse.Namespace) -> dict[str, object]:
         "max_requests_per_s": args.max_requests_per_sec,
         "request_burst": args.request_burst,
         "grpc_max_concurrent_streams": args.grpc_max_concurrent_streams,
+        "grpc_max_decompressed_bytes": args.grpc_max_decompressed_bytes,
+        "grpc_http2_limits": _http2_limits(args),
         "grpc_server": GrpcServerKind(args.grpc_server),
         "http_max_connections_per_client": args.http_max_connections_per_client,
         "repository_control": not args.disable_repository_control,
         "allow_model_links_outside": args.allow_model_links_outside,
     }
+
+
+def _http2_limits(args: argparse.Namespace) -> Http2Limits:
+    return dataclasses.replace(
+        SERVER_LIMITS,
+        max_header_block_bytes=args.grpc_max_header_bytes,
+        max_header_list_bytes=args.grpc_max_header_bytes,
+        idle_timeout_s=args.grpc_idle_timeout_secs or None,
+        keepalive_interval_s=args.grpc_keepalive_secs or None,
+        ping_timeout_s=args.grpc_keepalive_timeout_secs,
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:

@@ -1,23 +1,21 @@
-"""HTTP/2 (RFC 9113), HPACK (RFC 7541) and gRPC-over-HTTP/2 framing for our gRPC server and client.
+"""HTTP/2 (RFC 9113) and HPACK (RFC 7541) framing for our gRPC server and client.
 
-Pure functions and constants; the connection state machine is
-:mod:`sonic.protocol.h2connection`. Header blocks we send never touch the HPACK dynamic table (literals
+Pure functions, constants and per-stream state; the connection state machine is
+:mod:`sonic.protocol.h2connection`, the gRPC layer above it :mod:`sonic.protocol.grpc_call`. Header blocks we send never touch the HPACK dynamic table (literals
 "without indexing"), so our encoder is stateless and cannot fall out of step with the peer's decoder.
 """
 
 from __future__ import annotations
 
-import math
 import struct
 from collections import deque
 from enum import IntEnum
 from typing import Any
-from urllib.parse import quote, unquote
 
 import hpack
-import numpy as np
-import numpy.typing as npt
 from hpack.table import HeaderTable
+
+from sonic.protocol.h2limits import MemoBudget
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 FRAME_HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, stream id
@@ -26,8 +24,6 @@ DEFAULT_WINDOW_BYTES = 65_535
 DEFAULT_MAX_FRAME_BYTES = 16_384
 MAX_FRAME_BYTES_LIMIT = (1 << 24) - 1
 MAX_WINDOW_BYTES = (1 << 31) - 1
-GRPC_MESSAGE_PREFIX = struct.Struct(">BI")  # compressed flag, message length
-GRPC_MESSAGE_PREFIX_BYTES = 5
 
 
 class FrameType(IntEnum):
@@ -150,10 +146,8 @@ def encode_headers(headers: list[tuple[bytes, bytes]]) -> bytes:
 
 # --- HPACK, decoder side -------------------------------------------------------------------------------
 
-MAX_HEADER_LIST_BYTES = 1 << 16
-HEADER_CACHE_ENTRIES = 256
-
 Headers = list[tuple[bytes, bytes]]
+_MEMO_ENTRY_OVERHEAD = 64  # bytes per memo entry besides its block and header bytes (a rough bound)
 
 
 class _CountingTable(HeaderTable):
@@ -166,127 +160,114 @@ class _CountingTable(HeaderTable):
         return super().add(name, value)
 
 
+class _BoundedDecoder(hpack.Decoder):
+    """hpack's decoder with a cap on dynamic-table-size updates per block (each one resizes the table)."""
+
+    def __init__(self, max_header_list_size: int, max_table_size_updates: int) -> None:
+        super().__init__(max_header_list_size=max_header_list_size)
+        self.max_table_size_updates = max_table_size_updates
+        self.table_size_updates = 0
+
+    def _update_encoding_context(self, data: bytes | memoryview) -> int:
+        self.table_size_updates += 1
+        if self.table_size_updates > self.max_table_size_updates:
+            msg = f"more than {self.max_table_size_updates} table size updates in one header block"
+            raise hpack.HPACKDecodingError(msg)
+        return int(super()._update_encoding_context(data))
+
+
 class HeaderDecoder:
     """HPACK decoding with a memo of blocks that did not change the dynamic table.
 
     Peers repeat the same block (every field indexed) for every call; decoding it again against an
-    unchanged table gives the same list, so it is looked up instead.
+    unchanged table gives the same list, so it is looked up instead. The memo holds at most
+    ``memo_bytes`` (blocks and lists counted), taken from the server-wide ``budget`` when given.
     """
 
-    def __init__(self) -> None:
-        self._decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST_BYTES)
+    def __init__(
+        self,
+        *,
+        max_header_list_bytes: int = 1 << 16,
+        max_table_size_updates: int = 2,
+        memo_bytes: int = 1 << 18,
+        budget: MemoBudget | None = None,
+    ) -> None:
+        self._decoder = _BoundedDecoder(max_header_list_bytes, max_table_size_updates)
         self._table = _CountingTable()
         self._decoder.header_table = self._table
         self._memo: dict[bytes, Headers] = {}
+        self._memo_bytes = memo_bytes
+        self._memo_used = 0
+        self._budget = budget
 
     def decode(self, block: bytes) -> Headers:
         headers = self._memo.get(block)
         if headers is not None:
             return headers
         before = (self._table.insertions, self._table.maxsize)
+        self._decoder.table_size_updates = 0
         try:
             headers = [(bytes(n), bytes(v)) for n, v in self._decoder.decode(block, raw=True)]
         except hpack.HPACKError as exc:
             raise ProtocolError(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from None
         if (self._table.insertions, self._table.maxsize) != before:
-            self._memo.clear()  # entries were decoded against the old table
-        elif len(self._memo) < HEADER_CACHE_ENTRIES:
-            self._memo[block] = headers
+            self.clear()  # entries were decoded against the old table
+        else:
+            self._remember(block, headers)
         return headers
 
+    def _remember(self, block: bytes, headers: Headers) -> None:
+        size = len(block) + sum(len(n) + len(v) for n, v in headers) + _MEMO_ENTRY_OVERHEAD
+        if self._memo_used + size > self._memo_bytes:
+            return
+        if self._budget is not None and not self._budget.take(size):
+            return
+        self._memo[block] = headers
+        self._memo_used += size
 
-# --- gRPC over HTTP/2 -----------------------------------------------------------------------------------
-
-_TIMEOUT_UNITS_S = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
-
-
-def parse_grpc_timeout(value: bytes) -> float:
-    """``grpc-timeout`` (e.g. ``100m``) in seconds; ValueError when malformed."""
-    text = value.decode("ascii")
-    digits, unit = text[:-1], text[-1:]
-    if not digits.isdigit() or len(digits) > 8 or unit not in _TIMEOUT_UNITS_S:
-        msg = f"malformed grpc-timeout {text!r}: expected up to 8 digits and one of H M S m u n"
-        raise ValueError(msg)
-    return int(digits) * _TIMEOUT_UNITS_S[unit]
-
-
-def format_grpc_timeout(seconds: float) -> bytes:
-    """``grpc-timeout`` for a deadline ``seconds`` away: the finest unit that fits 8 digits, rounded up."""
-    for unit in "umSMH":
-        count = math.ceil(seconds / _TIMEOUT_UNITS_S[unit] - 1e-6)  # 1e-6: float noise, not a unit more
-        if count < 10**8:
-            return f"{max(count, 1)}{unit}".encode("ascii")
-    return b"99999999H"
-
-
-def encode_grpc_message(message: str) -> bytes:
-    """``grpc-message``: percent-encoded UTF-8, as the gRPC spec asks (space and printable ASCII kept)."""
-    return quote(message, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode("ascii")
-
-
-def decode_grpc_message(value: bytes) -> str:
-    return unquote(value.decode("ascii"))
-
-
-def grpc_message_prefix(length: int, *, compressed: bool = False) -> bytes:
-    return GRPC_MESSAGE_PREFIX.pack(1 if compressed else 0, length)
-
-
-class MessageReader:
-    """gRPC length-prefixed messages out of a stream's DATA, however the frames cut them."""
-
-    __slots__ = ("_body", "_compressed", "_filled", "_max_bytes", "_prefix")
-
-    def __init__(self, max_bytes: int) -> None:
-        self._max_bytes = max_bytes
-        self._prefix = b""
-        self._body: npt.NDArray[np.uint8] | None = None
-        self._filled = 0
-        self._compressed = False
-
-    def feed(self, data: memoryview) -> list[tuple[bool, bytes | memoryview]]:
-        """Complete (compressed, message) pairs; ``data`` is copied, never kept."""
-        out: list[tuple[bool, bytes | memoryview]] = []
-        pos, end = 0, len(data)
-        while pos < end:
-            body = self._body
-            if body is None:
-                if self._prefix or end - pos < GRPC_MESSAGE_PREFIX_BYTES:
-                    take = min(GRPC_MESSAGE_PREFIX_BYTES - len(self._prefix), end - pos)
-                    self._prefix += bytes(data[pos : pos + take])
-                    pos += take
-                    if len(self._prefix) < GRPC_MESSAGE_PREFIX_BYTES:
-                        break
-                    flag, length = GRPC_MESSAGE_PREFIX.unpack(self._prefix)
-                    self._prefix = b""
-                else:
-                    flag, length = GRPC_MESSAGE_PREFIX.unpack_from(data, pos)
-                    pos += GRPC_MESSAGE_PREFIX_BYTES
-                if length > self._max_bytes:
-                    raise self.too_large(length)
-                if end - pos >= length:  # the whole message is here: one copy
-                    out.append((flag == 1, bytes(data[pos : pos + length])))
-                    pos += length
-                    continue
-                # Left uninitialised (bytearray(n) would zero it first): a large tensor is written once.
-                body = self._body = np.empty(length, np.uint8)
-                self._filled = 0
-                self._compressed = flag == 1
-            take = min(len(body) - self._filled, end - pos)
-            body[self._filled : self._filled + take] = np.frombuffer(data[pos : pos + take], np.uint8)
-            self._filled += take
-            pos += take
-            if self._filled == len(body):
-                out.append((self._compressed, body.data))
-                self._body = None
-        return out
-
-    def too_large(self, length: int) -> Exception:
-        return ValueError(f"gRPC message of {length} bytes, larger than the limit of {self._max_bytes}")
+    def clear(self) -> None:
+        """Forget the memo (the table changed, or the connection is gone: its bytes go back)."""
+        self._memo.clear()
+        if self._budget is not None:
+            self._budget.give_back(self._memo_used)
+        self._memo_used = 0
 
     @property
-    def partial(self) -> bool:
-        return bool(self._prefix) or self._body is not None
+    def memo_bytes(self) -> int:
+        return self._memo_used
+
+
+# --- field validation (RFC 9113 section 8.2 and 8.3) -------------------------------------------------
+
+_REQUEST_PSEUDO = frozenset({b":method", b":scheme", b":path", b":authority"})
+_CONNECTION_SPECIFIC = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
+)
+
+
+def malformed_fields(headers: Headers, *, trailers: bool) -> str | None:
+    """Why a request's header (or trailer) list is malformed, None when it is not."""
+    pseudo: set[bytes] = set()
+    regular_seen = False
+    for name, value in headers:
+        if name != name.lower():
+            return f"upper-case field name {name!r}"
+        if name.startswith(b":"):
+            if trailers or regular_seen or name not in _REQUEST_PSEUDO or name in pseudo:
+                return f"pseudo-header {name!r} not allowed here"
+            pseudo.add(name)
+        else:
+            regular_seen = True
+            if name in _CONNECTION_SPECIFIC or (name == b"te" and value != b"trailers"):
+                return f"connection-specific field {name!r}"
+    if trailers:
+        return None
+    method = dict(headers).get(b":method")
+    if method == b"CONNECT":
+        return None if pseudo == {b":method", b":authority"} else "CONNECT with :scheme or :path"
+    if not {b":method", b":scheme", b":path"} <= pseudo or not dict(headers).get(b":path"):
+        return "request without :method, :scheme and a non-empty :path"
+    return None
 
 
 class Stream:
@@ -299,14 +280,16 @@ class Stream:
         "recv_unacked",
         "remote_closed",
         "reset_code",
-        "send_window",
+        "send_credit",
         "stream_id",
         "trailers",
     )
 
-    def __init__(self, stream_id: int, send_window: int) -> None:
+    def __init__(self, stream_id: int) -> None:
         self.stream_id = stream_id
-        self.send_window = send_window
+        # The send window relative to the peer's SETTINGS_INITIAL_WINDOW_SIZE (window = credit + initial),
+        # so a change of that setting costs O(1), not a walk over every stream.
+        self.send_credit = 0
         self.recv_unacked = 0
         self.remote_closed = False
         self.local_closed = False

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits
+
 
 class ModelControlMode(enum.StrEnum):
     NONE = "none"  # load every model at start, no load/unload API
@@ -16,6 +18,8 @@ class ModelControlMode(enum.StrEnum):
 
 # Triton's gRPC limit (INT32_MAX), so the same requests fit through both servers.
 MAX_GRPC_MESSAGE_BYTES = 2**31 - 1
+# A compressed gRPC message inflates to at most this much (or the message limit, when lower).
+MAX_GRPC_DECOMPRESSED_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,9 @@ class ServerConfig:
     admission: AdmissionConfig | None = None
     max_requests_per_s: float | None = None  # per client address, token bucket; None: unlimited
     request_burst: int = 100  # token-bucket depth for max_requests_per_s
-    grpc_max_concurrent_streams: int | None = None  # per gRPC connection
+    grpc_max_concurrent_streams: int | None = None  # per gRPC connection; None: grpcio's or Http2Limits'
+    grpc_max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES
+    grpc_http2_limits: Http2Limits = SERVER_LIMITS  # the native gRPC frontend's HTTP/2 limits
     grpc_server: GrpcServerKind = GrpcServerKind.NATIVE
     http_max_connections_per_client: int | None = None  # open HTTP connections per client address
     repository_control: bool = True  # False: load/unload refused even in explicit mode

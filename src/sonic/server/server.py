@@ -122,6 +122,8 @@ class Server:
             guard=self.guard,
             ssl_context=grpc_ssl_context(config.tls) if config.tls is not None else None,
             max_concurrent_streams=config.grpc_max_concurrent_streams,
+            max_decompressed_bytes=config.grpc_max_decompressed_bytes,
+            http2_limits=config.grpc_http2_limits,
         )
 
     async def _poll_repository(self) -> None:

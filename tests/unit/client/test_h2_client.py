@@ -20,6 +20,7 @@ from sonic.client.errors import (
 from sonic.client.transport.base import WireInput, WireRequest
 from sonic.client.transport.h2 import NativeTransport
 from sonic.client.transport.h2_connection import ClientConnection
+from sonic.protocol.grpc_call import grpc_message_prefix
 from sonic.protocol.http2 import (
     PREFACE,
     ErrorCode,
@@ -30,7 +31,6 @@ from sonic.protocol.http2 import (
     encode_headers,
     frame,
     goaway,
-    grpc_message_prefix,
     rst_stream,
     settings_frame,
     window_update,

@@ -13,13 +13,18 @@ go out as views of the caller's arrays, framed without joining them into one mes
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ssl
 import time
-import zlib
 from typing import Any
 
 from sonic.client.config import Compression, TlsConfig
-from sonic.client.errors import ConnectionLostError, DeadlineExceededError, ResourceExhaustedError
+from sonic.client.errors import (
+    ConnectionLostError,
+    DeadlineExceededError,
+    ResourceExhaustedError,
+    error_for_status,
+)
 from sonic.client.transport.base import (
     WireRequest,
     WireResponse,
@@ -34,13 +39,21 @@ from sonic.client.transport.grpc import (
     split_response,
 )
 from sonic.client.transport.h2_connection import ClientConnection
-from sonic.protocol.http2 import encode_headers, format_grpc_timeout, grpc_message_prefix
+from sonic.protocol.grpc_call import (
+    ACCEPT_ENCODING,
+    GrpcError,
+    MessageLimits,
+    compress,
+    decompress,
+    format_grpc_timeout,
+    grpc_message_prefix,
+)
+from sonic.protocol.h2limits import CLIENT_LIMITS
+from sonic.protocol.http2 import encode_headers
 from sonic.protocol.wire import parts_size
 
-_COMPRESSORS = {
-    Compression.GZIP: lambda data: zlib.compress(data, wbits=31),
-    Compression.DEFLATE: lambda data: zlib.compress(data, wbits=15),
-}
+# Responses inflate to at most this much (a compressed answer is the server's promise about nothing).
+MAX_DECOMPRESSED_BYTES = 1 << 30
 
 
 def tls_context(tls: TlsConfig) -> ssl.SSLContext:
@@ -62,13 +75,23 @@ class NativeTransport(ControlCalls):
         token: str = "",
         default_timeout_s: float | None = None,
         control_timeout_s: float = 10.0,
+        keepalive_interval_s: float | None = None,
+        keepalive_timeout_s: float = 20.0,
+        max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
     ) -> None:
+        """``keepalive_interval_s``: PING an otherwise silent connection this often, and drop it when
+        the answer takes over ``keepalive_timeout_s`` (a dead peer or path is noticed before a call
+        waits on it). Off by default, as in grpcio."""
         self.address = address
         self.is_local = is_loopback(address) and tls is None
         host, _, port = address.rpartition(":")
         self._host, self._port = host.strip("[]"), int(port)
         self._tls = tls
-        self._compress = _COMPRESSORS.get(compression)
+        self._encoding = None if compression is Compression.NONE else compression.value
+        self._limits = dataclasses.replace(
+            CLIENT_LIMITS, keepalive_interval_s=keepalive_interval_s, ping_timeout_s=keepalive_timeout_s
+        )
+        self._message_limits = MessageLimits(MAX_MESSAGE_BYTES, max_decompressed_bytes)
         self._timeout_s = default_timeout_s
         self._control_timeout_s = control_timeout_s
         headers = [
@@ -79,7 +102,7 @@ class NativeTransport(ControlCalls):
             (b"content-type", b"application/grpc"),
             (b"te", b"trailers"),
             (b"user-agent", b"sonic-client"),
-            (b"grpc-accept-encoding", b"identity,deflate,gzip"),
+            (b"grpc-accept-encoding", ACCEPT_ENCODING),
         ]
         if token:
             headers.append((b"authorization", f"Bearer {token}".encode()))
@@ -104,7 +127,7 @@ class NativeTransport(ControlCalls):
             try:
                 async with asyncio.timeout(self._control_timeout_s):
                     _, connection = await loop.create_connection(
-                        lambda: ClientConnection(self.address),
+                        lambda: ClientConnection(self.address, self._limits),
                         self._host,
                         self._port,
                         ssl=context,
@@ -139,10 +162,10 @@ class NativeTransport(ControlCalls):
         if size > MAX_MESSAGE_BYTES:
             detail = f"{method} request of {size} bytes, larger than the gRPC limit of {MAX_MESSAGE_BYTES}"
             raise ResourceExhaustedError(detail, status="RESOURCE_EXHAUSTED", server=self.address)
-        compressed = self._compress is not None and method == "ModelInfer"
+        compressed = self._encoding is not None and method == "ModelInfer"
         if compressed:
-            assert self._compress is not None
-            data = self._compress(b"".join(message))
+            assert self._encoding is not None
+            data = compress(b"".join(message), self._encoding)
             message = [grpc_message_prefix(len(data), compressed=True), data]
         else:
             message.insert(0, grpc_message_prefix(size))
@@ -162,13 +185,19 @@ class NativeTransport(ControlCalls):
             )
             timer = asyncio.get_running_loop().call_later(timeout_s, connection.cancel, stream, error)
         try:
-            return await stream.call.future  # type: ignore[no-any-return]
+            response: bytes | bytearray | memoryview = await stream.call.future
         except asyncio.CancelledError:
             connection.cancel(stream, None)  # the caller gave up: the server stops too
             raise
         finally:
             if timer is not None:
                 timer.cancel()
+        if not stream.call.compressed:
+            return response
+        try:
+            return await decompress(response, stream.call.encoding, self._message_limits)
+        except GrpcError as exc:
+            raise error_for_status(exc.status, exc.message, self.address) from None
 
     async def raw_call(self, method: str, message: bytes, timeout_s: float | None) -> bytes | memoryview:
         """One call with an already serialized request (``sonic perf`` sends the same bytes many times)."""

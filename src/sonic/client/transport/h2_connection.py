@@ -1,57 +1,32 @@
 """Client side of one HTTP/2 connection carrying unary gRPC calls, each call one stream.
 
-The frame handling, flow control and HPACK memo shared with our server are
-:class:`sonic.protocol.h2connection.Http2Base`. A call is opened with :meth:`ClientConnection.open_call`
-(HEADERS, then its message as flow control allows, END_STREAM on the last DATA) and ends when the
-server's trailers arrive; its future then holds the one response message or one of our error types.
+The frame handling, flow control, limits and HPACK memo shared with our server are the sans-I/O
+:class:`sonic.protocol.h2connection.Http2Core` on its asyncio adapter
+(:class:`sonic.protocol.h2asyncio.Http2Protocol`); statuses, trailers and message framing are
+:mod:`sonic.protocol.grpc_call`. A call is opened with :meth:`ClientConnection.open_call` (HEADERS, then
+its message as flow control allows, END_STREAM on the last DATA) and ends when the server's trailers
+arrive; its future then holds the one response message (still compressed when ``call.compressed``: the
+transport inflates it, bounded and off the loop) or one of our error types.
 """
 
 from __future__ import annotations
 
 import asyncio
-import zlib
 from collections import deque
 
 from sonic.client.errors import ClientError, ConnectionLostError, error_for_status
-from sonic.protocol.h2connection import Http2Base
+from sonic.protocol import grpc_call
+from sonic.protocol.grpc_call import GrpcError, reset_status, trailers_status
+from sonic.protocol.h2asyncio import Http2Protocol
+from sonic.protocol.h2limits import CLIENT_LIMITS, Http2Limits
 from sonic.protocol.http2 import (
     PREFACE,
     ErrorCode,
     Flag,
     Headers,
-    MessageReader,
     ProtocolError,
     Stream,
-    decode_grpc_message,
 )
-
-# Index = the gRPC status code (grpc/status.h): names as grpcio reports them, for error_for_status.
-STATUS_NAMES = (
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
-)
-# RST_STREAM codes as the gRPC spec maps them to statuses (PROTOCOL.md, "Errors").
-_RESET_STATUS: dict[int, str] = {
-    ErrorCode.REFUSED_STREAM: "UNAVAILABLE",  # not processed: safe to send again
-    ErrorCode.CANCEL: "CANCELLED",
-    ErrorCode.ENHANCE_YOUR_CALM: "RESOURCE_EXHAUSTED",
-}
-_DECOMPRESS_WBITS = {b"gzip": 31, b"deflate": 15}
 
 
 def _code_name(code: int) -> str:
@@ -61,25 +36,39 @@ def _code_name(code: int) -> str:
         return f"error code {code}"
 
 
+class MessageReader(grpc_call.MessageReader):
+    __slots__ = ()
+
+    def too_large(self, length: int) -> Exception:
+        msg = f"gRPC message of {length} bytes, larger than the limit of {self._max_bytes}"
+        return GrpcError(msg, "RESOURCE_EXHAUSTED")
+
+
 class Call:
     """One unary call: the future its caller awaits and what has arrived so far."""
 
-    __slots__ = ("future", "headers", "message", "reader")
+    __slots__ = ("compressed", "future", "headers", "message", "reader")
 
     def __init__(self, future: asyncio.Future[bytes | bytearray | memoryview], max_bytes: int) -> None:
         self.future = future
         self.reader = MessageReader(max_bytes)
         self.headers: Headers | None = None  # the response headers, once they came
         self.message: bytes | bytearray | memoryview | None = None
+        self.compressed = False  # the message is compressed with the response's grpc-encoding
+
+    @property
+    def encoding(self) -> str | None:
+        value = dict(self.headers or ()).get(b"grpc-encoding")
+        return None if value is None else value.decode("latin-1")
 
 
-class ClientConnection(Http2Base):
+class ClientConnection(Http2Protocol):
     """One connection to a server. ``closing``: GOAWAY or loss; new calls go to a new connection."""
 
     write_batch_bytes = 1 << 18
 
-    def __init__(self, address: str) -> None:
-        super().__init__(expect_preface=False)
+    def __init__(self, address: str, limits: Http2Limits = CLIENT_LIMITS) -> None:
+        super().__init__(expect_preface=False, limits=limits)
         self.address = address
         self._next_stream_id = 1
         self._gone = False  # the socket is closed: streams still open were lost with it
@@ -113,7 +102,7 @@ class ClientConnection(Http2Base):
             raise self._lost(msg)
         self._next_stream_id += 2
         self._last_stream_id = stream_id
-        stream = Stream(stream_id, self._peer_initial_window)
+        stream = Stream(stream_id)
         stream.call = Call(self._loop.create_future(), max_bytes)
         self.streams[stream_id] = stream
         self._emit_header_block(stream_id, block, end_stream=False)
@@ -138,8 +127,7 @@ class ClientConnection(Http2Base):
 
     # --- the role -----------------------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
+    def start(self) -> None:
         self._emit(PREFACE)
         self._send_settings({})
 
@@ -211,18 +199,15 @@ class ClientConnection(Http2Base):
         if call.future.done():
             return
         try:
-            messages = [
-                self._decompress(call, m) if compressed else m for compressed, m in call.reader.feed(data)
-            ]
-        except (ValueError, zlib.error) as exc:
-            status = "RESOURCE_EXHAUSTED" if "larger than the limit" in str(exc) else "INTERNAL"
-            self.cancel(stream, error_for_status(status, str(exc), self.address))
+            messages = call.reader.feed(data)
+        except GrpcError as exc:
+            self.cancel(stream, error_for_status(exc.status, exc.message, self.address))
             return
         if len(messages) + (call.message is not None) > 1:
             detail = "more than one response message in a unary call"
             self.cancel(stream, error_for_status("INTERNAL", detail, self.address))
         elif messages:
-            call.message = messages[0]
+            call.compressed, call.message = messages[0]
 
     def stream_ended(self, stream: Stream) -> None:
         """DATA with END_STREAM: a response without trailers, hence without a status."""
@@ -233,7 +218,7 @@ class ClientConnection(Http2Base):
         if self._gone:
             self._fail(stream, self._lost("the connection was lost"))
             return
-        status = _RESET_STATUS.get(stream.reset_code, "INTERNAL")
+        status = reset_status(stream.reset_code)
         detail = f"the server reset the stream (RST_STREAM {_code_name(stream.reset_code)})"
         self._fail(stream, error_for_status(status, detail, self.address))
 
@@ -250,29 +235,17 @@ class ClientConnection(Http2Base):
             stream.call.future.set_result(outcome)
 
     def _outcome(self, call: Call, trailers: Headers) -> bytes | bytearray | memoryview | ClientError:
-        fields = dict(trailers)
-        code = fields.get(b"grpc-status")
-        message = decode_grpc_message(fields.get(b"grpc-message", b""))
-        if code == b"0":
+        status, message = trailers_status(trailers)
+        if status == "OK":
             if call.message is None:
                 return error_for_status("INTERNAL", "an OK response without a message", self.address)
             if call.reader.partial:
                 return error_for_status("INTERNAL", "the response ended inside a message", self.address)
+            if call.compressed and call.encoding is None:
+                detail = "a compressed response without a grpc-encoding header"
+                return error_for_status("INTERNAL", detail, self.address)
             return call.message
-        if code is None or not code.isdigit():
-            return error_for_status(
-                "UNKNOWN", f"no valid grpc-status in the trailers: {code!r}", self.address
-            )
-        number = int(code)
-        name = STATUS_NAMES[number] if number < len(STATUS_NAMES) else "UNKNOWN"
-        return error_for_status(name, message, self.address)
-
-    def _decompress(self, call: Call, message: bytes | bytearray | memoryview) -> bytes:
-        encoding = dict(call.headers or ()).get(b"grpc-encoding", b"identity")
-        wbits = _DECOMPRESS_WBITS.get(encoding)
-        if wbits is None:
-            raise ValueError(f"compressed response with unsupported grpc-encoding {encoding!r}")
-        return zlib.decompress(message, wbits)
+        return error_for_status(status, message, self.address)
 
     def _fail(self, stream: Stream, error: ClientError) -> None:
         if not stream.call.future.done():

@@ -5,29 +5,39 @@ thread, several event-loop round trips per call) cost more than half of the serv
 is a few callbacks on the connection's protocol object and one task: see docs/benchmarks.md.
 
 gRPC over HTTP/2 as its spec says: ``application/grpc`` POSTs to ``/inference.GRPCInferenceService/M``,
-length-prefixed messages (gzip/deflate accepted), ``grpc-timeout`` deadlines, status and message in
-trailers (or trailers-only answers for calls that fail before any response).
+length-prefixed messages (gzip/deflate accepted, inflated with a bound on the decompressed size and off
+the event loop when large), ``grpc-timeout`` deadlines, status and message in trailers (or trailers-only
+answers for calls that fail before any response). The parts shared with our client are
+:mod:`sonic.protocol.grpc_call`; the HTTP/2 connection and its limits are
+:mod:`sonic.server.frontends.h2` and :class:`sonic.protocol.h2limits.Http2Limits`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import ssl
-import zlib
 from typing import Any
 
 import grpc
 
 from sonic.errors import SonicError, grpc_status
-from sonic.protocol import http2
-from sonic.protocol.http2 import (
-    encode_grpc_message,
-    encode_headers,
+from sonic.protocol import grpc_call
+from sonic.protocol.grpc_call import (
+    ACCEPT_ENCODING,
+    GrpcError,
+    MessageLimits,
+    check_encoding,
+    decompress,
     grpc_message_prefix,
     parse_grpc_timeout,
+    status_block,
 )
+from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits, MemoBudget
+from sonic.protocol.http2 import encode_headers
 from sonic.protocol.wire import parts_size
+from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.grpc_methods import (
     HEALTH_CHECK_PATH,
@@ -48,12 +58,12 @@ RESPONSE_HEADERS = encode_headers(
     [
         (b":status", b"200"),
         (b"content-type", b"application/grpc"),
-        (b"grpc-accept-encoding", b"identity,deflate,gzip"),
+        (b"grpc-accept-encoding", ACCEPT_ENCODING),
     ]
 )
 TRAILERS_OK = encode_headers([(b"grpc-status", b"0")])
 _TRACE_HEADER_NAMES = frozenset(name.encode() for name in TRACE_HEADERS)
-_DECOMPRESS_WBITS = {b"gzip": 31, b"deflate": 15}
+MEMO_BUDGET_BYTES = 32 << 20  # all connections' header-block memos together
 
 
 class CallError(Exception):
@@ -65,15 +75,7 @@ class CallError(Exception):
         self.message = message
 
 
-def status_block(code: grpc.StatusCode, message: str, *, trailers_only: bool) -> bytes:
-    headers = [(b":status", b"200"), (b"content-type", b"application/grpc")] if trailers_only else []
-    headers.append((b"grpc-status", str(code.value[0]).encode()))
-    if message:
-        headers.append((b"grpc-message", encode_grpc_message(message)))
-    return encode_headers(headers)
-
-
-class MessageReader(http2.MessageReader):
+class MessageReader(grpc_call.MessageReader):
     """Messages of a request: one too large ends the call with RESOURCE_EXHAUSTED, as grpcio does."""
 
     __slots__ = ()
@@ -89,6 +91,7 @@ class Call:
     """One RPC: which method, its message(s), deadline and running tasks."""
 
     __slots__ = (
+        "compressed",
         "deadline",
         "encoding",
         "headers_sent",
@@ -104,7 +107,8 @@ class Call:
         self.method = method
         self.reader = MessageReader(max_bytes)
         self.message: bytes | memoryview | None = None
-        self.encoding: bytes | None = None
+        self.compressed = False
+        self.encoding: str | None = None
         self.trace: dict[str, str] | None = None
         self.deadline: asyncio.TimerHandle | None = None
         self.tasks: set[asyncio.Task[None]] = set()
@@ -114,7 +118,7 @@ class Call:
 
 class GrpcConnection(Http2Connection):
     def __init__(self, frontend: NativeGrpcFrontend) -> None:
-        super().__init__(max_concurrent_streams=frontend.max_concurrent_streams)
+        super().__init__(limits=frontend.http2_limits, memo_budget=frontend.memo_budget)
         self._frontend = frontend
         self._methods = frontend.methods
         self._peer: str | None = None
@@ -143,7 +147,7 @@ class GrpcConnection(Http2Connection):
             return
         try:
             for compressed, message in call.reader.feed(data):
-                self._on_message(stream, call, self._decompress(call, compressed, message))
+                self._on_message(stream, call, compressed, message)
         except CallError as error:
             self._fail(stream, error.code, error.message)
 
@@ -197,11 +201,10 @@ class GrpcConnection(Http2Connection):
             )
         call = Call(method, self._frontend.max_message_bytes)
         call.trace = trace
-        if encoding is not None and encoding != b"identity":
-            if encoding not in _DECOMPRESS_WBITS:
-                msg = f"compression {encoding.decode(errors='replace')!r} not supported (identity, deflate, gzip)"
-                raise CallError(grpc.StatusCode.UNIMPLEMENTED, msg)
-            call.encoding = encoding
+        try:
+            call.encoding = check_encoding(encoding)
+        except GrpcError as error:
+            raise CallError(grpc.StatusCode[error.status], error.message) from None
         if self._frontend.guard is not None:
             peer = self._peer = self._peer or self.peer
             token = authorization.decode("latin-1") if authorization is not None else None
@@ -214,36 +217,32 @@ class GrpcConnection(Http2Connection):
             call.deadline = self._loop.call_later(seconds, self._expire, stream)
         return call
 
-    def _decompress(self, call: Call, compressed: bool, message: bytes | memoryview) -> bytes | memoryview:
+    async def _inflated(
+        self, call: Call, compressed: bool, message: bytes | memoryview
+    ) -> bytes | memoryview:
+        """The message as sent (compressed: inflated, bounded, in a thread when large)."""
         if not compressed:
             return message
-        if call.encoding is None:
-            raise CallError(grpc.StatusCode.INTERNAL, "compressed message without a grpc-encoding header")
-        limit = self._frontend.max_message_bytes
-        inflater = zlib.decompressobj(_DECOMPRESS_WBITS[call.encoding])
         try:
-            data = inflater.decompress(message, limit + 1)
-        except zlib.error as exc:
-            raise CallError(grpc.StatusCode.INTERNAL, f"cannot decompress the message: {exc}") from None
-        if len(data) > limit:
-            raise CallError(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"Received message larger than max (> {limit} bytes decompressed)",
-            )
-        return data
+            return await decompress(message, call.encoding, self._frontend.message_limits)
+        except GrpcError as error:
+            raise CallError(grpc.StatusCode[error.status], error.message) from None
 
-    def _on_message(self, stream: Stream, call: Call, message: bytes | memoryview) -> None:
+    def _on_message(self, stream: Stream, call: Call, compressed: bool, message: bytes | memoryview) -> None:
+        if compressed and call.encoding is None:
+            raise CallError(grpc.StatusCode.INTERNAL, "compressed message without a grpc-encoding header")
         if call.method == "ModelStreamInfer":
             if not call.headers_sent:
                 call.headers_sent = True
                 self.send_headers(stream, RESPONSE_HEADERS)
-            self._spawn(stream, call, self._run_stream_message(stream, call, message))
+            self._spawn(stream, call, self._run_stream_message(stream, call, compressed, message))
         elif call.message is not None:
             raise CallError(
                 grpc.StatusCode.UNIMPLEMENTED, f"{call.method} takes one request message, got more"
             )
         else:
             call.message = message
+            call.compressed = compressed
 
     def _spawn(self, stream: Stream, call: Call, coroutine: Any) -> None:
         task: asyncio.Task[None] = self._loop.create_task(coroutine)
@@ -262,6 +261,7 @@ class GrpcConnection(Http2Connection):
 
     async def _run_unary(self, stream: Stream, call: Call, message: bytes | memoryview) -> None:
         try:
+            message = await self._inflated(call, call.compressed, message)
             if call.method == "ModelInfer":
                 parts = await self._methods.infer(message, call.trace)
             elif call.method == "HealthCheck":
@@ -293,7 +293,14 @@ class GrpcConnection(Http2Connection):
         self.send_headers(stream, RESPONSE_HEADERS)
         self.respond(stream, [grpc_message_prefix(size), *parts], TRAILERS_OK)
 
-    async def _run_stream_message(self, stream: Stream, call: Call, message: bytes | memoryview) -> None:
+    async def _run_stream_message(
+        self, stream: Stream, call: Call, compressed: bool, message: bytes | memoryview
+    ) -> None:
+        try:
+            message = await self._inflated(call, compressed, message)
+        except CallError as error:
+            self._fail(stream, error.code, error.message)
+            return
         parts = await self._methods.stream_infer(message, call.trace)
         if not stream.local_closed:
             self.respond(stream, [grpc_message_prefix(parts_size(parts)), *parts])
@@ -328,7 +335,7 @@ class GrpcConnection(Http2Connection):
         headers_sent = call is not None and call.headers_sent
         stream.pending.clear()  # an error replaces any response not yet sent
         self.send_headers(
-            stream, status_block(code, message, trailers_only=not headers_sent), end_stream=True
+            stream, status_block(code.name, message, trailers_only=not headers_sent), end_stream=True
         )
 
 
@@ -343,11 +350,18 @@ class NativeGrpcFrontend:
         guard: Guard | None = None,
         ssl_context: ssl.SSLContext | None = None,
         max_concurrent_streams: int | None = None,
+        max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES,
+        http2_limits: Http2Limits = SERVER_LIMITS,
     ) -> None:
         self.methods = GrpcMethods(dataplane)
         self.max_message_bytes = max_message_bytes
+        # gRPC's message limit holds for the inflated message too (as grpcio checks it).
+        self.message_limits = MessageLimits(max_message_bytes, min(max_decompressed_bytes, max_message_bytes))
         self.guard = guard
-        self.max_concurrent_streams = max_concurrent_streams
+        if max_concurrent_streams is not None:
+            http2_limits = dataclasses.replace(http2_limits, max_concurrent_streams=max_concurrent_streams)
+        self.http2_limits = http2_limits
+        self.memo_budget = MemoBudget(MEMO_BUDGET_BYTES)
         self._ssl_context = ssl_context
         names = [*self.methods.unary, "ModelInfer", "ModelStreamInfer"]
         self.paths = {f"/{SERVICE}/{name}".encode(): name for name in names}

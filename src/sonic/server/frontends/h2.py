@@ -1,16 +1,17 @@
 """Server side of one HTTP/2 connection: the peer opens streams, we answer and end them.
 
-The frame handling, flow control and HPACK memo shared with the client are
-:class:`sonic.protocol.h2connection.Http2Base`. The gRPC layer
+:class:`ServerCore` is the role, sans I/O (frame handling, flow control and limits shared with the
+client are :class:`sonic.protocol.h2connection.Http2Core`); :class:`Http2Connection` puts it on asyncio
+(:class:`sonic.protocol.h2asyncio.Http2Protocol`). The gRPC layer
 (:mod:`sonic.server.frontends.grpc_native`) subclasses :class:`Http2Connection` and fills in the four
 ``stream_*`` hooks.
 """
 
 from __future__ import annotations
 
-import asyncio
-
-from sonic.protocol.h2connection import Http2Base
+from sonic.protocol.h2asyncio import Http2Protocol
+from sonic.protocol.h2connection import Http2Core
+from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits, MemoBudget
 from sonic.protocol.http2 import (
     ErrorCode,
     Flag,
@@ -20,26 +21,30 @@ from sonic.protocol.http2 import (
     Setting,
     Stream,
     goaway,
+    malformed_fields,
     rst_stream,
 )
 
-__all__ = ["HeaderDecoder", "Headers", "Http2Connection", "Stream"]
+__all__ = ["HeaderDecoder", "Headers", "Http2Connection", "ServerCore", "Stream"]
+
+# Request header blocks whose validity is remembered (clients repeat theirs), and the largest kept.
+CHECKED_BLOCKS = 64
+CHECKED_BLOCK_BYTES = 4096
+_UNCHECKED = "unchecked"
 
 
-class Http2Connection(Http2Base):
-    """One client connection. Subclasses implement the ``stream_*`` hooks and answer with ``respond``."""
+class ServerCore(Http2Core):
+    """The server's role. Subclasses implement the ``stream_*`` hooks and answer with ``respond``."""
 
-    def __init__(self, *, max_concurrent_streams: int | None = None) -> None:
-        super().__init__(expect_preface=True)
-        self._max_streams = max_concurrent_streams
+    def __init__(self, *, limits: Http2Limits = SERVER_LIMITS, memo_budget: MemoBudget | None = None) -> None:
+        super().__init__(expect_preface=True, limits=limits, memo_budget=memo_budget)
+        self._checked: dict[bytes, str | None] = {}  # request blocks seen: why malformed, or None
 
     def stream_opened(self, stream: Stream, headers: Headers) -> None:
         raise NotImplementedError
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        extra = {} if self._max_streams is None else {Setting.MAX_CONCURRENT_STREAMS: self._max_streams}
-        self._send_settings(extra)
+    def start(self) -> None:
+        self._send_settings({Setting.MAX_CONCURRENT_STREAMS: self.limits.max_concurrent_streams})
 
     def start_shutdown(self) -> None:
         """GOAWAY: streams already opened finish, new ones are refused."""
@@ -55,6 +60,7 @@ class Http2Connection(Http2Base):
     def _finish(self, stream: Stream) -> None:
         """We sent END_STREAM. A peer still sending is told to stop (RFC 9113 section 8.1)."""
         stream.local_closed = True
+        self._streams_completed += 1
         if not stream.remote_closed:
             self._emit(rst_stream(stream.stream_id, ErrorCode.NO_ERROR))
             stream.remote_closed = True
@@ -65,19 +71,50 @@ class Http2Connection(Http2Base):
         end_stream = bool(flags & Flag.END_STREAM)
         stream = self.streams.get(stream_id)
         if stream is not None:  # trailers from the client
-            if not end_stream:
+            if stream.remote_closed:
+                self.reset(stream, ErrorCode.STREAM_CLOSED)
+                self.stream_reset(stream)
+            elif not end_stream:
                 raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "second HEADERS without END_STREAM")
-            self._after_data(stream, end_stream=True)
+            elif malformed_fields(headers, trailers=True) is not None:
+                self.reset(stream, ErrorCode.PROTOCOL_ERROR)
+                self.stream_reset(stream)
+            else:
+                self._after_data(stream, end_stream=True)
             return
         if stream_id <= self._last_stream_id:
-            return  # a stream we already closed (e.g. reset): nothing to do
-        self._last_stream_id = stream_id
-        stream = Stream(stream_id, self._peer_initial_window)
-        if self.closing or (self._max_streams is not None and len(self.streams) >= self._max_streams):
-            self._emit(rst_stream(stream_id, ErrorCode.REFUSED_STREAM))
+            # A stream that is closed (ended, reset or refused): say so rather than leave the peer waiting.
+            self._emit_control(rst_stream(stream_id, ErrorCode.STREAM_CLOSED))
             return
+        self._last_stream_id = stream_id
+        self._streams_opened += 1
+        if self.closing or len(self.streams) >= self.limits.max_concurrent_streams:
+            self._emit_control(rst_stream(stream_id, ErrorCode.REFUSED_STREAM))
+            if not self.closing:
+                self._count_reset()  # a peer that ignores our limit is budgeted like a rapid reset
+            return
+        if self._malformed(block, headers):
+            self._emit_control(rst_stream(stream_id, ErrorCode.PROTOCOL_ERROR))
+            self._count_reset()
+            return
+        stream = Stream(stream_id)
         self.streams[stream_id] = stream
         stream.remote_closed = end_stream
         self.stream_opened(stream, headers)
         if end_stream and not stream.local_closed:
             self.stream_ended(stream)
+
+    def _malformed(self, block: bytes, headers: Headers) -> bool:
+        """RFC 9113 section 8.2/8.3, checked once per distinct block (clients repeat theirs)."""
+        problem = self._checked.get(block, _UNCHECKED)
+        if problem is _UNCHECKED:
+            problem = malformed_fields(headers, trailers=False)
+            if len(block) <= CHECKED_BLOCK_BYTES:
+                if len(self._checked) >= CHECKED_BLOCKS:
+                    self._checked.clear()
+                self._checked[block] = problem
+        return problem is not None
+
+
+class Http2Connection(ServerCore, Http2Protocol):
+    """One client connection on asyncio."""

@@ -1,0 +1,227 @@
+"""The gRPC call layer over HTTP/2, shared by our server front end and our client transport.
+
+What the gRPC spec (PROTOCOL-HTTP2.md) puts on top of HTTP/2, for either end: length-prefixed messages
+with a size limit, ``grpc-timeout``, ``grpc-status``/``grpc-message`` trailers, RST_STREAM codes as
+statuses, and ``grpc-encoding`` compression (inflation bounded by :mod:`sonic.protocol.inflate`).
+Statuses are names as grpcio spells them (``"RESOURCE_EXHAUSTED"``); each end maps them to its own type.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+import numpy as np
+import numpy.typing as npt
+
+from sonic.protocol.http2 import ErrorCode, Headers, encode_headers
+from sonic.protocol.inflate import WBITS, InflateError, InflateLimitError, inflate_async
+
+GRPC_MESSAGE_PREFIX = struct.Struct(">BI")  # compressed flag, message length
+GRPC_MESSAGE_PREFIX_BYTES = 5
+ACCEPT_ENCODING = b"identity,deflate,gzip"
+
+# Index = the gRPC status code (grpc/status.h): names as grpcio reports them.
+STATUS_NAMES = (
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+)
+STATUS_CODES = {name: code for code, name in enumerate(STATUS_NAMES)}
+# RST_STREAM codes as the gRPC spec maps them to statuses ("Errors"); anything else is INTERNAL.
+RESET_STATUS: dict[int, str] = {
+    ErrorCode.REFUSED_STREAM: "UNAVAILABLE",  # not processed: safe to send again
+    ErrorCode.CANCEL: "CANCELLED",
+    ErrorCode.ENHANCE_YOUR_CALM: "RESOURCE_EXHAUSTED",
+}
+
+
+class GrpcError(Exception):
+    """A call ends with this message and status (a name of STATUS_NAMES)."""
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class MessageLimits:
+    """Per-message bounds of one end: the wire size, and the size once decompressed."""
+
+    max_message_bytes: int
+    max_decompressed_bytes: int
+
+
+# --- grpc-timeout and grpc-message --------------------------------------------------------------------
+
+_TIMEOUT_UNITS_S = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+
+
+def parse_grpc_timeout(value: bytes) -> float:
+    """``grpc-timeout`` (e.g. ``100m``) in seconds; ValueError when malformed."""
+    text = value.decode("ascii")
+    digits, unit = text[:-1], text[-1:]
+    if not digits.isdigit() or len(digits) > 8 or unit not in _TIMEOUT_UNITS_S:
+        msg = f"malformed grpc-timeout {text!r}: expected up to 8 digits and one of H M S m u n"
+        raise ValueError(msg)
+    return int(digits) * _TIMEOUT_UNITS_S[unit]
+
+
+def format_grpc_timeout(seconds: float) -> bytes:
+    """``grpc-timeout`` for a deadline ``seconds`` away: the finest unit that fits 8 digits, rounded up."""
+    for unit in "umSMH":
+        count = math.ceil(seconds / _TIMEOUT_UNITS_S[unit] - 1e-6)  # 1e-6: float noise, not a unit more
+        if count < 10**8:
+            return f"{max(count, 1)}{unit}".encode("ascii")
+    return b"99999999H"
+
+
+def encode_grpc_message(message: str) -> bytes:
+    """``grpc-message``: percent-encoded UTF-8, as the gRPC spec asks (space and printable ASCII kept)."""
+    return quote(message, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode("ascii")
+
+
+def decode_grpc_message(value: bytes) -> str:
+    return unquote(value.decode("ascii"))
+
+
+# --- status and trailers ------------------------------------------------------------------------------
+
+
+def status_block(status: str, message: str, *, trailers_only: bool) -> bytes:
+    """Trailers ending a call with ``status``; with ``trailers_only`` also the response's headers."""
+    headers = [(b":status", b"200"), (b"content-type", b"application/grpc")] if trailers_only else []
+    headers.append((b"grpc-status", str(STATUS_CODES[status]).encode()))
+    if message:
+        headers.append((b"grpc-message", encode_grpc_message(message)))
+    return encode_headers(headers)
+
+
+def trailers_status(trailers: Headers) -> tuple[str, str]:
+    """(status name, message) out of a response's trailers."""
+    fields = dict(trailers)
+    code = fields.get(b"grpc-status")
+    if code is None or not code.isdigit():
+        return "UNKNOWN", f"no valid grpc-status in the trailers: {code!r}"
+    number = int(code)
+    name = STATUS_NAMES[number] if number < len(STATUS_NAMES) else "UNKNOWN"
+    return name, decode_grpc_message(fields.get(b"grpc-message", b""))
+
+
+def reset_status(code: int) -> str:
+    return RESET_STATUS.get(code, "INTERNAL")
+
+
+# --- messages -----------------------------------------------------------------------------------------
+
+
+def grpc_message_prefix(length: int, *, compressed: bool = False) -> bytes:
+    return GRPC_MESSAGE_PREFIX.pack(1 if compressed else 0, length)
+
+
+def compress(data: bytes | bytearray | memoryview, encoding: str) -> bytes:
+    return zlib.compress(data, wbits=WBITS[encoding])
+
+
+def check_encoding(encoding: bytes | None) -> str | None:
+    """The ``grpc-encoding`` of a call as a name, None for identity; GrpcError(UNIMPLEMENTED) if unknown."""
+    if encoding is None or encoding == b"identity":
+        return None
+    name = encoding.decode("latin-1")
+    if name not in WBITS:
+        msg = f"compression {name!r} not supported (identity, deflate, gzip)"
+        raise GrpcError(msg, "UNIMPLEMENTED")
+    return name
+
+
+async def decompress(
+    message: bytes | bytearray | memoryview, encoding: str | None, limits: MessageLimits
+) -> bytes:
+    """A compressed message inflated, bounded by ``limits.max_decompressed_bytes`` (large ones in a thread)."""
+    if encoding is None:
+        msg = "compressed message without a grpc-encoding header"
+        raise GrpcError(msg, "INTERNAL")
+    try:
+        return await inflate_async(message, encoding, limits.max_decompressed_bytes)
+    except InflateLimitError as exc:
+        msg = f"Received message larger than max (> {exc.limit} bytes decompressed)"
+        raise GrpcError(msg, "RESOURCE_EXHAUSTED") from None
+    except InflateError as exc:
+        raise GrpcError(str(exc), "INTERNAL") from None
+
+
+class MessageReader:
+    """gRPC length-prefixed messages out of a stream's DATA, however the frames cut them."""
+
+    __slots__ = ("_body", "_compressed", "_filled", "_max_bytes", "_prefix")
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._prefix = b""
+        self._body: npt.NDArray[np.uint8] | None = None
+        self._filled = 0
+        self._compressed = False
+
+    def feed(self, data: memoryview) -> list[tuple[bool, bytes | memoryview]]:
+        """Complete (compressed, message) pairs; ``data`` is copied, never kept."""
+        out: list[tuple[bool, bytes | memoryview]] = []
+        pos, end = 0, len(data)
+        while pos < end:
+            body = self._body
+            if body is None:
+                if self._prefix or end - pos < GRPC_MESSAGE_PREFIX_BYTES:
+                    take = min(GRPC_MESSAGE_PREFIX_BYTES - len(self._prefix), end - pos)
+                    self._prefix += bytes(data[pos : pos + take])
+                    pos += take
+                    if len(self._prefix) < GRPC_MESSAGE_PREFIX_BYTES:
+                        break
+                    flag, length = GRPC_MESSAGE_PREFIX.unpack(self._prefix)
+                    self._prefix = b""
+                else:
+                    flag, length = GRPC_MESSAGE_PREFIX.unpack_from(data, pos)
+                    pos += GRPC_MESSAGE_PREFIX_BYTES
+                if length > self._max_bytes:
+                    raise self.too_large(length)
+                if end - pos >= length:  # the whole message is here: one copy
+                    out.append((flag == 1, bytes(data[pos : pos + length])))
+                    pos += length
+                    continue
+                # Left uninitialised (bytearray(n) would zero it first): a large tensor is written once.
+                body = self._body = np.empty(length, np.uint8)
+                self._filled = 0
+                self._compressed = flag == 1
+            take = min(len(body) - self._filled, end - pos)
+            body[self._filled : self._filled + take] = np.frombuffer(data[pos : pos + take], np.uint8)
+            self._filled += take
+            pos += take
+            if self._filled == len(body):
+                out.append((self._compressed, body.data))
+                self._body = None
+        return out
+
+    def too_large(self, length: int) -> Exception:
+        """As grpcio words it (clients match on it)."""
+        msg = f"Received message larger than max ({length} vs. {self._max_bytes})"
+        return GrpcError(msg, "RESOURCE_EXHAUSTED")
+
+    @property
+    def partial(self) -> bool:
+        return bool(self._prefix) or self._body is not None

@@ -1,0 +1,83 @@
+"""Limits of one HTTP/2 connection, and the shared budget of the server's header-block memos.
+
+Defaults follow what production HTTP/2 stacks settled on after the published attacks (CVE-2019-951x
+"HTTP/2 DoS" family, CVE-2023-44487 rapid reset, CVE-2024-27316 and friends CONTINUATION floods):
+
+- nghttp2: 100 concurrent streams; at most 8 CONTINUATION frames per header block; at most 1,000
+  outbound ACKs queued (SETTINGS/PING) before the connection is dropped; rapid resets budgeted.
+- Envoy: 1 consecutive empty-payload frame by default (we allow a few more), 100 PRIORITY frames per
+  stream, 10 inbound WINDOW_UPDATEs per DATA frame sent, 1,000 queued control frames; "premature
+  resets" (streams reset before their response) limited relative to the streams served.
+- Go's net/http2: a header block cap (MaxHeaderBytes), a cap on queued control frames (10,000), and
+  idle timeout/ping keepalive options.
+
+Everything counts frames or bytes, never time, so the connection core needs no clock; the keepalive
+and idle timers are deadlines the asyncio adapter arms (:mod:`sonic.protocol.h2asyncio`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Http2Limits:
+    """Per-connection limits of our HTTP/2 core (either end; the server's are ``sonic serve`` options)."""
+
+    # Streams the peer may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS); more are REFUSED_STREAM.
+    max_concurrent_streams: int = 100
+    # One header block, HEADERS alone or with its CONTINUATIONs (encoded bytes), and the decoded list
+    # (SETTINGS_MAX_HEADER_LIST_SIZE). Past either: GOAWAY ENHANCE_YOUR_CALM / COMPRESSION_ERROR.
+    max_header_block_bytes: int = 1 << 16
+    max_header_list_bytes: int = 1 << 16
+    max_continuation_frames: int = 8
+    # HPACK dynamic-table-size updates in one block: RFC 7541 section 4.2 allows two (smallest, final).
+    max_table_size_updates: int = 2
+    # Streams the peer resets before their response (or that we refuse), beyond the streams that
+    # completed normally: past it, GOAWAY ENHANCE_YOUR_CALM (rapid reset, CVE-2023-44487).
+    rapid_reset_budget: int = 200
+    # Frames that carry nothing (DATA without payload or END_STREAM, empty CONTINUATION) in a row.
+    max_consecutive_empty_frames: int = 10
+    # Control frames we have queued (ACKs, RST_STREAMs, WINDOW_UPDATEs) and the peer has not read:
+    # past it, GOAWAY ENHANCE_YOUR_CALM and the connection is dropped (no unbounded ACK queue).
+    max_queued_control_frames: int = 1000
+    # PRIORITY frames, per stream the peer opened (plus one stream's worth).
+    max_priority_frames_per_stream: int = 100
+    # WINDOW_UPDATE and SETTINGS frames, per DATA frame we sent (plus a fixed allowance).
+    max_window_updates_per_data_frame: int = 10
+    control_frame_allowance: int = 1000
+    # Header-block memo of one connection (blocks that leave the HPACK table alone, and their lists).
+    memo_bytes: int = 1 << 18
+    # No stream and no frame for this long: GOAWAY and close (None: never).
+    idle_timeout_s: float | None = None
+    # No frame for this long: we send a PING; no answer within ``ping_timeout_s``: close (None: never).
+    keepalive_interval_s: float | None = None
+    ping_timeout_s: float = 20.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_concurrent_streams", "max_header_block_bytes", "max_header_list_bytes"):
+            if getattr(self, name) < 1:
+                msg = f"Http2Limits.{name} must be at least 1, got {getattr(self, name)}"
+                raise ValueError(msg)
+
+
+SERVER_LIMITS = Http2Limits(idle_timeout_s=600.0, keepalive_interval_s=120.0)
+CLIENT_LIMITS = Http2Limits(max_concurrent_streams=(1 << 31) - 1)  # a server opens no streams to us
+
+
+class MemoBudget:
+    """Bytes that all of a server's connections may keep in their header-block memos together."""
+
+    __slots__ = ("available",)
+
+    def __init__(self, total_bytes: int) -> None:
+        self.available = total_bytes
+
+    def take(self, size: int) -> bool:
+        if size > self.available:
+            return False
+        self.available -= size
+        return True
+
+    def give_back(self, size: int) -> None:
+        self.available += size
