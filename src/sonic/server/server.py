@@ -94,6 +94,7 @@ class Server:
                 guard=self.guard,
                 ssl_context=http_ssl_context(config.tls) if config.tls is not None else None,
                 max_connections_per_client=config.http_max_connections_per_client,
+                max_decompressed_bytes=config.grpc_max_decompressed_bytes,
             )
             self.http_port = await self._http.start(config.host, config.http_port, config.exit_timeout_s)
         if config.metrics_port is not None:

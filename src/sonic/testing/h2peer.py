@@ -23,7 +23,6 @@ from sonic.protocol.http2 import (
     FrameType,
     Setting,
     frame,
-    grpc_message_prefix,
     settings_frame,
 )
 
@@ -61,7 +60,8 @@ def grpc_headers(method: str = "ServerLive", **extra: str) -> list[tuple[str, st
 
 
 def grpc_message(payload: bytes = b"", *, compressed: bool = False) -> bytes:
-    return grpc_message_prefix(len(payload), compressed=compressed) + payload
+    """A gRPC length-prefixed message: compressed flag, 32-bit length, the bytes."""
+    return struct.pack(">BI", 1 if compressed else 0, len(payload)) + payload
 
 
 def data_frame(stream_id: int, payload: bytes, *, end_stream: bool = False) -> bytes:

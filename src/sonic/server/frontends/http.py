@@ -36,6 +36,7 @@ from sonic.errors import (
 )
 from sonic.protocol import http_json
 from sonic.protocol.inflate import WBITS, InflateError, InflateLimitError, inflate_async
+from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES
 from sonic.server.dataplane import DataPlane
 from sonic.server.guard import CallKind, Guard
 from sonic.server.observe import TRACE_HEADERS
@@ -47,8 +48,6 @@ JSON = "application/json"
 # large request does not stall every other connection; smaller ones stay on the loop, where they cost less
 # than a thread hand-off.
 OFF_LOOP_BYTES = 1 << 18
-# The default cap on an inflated request body.
-MAX_DECOMPRESSED_BYTES = 1 << 28
 
 
 def _json_response(payload: Any, status: int = 200) -> web.Response:
@@ -124,7 +123,7 @@ class HttpFrontend:
         guard: Guard | None = None,
         ssl_context: ssl.SSLContext | None = None,
         max_connections_per_client: int | None = None,
-        max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
+        max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES,
     ) -> None:
         self._dataplane = dataplane
         self._max_decompressed_bytes = max_decompressed_bytes
