@@ -117,7 +117,8 @@ class RawH2:
         return True
 
     def block(self, headers: Iterable[tuple[str, str]]) -> bytes:
-        return bytes(self.encoder.encode(list(headers)))
+        # No Huffman coding: hpack's pure-Python Huffman encoder costs ~10 ms per KiB.
+        return bytes(self.encoder.encode(list(headers), huffman=False))
 
     def headers(
         self,
