@@ -94,3 +94,13 @@ def bystander(attacked: ServerProcess) -> Iterator[Bystander]:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture(scope="module")
+def h2_server(small_repository: Path) -> Iterator[ServerProcess]:
+    """One server for a module of tests that each open their own connections and leave it healthy."""
+    process = ServerProcess.start([small_repository])
+    try:
+        yield process
+    finally:
+        process.stop(timeout_s=10)
