@@ -116,7 +116,7 @@ class RawH2:
             return False
         return True
 
-    def block(self, headers: Iterable[tuple[str, str]]) -> bytes:
+    def block(self, headers: Iterable[tuple[str, str] | hpack.HeaderTuple]) -> bytes:
         # No Huffman coding: hpack's pure-Python Huffman encoder costs ~10 ms per KiB.
         return bytes(self.encoder.encode(list(headers), huffman=False))
 
