@@ -369,18 +369,22 @@ def test_header_memo_is_bounded_per_connection_and_server_wide() -> None:
 # --- timers ----------------------------------------------------------------------------------------------
 
 
-def test_an_idle_connection_is_closed_with_goaway() -> None:
-    core = Core(idle_timeout_s=10.0, keepalive_interval_s=None)
+def test_an_idle_connection_is_closed_with_goaway_and_pings_do_not_keep_it() -> None:
+    core = Core(idle_timeout_s=10.0, keepalive_interval_s=4.0, ping_timeout_s=2.0)
     core.start()
     core.start_timers(0.0)
-    core.receive_data(PREFACE + settings_frame({}))
-    assert core.next_deadline() == 10.0
-    core.on_timer(10.0)  # bytes arrived in that period: not idle
-    assert not core.close_wanted
-    core.on_timer(20.0)
+    core.receive_data(PREFACE + settings_frame({}) + headers(1))  # one call in the first period
+    assert core.next_deadline() == 4.0
+    for now in (4.0, 8.0, 10.0, 12.0, 16.0):
+        core.on_timer(now)
+        for ping in [f for f in sent(core) if f[0] == FrameType.PING]:
+            core.receive_data(frame(FrameType.PING, Flag.ACK, 0, ping[3]))  # the client answers every PING
+        assert not core.close_wanted
+    core.on_timer(20.0)  # a whole period without a call
     frames = sent(core)
     assert goaway_code(frames) == ErrorCode.NO_ERROR
     assert core.close_wanted
+    assert not core.abort_wanted
 
 
 def test_keepalive_pings_and_drops_a_silent_peer() -> None:

@@ -173,7 +173,7 @@ def _add_security_arguments(parser: argparse.ArgumentParser) -> None:
         "--grpc-idle-timeout-secs",
         type=float,
         default=SERVER_LIMITS.idle_timeout_s,
-        help="close gRPC connections with no call and no frame for this long (0: never; native)",
+        help="close gRPC connections without any call for this long (0: never; native)",
     )
     group.add_argument(
         "--grpc-keepalive-secs",

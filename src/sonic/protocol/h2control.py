@@ -83,7 +83,8 @@ class Http2Control(Http2Output):
         self.timers.start(now)
 
     def on_timer(self, now: float) -> None:
-        for action in self.timers.due(now, has_streams=bool(self.streams)):
+        due = self.timers.due(now, has_streams=bool(self.streams), last_stream_id=self._last_stream_id)
+        for action in due:
             if action is TimerAction.PING:
                 self._emit(frame(FrameType.PING, 0, 0, self.timers.ping_payload))
             elif action is TimerAction.PING_TIMEOUT:

@@ -48,7 +48,7 @@ class Http2Limits:
     control_frame_allowance: int = 1000
     # Header-block memo of one connection (blocks that leave the HPACK table alone, and their lists).
     memo_bytes: int = 1 << 18
-    # No stream and no frame for this long: GOAWAY and close (None: never).
+    # No stream open and none opened for this long (PINGs do not count): GOAWAY and close (None: never).
     idle_timeout_s: float | None = None
     # No frame for this long: we send a PING; no answer within ``ping_timeout_s``: close (None: never).
     keepalive_interval_s: float | None = None

@@ -3,7 +3,7 @@
 The adapter (:mod:`sonic.protocol.h2asyncio`) arms :meth:`ConnectionTimers.next_deadline` on its loop
 and reports it with :meth:`~sonic.protocol.h2connection.Http2Core.on_timer`; the core sets ``active``
 whenever bytes arrive, which is all the bookkeeping a received frame costs. Both checks work on whole
-periods: a connection is closed as idle after one to two ``idle_timeout_s`` without streams or frames,
+periods: a connection is closed as idle after one to two ``idle_timeout_s`` without streams,
 and pinged after one to two ``keepalive_interval_s`` without frames.
 """
 
@@ -22,9 +22,9 @@ class TimerAction(enum.Enum):
 
 class ConnectionTimers:
     __slots__ = (
-        "_active_for_idle",
         "_active_for_ping",
         "_idle_at",
+        "_idle_mark",
         "_idle_s",
         "_interval_s",
         "_ping_at",
@@ -43,7 +43,8 @@ class ConnectionTimers:
         self._ping_deadline: float | None = None
         self.ping_payload = b""  # of the PING awaiting its ACK ("" when none)
         self.active = False  # bytes arrived since the last check (set by the core)
-        self._active_for_idle = self._active_for_ping = False
+        self._active_for_ping = False
+        self._idle_mark = 0  # the last stream id seen by the idle check
 
     def start(self, now: float) -> None:
         if self._idle_s is not None:
@@ -55,11 +56,13 @@ class ConnectionTimers:
         times = [t for t in (self._idle_at, self._ping_at, self._ping_deadline) if t is not None]
         return min(times) if times else None
 
-    def due(self, now: float, *, has_streams: bool) -> list[TimerAction]:
+    def due(self, now: float, *, has_streams: bool, last_stream_id: int) -> list[TimerAction]:
+        """What is due at ``now``. Idle means no stream open and none opened for a whole period (PINGs
+        and their answers do not count: keepalive must not keep an unused connection alive)."""
         actions = []
         if self.active:
             self.active = False
-            self._active_for_idle = self._active_for_ping = True
+            self._active_for_ping = True
         if self._ping_deadline is not None and now >= self._ping_deadline:
             self._ping_deadline = None
             actions.append(TimerAction.PING_TIMEOUT)
@@ -72,8 +75,8 @@ class ConnectionTimers:
                 actions.append(TimerAction.PING)
         if self._idle_at is not None and now >= self._idle_at and self._idle_s is not None:
             self._idle_at = now + self._idle_s
-            active, self._active_for_idle = self._active_for_idle, False
-            if not active and not has_streams:
+            opened, self._idle_mark = last_stream_id != self._idle_mark, last_stream_id
+            if not opened and not has_streams:
                 actions.append(TimerAction.IDLE)
         return actions
 

@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from sonic.client.errors import ResourceExhaustedError
+from sonic.client.errors import ConnectionLostError, ResourceExhaustedError
 from sonic.client.transport.h2 import NativeTransport
 from sonic.client.transport.h2_connection import ClientConnection
 from sonic.protocol.grpc_call import grpc_message_prefix
@@ -116,7 +116,7 @@ async def test_server_violations_end_the_connection_with_their_code(data: bytes,
     assert goaway_code(transport) == code
     assert transport.closed
     connection.connection_lost(None)
-    assert stream.call.future.done()
+    assert isinstance(stream.call.future.exception(), ConnectionLostError)
 
 
 async def test_keepalive_is_an_option_of_the_client() -> None:
