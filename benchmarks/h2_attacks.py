@@ -16,7 +16,7 @@ import argparse
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from sonic.testing import h2attacks
 from sonic.testing.bomb import gzip_zeros
 
 MiB = 1 << 20
-Attack = Callable[[ServerProcess], Any]
+Attack = Callable[[ServerProcess], str]
 
 
 def _rss_mb(pid: int) -> float:
@@ -38,43 +38,54 @@ def _rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def _describe(outcome: Any) -> str:
-    """What the server answered, in a few words."""
-    if outcome is None:
-        return "-"
-    if isinstance(outcome, bytes):  # an HTTP/1.1 response
-        return outcome.split(b"\r\n", 1)[0].decode(errors="replace")
-    if isinstance(outcome, int) and not isinstance(outcome, bool) and outcome < 16:
-        return f"GOAWAY {ErrorCode(outcome).name}"
-    if isinstance(outcome, int):
-        return f"accepted {outcome / MiB:.1f} MiB"
-    if isinstance(outcome, tuple):
-        return ", ".join(_describe(part) if not isinstance(part, str) else part[:80] for part in outcome)
-    return str(outcome)[:80]
+def _goaway(code: int | None) -> str:
+    return "closed, no GOAWAY" if code is None else f"GOAWAY {ErrorCode(code).name}"
+
+
+def _accepted(sent: int) -> str:
+    return f"read {sent / MiB:.1f} MiB, then stopped reading or closed"
 
 
 def attacks(bomb: bytes) -> dict[str, Attack]:
     def memo(server: ServerProcess) -> str:
+        start = _rss_mb(server.pid)
         held: list[float] = []
-        h2attacks.header_memo(server.grpc_address, lambda: held.append(_rss_mb(server.pid)))
-        return f"RSS {held[0]:.0f} MiB with the connections open"
+        h2attacks.header_memo(server.grpc_address, lambda: held.append(_rss_mb(server.pid) - start))
+        return f"RSS +{held[0]:.0f} MiB while the 8 connections were open"
+
+    def grpc(status: tuple[int, str]) -> str:
+        return f"grpc-status {status[0]}: {status[1][:90]}"
+
+    def http(status: tuple[int, str]) -> str:
+        return f"HTTP {status[0]}: {status[1][:90]}"
+
+    def flood(result: tuple[int, int | None]) -> str:
+        return f"{_accepted(result[0])}; {_goaway(result[1])}"
 
     return {
-        "hpack_size_updates": lambda s: h2attacks.hpack_size_updates(s.grpc_address, continuation=False),
-        "hpack_size_updates_continuation": lambda s: h2attacks.hpack_size_updates(
-            s.grpc_address, continuation=True
+        "hpack_size_updates": lambda s: _goaway(
+            h2attacks.hpack_size_updates(s.grpc_address, continuation=False)
         ),
-        "continuation_flood_empty": lambda s: h2attacks.continuation_flood(s.grpc_address, b""),
-        "continuation_flood_16KiB": lambda s: h2attacks.continuation_flood(s.grpc_address, b"\x00" * 16384),
+        "hpack_size_updates_continuation": lambda s: _goaway(
+            h2attacks.hpack_size_updates(s.grpc_address, continuation=True)
+        ),
+        "continuation_flood_empty": lambda s: flood(h2attacks.continuation_flood(s.grpc_address, b"")),
+        "continuation_flood_16KiB": lambda s: flood(
+            h2attacks.continuation_flood(s.grpc_address, b"\x00" * 16384)
+        ),
         "header_memo_8_connections": memo,
-        "rapid_reset_20k": lambda s: h2attacks.rapid_reset(s.grpc_address),
-        "zero_window_5k_streams_burst": lambda s: h2attacks.zero_window_burst(s.grpc_address),
-        "settings_flood_no_read": lambda s: h2attacks.ack_flood(s.grpc_address, h2attacks.SETTINGS_UNIT),
-        "ping_flood_no_read": lambda s: h2attacks.ack_flood(s.grpc_address, h2attacks.PING_UNIT),
-        "grpc_gzip_bomb_1GiB": lambda s: h2attacks.grpc_gzip_bomb(s.grpc_address, bomb),
-        "http_deep_json": lambda s: h2attacks.http_deep_json(s.http_address),
-        "http_content_length_3GiB": lambda s: h2attacks.http_content_length(s.http_address),
-        "http_gzip_bomb_1GiB": lambda s: h2attacks.http_gzip_bomb(s.http_address, bomb),
+        "rapid_reset_20k": lambda s: _goaway(h2attacks.rapid_reset(s.grpc_address)),
+        "zero_window_5k_streams_burst": lambda s: h2attacks.zero_window_burst(s.grpc_address) or "-",
+        "settings_flood_no_read": lambda s: _accepted(
+            h2attacks.ack_flood(s.grpc_address, h2attacks.SETTINGS_UNIT)
+        ),
+        "ping_flood_no_read": lambda s: _accepted(h2attacks.ack_flood(s.grpc_address, h2attacks.PING_UNIT)),
+        "grpc_gzip_bomb_1GiB": lambda s: grpc(h2attacks.grpc_gzip_bomb(s.grpc_address, bomb)),
+        "http_deep_json": lambda s: http(h2attacks.http_deep_json(s.http_address)),
+        "http_content_length_3GiB": lambda s: (
+            h2attacks.http_content_length(s.http_address).split(b"\r\n", 1)[0].decode(errors="replace")
+        ),
+        "http_gzip_bomb_1GiB": lambda s: http(h2attacks.http_gzip_bomb(s.http_address, bomb)),
     }
 
 
@@ -85,11 +96,11 @@ def measure(repository: Path, attack: Attack, timeout_s: float) -> dict[str, Any
             bystander.call()
             rss_before, cpu_before = _rss_mb(server.pid), cpu_seconds(server.pid)
             start = time.perf_counter()
-            answered, outcome = True, None
+            answered, outcome = True, "-"
             with ThreadPoolExecutor(1) as pool:
                 future = pool.submit(attack, server)
                 try:
-                    bystander.during(future.result)
+                    bystander.during(lambda: wait([future]))  # the attack's own error is read below
                 except AssertionError:
                     answered = False  # a call not answered within the deadline; the attack still finishes
                 try:
@@ -104,7 +115,7 @@ def measure(repository: Path, attack: Attack, timeout_s: float) -> dict[str, Any
                 "bystander_worst_ms": round(bystander.worst_s * 1000, 1),
                 "bystander_calls": bystander.calls,
                 "bystander_all_answered": answered,
-                "server_answer": _describe(outcome),
+                "server_answer": outcome,
             }
         finally:
             bystander.close()
