@@ -36,6 +36,9 @@ from sonic.testing.h2peer import RawH2, data_frame, grpc_headers, grpc_message
 
 T = TypeVar("T")
 MiB = 1 << 20
+# The attacker's socket timeout: long, so a server that stalls still gets the whole attack (and the
+# bystander's deadline, not the attacker's, is what tells).
+ATTACK_TIMEOUT_S = 60.0
 INFER_PATH = "/v2/models/identity/infer"
 
 
@@ -82,7 +85,7 @@ class Bystander:
 def hpack_size_updates(address: str, *, continuation: bool) -> int | None:
     """12 header blocks of 1 MiB made only of dynamic-table-size updates; the GOAWAY code (None: closed)."""
     updates = b"\x20" * (MiB - 1)  # each byte: "dynamic table size is now 0"
-    with RawH2(address) as peer:
+    with RawH2(address, timeout_s=ATTACK_TIMEOUT_S) as peer:
         for index in range(12):
             stream_id = 2 * index + 1
             if continuation:
@@ -102,7 +105,7 @@ def continuation_flood(address: str, payload: bytes, total_bytes: int = 16 * MiB
 
     Returns the bytes the server accepted and its GOAWAY code (None: closed without one).
     """
-    with RawH2(address) as peer:
+    with RawH2(address, timeout_s=ATTACK_TIMEOUT_S) as peer:
         peer.send(peer.headers(1, end_headers=False))
         sent = peer.flood(frame(FrameType.CONTINUATION, 0, 1, payload), total_bytes)
         return sent, peer.connection_error()
@@ -113,7 +116,7 @@ def header_memo(address: str, hold: Callable[[], None], connections: int = 8) ->
 
     ``hold`` is called while every connection is still open (whatever they cost is still held).
     """
-    peers = [RawH2(address) for _ in range(connections)]
+    peers = [RawH2(address, timeout_s=ATTACK_TIMEOUT_S) for _ in range(connections)]
     try:
         for number, peer in enumerate(peers):
             for batch in range(0, 256, 32):  # calls in flight at once, within any stream limit
@@ -137,7 +140,7 @@ def header_memo(address: str, hold: Callable[[], None], connections: int = 8) ->
 
 def rapid_reset(address: str, streams: int = 20_000) -> int | None:
     """Streams opened and reset at once (CVE-2023-44487); the GOAWAY code (None: closed)."""
-    with RawH2(address) as peer:
+    with RawH2(address, timeout_s=ATTACK_TIMEOUT_S) as peer:
         for start in range(0, streams, 500):
             frames = []
             for index in range(start, min(start + 500, streams)):
@@ -150,7 +153,7 @@ def rapid_reset(address: str, streams: int = 20_000) -> int | None:
 
 def zero_window_burst(address: str, calls: int = 5000) -> None:
     """``calls`` calls parked on a zero window, then 110 KiB of WINDOW_UPDATE and SETTINGS frames."""
-    with RawH2(address, settings={Setting.INITIAL_WINDOW_SIZE: 0}) as peer:
+    with RawH2(address, timeout_s=ATTACK_TIMEOUT_S, settings={Setting.INITIAL_WINDOW_SIZE: 0}) as peer:
         frames = [peer.call(2 * index + 1) for index in range(calls)]
         for start in range(0, len(frames), 500):
             if not peer.send(*frames[start : start + 500]):
@@ -164,13 +167,13 @@ PING_UNIT = frame(FrameType.PING, 0, 0, b"12345678")
 
 def ack_flood(address: str, unit: bytes, total_bytes: int = 64 * MiB) -> int:
     """Frames that each ask for an ACK (SETTINGS, PING), never reading; the bytes the server accepted."""
-    with RawH2(address) as peer:
+    with RawH2(address, timeout_s=ATTACK_TIMEOUT_S) as peer:
         return peer.flood(unit, total_bytes)
 
 
 def grpc_gzip_bomb(address: str, bomb: bytes) -> tuple[int, str]:
     """ModelInfer with ``bomb`` as a gzip-compressed message; the call's gRPC status and message."""
-    with RawH2(address, timeout_s=30) as peer:
+    with RawH2(address, timeout_s=ATTACK_TIMEOUT_S) as peer:
         headers = grpc_headers("ModelInfer", grpc_encoding="gzip")
         peer.send(
             peer.headers(1, headers), data_frame(1, grpc_message(bomb, compressed=True), end_stream=True)
@@ -184,7 +187,7 @@ def grpc_gzip_bomb(address: str, bomb: bytes) -> tuple[int, str]:
 def http_post(address: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, str]:
     """POST to identity's infer endpoint; the status and the ``error`` of the reply."""
     host, port = address.rsplit(":", 1)
-    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    connection = http.client.HTTPConnection(host, int(port), timeout=ATTACK_TIMEOUT_S)
     try:
         connection.request(
             "POST", INFER_PATH, body=body, headers={"Content-Type": "application/json", **(headers or {})}
@@ -202,7 +205,7 @@ def http_deep_json(address: str, depth: int = 100_000) -> tuple[int, str]:
 def http_content_length(address: str, length: int = 3 << 30) -> bytes:
     """Headers announcing ``length`` bytes and no body; everything the server sent until it closed."""
     host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
+    with socket.create_connection((host, int(port)), timeout=ATTACK_TIMEOUT_S) as sock:
         sock.sendall(
             f"POST {INFER_PATH} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {length}\r\n\r\n".encode()
