@@ -31,8 +31,8 @@ from tritonclient.grpc import InferInput
 from benchmarks.common import steady_malloc
 from sonic.client import AsyncClient, CallTiming, ClientConfig, SharedMemoryMode, ShmRequest
 from sonic.launch import ServerProcess
+from sonic.launch.triton import TritonProcess
 from sonic.testing.repository import MODELS, write_test_repository
-from sonic.testing.triton import TritonProcess
 
 CONCURRENCY = 32
 LARGE_SHAPE = (1693, 48, 48, 1)

@@ -12,15 +12,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import numpy.typing as npt
 
 from sonic.perf.engine import LoadGenerator, LoadLevel, MeasurementConfig
-from sonic.perf.transport import TRANSPORTS, encode_infer_request
+from sonic.perf.transport import Transport
+from sonic.protocol.grpc_codec import encode_infer_request
 
 RESULTS = Path(__file__).parent / "results"
 
 
-def infer_request_bytes(model: str, inputs: dict[str, np.ndarray], datatypes: dict[str, str]) -> bytes:
+def infer_request_bytes(model: str, inputs: dict[str, npt.NDArray[Any]], datatypes: dict[str, str]) -> bytes:
     """A serialized ModelInferRequest, built once and sent many times."""
     return encode_infer_request(model, "", inputs, datatypes)
 
@@ -54,7 +55,7 @@ async def grpc_load(
     scripts and the CLI measure the same way.
     """
     measurement = MeasurementConfig(window_s=duration_s, stable_windows=1, max_windows=1, warmup_s=warmup_s)
-    async with TRANSPORTS[transport](address, model="") as channel:
+    async with Transport(address, model="", kind=transport) as channel:
         generator = LoadGenerator(channel, [payload], batch_size=batch, measurement=measurement)
         result = await generator.run(LoadLevel(concurrency=concurrency))
     if not result.requests:

@@ -67,11 +67,11 @@ from benchmarks.common import (
     save,
     steady_malloc,
 )
-from sonic.launch import ServerProcess
+from sonic.launch import ServerProcess, free_port
+from sonic.launch.triton import TritonProcess
 from sonic.models.build import build_model
 from sonic.models.zoo import ReferenceModel, registry
 from sonic.testing.repository import MODELS, write_test_repository
-from sonic.testing.triton import TritonProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RAW = RESULTS / "raw" / "compare"

@@ -29,9 +29,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import cpu_seconds, grpc_load, infer_request_bytes, machine, save, steady_malloc
-from sonic.launch import ServerProcess, terminate
+from sonic.launch import ServerProcess, free_port, terminate
 from sonic.testing.repository import write_test_repository
-from sonic.testing.triton import free_port
 
 LARGE_SHAPE = (1693, 48, 48, 1)
 DO_NOTHING = """

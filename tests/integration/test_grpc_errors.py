@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import concurrent.futures
+from typing import Any
 
 import grpc
 import numpy as np
+import numpy.typing as npt
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -22,7 +24,7 @@ def client(server: ServerProcess):  # type: ignore[no-untyped-def]
         yield c
 
 
-def _input(name: str, array: np.ndarray, datatype: str) -> grpcclient.InferInput:
+def _input(name: str, array: npt.NDArray[Any], datatype: str) -> grpcclient.InferInput:
     tensor = grpcclient.InferInput(name, list(array.shape), datatype)
     tensor.set_data_from_numpy(array)
     return tensor
@@ -110,9 +112,9 @@ def test_byte_size_not_matching_shape(server: ServerProcess) -> None:
     request.raw_input_contents.append(b"\x00" * 60)
     error = _raw_request(server, request)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "unexpected total byte size 60" in error.details()
-    assert "expecting 64" in error.details()
-    assert "input 'INPUT0'" in error.details()
+    assert "unexpected total byte size 60" in str(error.details())
+    assert "expecting 64" in str(error.details())
+    assert "input 'INPUT0'" in str(error.details())
 
 
 def test_malformed_bytes_tensor(server: ServerProcess) -> None:
@@ -121,7 +123,7 @@ def test_malformed_bytes_tensor(server: ServerProcess) -> None:
     request.raw_input_contents.append(b"\x05\x00\x00\x00abc")  # declares 5 bytes, carries 3
     error = _raw_request(server, request)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "malformed BYTES" in error.details()
+    assert "malformed BYTES" in str(error.details())
 
 
 def test_raw_contents_count_mismatch(server: ServerProcess) -> None:
@@ -131,7 +133,7 @@ def test_raw_contents_count_mismatch(server: ServerProcess) -> None:
     request.raw_input_contents.append(ONES.tobytes())
     error = _raw_request(server, request)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "raw_input_contents has 1 entries for 2 inputs" in error.details()
+    assert "raw_input_contents has 1 entries for 2 inputs" in str(error.details())
 
 
 def test_unknown_output(client: grpcclient.InferenceServerClient) -> None:
@@ -162,16 +164,19 @@ def test_load_refused_outside_explicit_mode(client: grpcclient.InferenceServerCl
 def test_bad_requests_do_not_disturb_good_ones(client: grpcclient.InferenceServerClient) -> None:
     """Interleave bad and good requests on one batched model: every good one is answered correctly."""
 
-    def good_call(index: int) -> np.ndarray:
+    def good_call(index: int) -> npt.NDArray[Any]:
         data = np.full((2, 16), index, dtype=np.float32)
-        return client.infer("identity", [_input("INPUT0", data, "FP32")]).as_numpy("OUTPUT0")
+        answer: npt.NDArray[Any] = client.infer("identity", [_input("INPUT0", data, "FP32")]).as_numpy(
+            "OUTPUT0"
+        )
+        return answer
 
     def bad_call(index: int) -> str:
         data = np.full((2, 15), index, dtype=np.float32)
         try:
             client.infer("identity", [_input("INPUT0", data, "FP32")])
         except InferenceServerException as exc:
-            return exc.status()
+            return str(exc.status())
         return "no error"
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:

@@ -7,8 +7,10 @@ import json
 import signal
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
@@ -31,16 +33,16 @@ def _arrived(server: ServerProcess, model: str) -> int:
     return sum(int(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefixes))
 
 
-def _input(name: str, array: np.ndarray, datatype: str = "FP32") -> grpcclient.InferInput:
+def _input(name: str, array: npt.NDArray[Any], datatype: str = "FP32") -> grpcclient.InferInput:
     tensor = grpcclient.InferInput(name, list(array.shape), datatype)
     tensor.set_data_from_numpy(array)
     return tensor
 
 
-def _concurrently(address: str, model: str, arrays: list[np.ndarray]) -> list[object]:
+def _concurrently(address: str, model: str, arrays: list[npt.NDArray[Any]]) -> list[Any]:
     """Send all arrays at once, one thread and connection each; results (or errors) in order."""
 
-    def call(array: np.ndarray) -> object:
+    def call(array: npt.NDArray[Any]) -> Any:
         with grpcclient.InferenceServerClient(address) as client:
             try:
                 return client.infer(model, [_input("INPUT0", array)]).as_numpy("OUTPUT0")
@@ -149,4 +151,4 @@ def test_sigterm_drains_requests_in_flight(test_repository: Path) -> None:
     assert all(isinstance(r, np.ndarray) for r in results), [
         r for r in results if not isinstance(r, np.ndarray)
     ]
-    assert all(r.shape == (64, 512) for r in results)  # type: ignore[union-attr]
+    assert all(r.shape == (64, 512) for r in results)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import hpack
 import numpy as np
+import numpy.typing as npt
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
@@ -38,11 +40,11 @@ def native_server(test_repository: Path) -> Iterator[ServerProcess]:
         yield process
 
 
-def _infer(address: str, model: str, array: np.ndarray) -> np.ndarray:
+def _infer(address: str, model: str, array: npt.NDArray[Any]) -> npt.NDArray[Any]:
     with grpcclient.InferenceServerClient(address) as client:
         tensor = grpcclient.InferInput("INPUT0", list(array.shape), "FP32")
         tensor.set_data_from_numpy(array)
-        result = client.infer(model, [tensor]).as_numpy("OUTPUT0")
+        result: npt.NDArray[Any] | None = client.infer(model, [tensor]).as_numpy("OUTPUT0")
         assert result is not None
         return result
 
@@ -96,7 +98,7 @@ def _slow_request() -> bytes:
     request = service_pb2.ModelInferRequest(model_name="slow")
     request.inputs.add(name="INPUT0", datatype="FP32", shape=[8, 512])
     request.raw_input_contents.append(np.ones((8, 512), np.float32).tobytes())
-    return request.SerializeToString()
+    return bytes(request.SerializeToString())
 
 
 def test_server_ends_calls_at_their_deadline_and_keeps_serving(native_server: ServerProcess) -> None:
@@ -121,7 +123,11 @@ def test_malformed_deadline_and_unknown_method(native_server: ServerProcess) -> 
         [("grpc-timeout", "soon")],
     )
     with grpc.insecure_channel(native_server.grpc_address) as channel:
-        call = channel.unary_unary("/inference.GRPCInferenceService/NoSuchMethod")
+        call = channel.unary_unary(
+            "/inference.GRPCInferenceService/NoSuchMethod",
+            request_serializer=None,
+            response_deserializer=None,
+        )
         with pytest.raises(grpc.RpcError) as caught:
             call(b"")
     assert caught.value.code() is grpc.StatusCode.UNIMPLEMENTED
@@ -145,7 +151,9 @@ def test_gzip_request_over_the_limit_once_inflated(native_server: ServerProcess)
     request.raw_input_contents.append(zeros.tobytes())
     request.raw_input_contents.append(zeros.tobytes())  # 128 KiB in all: over the 50 kB limit
     with grpc.insecure_channel(native_server.grpc_address, compression=grpc.Compression.Gzip) as channel:
-        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        call = channel.unary_unary(
+            "/inference.GRPCInferenceService/ModelInfer", request_serializer=None, response_deserializer=None
+        )
         with pytest.raises(grpc.RpcError) as caught:
             call(request.SerializeToString())
     assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -154,7 +162,9 @@ def test_gzip_request_over_the_limit_once_inflated(native_server: ServerProcess)
 def test_gzip_bomb_stops_at_the_limit_while_inflating(native_server: ServerProcess) -> None:
     bomb = bytes(40 << 20)  # 40 MiB of zeros: ~40 KiB on the wire, under the 50 kB message limit
     with grpc.insecure_channel(native_server.grpc_address, compression=grpc.Compression.Gzip) as channel:
-        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        call = channel.unary_unary(
+            "/inference.GRPCInferenceService/ModelInfer", request_serializer=None, response_deserializer=None
+        )
         with pytest.raises(grpc.RpcError) as caught:
             call(bomb)
     assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -169,7 +179,11 @@ def test_compressed_stream_messages_are_inflated_and_bounded(native_server: Serv
     request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
     request.raw_input_contents.append(small.tobytes())
     with grpc.insecure_channel(native_server.grpc_address, compression=grpc.Compression.Gzip) as channel:
-        call = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        call = channel.stream_stream(
+            "/inference.GRPCInferenceService/ModelStreamInfer",
+            request_serializer=None,
+            response_deserializer=None,
+        )
         answers = list(call(iter([request.SerializeToString()])))
         assert len(answers) == 1
         answer = service_pb2.ModelStreamInferResponse.FromString(answers[0])

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import queue
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
+import numpy.typing as npt
 import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
@@ -26,15 +28,15 @@ def client(server: ServerProcess):  # type: ignore[no-untyped-def]
         yield c
 
 
-def _input(name: str, array: np.ndarray, datatype: str) -> grpcclient.InferInput:
+def _input(name: str, array: npt.NDArray[Any], datatype: str) -> grpcclient.InferInput:
     tensor = grpcclient.InferInput(name, list(array.shape), datatype)
     tensor.set_data_from_numpy(array)
     return tensor
 
 
-def _direct(model_path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+def _direct(model_path: Path, feeds: dict[str, npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
     session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
+    return list(session.run(None, feeds))
 
 
 def test_health_and_server_metadata(client: grpcclient.InferenceServerClient) -> None:
@@ -166,7 +168,7 @@ def test_typed_contents_and_compression(server: ServerProcess) -> None:
 
 
 def test_stream_infer(server: ServerProcess) -> None:
-    results: queue.Queue[object] = queue.Queue()
+    results: queue.Queue[Any] = queue.Queue()
     with grpcclient.InferenceServerClient(server.grpc_address) as c:
         c.start_stream(callback=lambda result, error: results.put(error or result))
         for index in range(5):
@@ -211,7 +213,9 @@ def test_large_batches_run_in_slices_with_identical_results(client: grpcclient.I
 def test_standard_grpc_health_check(server: ServerProcess) -> None:
     """grpc.health.v1.Health/Check, as grpc-health-probe and Kubernetes gRPC probes call it."""
     with grpc.insecure_channel(server.grpc_address) as channel:
-        check = channel.unary_unary("/grpc.health.v1.Health/Check")
+        check = channel.unary_unary(
+            "/grpc.health.v1.Health/Check", request_serializer=None, response_deserializer=None
+        )
         assert check(b"") == b"\x08\x01"  # HealthCheckResponse{status: SERVING}
         assert check(b"\x0a\x05model") == b"\x08\x01"  # any service name
         with pytest.raises(grpc.RpcError) as caught:

@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from sonic.errors import UnavailableError
+from sonic.protocol.errors import UnavailableError
 from sonic.server.backends.base import Backend
 from sonic.server.batcher import BatchPolicy, ModelInstance, QueuePolicy, Scheduler, WorkItem
 from sonic.server.instance_thread import InstanceThread

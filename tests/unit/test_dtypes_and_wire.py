@@ -6,8 +6,8 @@ import pytest
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import serialize_byte_tensor
 
-from sonic.errors import InvalidArgumentError
 from sonic.protocol import dtypes
+from sonic.protocol.errors import InvalidArgumentError
 from sonic.protocol.wire import append_raw_contents, split_raw_contents
 
 pytestmark = pytest.mark.unit

@@ -83,7 +83,7 @@ def test_encodings_statuses_and_trailers() -> None:
         check_encoding(b"zstd")
     assert caught.value.status == "UNIMPLEMENTED"
     block = status_block("RESOURCE_EXHAUSTED", "over 50% of the limit", trailers_only=True)
-    fields = hpack.Decoder().decode(block, raw=True)
+    fields = [(bytes(n), bytes(v)) for n, v in hpack.Decoder().decode(block, raw=True)]
     assert (b":status", b"200") in fields
     assert trailers_status(fields) == ("RESOURCE_EXHAUSTED", "over 50% of the limit")
     assert trailers_status([(b"grpc-status", b"x")])[0] == "UNKNOWN"

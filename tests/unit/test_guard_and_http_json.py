@@ -4,44 +4,21 @@ from __future__ import annotations
 
 import json
 import time
-from http import HTTPStatus
 
-import grpc
 import jwt
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from tritonclient.grpc import service_pb2
 
-from sonic.errors import (
-    InvalidArgumentError,
-    PermissionDeniedError,
-    ResourceExhaustedError,
-    UnauthenticatedError,
-    grpc_status,
-    http_status,
-)
+from sonic.protocol.errors import InvalidArgumentError, ResourceExhaustedError, UnauthenticatedError
 from sonic.protocol.http_json import decode_infer_request, encode_infer_response, message_to_json
+from sonic.protocol.types import InferResponse, OutputTensor
 from sonic.server.config import AuthConfig
-from sonic.server.frontends.grpc_methods import peer_host
+from sonic.server.frontends.gate import peer_host
 from sonic.server.guard import RateLimiter, TokenVerifier
-from sonic.server.types import InferResponse, OutputTensor
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.mark.parametrize(
-    ("error", "code", "status"),
-    [
-        (UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED, HTTPStatus.UNAUTHORIZED),
-        (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED, HTTPStatus.FORBIDDEN),
-        (ResourceExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED, HTTPStatus.TOO_MANY_REQUESTS),
-    ],
-)
-def test_error_table_rows(error: type[Exception], code: grpc.StatusCode, status: HTTPStatus) -> None:
-    instance = error("x")
-    assert grpc_status(instance) is code  # type: ignore[arg-type]
-    assert http_status(instance) is status  # type: ignore[arg-type]
 
 
 def test_static_tokens() -> None:
@@ -111,7 +88,7 @@ def _binary_body(header: dict[str, object], *tensors: bytes) -> tuple[bytes, int
 
 def test_decode_binary_inputs_are_views() -> None:
     a = np.arange(4, dtype=np.float32)
-    header = {
+    header: dict[str, object] = {
         "id": "r7",
         "parameters": {"binary_data_output": True, "priority": 2},
         "inputs": [

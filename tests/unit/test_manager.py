@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sonic.errors import ModelConfigError, NotFoundError
 from sonic.models.simple import IDENTITY_CONFIG, identity_model
+from sonic.protocol.errors import ModelConfigError, NotFoundError
+from sonic.protocol.types import InferRequest, InputTensor
 from sonic.server.batcher import BatchPolicy, ModelInstance, Scheduler, WorkItem
 from sonic.server.config import ServerConfig
 from sonic.server.instance_thread import InstanceThread
 from sonic.server.manager import ModelManager
 from sonic.server.stats import ModelStats
-from sonic.server.types import InferRequest, InputTensor
 
 pytestmark = pytest.mark.unit
 

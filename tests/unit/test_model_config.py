@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import ModelConfigError
 from sonic.models.simple import identity_model
+from sonic.protocol.errors import ModelConfigError
 from sonic.protocol.model_config import fill_defaults, parse_config_text, validate_config
 from sonic.server.backends.onnxruntime import OnnxRuntimeBackend
 from sonic.server.repository import select_versions

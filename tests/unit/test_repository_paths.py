@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sonic.errors import InvalidArgumentError
+from sonic.protocol.errors import InvalidArgumentError
 from sonic.server.repository import Repository
 
 pytestmark = pytest.mark.unit

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sonic.protocol.types import OutputTensor
 from sonic.server.cache import ResponseCache
-from sonic.server.types import OutputTensor
 
 pytestmark = pytest.mark.unit
 

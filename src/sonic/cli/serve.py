@@ -12,12 +12,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from sonic.errors import SonicError
 from sonic.logs import configure_logging
+from sonic.protocol.errors import SonicError
 from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits
+from sonic.protocol.wire import MAX_MESSAGE_BYTES
 from sonic.server.config import (
     MAX_GRPC_DECOMPRESSED_BYTES,
-    MAX_GRPC_MESSAGE_BYTES,
     AdmissionConfig,
     AuthConfig,
     GrpcServerKind,
@@ -115,7 +115,7 @@ def _add_frontend_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--max-message-bytes",
         type=int,
-        default=MAX_GRPC_MESSAGE_BYTES,
+        default=MAX_MESSAGE_BYTES,
         help="largest gRPC message / HTTP body",
     )
 

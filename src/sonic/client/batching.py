@@ -1,4 +1,4 @@
-"""Inputs checked against the model's metadata; batches split to ``max_batch_size`` and joined back."""
+"""Inputs (and request parameters) checked before sending; batches split to ``max_batch_size`` and joined back."""
 
 from __future__ import annotations
 
@@ -11,8 +11,19 @@ import numpy.typing as npt
 from sonic.client.errors import ClientError, InputError
 from sonic.client.transport.base import ModelInfo, TensorInfo
 from sonic.protocol import dtypes
+from sonic.protocol.errors import InvalidArgumentError
+from sonic.protocol.types import ParameterValue, check_parameters
 
 Arrays = dict[str, npt.NDArray[Any]]
+Parameters = Mapping[str, ParameterValue]
+
+
+def check_request_parameters(model: str, parameters: Parameters) -> None:
+    """Parameters the server would refuse fail here, as :class:`InputError`, and are never sent."""
+    try:
+        check_parameters(parameters, f"model '{model}'")
+    except InvalidArgumentError as exc:
+        raise InputError(exc.message) from None
 
 
 def _dims_match(given: tuple[int, ...], expected: tuple[int, ...]) -> bool:

@@ -22,8 +22,9 @@ from typing import Any, Self, TypeVar
 import numpy.typing as npt
 
 from sonic.client import batching
+from sonic.client.batching import Parameters
 from sonic.client.coalesce import Coalescer
-from sonic.client.config import ClientConfig, SharedMemoryMode, TransportKind
+from sonic.client.config import ClientConfig, SharedMemoryMode
 from sonic.client.errors import (
     Attempt,
     ClientError,
@@ -34,20 +35,13 @@ from sonic.client.errors import (
     TransientError,
 )
 from sonic.client.fallback import FallbackServer
-from sonic.client.registry import ServerEntry, ServerRegistry
+from sonic.client.registry import ServerEntry, ServerRegistry, resolve_services
 from sonic.client.shm import Region, RegionPool, layout
-from sonic.client.transport.base import (
-    ModelInfo,
-    ServerTiming,
-    ShmPlacement,
-    Transport,
-    WireInput,
-    WireOutputRequest,
-    WireRequest,
-    WireResponse,
-)
+from sonic.client.transport.base import ModelInfo, ServerTiming, Transport
+from sonic.client.transport.factory import open_transport
 from sonic.client.zerocopy import ShmRequest, no_local_server, plan, region_bytes
 from sonic.protocol import dtypes
+from sonic.protocol.types import ShmRef, WireInput, WireOutputRequest, WireRequest, WireResponse
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -148,29 +142,12 @@ class AsyncClient:
     def state(self) -> ClientState:
         return self._state
 
-    def _transport(self, address: str) -> Transport:
-        config = self.config
-        common: dict[str, Any] = {
-            "compression": config.compression,
-            "tls": config.tls,
-            "token": config.token,
-            "default_timeout_s": config.timeout_s,
-            "control_timeout_s": config.control_timeout_s,
-        }
-        if config.transport is TransportKind.NATIVE:
-            from sonic.client.transport.h2 import NativeTransport  # noqa: PLC0415  (protobuf only when used)
-
-            return NativeTransport(address, **common)
-        from sonic.client.transport.grpc import GrpcTransport  # noqa: PLC0415  (grpc only when used)
-
-        return GrpcTransport(address, stream_max_bytes=config.stream_max_bytes, **common)
-
     async def _start_fallback(self) -> Transport:
         server = FallbackServer(self.config.fallback)
         self._fallback = server  # set first, so close() stops it even if this task is cancelled
         log.warning("no reachable server has model '%s': starting the local fallback server", self.model)
         address = await asyncio.to_thread(server.start)
-        return self._transport(address)
+        return open_transport(address, self.config)
 
     async def _open(self) -> ServerRegistry:
         if self._state is ClientState.CLOSED:
@@ -184,7 +161,8 @@ class AsyncClient:
             if self._registry is None:
                 transports = self._given_transports
                 if transports is None:
-                    transports = [self._transport(a) for a in self.config.servers]
+                    addresses = [*self.config.servers, *await resolve_services(self.config.services)]
+                    transports = [open_transport(a, self.config) for a in addresses]
                 registry = ServerRegistry(
                     transports,
                     control_timeout_s=self.config.control_timeout_s,
@@ -271,34 +249,57 @@ class AsyncClient:
 
     # --- inference ------------------------------------------------------------------------------------
 
-    async def infer(self, inputs: Mapping[str, Any], outputs: Sequence[str] | None = None) -> Arrays:
-        """Named numpy inputs in, named numpy outputs out (all outputs unless ``outputs`` names some)."""
-        return (await self.infer_detailed(inputs, outputs)).outputs
+    async def infer(
+        self,
+        inputs: Mapping[str, Any],
+        outputs: Sequence[str] | None = None,
+        *,
+        parameters: Parameters | None = None,
+    ) -> Arrays:
+        """Named numpy inputs in, named numpy outputs out (all outputs unless ``outputs`` names some).
+
+        ``parameters``: Triton's request parameters (``sequence_id``, ``priority``, ``timeout``, ...) and
+        custom ones a model reads (``request.parameters()`` in a Python model); see
+        :mod:`sonic.protocol.types`.
+        """
+        return (await self.infer_detailed(inputs, outputs, parameters=parameters)).outputs
 
     async def infer_ragged(
-        self, objects: Sequence[Mapping[str, Any]], outputs: Sequence[str] | None = None
+        self,
+        objects: Sequence[Mapping[str, Any]],
+        outputs: Sequence[str] | None = None,
+        *,
+        parameters: Parameters | None = None,
     ) -> list[Arrays]:
         """One request per object (shapes may differ), sent concurrently, results in the given order."""
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(self.infer(o, outputs)) for o in objects]
+            tasks = [group.create_task(self.infer(o, outputs, parameters=parameters)) for o in objects]
         return [t.result() for t in tasks]
 
     async def infer_detailed(
-        self, inputs: Mapping[str, Any], outputs: Sequence[str] | None = None
+        self,
+        inputs: Mapping[str, Any],
+        outputs: Sequence[str] | None = None,
+        *,
+        parameters: Parameters | None = None,
     ) -> InferResult:
         info = await self.model_info()
         arrays, batch = batching.check_inputs(info, inputs)
         names = batching.output_names(info, outputs)
+        if parameters:
+            batching.check_request_parameters(self.model, parameters)
         if batch == 0:
             return InferResult(batching.empty_outputs(info, names), CallTiming())
-        if self.config.coalesce_in_flight and 0 < batch < info.max_batch_size:
+        # Requests with parameters are never merged: each keeps its own.
+        if self.config.coalesce_in_flight and not parameters and 0 < batch < info.max_batch_size:
             return await self._coalesced(info, arrays, batch, names)
+        extra = parameters or {}
         parts = batching.split(arrays, batch, info.max_batch_size)
         if len(parts) == 1:
-            results = [await self._infer_part(info, parts[0], names)]
+            results = [await self._infer_part(info, parts[0], names, extra)]
         else:
             async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(self._infer_part(info, p, names)) for p in parts]
+                tasks = [group.create_task(self._infer_part(info, p, names, extra)) for p in parts]
             results = [t.result() for t in tasks]
         if len(results) == 1:
             return results[0]
@@ -311,7 +312,7 @@ class AsyncClient:
         if self._coalescer is None:
 
             async def send(merged: Arrays) -> tuple[Arrays, CallTiming]:
-                result = await self._infer_part(info, merged, names)
+                result = await self._infer_part(info, merged, names, {})
                 return result.outputs, result.timing
 
             self._coalescer = Coalescer(send, info.max_batch_size, self.config.coalesce_in_flight)
@@ -319,7 +320,9 @@ class AsyncClient:
         outputs, timing = await self._coalescer.submit(key, arrays, batch)
         return InferResult(outputs, timing)
 
-    async def _infer_part(self, info: ModelInfo, arrays: Arrays, names: list[str]) -> InferResult:
+    async def _infer_part(
+        self, info: ModelInfo, arrays: Arrays, names: list[str], parameters: Parameters
+    ) -> InferResult:
         start = time.perf_counter_ns()
         specs = {t.name: t for t in info.inputs}
         encoded = {n: (a, batching.tensor_bytes(a, specs[n].datatype)) for n, a in arrays.items()}
@@ -328,7 +331,7 @@ class AsyncClient:
         assert self._in_flight is not None
         async with self._in_flight:
             (result, server), tries = await self._with_retries(
-                lambda entry: self._call(entry, info, encoded, names, request_id)
+                lambda entry: self._call(entry, info, encoded, names, request_id, parameters)
             )
         timing = CallTiming(
             result.timing.serialize_s + prepare_ns / 1e9,
@@ -413,12 +416,13 @@ class AsyncClient:
         encoded: dict[str, tuple[npt.NDArray[Any], bytes | memoryview]],
         names: list[str],
         request_id: str,
+        parameters: Parameters,
     ) -> tuple[InferResult, str]:
         specs = {t.name: t for t in info.inputs}
         batch = next(iter(encoded.values()))[0].shape[0] if info.max_batch_size > 0 else 1
         region: Region | None = None
-        placements: dict[str, ShmPlacement] = {}
-        out_placements: dict[str, ShmPlacement] = {}
+        placements: dict[str, ShmRef] = {}
+        out_placements: dict[str, ShmRef] = {}
         shm_ns = 0
         if self._use_shm(entry):
             out_sizes = _output_bytes(info, names, batch) or {}
@@ -447,6 +451,7 @@ class AsyncClient:
             outputs=tuple(WireOutputRequest(n, out_placements.get(n)) for n in names),
             request_id=request_id,
             timeout_s=self.config.timeout_s,
+            parameters=parameters,
         )
         try:
             before = (
@@ -473,7 +478,7 @@ class AsyncClient:
         return InferResult(outputs, timing), entry.address
 
     def _decode(
-        self, response: WireResponse, names: list[str], region: Region | None, placed: dict[str, ShmPlacement]
+        self, response: WireResponse, names: list[str], region: Region | None, placed: dict[str, ShmRef]
     ) -> Arrays:
         by_name = {o.name: o for o in response.outputs}
         outputs: Arrays = {}

@@ -3,6 +3,8 @@
 The environment is read only in :meth:`ClientConfig.from_env`:
 
 - ``SONIC_SERVERS``: ``host:port,host:port``
+- ``SONIC_SERVICES``: ``name:port,...``: each name (a Kubernetes headless Service) is resolved when the
+  client connects, and every address it resolves to is one server
 - ``SONIC_CONFIG``: a TOML file (see :meth:`ClientConfig.from_toml`); ``SONIC_SERVERS`` adds to its list
 - ``SONIC_TOKEN``: bearer token sent with every call
 - ``SONIC_FALLBACK_REPOSITORY``: model repository of the local fallback server (enables it)
@@ -93,6 +95,8 @@ class FallbackConfig:
 @dataclass(frozen=True)
 class ClientConfig:
     servers: tuple[str, ...] = ()
+    # Headless Services (``name:port``): one server per DNS address, resolved when the client connects.
+    services: tuple[str, ...] = ()
     timeout_s: float | None = None  # per-request deadline; None: none
     allowed_tries: int = 3  # total attempts per request, the first included
     retry_backoff_s: float = 0.05  # delay before the second try, doubled each time
@@ -120,6 +124,11 @@ class ClientConfig:
         for address in self.servers:
             if ":" not in address:
                 raise ValueError(f"server address '{address}': expected host:port")
+        for service in self.services:
+            if not service.rpartition(":")[2].isdigit():
+                raise ValueError(
+                    f"service '{service}': expected name:port, e.g. sonic-replicas.sonic.svc:8001"
+                )
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str = "config") -> Self:
@@ -130,8 +139,9 @@ class ClientConfig:
                 f"{where}: unknown client settings {sorted(unknown)}; expected some of {sorted(known)}"
             )
         values = dict(data)
-        if "servers" in values:
-            values["servers"] = tuple(values["servers"])
+        for key in ("servers", "services"):
+            if key in values:
+                values[key] = tuple(values[key])
         for key, kind in (
             ("compression", Compression),
             ("shared_memory", SharedMemoryMode),
@@ -160,7 +170,11 @@ class ClientConfig:
         env = os.environ if environ is None else environ
         config = cls.from_toml(Path(env["SONIC_CONFIG"])) if env.get("SONIC_CONFIG") else cls()
         servers = tuple(s.strip() for s in env.get("SONIC_SERVERS", "").split(",") if s.strip())
-        changes: dict[str, Any] = {"servers": config.servers + servers}
+        services = tuple(s.strip() for s in env.get("SONIC_SERVICES", "").split(",") if s.strip())
+        changes: dict[str, Any] = {
+            "servers": config.servers + servers,
+            "services": config.services + services,
+        }
         if env.get("SONIC_TOKEN"):
             changes["token"] = env["SONIC_TOKEN"]
         if env.get("SONIC_TRANSPORT"):

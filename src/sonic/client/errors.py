@@ -15,13 +15,15 @@ The tree::
     │       └── ConnectionLostError     the connection broke or was refused
     └── RetriesExhaustedError       every allowed try failed; ``attempts`` lists server and cause of each
 
-gRPC status codes become these types through one table (:func:`error_for_status`), used by both
-transports; ``grpc.aio.AioRpcError`` is converted only in :mod:`sonic.client.transport.grpc`.
+gRPC status codes become these types through the protocol's status table (:func:`error_for_status`),
+used by both transports; ``grpc.aio.AioRpcError`` is converted only in :mod:`sonic.client.transport.grpc`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from sonic.protocol.errors import GrpcCode, Retry, status_of
 
 
 class ClientError(Exception):
@@ -74,21 +76,27 @@ class ConnectionLostError(TransientError):
     pass
 
 
-# gRPC status names as both transports report them. UNAVAILABLE, CANCELLED and INTERNAL can also mean
-# a broken connection; a transport that knows so raises ConnectionLostError itself.
-_STATUS_ERRORS: dict[str, type[ServerError]] = {
-    "UNAVAILABLE": UnavailableError,
-    "DEADLINE_EXCEEDED": DeadlineExceededError,
-    "RESOURCE_EXHAUSTED": ResourceExhaustedError,
-    "CANCELLED": ConnectionLostError,
-    "INTERNAL": ServerError,
-    "UNKNOWN": ServerError,
+# What the protocol's status table says a client does with a status, as our error types. Statuses to
+# retry get a type each so callers can tell them apart; a transport that knows a status means a broken
+# connection (UNAVAILABLE, INTERNAL from grpc's core) raises ConnectionLostError itself.
+_RETRY_ERRORS: dict[Retry, type[ServerError]] = {
+    Retry.NEVER: InvalidRequestError,
+    Retry.LATER: TransientError,
+    Retry.CONNECTION: ConnectionLostError,
+    Retry.SERVER: ServerError,
+}
+_LATER_ERRORS: dict[GrpcCode, type[ServerError]] = {
+    GrpcCode.UNAVAILABLE: UnavailableError,
+    GrpcCode.DEADLINE_EXCEEDED: DeadlineExceededError,
+    GrpcCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
 }
 
 
 def error_for_status(status: str, message: str, server: str) -> ServerError:
-    """The one table from a gRPC status name to our error type; any other status cannot be retried."""
-    return _STATUS_ERRORS.get(status, InvalidRequestError)(message, status=status, server=server)
+    """A gRPC status name as our error type, as :data:`sonic.protocol.errors.STATUSES` says."""
+    code = GrpcCode.__members__.get(status, GrpcCode.OK)  # a name we do not know: like any unlisted one
+    cls = _LATER_ERRORS.get(code) or _RETRY_ERRORS[status_of(code).retry]
+    return cls(message, status=status, server=server)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The local fallback server: started when no reachable server has a model, stopped by PID at the end.
 
 Three ways to run it, as CMSSW's fallback options allow: our ``sonic serve`` (default), a
-``tritonserver`` binary given by path, or Triton in a container (apptainer, docker or podman).
+``tritonserver`` binary given by path, or Triton in a container (apptainer, docker or podman); each
+is a launcher of :mod:`sonic.launch`.
 Ports are picked free at launch; the launch is retried ``retries`` times (a port may be taken
 between picking and binding).
 """
@@ -14,13 +15,12 @@ from pathlib import Path
 
 from sonic.client.config import Device, FallbackConfig, FallbackServerKind
 from sonic.client.errors import NoServerError
-from sonic.launch import ServerProcess, ServerStartError
+from sonic.launch import LaunchError, ServerProcess, free_port
+from sonic.launch.container import start_triton_container, triton_container_command
+from sonic.launch.triton import TritonProcess
 from sonic.server.devices import detect_gpu_count
-from sonic.testing.triton import TritonProcess, TritonStartError, free_port
 
 log = logging.getLogger(__name__)
-
-CONTAINER_MODEL_ROOT = "/models"
 
 
 def resolve_device(device: Device) -> Device:
@@ -35,23 +35,14 @@ def resolve_device(device: Device) -> Device:
 
 def container_command(config: FallbackConfig, grpc_port: int, device: Device) -> list[str]:
     """The command that runs Triton from ``config.image`` with the repositories mounted read-only."""
-    mounts = [(repo, f"{CONTAINER_MODEL_ROOT}/{i}") for i, repo in enumerate(config.repositories)]
-    triton = ["tritonserver", f"--grpc-port={grpc_port}", "--allow-http=false", "--allow-metrics=false"]
-    triton += [f"--model-repository={inside}" for _, inside in mounts]
-    if config.container == "apptainer":
-        command = ["apptainer", "exec", "--cleanenv"]
-        if device is Device.GPU:
-            command.append("--nv")
-        for outside, inside in mounts:
-            command += ["-B", f"{outside}:{inside}:ro"]
-        return [*command, config.image, *triton]
-    command = [config.container, "run", "--rm", "--name", config.instance_name, "--network", "host"]
-    command += ["--shm-size", "1g"]  # room for system shared-memory regions
-    if device is Device.GPU:
-        command += ["--gpus", "all"]
-    for outside, inside in mounts:
-        command += ["-v", f"{outside}:{inside}:ro"]
-    return [*command, config.image, *triton]
+    return triton_container_command(
+        config.container,
+        config.image,
+        config.repositories,
+        grpc_port,
+        gpu=device is Device.GPU,
+        name=config.instance_name,
+    )
 
 
 class FallbackServer:
@@ -74,7 +65,7 @@ class FallbackServer:
         for attempt in range(self.config.retries + 1):
             try:
                 return self._launch(device)
-            except (ServerStartError, TritonStartError, OSError) as exc:
+            except (LaunchError, OSError) as exc:
                 errors.append(f"attempt {attempt + 1}: {exc}")
                 log.warning("fallback server did not start (attempt %d): %s", attempt + 1, exc)
         raise NoServerError("fallback server could not be started:\n" + "\n".join(errors))
@@ -92,8 +83,8 @@ class FallbackServer:
         if self.config.container:
             port = free_port()
             command = container_command(self.config, port, device)
-            self._triton = TritonProcess.launch(
-                command, f"127.0.0.1:{port}", (), self.config.wait_timeout_s, None, log_path
+            self._triton = start_triton_container(
+                command, port, wait_timeout_s=self.config.wait_timeout_s, log_path=log_path
             )
             return self._triton.grpc_address
         if self.config.kind is FallbackServerKind.TRITONSERVER:

@@ -4,12 +4,15 @@ CMSSW's TritonService role: at start-up every configured server is asked for its
 unreachable ones are skipped with a warning. Among healthy servers that have a model, the one with
 the fewest requests in flight is chosen; the local fallback server only when no remote one can.
 A server whose connection breaks is taken out for the rest of the job.
+A Kubernetes headless Service name stands for every replica behind it: :func:`resolve_services`
+turns it into one address per DNS record, for client-side balancing where a site runs no proxy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -18,6 +21,29 @@ from sonic.client.shm import RegionPool
 from sonic.client.transport.base import Transport
 
 log = logging.getLogger(__name__)
+
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+async def resolve_host(host: str, port: int) -> list[str]:
+    """Every address ``host`` resolves to (A and AAAA records), in the resolver's order, once each."""
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise NoServerError(f"service '{host}:{port}' does not resolve: {exc}") from exc
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+async def resolve_services(services: Sequence[str], resolve: Resolver = resolve_host) -> list[str]:
+    """``name:port`` of headless Services → ``address:port`` of every replica behind each."""
+    addresses: list[str] = []
+    for service in services:
+        host, _, port = service.rpartition(":")
+        found = await resolve(host, int(port))
+        addresses.extend(f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for a in found)
+    log.info("services %s resolved to %s", list(services), addresses)
+    return addresses
 
 
 @dataclass(eq=False)

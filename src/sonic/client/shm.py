@@ -23,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from sonic.client.errors import ClientError
-from sonic.client.transport.base import ShmPlacement, Transport
+from sonic.client.transport.base import Transport
+from sonic.protocol.types import ShmRef
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +36,12 @@ def align(size: int) -> int:
     return (size + ALIGN_BYTES - 1) // ALIGN_BYTES * ALIGN_BYTES
 
 
-def layout(region: str, sizes: Mapping[str, int], start: int = 0) -> tuple[dict[str, ShmPlacement], int]:
+def layout(region: str, sizes: Mapping[str, int], start: int = 0) -> tuple[dict[str, ShmRef], int]:
     """Consecutive aligned placements for tensors of ``sizes`` bytes from ``start``; and where they end."""
-    placements: dict[str, ShmPlacement] = {}
+    placements: dict[str, ShmRef] = {}
     offset = start
     for name, size in sizes.items():
-        placements[name] = ShmPlacement(region, size, offset)
+        placements[name] = ShmRef(region, size, offset)
         offset += align(size)
     return placements, offset
 

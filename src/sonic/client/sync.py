@@ -14,6 +14,7 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+from sonic.client.batching import Parameters
 from sonic.client.client import Arrays, AsyncClient, InferResult
 from sonic.client.config import ClientConfig
 from sonic.client.errors import ClientStateError
@@ -76,25 +77,43 @@ class SyncClient:
     def model_info(self) -> ModelInfo:
         return self._run(self._client.model_info())
 
-    def infer(self, inputs: Mapping[str, Any], outputs: Sequence[str] | None = None) -> Arrays:
-        return self._run(self._client.infer(inputs, outputs))
+    def infer(
+        self,
+        inputs: Mapping[str, Any],
+        outputs: Sequence[str] | None = None,
+        *,
+        parameters: Parameters | None = None,
+    ) -> Arrays:
+        return self._run(self._client.infer(inputs, outputs, parameters=parameters))
 
-    def infer_detailed(self, inputs: Mapping[str, Any], outputs: Sequence[str] | None = None) -> InferResult:
-        return self._run(self._client.infer_detailed(inputs, outputs))
+    def infer_detailed(
+        self,
+        inputs: Mapping[str, Any],
+        outputs: Sequence[str] | None = None,
+        *,
+        parameters: Parameters | None = None,
+    ) -> InferResult:
+        return self._run(self._client.infer_detailed(inputs, outputs, parameters=parameters))
 
     def infer_ragged(
-        self, objects: Sequence[Mapping[str, Any]], outputs: Sequence[str] | None = None
+        self,
+        objects: Sequence[Mapping[str, Any]],
+        outputs: Sequence[str] | None = None,
+        *,
+        parameters: Parameters | None = None,
     ) -> list[Arrays]:
-        return self._run(self._client.infer_ragged(objects, outputs))
+        return self._run(self._client.infer_ragged(objects, outputs, parameters=parameters))
 
     def submit(
         self,
         inputs: Mapping[str, Any],
         outputs: Sequence[str] | None = None,
         callback: Callable[[Future[Arrays]], object] | None = None,
+        *,
+        parameters: Parameters | None = None,
     ) -> Future[Arrays]:
         """Start a request and return its future; ``callback(future)`` runs when it is done."""
-        future = self._submit(self._client.infer(inputs, outputs))
+        future = self._submit(self._client.infer(inputs, outputs, parameters=parameters))
         if callback is not None:
             future.add_done_callback(callback)
         return future

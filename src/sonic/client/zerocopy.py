@@ -23,14 +23,9 @@ from sonic.client import batching
 from sonic.client.errors import ClientError, ClientStateError, InputError, InvalidRequestError, NoServerError
 from sonic.client.registry import ServerEntry
 from sonic.client.shm import Region, RegionPool, layout
-from sonic.client.transport.base import (
-    ModelInfo,
-    WireInput,
-    WireOutputRequest,
-    WireRequest,
-    WireResponse,
-)
+from sonic.client.transport.base import ModelInfo
 from sonic.protocol import dtypes
+from sonic.protocol.types import WireInput, WireOutputRequest, WireRequest, WireResponse
 
 Arrays = dict[str, npt.NDArray[Any]]
 Tensors = Mapping[str, tuple[str, tuple[int, ...]]]  # name -> (datatype, shape)

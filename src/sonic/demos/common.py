@@ -47,10 +47,11 @@ def build_models(repository: Path, names: Sequence[str], *, no_batching: Sequenc
 
 def measure_rtt_s(address: str, calls: int = 30) -> float:
     """Median round trip of an empty gRPC call (ServerReady): the per-request travel time."""
-    from sonic.client.transport.grpc import GrpcTransport  # noqa: PLC0415
+    from sonic.client.config import ClientConfig, TransportKind  # noqa: PLC0415
+    from sonic.client.transport.factory import open_transport  # noqa: PLC0415
 
     async def probe() -> float:
-        transport = GrpcTransport(address)
+        transport = open_transport(address, ClientConfig(transport=TransportKind.GRPCIO))
         try:
             await transport.server_ready()
             times = []

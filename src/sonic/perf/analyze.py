@@ -22,10 +22,10 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import SonicError
 from sonic.launch import ServerProcess, ServerStartError
 from sonic.perf.engine import LevelResult, LoadLevel, MeasurementConfig, PerfConfig, run_perf
 from sonic.perf.transport import PerfError
+from sonic.protocol.errors import SonicError
 from sonic.protocol.model_config import CONFIG_FILENAME, load_config_file
 
 

@@ -353,7 +353,7 @@ async def run_perf(
     config: PerfConfig, *, transport: Transport | None = None, on_window: WindowCallback | None = None
 ) -> PerfReport:
     """Measure every level of ``config`` in turn against one server."""
-    transport = transport or TRANSPORTS[config.transport](config.url, config.model, config.version)
+    transport = transport or Transport(config.url, config.model, config.version, kind=config.transport)
     async with transport:
         info = model_info(await transport.model_metadata(), await transport.model_config())
         payloads, serialize_ns = build_payloads(transport, config, info)

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import InvalidArgumentError
+from sonic.protocol.errors import InvalidArgumentError
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ import numpy as np
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from sonic.errors import InvalidArgumentError
 from sonic.protocol import dtypes
-from sonic.server.types import InferRequest, InferResponse, InputTensor, ShmRef
+from sonic.protocol.errors import InvalidArgumentError
+from sonic.protocol.types import InferRequest, InferResponse, InputTensor, ShmRef, check_parameters
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -140,6 +140,7 @@ def decode_infer_request(
     parameters = header.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise InvalidArgumentError(f"{rid}model '{model_name}': 'parameters' must be an object")
+    check_parameters(parameters, f"{rid}model '{model_name}'")
     raw_inputs = header.get("inputs")
     if not isinstance(raw_inputs, list):
         raise InvalidArgumentError(f"{rid}model '{model_name}': the request has no 'inputs' list")
@@ -195,7 +196,7 @@ def decode_infer_request(
         raise InvalidArgumentError(
             f"{rid}model '{model_name}': {len(body) - offset} bytes of binary data left over after the inputs"
         )
-    binary_default = bool(parameters.get("binary_data_output", False))
+    binary_default = parameters.get("binary_data_output", False)
     binary: dict[str, bool] = {}
     output_shm: dict[str, ShmRef] = {}
     outputs: list[str] | None = None
@@ -225,16 +226,14 @@ def decode_infer_request(
                 )
             if "binary_data" in output_parameters:
                 binary[item["name"]] = bool(output_parameters["binary_data"])
-    where = f"{rid}model '{model_name}'"
     request = InferRequest(
         model_name=model_name,
         model_version=model_version,
         inputs=inputs,
         request_id=request_id,
         outputs=outputs,
-        priority=_int_parameter(parameters, "priority", where),
-        timeout_us=_int_parameter(parameters, "timeout", where),
         received_ns=received_ns,
+        parameters=parameters,
         output_shm=output_shm,
     )
     return request, OutputChoice(binary_default, binary)

@@ -13,8 +13,8 @@ from pathlib import Path
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import InvalidArgumentError, ModelConfigError
 from sonic.protocol import dtypes
+from sonic.protocol.errors import InvalidArgumentError, ModelConfigError
 
 ModelConfig = model_config_pb2.ModelConfig
 

@@ -1,4 +1,4 @@
-"""Protobuf wire-format helpers for the inference hot path.
+"""KServe v2 gRPC constants, and protobuf wire-format helpers for the inference hot path.
 
 ``ModelInferRequest`` and ``ModelInferResponse`` carry tensors in repeated ``bytes`` fields
 (``raw_input_contents`` = 7, ``raw_output_contents`` = 6). Parsing them through protobuf copies each
@@ -10,11 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sonic.errors import InvalidArgumentError
+from sonic.protocol.errors import InvalidArgumentError
 
-RAW_INPUT_CONTENTS_TAG = (7 << 3) | 2  # ModelInferRequest.raw_input_contents, length-delimited
-RAW_OUTPUT_CONTENTS_TAG = bytes([(6 << 3) | 2])  # ModelInferResponse.raw_output_contents
-STREAM_INFER_RESPONSE_TAG = bytes([(2 << 3) | 2])  # ModelStreamInferResponse.infer_response
+SERVICE = "inference.GRPCInferenceService"
+SERVICE_PATH = f"/{SERVICE}/"  # + method name: the HTTP/2 :path of a call
+# Triton's clients and server use INT32_MAX: requests that fit one fit the other.
+MAX_MESSAGE_BYTES = 2**31 - 1
+
+# Field keys (field number << 3 | wire type 2, length-delimited), each fitting one byte.
+RAW_INPUT_CONTENTS_TAG = (7 << 3) | 2  # ModelInferRequest.raw_input_contents
+RAW_OUTPUT_CONTENTS_TAG = (6 << 3) | 2  # ModelInferResponse.raw_output_contents
+STREAM_INFER_RESPONSE_TAG = (2 << 3) | 2  # ModelStreamInferResponse.infer_response
+
+_RAW_INPUT_KEY = bytes([RAW_INPUT_CONTENTS_TAG])
+_RAW_OUTPUT_KEY = bytes([RAW_OUTPUT_CONTENTS_TAG])
+_STREAM_INFER_RESPONSE_KEY = bytes([STREAM_INFER_RESPONSE_TAG])
 
 
 def _read_varint(data: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
@@ -91,14 +101,22 @@ def parts_size(parts: Sequence[bytes | memoryview]) -> int:
     return sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
 
 
+def _length_delimited(key: bytes, contents: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
+    """One ``key`` field per item, as pieces (the items are not copied)."""
+    parts: list[bytes | memoryview] = []
+    for item in contents:
+        parts += (key, encode_varint(item.nbytes if isinstance(item, memoryview) else len(item)), item)
+    return parts
+
+
+def raw_input_parts(contents: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
+    """``raw_input_contents`` fields, as pieces to follow a serialized request head."""
+    return _length_delimited(_RAW_INPUT_KEY, contents)
+
+
 def raw_contents_parts(head: bytes, contents: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
     """A serialized message followed by ``raw_output_contents`` fields, as pieces (tensors not copied)."""
-    parts: list[bytes | memoryview] = [head]
-    for item in contents:
-        parts.append(RAW_OUTPUT_CONTENTS_TAG)
-        parts.append(encode_varint(item.nbytes if isinstance(item, memoryview) else len(item)))
-        parts.append(item)
-    return parts
+    return [head, *_length_delimited(_RAW_OUTPUT_KEY, contents)]
 
 
 def append_raw_contents(head: bytes, contents: Sequence[bytes | memoryview]) -> bytes:
@@ -108,4 +126,4 @@ def append_raw_contents(head: bytes, contents: Sequence[bytes | memoryview]) -> 
 
 def wrap_stream_response(infer_response: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
     """A ``ModelStreamInferResponse`` around a serialized ``ModelInferResponse`` given as pieces, as pieces."""
-    return [STREAM_INFER_RESPONSE_TAG, encode_varint(parts_size(infer_response)), *infer_response]
+    return [_STREAM_INFER_RESPONSE_KEY, encode_varint(parts_size(infer_response)), *infer_response]

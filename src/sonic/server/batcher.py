@@ -12,7 +12,7 @@ import contextlib
 import enum
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import InternalError, SonicError, UnavailableError
+from sonic.protocol.errors import InternalError, SonicError, UnavailableError
 from sonic.server.backends.base import Backend, Request, RequestBackend
 from sonic.server.instance_thread import InstanceThread
 from sonic.server.stats import ModelStats, RequestTiming
@@ -104,6 +104,7 @@ class WorkItem:
     request_id: str = ""
     output_names: tuple[str, ...] | None = None  # None: every output
     output_buffers: dict[str, npt.NDArray[Any]] | None = None  # shared memory to run into (alone only)
+    parameters: Mapping[str, object] = field(default_factory=dict)  # the request's, for RequestBackends
     enqueued_ns: int = 0
     level: int = 0
     state: _State = _State.QUEUED
@@ -365,7 +366,9 @@ class Scheduler:
         """Hand the batch's requests to the backend as a list, unmerged; runs in the instance's thread."""
         started = time.perf_counter_ns()
         requests = [
-            Request(item.inputs, item.output_names or tuple(self._output_names), item.request_id)
+            Request(
+                item.inputs, item.output_names or tuple(self._output_names), item.request_id, item.parameters
+            )
             for item in batch
         ]
         results = backend.execute_requests(requests)

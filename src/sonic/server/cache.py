@@ -18,8 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from sonic.protocol import dtypes
+from sonic.protocol.types import InferRequest, InferResponse, OutputTensor
 from sonic.server.model import ModelVersion
-from sonic.server.types import InferRequest, InferResponse, OutputTensor
 
 _SEPARATOR = b"\x00"
 

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sonic.errors import FailedPreconditionError
 from sonic.protocol import dtypes
+from sonic.protocol.errors import FailedPreconditionError
+from sonic.protocol.types import InferRequest, InputTensor
 from sonic.server.model import ModelVersion
-from sonic.server.types import InferRequest, InputTensor
 
 
 class ServerModelCaller:

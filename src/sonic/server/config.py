@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits
+from sonic.protocol.wire import MAX_MESSAGE_BYTES
 
 
 class ModelControlMode(enum.StrEnum):
@@ -16,8 +17,6 @@ class ModelControlMode(enum.StrEnum):
     POLL = "poll"  # rescan the repositories every repository_poll_s
 
 
-# Triton's gRPC limit (INT32_MAX), so the same requests fit through both servers.
-MAX_GRPC_MESSAGE_BYTES = 2**31 - 1
 # A compressed gRPC message inflates to at most this much (or the message limit, when lower).
 MAX_GRPC_DECOMPRESSED_BYTES = 256 << 20
 
@@ -84,7 +83,7 @@ class ServerConfig:
     exit_timeout_s: float = 30.0  # drain time for in-flight requests at shutdown
     gpu_count: int = 0
     backend_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    grpc_max_message_bytes: int = MAX_GRPC_MESSAGE_BYTES
+    grpc_max_message_bytes: int = MAX_MESSAGE_BYTES  # Triton's: the same requests fit both servers
     server_name: str = "sonic"
     http_port: int | None = None  # None: no HTTP/REST frontend; 0 picks a free port
     metrics_port: int | None = None  # None: no Prometheus endpoint; 0 picks a free port

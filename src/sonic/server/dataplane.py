@@ -1,7 +1,7 @@
 """The transport-neutral data plane: every KServe v2 operation, once, for the gRPC and HTTP adapters.
 
 Control-plane answers are the protobuf messages of Triton's gRPC service (the HTTP adapter renders
-them as JSON); inference uses the lighter :mod:`sonic.server.types` dataclasses.
+them as JSON); inference uses the lighter :mod:`sonic.protocol.types` dataclasses.
 """
 
 from __future__ import annotations
@@ -12,21 +12,21 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
 import sonic
-from sonic.errors import (
+from sonic.protocol import dtypes
+from sonic.protocol.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
     UnavailableError,
 )
-from sonic.protocol import dtypes
 from sonic.protocol.model_config import parse_config_json
+from sonic.protocol.types import InferRequest, InferResponse, ShmRef
 from sonic.server.cache import ResponseCache, infer_through_cache
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.manager import ModelManager
 from sonic.server.observe import RequestObserver
 from sonic.server.shm import SharedMemoryRegistry, output_buffer, write_output
-from sonic.server.types import InferRequest, InferResponse, ShmRef
 
 EXTENSIONS = (
     "model_repository",

@@ -2,7 +2,7 @@
 
 Transport-neutral, like the data plane: the gRPC and HTTP adapters describe each call (its kind, the
 ``authorization`` header, the connection it came on) and :meth:`Guard.check` raises the
-:mod:`sonic.errors` error that refuses it. Nothing here runs unless configured, so a plain server
+:mod:`sonic.protocol.errors` error that refuses it. Nothing here runs unless configured, so a plain server
 pays nothing on its hot path.
 """
 
@@ -16,7 +16,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
-from sonic.errors import ResourceExhaustedError, UnauthenticatedError, UnavailableError
+from sonic.protocol.errors import ResourceExhaustedError, UnauthenticatedError, UnavailableError
 from sonic.server.config import AdmissionConfig, AuthConfig, ServerConfig
 from sonic.server.manager import ModelManager
 

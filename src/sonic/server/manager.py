@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import ModelConfigError, NotFoundError, SonicError, UnavailableError
+from sonic.protocol.errors import ModelConfigError, NotFoundError, SonicError, UnavailableError
 from sonic.protocol.model_config import (
     CONFIG_FILENAME,
     ModelSpec,

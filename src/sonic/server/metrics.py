@@ -13,14 +13,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
 from sonic.server.manager import ModelManager
 from sonic.server.stats import LATENCY_BUCKETS_US, Histogram, ModelStats
 
 log = logging.getLogger(__name__)
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # (name, help, how to read it from ModelStats): counters and the pending gauge, as Triton names them.
 _COUNTERS: tuple[tuple[str, str, Callable[[ModelStats], int]], ...] = (
@@ -182,33 +178,17 @@ class GpuSampler:
             self._nvml = None
 
 
-class MetricsEndpoint:
-    """``GET /metrics`` on its own port, as Triton serves it (plain HTTP, no token: bind it privately)."""
+class Metrics:
+    """The Prometheus text of a server's models, CPU and GPUs, rendered at each scrape."""
 
     def __init__(self, models: ModelManager) -> None:
         self._models = models
         self._cpu = CpuSampler()
         self._gpu = GpuSampler()
-        self._runner: web.ServerRunner | None = None
-        self.port = 0
 
     def render(self) -> str:
         lines = [*_model_lines(_model_rows(self._models)), *self._cpu.lines(), *self._gpu.lines()]
         return "\n".join(lines) + "\n"
 
-    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        if request.path != "/metrics" or request.method != "GET":
-            return web.Response(status=404, text="metrics are at GET /metrics\n")
-        return web.Response(body=self.render().encode(), headers={"Content-Type": CONTENT_TYPE})
-
-    async def start(self, host: str, port: int) -> int:
-        self._runner = web.ServerRunner(web.Server(self._handle, access_log=None), shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, host, port, reuse_port=False).start()
-        self.port = int(self._runner.addresses[0][1])
-        return self.port
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+    def close(self) -> None:
         self._gpu.close()

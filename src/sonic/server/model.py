@@ -10,13 +10,13 @@ from typing import Any
 import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import InternalError, InvalidArgumentError, UnavailableError
 from sonic.protocol import dtypes
+from sonic.protocol.errors import InternalError, InvalidArgumentError, UnavailableError
 from sonic.protocol.model_config import ModelSpec
+from sonic.protocol.types import InferRequest, InferResponse, InputTensor, OutputTensor
 from sonic.server.backends.base import Backend, RequestScheduler
 from sonic.server.batcher import BatchPolicy, ModelInstance, Scheduler, WorkItem
 from sonic.server.stats import ModelStats
-from sonic.server.types import InferRequest, InferResponse, InputTensor, OutputTensor
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -180,6 +180,7 @@ class ModelVersion:
             request_id=request.request_id,
             output_names=tuple(request.outputs) if request.outputs is not None else None,
             output_buffers=request.output_buffers or None,
+            parameters=request.parameters,
         )
 
     # --- inference ------------------------------------------------------------------------------------

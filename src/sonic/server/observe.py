@@ -14,8 +14,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sonic.errors import SonicError, http_status
-from sonic.server.types import InferRequest, InferResponse
+from sonic.protocol.errors import SonicError, http_status
+from sonic.protocol.types import InferRequest, InferResponse
 
 log = logging.getLogger("sonic.requests")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import InvalidArgumentError, ModelConfigError, NotFoundError
+from sonic.protocol.errors import InvalidArgumentError, ModelConfigError, NotFoundError
 
 # Model names become directory names: keep them to one plain path component.
 _VALID_MODEL_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")

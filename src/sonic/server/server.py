@@ -1,8 +1,9 @@
 """The running server: explicit state, start-up, and orderly shutdown.
 
-One process, one asyncio loop: gRPC (our HTTP/2 code, or grpc.aio), HTTP/REST and the metrics endpoint share it.
-Shutdown order: stop intake (the server turns not-ready, gRPC and HTTP refuse new calls), let
-requests in flight finish for up to ``exit_timeout_s``, cancel what is left, unload the models.
+One process, one asyncio loop: the front ends (gRPC on our HTTP/2 code or grpc.aio, HTTP/REST, metrics; see
+:mod:`sonic.server.frontends.base`) share it. Shutdown order: stop intake (the server turns not-ready, the
+front ends refuse new calls), let requests in flight finish for up to ``exit_timeout_s``, cancel what is
+left, stop the metrics endpoint, unload the models.
 """
 
 from __future__ import annotations
@@ -13,17 +14,14 @@ import logging
 from contextlib import suppress
 from typing import Any
 
-from sonic.errors import SonicError
-from sonic.server.config import GrpcServerKind, ModelControlMode, ServerConfig
+from sonic.protocol.errors import SonicError
+from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.dataplane import DataPlane
-from sonic.server.frontends.grpc_aio import GrpcAioFrontend
-from sonic.server.frontends.grpc_native import NativeGrpcFrontend
-from sonic.server.frontends.http import HttpFrontend
+from sonic.server.frontends.base import Frontend
+from sonic.server.frontends.factory import configured_frontends
 from sonic.server.guard import Guard
 from sonic.server.manager import ModelManager
-from sonic.server.metrics import MetricsEndpoint
 from sonic.server.observe import RequestObserver, load_tracer
-from sonic.server.tls import grpc_server_credentials, grpc_ssl_context, http_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -47,29 +45,29 @@ class Server:
             self.dataplane.observer = RequestObserver(log_requests=config.log_requests, tracer=tracer)
         self.state = ServerState.CREATED
         self.guard = Guard.create(config, self.models)
-        self._grpc: NativeGrpcFrontend | GrpcAioFrontend | None = None
-        self._http: HttpFrontend | None = None
-        self._metrics: MetricsEndpoint | None = None
+        self.frontends: list[Frontend] = []  # in start order: gRPC first
         self._poller: asyncio.Task[None] | None = None
         self._stop_polling = asyncio.Event()
-        self.grpc_port = 0
-        self.http_port: int | None = None
-        self.metrics_port: int | None = None
 
     @property
     def ready_line(self) -> str:
         """The one line launchers wait for: ``sonic: ready grpc=H:P [http=H:P] [metrics=H:P]``."""
-        host = self._format_host()
-        fields = [f"grpc={host}:{self.grpc_port}"]
-        if self.http_port is not None:
-            fields.append(f"http={host}:{self.http_port}")
-        if self.metrics_port is not None:
-            fields.append(f"metrics={host}:{self.metrics_port}")
-        return "sonic: ready " + " ".join(fields)
+        return "sonic: ready " + " ".join(f"{f.name}={f.address}" for f in self.frontends)
 
-    def _format_host(self) -> str:
-        host = self.config.host
-        return f"[{host}]" if ":" in host else host
+    def _port(self, name: str) -> int | None:
+        return next((f.port for f in self.frontends if f.name == name), None)
+
+    @property
+    def grpc_port(self) -> int:
+        return self._port("grpc") or 0
+
+    @property
+    def http_port(self) -> int | None:
+        return self._port("http")
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self._port("metrics")
 
     async def start(self) -> None:
         if self.state is not ServerState.CREATED:
@@ -84,47 +82,15 @@ class Server:
                     await self.models.load(name)
                 except SonicError:
                     continue  # listed as UNAVAILABLE with its reason
-        config = self.config
-        self._grpc = self._grpc_frontend(config)
-        self.grpc_port = await self._grpc.start(config.host, config.grpc_port)
-        if config.http_port is not None:
-            self._http = HttpFrontend(
-                self.dataplane,
-                max_message_bytes=config.grpc_max_message_bytes,
-                guard=self.guard,
-                ssl_context=http_ssl_context(config.tls) if config.tls is not None else None,
-                max_connections_per_client=config.http_max_connections_per_client,
-                max_decompressed_bytes=config.grpc_max_decompressed_bytes,
-            )
-            self.http_port = await self._http.start(config.host, config.http_port, config.exit_timeout_s)
-        if config.metrics_port is not None:
-            self._metrics = MetricsEndpoint(self.models)
-            self.metrics_port = await self._metrics.start(config.host, config.metrics_port)
+        for frontend in configured_frontends(self.config, self.dataplane, self.models, self.guard):
+            self.frontends.append(frontend)  # before it starts, so shutdown stops one that fails half-way
+            await frontend.start()
         if mode is ModelControlMode.POLL:
             self._poller = asyncio.create_task(self._poll_repository(), name="repository-poll")
         self.dataplane.accepting = True
         self.state = ServerState.SERVING
         log.info(
             "serving %d model(s) on %s:%d", len(self.models.loaded_models()), self.config.host, self.grpc_port
-        )
-
-    def _grpc_frontend(self, config: ServerConfig) -> NativeGrpcFrontend | GrpcAioFrontend:
-        if config.grpc_server is GrpcServerKind.GRPCIO:
-            return GrpcAioFrontend(
-                self.dataplane,
-                max_message_bytes=config.grpc_max_message_bytes,
-                guard=self.guard,
-                credentials=grpc_server_credentials(config.tls) if config.tls is not None else None,
-                max_concurrent_streams=config.grpc_max_concurrent_streams,
-            )
-        return NativeGrpcFrontend(
-            self.dataplane,
-            max_message_bytes=config.grpc_max_message_bytes,
-            guard=self.guard,
-            ssl_context=grpc_ssl_context(config.tls) if config.tls is not None else None,
-            max_concurrent_streams=config.grpc_max_concurrent_streams,
-            max_decompressed_bytes=config.grpc_max_decompressed_bytes,
-            http2_limits=config.grpc_http2_limits,
         )
 
     async def _poll_repository(self) -> None:
@@ -146,15 +112,13 @@ class Server:
         self._stop_polling.set()
         if self._poller is not None:
             await self._poller
-        # Both frontends stop intake at once and drain concurrently, within one exit_timeout_s.
-        stopping = []
-        if self._grpc is not None:
-            stopping.append(self._grpc.stop(self.config.exit_timeout_s))
-        if self._http is not None:
-            stopping.append(self._http.stop())
-        await asyncio.gather(*stopping)
-        if self._metrics is not None:
-            await self._metrics.stop()
+        # The front ends that carry requests stop intake at once and drain concurrently, within one
+        # exit_timeout_s; the others (metrics) stay up until then, so the drain can be watched.
+        grace_s = self.config.exit_timeout_s
+        for carries_requests in (True, False):
+            await asyncio.gather(
+                *(f.stop(grace_s) for f in self.frontends if f.carries_requests is carries_requests)
+            )
         await self.models.close()
         self.dataplane.shared_memory.close()
         self.state = ServerState.STOPPED

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sonic.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from sonic.protocol import dtypes
+from sonic.protocol.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from sonic.protocol.model_config import ModelSpec
 
 # glibc's shm_open(key) opens /dev/shm/<key without its leading slash>.

@@ -3,9 +3,10 @@
 Both kinds own an event loop in a thread of their own and return ``concurrent.futures.Future``
 objects, so a stream thread hands its inputs over and is free until it needs the outputs.
 
-- :class:`DirectInference` loads model folders with the server's own code (``ModelManager``:
-  the same config completion, validation, dynamic batcher and backends as ``sonic serve``) and
-  calls the models in-process: no sockets, no serialization.
+- :class:`DirectInference` loads model folders with the server's own code
+  (:class:`sonic.server.embedded.EmbeddedModels`: the same config completion, validation, dynamic
+  batcher and backends as ``sonic serve``) and calls the models in-process: no sockets, no
+  serialization.
 - :class:`ServiceInference` sends the same inputs with :class:`sonic.client.AsyncClient` to one or
   more servers (``sonic serve`` or NVIDIA Triton).
 
@@ -33,6 +34,7 @@ from typing import Any, Self, TypeVar
 import numpy.typing as npt
 
 from sonic.client.config import ClientConfig
+from sonic.client.transport.base import ServerTiming
 
 T = TypeVar("T")
 Arrays = dict[str, npt.NDArray[Any]]
@@ -100,6 +102,10 @@ class ServerStats:
             self.queue_ns - other.queue_ns,
             self.execution_ns - other.execution_ns,
         )
+
+
+def _server_stats(timing: ServerTiming) -> ServerStats:
+    return ServerStats(timing.success_count, timing.executions, timing.queue_ns, timing.execution_ns)
 
 
 class _LoopThread:
@@ -182,53 +188,27 @@ class DirectInference(Inference):
     mode = InferenceMode.DIRECT
 
     def __init__(self, repositories: Sequence[Path], *, threads: int = 0) -> None:
-        from sonic.server.config import ServerConfig  # noqa: PLC0415  (server code only in direct mode)
-        from sonic.server.manager import ModelManager  # noqa: PLC0415
+        from sonic.server.embedded import EmbeddedModels  # noqa: PLC0415  (server code only in direct mode)
 
         super().__init__("sonic-direct")
         options = {"onnxruntime": {"intra_op_thread_count": str(threads)}} if threads > 0 else {}
-        self._manager = ModelManager(
-            ServerConfig(model_repositories=tuple(repositories), backend_options=options)
-        )
-        self._loading: dict[str, asyncio.Task[None]] = {}
+        self._models = EmbeddedModels(repositories, backend_options=options)
 
     def load(self, *models: str) -> None:
         """Load models now (otherwise the first event pays for it)."""
         for model in models:
-            self._loop.run(self._ensure(model))
-
-    async def _ensure(self, model: str) -> None:
-        # One load per model even when many streams ask at once; the task is kept and awaited by all.
-        task = self._loading.get(model)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._manager.load(model))
-            self._loading[model] = task
-        await task
+            self._loop.run(self._models.load(model))
 
     async def _infer(self, model: str, inputs: Arrays, outputs: Sequence[str] | None) -> Arrays:
-        from sonic.server.calls import ServerModelCaller  # noqa: PLC0415
-
-        await self._ensure(model)
-        caller = ServerModelCaller(self._manager.get, asyncio.get_running_loop())
-        return await caller.infer(model, "", inputs, outputs)
+        return await self._models.infer(model, inputs, outputs)
 
     async def _statistics(self, model: str) -> ServerStats:
-        await self._ensure(model)
-        total = ServerStats()
-        for version in self._manager.ready_versions(model):
-            s = version.stats
-            execution_ns = sum(
-                b.compute_input.ns + b.compute_infer.ns + b.compute_output.ns for b in s.batch_stats.values()
-            )
-            total = total + ServerStats(s.success.count, s.execution_count, s.queue.ns, execution_ns)
-        return total
+        from sonic.client.transport.control import server_timing_from  # noqa: PLC0415  (protobuf when used)
+
+        return _server_stats(server_timing_from(await self._models.statistics(model)))
 
     async def _close(self) -> None:
-        for task in self._loading.values():
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(*self._loading.values(), return_exceptions=True)
-        await self._manager.close()
+        await self._models.close()
 
 
 class ServiceInference(Inference):
@@ -254,31 +234,15 @@ class ServiceInference(Inference):
         return result
 
     async def _statistics(self, model: str) -> ServerStats:
-        import grpc  # noqa: PLC0415
-        from tritonclient.grpc import service_pb2, service_pb2_grpc  # noqa: PLC0415
+        from sonic.client.transport.factory import open_transport  # noqa: PLC0415
 
         total = ServerStats()
-        metadata = (("authorization", f"Bearer {self.config.token}"),) if self.config.token else None
         for address in self.config.servers:
-            if self.config.tls is not None:
-                channel = grpc.aio.secure_channel(
-                    address, grpc.ssl_channel_credentials(*self.config.tls.read())
-                )
-            else:
-                channel = grpc.aio.insecure_channel(address)
-            async with channel:
-                stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-                response = await stub.ModelStatistics(
-                    service_pb2.ModelStatisticsRequest(name=model),
-                    timeout=self.config.control_timeout_s,
-                    metadata=metadata,
-                )
-            for stats in response.model_stats:
-                s = stats.inference_stats
-                execution_ns = sum(
-                    b.compute_input.ns + b.compute_infer.ns + b.compute_output.ns for b in stats.batch_stats
-                )
-                total = total + ServerStats(s.success.count, stats.execution_count, s.queue.ns, execution_ns)
+            transport = open_transport(address, self.config)
+            try:
+                total = total + _server_stats(await transport.model_statistics(model, ""))
+            finally:
+                await transport.close()
         return total
 
     async def _close(self) -> None:

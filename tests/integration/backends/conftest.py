@@ -70,7 +70,7 @@ def build_torchscript(repo: Path, net: Net) -> None:
     with warnings.catch_warnings():
         # TorchScript is what Triton's pytorch_libtorch platform serves; torch 2.13 calls it deprecated.
         warnings.simplefilter("ignore", DeprecationWarning)
-        torch.jit.save(torch.jit.trace(net, example), str(version / "model.pt"))
+        torch.jit.save(torch.jit.trace(net, example), str(version / "model.pt"))  # type: ignore[no-untyped-call]
     # Config order differs from the index order on purpose: INPUT__1 is the second forward argument.
     write_model(
         repo,
@@ -301,6 +301,20 @@ def build_python_and_ensembles(repo: Path) -> None:
     write_model(repo, "bls", BLS_CONFIG, python_model("bls"))
     write_model(
         repo,
+        "echo_parameters",
+        """
+        name: "echo_parameters"
+        backend: "python"
+        input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+        output [
+          { name: "PARAMETERS" data_type: TYPE_STRING dims: [ 1 ] },
+          { name: "SEQUENCE" data_type: TYPE_STRING dims: [ 1 ] }
+        ]
+        """,
+        python_model("echo_parameters"),
+    )
+    write_model(
+        repo,
         "bls_async",
         """
         name: "bls_async"
@@ -408,7 +422,7 @@ def backend_server(built_models: BuiltModels) -> Iterator[ServerProcess]:
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(built_models.python_path), env.get("PYTHONPATH")) if p
     )
-    with ServerProcess.start([built_models.repo], env=env) as server:
+    with ServerProcess.start([built_models.repo], env=env, extra_args=["--http-port", "0"]) as server:
         yield server
 
 

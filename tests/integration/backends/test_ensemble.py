@@ -7,14 +7,18 @@ rendezvous at a barrier: it only answers when the steps run at the same time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 import pytest
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.integration
 
 
-def test_ensemble_equals_steps_called_one_by_one(infer) -> None:
+def test_ensemble_equals_steps_called_one_by_one(infer: Callable[..., dict[str, npt.NDArray[Any]]]) -> None:
     rng = np.random.default_rng(20)
     raw = rng.normal(size=(6, 8)).astype(np.float32)
     bias = rng.normal(size=(6, 3)).astype(np.float32)
@@ -26,14 +30,16 @@ def test_ensemble_equals_steps_called_one_by_one(infer) -> None:
     np.testing.assert_allclose(served["SUM"], stepwise["OUTPUT__1"], rtol=1e-5, atol=1e-6)
 
 
-def test_independent_steps_run_concurrently(infer) -> None:
+def test_independent_steps_run_concurrently(infer: Callable[..., dict[str, npt.NDArray[Any]]]) -> None:
     x = np.arange(16, dtype=np.float32).reshape(2, 8)
     served = infer("diamond", {"X": x})
     np.testing.assert_array_equal(served["A"], x * 2.0)
     np.testing.assert_array_equal(served["B"], x * -3.0)
 
 
-def test_step_error_names_ensemble_step_and_keeps_status(infer) -> None:
+def test_step_error_names_ensemble_step_and_keeps_status(
+    infer: Callable[..., dict[str, npt.NDArray[Any]]],
+) -> None:
     raw = np.full((1, 8), np.nan, dtype=np.float32)
     bias = np.zeros((1, 3), dtype=np.float32)
     with pytest.raises(

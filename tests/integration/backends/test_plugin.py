@@ -11,8 +11,10 @@ import os
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import tritonclient.grpc as grpcclient
 
@@ -63,7 +65,9 @@ def write_plugin_distribution(site: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def plugin_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, np.ndarray]]:
+def plugin_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[ServerProcess, npt.NDArray[Any]]]:
     root = tmp_path_factory.mktemp("plugin")
     site = root / "site"
     site.mkdir()
@@ -78,7 +82,9 @@ def plugin_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Se
         yield server, weights
 
 
-def test_entry_point_backend_serves_configless_model(plugin_server) -> None:
+def test_entry_point_backend_serves_configless_model(
+    plugin_server: tuple[ServerProcess, npt.NDArray[Any]],
+) -> None:
     server, weights = plugin_server
     x = np.random.default_rng(31).normal(size=(3, 5)).astype(np.float32)
     with grpcclient.InferenceServerClient(server.grpc_address) as client:

@@ -7,24 +7,32 @@ matrix-multiply accumulations in the last bits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import torch
+import tritonclient.grpc as grpcclient
 
 pytestmark = pytest.mark.integration
 
 RTOL, ATOL = 1e-5, 1e-6
 
 
-def direct(built_models, x: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def direct(
+    built_models: Any, x: npt.NDArray[Any], bias: npt.NDArray[Any]
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     with torch.inference_mode():
         prob, total = built_models.net(torch.from_numpy(x), torch.from_numpy(bias))
     return prob.numpy(), total.numpy()
 
 
-def test_torchscript_maps_indexed_names_by_position(built_models, infer) -> None:
+def test_torchscript_maps_indexed_names_by_position(
+    built_models: Any, infer: Callable[..., dict[str, npt.NDArray[Any]]]
+) -> None:
     rng = np.random.default_rng(1)
     x = rng.normal(size=(5, 8)).astype(np.float32)
     bias = rng.normal(size=(5, 3)).astype(np.float32)
@@ -34,7 +42,11 @@ def test_torchscript_maps_indexed_names_by_position(built_models, infer) -> None
     np.testing.assert_allclose(served["OUTPUT__1"], total, rtol=RTOL, atol=ATOL)
 
 
-def test_torchscript_concurrent_requests_batched(built_models, client, infer) -> None:
+def test_torchscript_concurrent_requests_batched(
+    built_models: Any,
+    client: grpcclient.InferenceServerClient,
+    infer: Callable[..., dict[str, npt.NDArray[Any]]],
+) -> None:
     rng = np.random.default_rng(2)
     batches = [
         (rng.normal(size=(n, 8)).astype(np.float32), rng.normal(size=(n, 3)).astype(np.float32))
@@ -51,7 +63,7 @@ def test_torchscript_concurrent_requests_batched(built_models, client, infer) ->
     assert int(stats["inference_count"]) >= sum(len(x) for x, _ in batches)
 
 
-def test_torch_export_config_completed_from_signature(client) -> None:
+def test_torch_export_config_completed_from_signature(client: grpcclient.InferenceServerClient) -> None:
     config = client.get_model_config("torch_export", as_json=True)["config"]
     assert config["max_batch_size"] == 4
     assert [(i["name"], i["data_type"], i["dims"]) for i in config["input"]] == [
@@ -62,7 +74,9 @@ def test_torch_export_config_completed_from_signature(client) -> None:
     assert "dynamic_batching" in config
 
 
-def test_torch_export_matches_direct(built_models, infer) -> None:
+def test_torch_export_matches_direct(
+    built_models: Any, infer: Callable[..., dict[str, npt.NDArray[Any]]]
+) -> None:
     rng = np.random.default_rng(3)
     x = rng.normal(size=(4, 8)).astype(np.float32)
     bias = rng.normal(size=(4, 3)).astype(np.float32)

@@ -17,10 +17,14 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import tritonclient.grpc as grpcclient
+
+from sonic.launch import ServerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.triton]
 
@@ -34,7 +38,7 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def triton_address(built_models, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def triton_address(built_models: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pytriton = pytest.importorskip("pytriton")
     package = Path(pytriton.__file__).parent
     dist = package / "tritonserver"
@@ -92,7 +96,7 @@ def triton_address(built_models, tmp_path_factory: pytest.TempPathFactory) -> It
     process.stdout.close()
 
 
-def run(address: str, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run(address: str, model: str, inputs: dict[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
     with grpcclient.InferenceServerClient(address) as client:
         tensors = []
         for name, array in inputs.items():
@@ -104,7 +108,7 @@ def run(address: str, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np
         return {name: result.as_numpy(name) for name in names}
 
 
-def test_add_sub_same_on_triton_and_sonic(triton_address, backend_server) -> None:
+def test_add_sub_same_on_triton_and_sonic(triton_address: str, backend_server: ServerProcess) -> None:
     rng = np.random.default_rng(40)
     inputs = {
         "INPUT0": rng.normal(size=4).astype(np.float32),
@@ -117,7 +121,7 @@ def test_add_sub_same_on_triton_and_sonic(triton_address, backend_server) -> Non
         np.testing.assert_array_equal(on_sonic[name], on_triton[name])
 
 
-def test_auto_complete_same_on_triton_and_sonic(triton_address, backend_server) -> None:
+def test_auto_complete_same_on_triton_and_sonic(triton_address: str, backend_server: ServerProcess) -> None:
     configs = []
     for address in (triton_address, backend_server.grpc_address):
         with grpcclient.InferenceServerClient(address) as client:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from sonic.launch import ServerProcess
+from sonic.launch.triton import TritonProcess
 from sonic.testing.repository import MODELS, write_test_repository
-from sonic.testing.triton import TritonProcess
 
 
 @dataclass(frozen=True)

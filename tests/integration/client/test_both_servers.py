@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import tritonclient.grpc as tritonclient
 
@@ -35,12 +36,12 @@ def _config(server: Any, **changes: Any) -> ClientConfig:
     return ClientConfig(**values)
 
 
-def _direct(server: Any, model: str, x: np.ndarray, datatype: str) -> np.ndarray:
+def _direct(server: Any, model: str, x: npt.NDArray[Any], datatype: str) -> npt.NDArray[Any]:
     """The same request through tritonclient: the reference answer."""
     with tritonclient.InferenceServerClient(server.address) as client:
         tensor = tritonclient.InferInput("INPUT0", list(x.shape), datatype)
         tensor.set_data_from_numpy(x)
-        result = client.infer(model, [tensor]).as_numpy("OUTPUT0")
+        result: npt.NDArray[Any] | None = client.infer(model, [tensor]).as_numpy("OUTPUT0")
         assert result is not None
         return result
 
@@ -56,7 +57,7 @@ def _direct(server: Any, model: str, x: np.ndarray, datatype: str) -> np.ndarray
 )
 @BOTH_TRANSPORTS
 def test_datatypes_equal_direct_inference(
-    server: Any, model: str, datatype: str, array: np.ndarray, transport: TransportKind
+    server: Any, model: str, datatype: str, array: npt.NDArray[Any], transport: TransportKind
 ) -> None:
     with SyncClient(model, _config(server, transport=transport)) as client:
         out = client.infer({"INPUT0": array})["OUTPUT0"]
@@ -112,7 +113,7 @@ def test_shared_memory_equals_grpc_and_cleans_up(server: Any, transport: Transpo
     rng = np.random.default_rng(1)
     batches = [rng.standard_normal((n, 48, 48, 1)).astype(np.float32) for n in (5, 40, 17)]
 
-    async def go(mode: SharedMemoryMode) -> list[np.ndarray]:
+    async def go(mode: SharedMemoryMode) -> list[npt.NDArray[Any]]:
         config = _config(server, shared_memory=mode, transport=transport)
         async with AsyncClient("identity_large", config) as client:
             results = await asyncio.gather(*(client.infer({"INPUT0": b}) for b in batches))

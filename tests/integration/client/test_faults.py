@@ -8,22 +8,24 @@ import os
 import pickle
 import signal
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import tritonclient.grpc as tritonclient
 
 from sonic.client import (
     AsyncClient,
     ClientConfig,
+    Device,
     FallbackConfig,
     FallbackServerKind,
     SharedMemoryMode,
     SyncClient,
     TransportKind,
 )
-from sonic.launch import ServerProcess
-from sonic.testing.triton import free_port
+from sonic.launch import ServerProcess, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +55,7 @@ def test_sigkill_one_of_two_servers_mid_job(
         )
         before = {p.name for p in Path("/dev/shm").glob(f"sonic_{os.getpid()}_*")}
         inputs = [np.full((1, 16), i, np.float32) for i in range(REQUESTS)]
-        results: dict[int, np.ndarray] = {}
+        results: dict[int, npt.NDArray[Any]] = {}
         servers_used: dict[int, tuple[str, ...]] = {}
         tries: dict[int, int] = {}
 
@@ -98,8 +100,8 @@ def test_fallback_server_when_none_is_reachable(sonic_repository: Path, tmp_path
         servers=(unreachable,),
         control_timeout_s=2.0,
         fallback=FallbackConfig(
-            enable=True, repositories=(sonic_repository,), device="cpu", temp_dir=tmp_path
-        ),  # type: ignore[arg-type]
+            enable=True, repositories=(sonic_repository,), device=Device.CPU, temp_dir=tmp_path
+        ),
         shared_memory=SharedMemoryMode.OFF,
     )
     x = np.arange(32, dtype=np.float32).reshape(2, 16)

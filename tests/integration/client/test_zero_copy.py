@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import onnxruntime as ort
 import pytest
 import tritonclient.grpc as tritonclient
@@ -110,7 +111,7 @@ def test_regions_cleaned_up_after_errors_and_close(sonic_server: Any) -> None:
     before = _segments()
     x = np.ones((16, 48, 48, 1), np.float32)
 
-    async def go() -> np.ndarray:
+    async def go() -> npt.NDArray[Any]:
         config = _config(sonic_server, timeout_s=1e-6)
         async with AsyncClient("identity_large", config) as client:
             await client.model_info()

@@ -30,10 +30,9 @@ def _framed(message: bytes) -> bytes:
 
 def _infer_request() -> bytes:
     request = service_pb2.ModelInferRequest(model_name="identity")
-    tensor = request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
-    del tensor  # the data goes in raw_input_contents, in input order
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])  # its data: raw_input_contents[0]
     request.raw_input_contents.append(np.arange(16, dtype=np.float32).tobytes())
-    return request.SerializeToString()
+    return bytes(request.SerializeToString())
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -25,14 +27,15 @@ def cache_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _inputs(module, data: np.ndarray) -> list[object]:  # type: ignore[no-untyped-def]
+def _inputs(module, data: npt.NDArray[Any]) -> list[object]:  # type: ignore[no-untyped-def]
     tensor = module.InferInput("INPUT0", list(data.shape), "FP32")
     tensor.set_data_from_numpy(data)
     return [tensor]
 
 
-def _stats(client: httpclient.InferenceServerClient, model: str) -> dict[str, object]:
-    return client.get_inference_statistics(model)["model_stats"][0]  # type: ignore[no-any-return]
+def _stats(client: httpclient.InferenceServerClient, model: str) -> dict[str, Any]:
+    stats: dict[str, Any] = client.get_inference_statistics(model)["model_stats"][0]
+    return stats
 
 
 def test_cache_hits_and_statistics(cache_repository: Path) -> None:
@@ -53,7 +56,7 @@ def test_cache_hits_and_statistics(cache_repository: Path) -> None:
                 http.infer("cached", _inputs(httpclient, other)).as_numpy("OUTPUT0"), other
             )
             stats = _stats(http, "cached")
-            inference = stats["inference_stats"]  # type: ignore[index]
+            inference = stats["inference_stats"]
             assert inference["cache_hit"]["count"] == 3
             assert inference["cache_miss"]["count"] == 2
             assert inference["cache_hit"]["ns"] > 0
@@ -63,8 +66,8 @@ def test_cache_hits_and_statistics(cache_repository: Path) -> None:
             for _ in range(2):
                 http.infer("uncached", _inputs(httpclient, data))
             plain = _stats(http, "uncached")["inference_stats"]
-            assert plain["cache_hit"]["count"] == 0  # type: ignore[index]
-            assert plain["cache_miss"]["count"] == 0  # type: ignore[index]
+            assert plain["cache_hit"]["count"] == 0
+            assert plain["cache_miss"]["count"] == 0
             assert _stats(http, "uncached")["execution_count"] == 2
         finally:
             http.close()
@@ -80,6 +83,6 @@ def test_no_cache_without_a_size(cache_repository: Path) -> None:
                 http.infer("cached", _inputs(httpclient, data))
             stats = _stats(http, "cached")
             assert stats["execution_count"] == 2
-            assert stats["inference_stats"]["cache_hit"]["count"] == 0  # type: ignore[index]
+            assert stats["inference_stats"]["cache_hit"]["count"] == 0
         finally:
             http.close()

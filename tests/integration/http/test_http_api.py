@@ -7,8 +7,10 @@ import json
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -27,7 +29,7 @@ def client(http_server: ServerProcess) -> httpclient.InferenceServerClient:
     c.close()
 
 
-def _add_sub_inputs(a: np.ndarray, b: np.ndarray, *, binary: bool) -> list[httpclient.InferInput]:
+def _add_sub_inputs(a: npt.NDArray[Any], b: npt.NDArray[Any], *, binary: bool) -> list[httpclient.InferInput]:
     inputs = []
     for name, array in (("INPUT0", a), ("INPUT1", b)):
         tensor = httpclient.InferInput(name, list(array.shape), "INT32")
@@ -36,7 +38,7 @@ def _add_sub_inputs(a: np.ndarray, b: np.ndarray, *, binary: bool) -> list[httpc
     return inputs
 
 
-def _raw(address: str, method: str, path: str, body: bytes | None = None) -> tuple[int, dict[str, object]]:
+def _raw(address: str, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
     request = urllib.request.Request(f"http://{address}{path}", data=body, method=method)
     try:
         with urllib.request.urlopen(request, timeout=10) as response:

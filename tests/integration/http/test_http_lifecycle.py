@@ -7,8 +7,10 @@ import concurrent.futures
 import signal
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import tritonclient.http.aio as aiohttpclient
 
@@ -17,11 +19,11 @@ from sonic.launch import ServerProcess
 pytestmark = pytest.mark.integration
 
 
-def _send_all(address: str, arrays: list[np.ndarray]) -> list[object]:
-    async def main() -> list[object]:
+def _send_all(address: str, arrays: list[npt.NDArray[Any]]) -> list[Any]:
+    async def main() -> list[Any]:
         async with aiohttpclient.InferenceServerClient(address) as client:
 
-            async def one(array: np.ndarray) -> object:
+            async def one(array: npt.NDArray[Any]) -> Any:
                 tensor = aiohttpclient.InferInput("INPUT0", list(array.shape), "FP32")
                 tensor.set_data_from_numpy(array)
                 return (await client.infer("slow", [tensor])).as_numpy("OUTPUT0")
@@ -60,4 +62,4 @@ def test_sigterm_drains_http_requests_in_flight(test_repository: Path) -> None:
         server.stop()
     failures = [r for r in results if not isinstance(r, np.ndarray)]
     assert not failures, failures
-    assert all(r.shape == (64, 512) for r in results)  # type: ignore[union-attr]
+    assert all(r.shape == (64, 512) for r in results)

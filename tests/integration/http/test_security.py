@@ -8,11 +8,13 @@ import json
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
+import numpy.typing as npt
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http.aio as aiohttpclient
@@ -77,7 +79,7 @@ def test_mtls_http(mtls_server: ServerProcess, pki) -> None:  # type: ignore[no-
     good = _client_context(pki, pki.client_cert, pki.client_key)
     assert _http(mtls_server.http_address, "GET", "/v2/health/ready", context=good)[0] == 200
 
-    async def infer() -> np.ndarray:
+    async def infer() -> npt.NDArray[Any]:
         async with aiohttpclient.InferenceServerClient(
             mtls_server.http_address, ssl=True, ssl_context=good
         ) as c:
@@ -144,9 +146,14 @@ def auth_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def auth_server(auth_repository: Path, token_file: Path, jwt_issuer) -> Iterator[ServerProcess]:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module", params=["native", "grpcio"])
+def auth_server(  # type: ignore[no-untyped-def]
+    request: pytest.FixtureRequest, auth_repository: Path, token_file: Path, jwt_issuer
+) -> Iterator[ServerProcess]:
+    """Once per gRPC stack: both take their checks from the one call gate."""
     args = [
+        "--grpc-server",
+        request.param,
         "--http-port",
         "0",
         "--auth-token-file",
@@ -206,9 +213,9 @@ def test_http_endpoints_need_a_token(auth_server: ServerProcess, jwt_issuer) -> 
     assert _http(address, "POST", "/v2/repository/models/identity/load", b"{}", token=TOKEN)[0] == 200
 
 
-def test_grpc_calls_need_a_token(auth_server: ServerProcess, jwt_issuer) -> None:  # type: ignore[no-untyped-def]
+def test_grpc_calls_need_a_token(auth_server: ServerProcess, jwt_issuer: Any) -> None:
     client = grpcclient.InferenceServerClient(auth_server.grpc_address)
-    calls = [
+    calls: list[Callable[[dict[str, str]], object]] = [
         lambda h: client.get_server_metadata(headers=h),
         lambda h: client.get_model_metadata("add_sub", headers=h),
         lambda h: client.get_model_config("add_sub", headers=h),
@@ -235,7 +242,11 @@ def test_grpc_calls_need_a_token(auth_server: ServerProcess, jwt_issuer) -> None
         client.close()
     channel = grpc.insecure_channel(auth_server.grpc_address)
     try:  # the streaming call is checked once, when the stream opens
-        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        stream = channel.stream_stream(
+            "/inference.GRPCInferenceService/ModelStreamInfer",
+            request_serializer=None,
+            response_deserializer=None,
+        )
         with pytest.raises(grpc.RpcError) as rpc_info:
             list(stream(iter([b""]), timeout=10))
         assert rpc_info.value.code() is grpc.StatusCode.UNAUTHENTICATED

@@ -25,8 +25,9 @@ pytestmark = pytest.mark.integration
 
 ONNX_MODELS = sorted(name for name, model in registry().items() if model.is_onnx)
 BATCH = 3
-SERVED_VS_ORT = {"rtol": 1e-5, "atol": 1e-6}
-SERVED_VS_TORCH = {"rtol": 1e-4, "atol": 5e-5}
+# (rtol, atol)
+SERVED_VS_ORT = (1e-5, 1e-6)
+SERVED_VS_TORCH = (1e-4, 5e-5)
 
 
 def _infer(
@@ -77,18 +78,14 @@ def test_served_outputs_match_onnxruntime_and_pytorch(
     for output in model.output_names:
         assert served[output].shape == direct[output].shape == reference[output].shape
         assert served[output].shape[0] == BATCH
+        np.testing.assert_allclose(served[output], direct[output], *SERVED_VS_ORT, err_msg=f"{name}.{output}")
         np.testing.assert_allclose(
-            served[output], direct[output], **SERVED_VS_ORT, err_msg=f"{name}.{output}"
-        )
-        np.testing.assert_allclose(
-            served[output], reference[output], **SERVED_VS_TORCH, err_msg=f"{name}.{output}"
+            served[output], reference[output], *SERVED_VS_TORCH, err_msg=f"{name}.{output}"
         )
         # The comparison would prove nothing if the model ignored its input: outputs must differ
         # between the samples of the batch by far more than the tolerance.
         spread = float(np.ptp(served[output], axis=0).max())
-        assert spread > 10 * SERVED_VS_TORCH["atol"], (
-            f"{name}.{output} barely depends on its input ({spread})"
-        )
+        assert spread > 10 * SERVED_VS_TORCH[1], f"{name}.{output} barely depends on its input ({spread})"
 
 
 def test_served_models_report_their_configured_signature(reference_server: ServerProcess) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -113,9 +114,7 @@ async def test_variable_dims_take_the_given_shape(perf_server: ServerProcess) ->
     )
     with pytest.raises(PerfError, match="--shape INPUT0:N"):
         await run_perf(base)
-    report = await run_perf(
-        PerfConfig(**{**base.__dict__, "shapes": (("INPUT0", (32,)),)})  # type: ignore[arg-type]
-    )
+    report = await run_perf(dataclasses.replace(base, shapes=(("INPUT0", (32,)),)))
     assert report.results[0].requests > 0
     assert report.model.inputs[0].dims == (-1,)
 

@@ -35,7 +35,10 @@ def test_dask_jobs_on_two_workers(demo_repository: Path) -> None:
     assert all(
         r["latency_mean_s"] > 0 and r["finished_unix_s"] > r["started_unix_s"] for r in results.results
     )
-    assert 1 <= len({r["worker"] for r in results.results}) <= 2
+    # Four jobs, two workers of two threads each: Dask gives both workers jobs, each a separate process.
+    workers = {r["worker"] for r in results.results}
+    assert len(workers) == 2, workers
+    assert all(worker.startswith("tcp://") for worker in workers), workers
 
 
 def test_demo_smallest_size(

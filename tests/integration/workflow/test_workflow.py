@@ -63,7 +63,12 @@ def raw_event(index: int, rng: np.random.Generator) -> dict[str, Any]:
 
 def run_small(inference: Inference, out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     collector = OutputCollector(["y", "sum"])
-    modules = [Features(), Identity("identity", batch_size=5), AddSub("add_sub"), collector]
+    modules: list[CpuModule | SonicModule] = [
+        Features(),
+        Identity("identity", batch_size=5),
+        AddSub("add_sub"),
+        collector,
+    ]
     report = Scheduler(modules, inference, streams=2).run(
         SyntheticSource(raw_event, 6, seed=3), server_models=["identity"]
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sonic.errors import ModelConfigError
+from sonic.protocol.errors import ModelConfigError
 from sonic.protocol.model_config import parse_config_text
 from sonic.server.backends.ensemble import EnsemblePlan
 

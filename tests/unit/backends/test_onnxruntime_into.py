@@ -39,7 +39,8 @@ def test_outputs_are_written_into_the_given_buffers(repository: Path) -> None:
     region = mmap.mmap(-1, 4096)
     buffer = output_buffer(spec, 3, "OUTPUT0", memoryview(region)[64:])
     assert buffer is not None
-    assert (buffer.shape, buffer.dtype) == ((3, 16), np.float32)
+    assert buffer.shape == (3, 16)
+    assert buffer.dtype == np.float32
     outputs = backend.execute_into({"INPUT0": x}, ["OUTPUT0"], {"OUTPUT0": buffer})
     assert outputs["OUTPUT0"] is buffer
     np.testing.assert_array_equal(np.frombuffer(region, np.float32, 48, offset=64).reshape(3, 16), x)

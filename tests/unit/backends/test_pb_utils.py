@@ -35,7 +35,9 @@ def test_config_json_as_triton_gives_it() -> None:
     assert as_dict["output"][0]["data_type"] == "TYPE_INT64"
     assert as_dict["parameters"]["k"]["string_value"] == "v"
     json.dumps(as_dict)  # must be plain JSON
-    assert pb_utils.get_output_config_by_name(as_dict, "OUT")["dims"] == [2]
+    output_config = pb_utils.get_output_config_by_name(as_dict, "OUT")
+    assert output_config is not None
+    assert output_config["dims"] == [2]
     assert pb_utils.get_input_config_by_name(as_dict, "nope") is None
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sonic.errors import InternalError, ModelConfigError, UnimplementedError
+from sonic.protocol.errors import InternalError, ModelConfigError, UnimplementedError
 from sonic.protocol.model_config import fill_defaults, parse_config_text, validate_config
 from sonic.server.backends.base import InstanceContext, Request
 from sonic.server.backends.python import PythonBackend

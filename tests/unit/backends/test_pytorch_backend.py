@@ -9,7 +9,7 @@ import pytest
 import torch
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import InternalError, ModelConfigError
+from sonic.protocol.errors import InternalError, ModelConfigError
 from sonic.protocol.model_config import fill_defaults, parse_config_text, validate_config
 from sonic.server.backends.base import InstanceContext
 from sonic.server.backends.pytorch import PyTorchBackend

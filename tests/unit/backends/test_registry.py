@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from sonic.errors import ModelConfigError
+from sonic.protocol.errors import ModelConfigError
 from sonic.server.backends import backend_class, detect_backend
 from sonic.server.backends.base import Backend
 
@@ -30,7 +31,7 @@ class Doubler(Backend):
 
 
 @pytest.fixture
-def plugin_on_path(tmp_path, monkeypatch) -> Iterator[None]:
+def plugin_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     (tmp_path / "sonic_ipu_demo.py").write_text(PLUGIN)
     info = tmp_path / "sonic_ipu_demo-1.0.dist-info"
     info.mkdir()
@@ -58,14 +59,14 @@ def test_builtin_backends(name: str, class_name: str) -> None:
     assert cls.name == name
 
 
-def test_entry_point_plugin_is_found(plugin_on_path) -> None:
+def test_entry_point_plugin_is_found(plugin_on_path: None) -> None:
     cls = backend_class("ipu_demo")
     assert issubclass(cls, Backend)
     assert cls.__module__ == "sonic_ipu_demo"
     assert detect_backend({"model.ipu", "notes.txt"}) == "ipu_demo"
 
 
-def test_unknown_backend_lists_available(plugin_on_path) -> None:
+def test_unknown_backend_lists_available(plugin_on_path: None) -> None:
     with pytest.raises(ModelConfigError, match=r"unknown backend 'fpga'.*ipu_demo.*pytorch"):
         backend_class("fpga")
 

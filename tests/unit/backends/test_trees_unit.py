@@ -9,7 +9,7 @@ import pytest
 import skops.io
 from sklearn.tree import DecisionTreeClassifier
 
-from sonic.errors import ModelConfigError
+from sonic.protocol.errors import ModelConfigError
 from sonic.server.backends.trees import OutputMode, load_tree_model
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,7 @@ import pytest
 from sonic.client import ClientConfig, Compression, FallbackConfig, SharedMemoryMode
 from sonic.client.config import Device
 from sonic.client.fallback import container_command
-from sonic.client.transport.grpc import is_loopback
+from sonic.client.transport.control import is_loopback
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import pickle
-from typing import Any
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
 
 import ml_dtypes
 import numpy as np
@@ -25,11 +26,19 @@ SAMPLES: dict[str, npt.NDArray[Any]] = {
 }
 
 
-def run(coroutine):  # type: ignore[no-untyped-def]
+T = TypeVar("T")
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coroutine)
 
 
-async def _infer(transports, model, inputs, outputs=None):  # type: ignore[no-untyped-def]
+async def _infer(
+    transports: list[MemoryTransport],
+    model: str,
+    inputs: Mapping[str, Any],
+    outputs: Sequence[str] | None = None,
+) -> dict[str, npt.NDArray[Any]]:
     async with AsyncClient(model, transports=transports) as client:
         return await client.infer(inputs, outputs)
 
@@ -67,7 +76,7 @@ def test_datatypes_round_trip(transports: list[MemoryTransport], datatype: str) 
 def test_input_errors_name_model_and_input(
     transports: list[MemoryTransport],
     servers: list[MemoryServer],
-    inputs: dict[str, np.ndarray],
+    inputs: dict[str, npt.NDArray[Any]],
     message: str,
 ) -> None:
     with pytest.raises(InputError, match="model 'double'") as info:
@@ -86,7 +95,7 @@ def test_oversized_batch_is_split_and_joined(
 ) -> None:
     x = np.arange(20 * 4, dtype=np.float32).reshape(20, 4)
 
-    async def go() -> tuple[dict[str, np.ndarray], int]:
+    async def go() -> tuple[dict[str, npt.NDArray[Any]], int]:
         async with AsyncClient("double", transports=transports) as client:
             result = await client.infer_detailed({"INPUT0": x})
             return result.outputs, result.timing.requests
@@ -117,7 +126,7 @@ def test_model_without_batching(transports: list[MemoryTransport]) -> None:
 def test_ragged_batch_keeps_order(transports: list[MemoryTransport]) -> None:
     objects = [{"INPUT0": np.arange(n * 2, dtype=np.int64).reshape(2, n)} for n in (1, 5, 3, 7, 2)]
 
-    async def go() -> list[dict[str, np.ndarray]]:
+    async def go() -> list[dict[str, npt.NDArray[Any]]]:
         async with AsyncClient("id_int64", transports=transports) as client:
             return await client.infer_ragged(objects)
 
@@ -193,7 +202,7 @@ def test_concurrent_calls_coalesce_into_batches(
 ) -> None:
     config = ClientConfig(coalesce_in_flight=1)
 
-    async def go() -> list[dict[str, np.ndarray]]:
+    async def go() -> list[dict[str, npt.NDArray[Any]]]:
         async with AsyncClient("double", config, transports=transports[:1]) as client:
             await client.model_info()
             servers[0].hold()
@@ -210,3 +219,56 @@ def test_concurrent_calls_coalesce_into_batches(
     for i, result in enumerate(results):
         np.testing.assert_array_equal(result["OUTPUT0"], np.full((1, 4), 2 * i, np.float32))
     assert servers[0].batch_sizes == [1, 8, 8, 2]
+
+
+def test_parameters_go_with_every_part_of_a_split_batch(
+    transports: list[MemoryTransport], servers: list[MemoryServer]
+) -> None:
+    x = np.arange(20 * 4, dtype=np.float32).reshape(20, 4)
+    sent: dict[str, str | int] = {"sequence_id": "run-1", "priority": 1, "detector": "hcal"}
+
+    async def go() -> dict[str, npt.NDArray[Any]]:
+        async with AsyncClient("double", transports=transports) as client:
+            return await client.infer({"INPUT0": x}, parameters=sent)
+
+    np.testing.assert_array_equal(asyncio.run(go())["OUTPUT0"], x * 2)
+    assert servers[0].parameters + servers[1].parameters == [sent] * 3
+
+
+def test_calls_with_parameters_are_not_coalesced(
+    transports: list[MemoryTransport], servers: list[MemoryServer]
+) -> None:
+    config = ClientConfig(coalesce_in_flight=1)
+
+    async def go() -> None:
+        async with AsyncClient("double", config, transports=transports[:1]) as client:
+            await client.model_info()
+            servers[0].hold()
+            tasks = [
+                asyncio.create_task(
+                    client.infer({"INPUT0": np.ones((1, 4), np.float32)}, parameters={"n": i})
+                )
+                for i in range(3)
+            ]
+            while servers[0].in_flight < 3:  # noqa: ASYNC110  (all three go on the wire at once)
+                await asyncio.sleep(0)
+            servers[0].release()
+            await asyncio.gather(*tasks)
+
+    asyncio.run(go())
+    assert servers[0].batch_sizes == [1, 1, 1]
+    assert sorted(str(p["n"]) for p in servers[0].parameters) == ["0", "1", "2"]
+
+
+def test_parameter_of_the_wrong_type_is_an_input_error(
+    transports: list[MemoryTransport], servers: list[MemoryServer]
+) -> None:
+    with (
+        SyncClient("double", transports=transports) as client,
+        pytest.raises(
+            InputError,
+            match="model 'double': request parameter 'sequence_start' must be a boolean, got 'yes'",
+        ),
+    ):
+        client.infer({"INPUT0": np.ones((1, 4), np.float32)}, parameters={"sequence_start": "yes"})
+    assert servers[0].batch_sizes == servers[1].batch_sizes == []

@@ -17,7 +17,6 @@ from sonic.client.errors import (
     ServerError,
     UnavailableError,
 )
-from sonic.client.transport.base import WireInput, WireRequest
 from sonic.client.transport.h2 import NativeTransport
 from sonic.client.transport.h2_connection import ClientConnection
 from sonic.protocol.grpc_call import grpc_message_prefix
@@ -35,6 +34,7 @@ from sonic.protocol.http2 import (
     settings_frame,
     window_update,
 )
+from sonic.protocol.types import WireInput, WireRequest
 from sonic.testing.h2 import RecordingTransport, parse_frames
 
 OK_HEADERS = encode_headers([(b":status", b"200"), (b"content-type", b"application/grpc")])

@@ -6,13 +6,16 @@ import asyncio
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from sonic.client import (
     AsyncClient,
     ClientConfig,
+    InferResult,
     InvalidRequestError,
     NoServerError,
     RetriesExhaustedError,
@@ -25,11 +28,15 @@ pytestmark = pytest.mark.unit
 FAST = ClientConfig(retry_backoff_s=0.001, retry_backoff_max_s=0.002)
 
 
-def _x(value: float = 1.0) -> dict[str, np.ndarray]:
+def _x(value: float = 1.0) -> dict[str, npt.NDArray[Any]]:
     return {"INPUT0": np.full((1, 4), value, np.float32)}
 
 
-async def _infer_detailed(transports, config=FAST, inputs=None):  # type: ignore[no-untyped-def]
+async def _infer_detailed(
+    transports: list[MemoryTransport],
+    config: ClientConfig = FAST,
+    inputs: dict[str, npt.NDArray[Any]] | None = None,
+) -> InferResult:
     async with AsyncClient("double", config, transports=transports) as client:
         return await client.infer_detailed(inputs or _x())
 
@@ -103,7 +110,7 @@ def test_server_dying_mid_job_requests_answered_once_elsewhere(
 ) -> None:
     servers[0].hold()
 
-    async def go() -> list[np.ndarray]:
+    async def go() -> list[npt.NDArray[Any]]:
         async with AsyncClient("double", FAST, transports=transports) as client:
             tasks = [asyncio.create_task(client.infer(_x(i))) for i in range(40)]
             # Every request is either answered by memory-1 or held in flight on memory-0.

@@ -190,7 +190,7 @@ def test_torchscript_variant_matches_the_module_at_other_batch_sizes(name: str, 
     assert list(spec.inputs) == [f"INPUT__{i}" for i in range(len(model.input_names))]
     assert list(spec.outputs) == [f"OUTPUT__{i}" for i in range(len(model.output_names))]
     assert config.max_batch_size == parse_config_text(model.config_text, name).max_batch_size
-    traced = torch.jit.load(str(tmp_path / "model.pt"))
+    traced = torch.jit.load(str(tmp_path / "model.pt"))  # type: ignore[no-untyped-call]
     for batch in (1, 5):  # traced at batch 2: the batch dimension must stay dynamic
         inputs = variant.make_inputs(batch, np.random.default_rng(batch))
         args = [torch.from_numpy(inputs[key]) for key in variant.input_names]

@@ -17,7 +17,8 @@ from sonic.perf.inputs import (
     resolve_shapes,
     synthetic_inputs,
 )
-from sonic.perf.transport import PerfError, encode_infer_request
+from sonic.perf.transport import PerfError
+from sonic.protocol.grpc_codec import encode_infer_request
 from sonic.protocol.wire import split_raw_contents
 
 pytestmark = pytest.mark.unit

@@ -28,7 +28,7 @@ def test_fit_recovers_known_parameters_from_noisy_data() -> None:
     times = np.array([truth.time_per_event_s(r) for r in ratios]) * (
         1 + 0.01 * rng.standard_normal(len(ratios))
     )
-    result = fit(ratios, times)
+    result = fit(ratios.tolist(), times.tolist())
     assert result.ideal_s == pytest.approx(truth.ideal_s, rel=0.02)
     assert result.gpu_s == pytest.approx(truth.gpu_s, rel=0.02)
     assert result.saturation_ratio == pytest.approx(truth.saturation_ratio, rel=0.04)

@@ -1,4 +1,4 @@
-"""The transport interface and the plain data it moves.
+"""The transport interface and what it reports about servers and models.
 
 A transport knows one server. It takes and returns tensor bytes, never numpy arrays: decoding and
 validation live in the client, so every transport behaves the same and tests of retries and failover
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+
+from sonic.protocol.types import WireRequest, WireResponse
 
 
 @dataclass(frozen=True)
@@ -29,66 +31,21 @@ class ModelInfo:
     max_batch_size: int  # 0: the model takes no batch dimension
 
 
-@dataclass(frozen=True, slots=True)
-class ShmPlacement:
-    """Where a tensor lies in a registered system shared-memory region."""
-
-    region: str
-    byte_size: int
-    offset: int = 0
-
-
-@dataclass(slots=True)  # hot path: plain slots init, no frozen setattr
-class WireInput:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-    data: bytes | memoryview | None  # None when the tensor is in shared memory
-    shm: ShmPlacement | None = None
-
-
-@dataclass(slots=True)  # hot path: plain slots init, no frozen setattr
-class WireOutputRequest:
-    name: str
-    shm: ShmPlacement | None = None
-
-
-@dataclass(slots=True)  # hot path: plain slots init, no frozen setattr
-class WireRequest:
-    model: str
-    version: str
-    inputs: tuple[WireInput, ...]
-    outputs: tuple[WireOutputRequest, ...] = ()  # empty: every output, in the response body
-    request_id: str = ""
-    timeout_s: float | None = None
-
-
-@dataclass(slots=True)  # hot path: plain slots init, no frozen setattr
-class WireOutput:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-    data: bytes | memoryview  # empty when the output was written to shared memory
-
-
-@dataclass(slots=True)  # hot path: plain slots init, no frozen setattr
-class WireResponse:
-    model: str
-    version: str
-    outputs: tuple[WireOutput, ...]
-    serialize_ns: int = 0  # measured by the transport: building the message
-    wait_ns: int = 0  # from send to the response bytes, server time and transfer included
-
-
 @dataclass(frozen=True)
 class ServerTiming:
-    """Cumulative server-side durations of a model (ModelStatistics), in nanoseconds."""
+    """Cumulative server-side durations of a model (ModelStatistics), in nanoseconds.
+
+    The ``compute_*`` durations are summed over requests (each request of a dynamic batch reports the
+    whole batch); ``execution_ns`` is summed over executions (each batch once).
+    """
 
     success_count: int = 0
     queue_ns: int = 0
     compute_input_ns: int = 0
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
+    executions: int = 0
+    execution_ns: int = 0
 
     def __sub__(self, other: ServerTiming) -> ServerTiming:
         return ServerTiming(
@@ -97,6 +54,8 @@ class ServerTiming:
             self.compute_input_ns - other.compute_input_ns,
             self.compute_infer_ns - other.compute_infer_ns,
             self.compute_output_ns - other.compute_output_ns,
+            self.executions - other.executions,
+            self.execution_ns - other.execution_ns,
         )
 
 

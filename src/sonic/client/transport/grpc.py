@@ -1,4 +1,4 @@
-"""KServe v2 gRPC transport on grpc aio, with Triton's generated messages from ``tritonclient.grpc``.
+"""KServe v2 gRPC transport on grpc aio; messages through :mod:`sonic.protocol.grpc_codec`.
 
 Tensor bytes skip protobuf both ways: the request is the serialized header followed by hand-written
 ``raw_input_contents`` fields (one copy of each tensor, into the message), and the response's
@@ -7,14 +7,12 @@ Tensor bytes skip protobuf both ways: the request is the serialized header follo
 
 from __future__ import annotations
 
-import ipaddress
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import grpc
 from grpc import aio
-from tritonclient.grpc import service_pb2
 
 from sonic.client.config import Compression, TlsConfig
 from sonic.client.errors import (
@@ -24,25 +22,12 @@ from sonic.client.errors import (
     InvalidRequestError,
     error_for_status,
 )
-from sonic.client.transport.base import (
-    IndexEntry,
-    ModelInfo,
-    ServerTiming,
-    ShmPlacement,
-    TensorInfo,
-    Transport,
-    WireOutput,
-    WireRequest,
-    WireResponse,
-)
-from sonic.client.transport.stream import SPLIT_ABOVE_BYTES, InferStream, StreamFailedError
-from sonic.protocol.wire import encode_varint, parts_size, split_raw_contents
+from sonic.client.transport.control import GrpcCalls, is_loopback
+from sonic.client.transport.stream import InferStream, StreamFailedError
+from sonic.protocol.grpc_codec import decode_response, encode_request, split_response
+from sonic.protocol.types import WireRequest, WireResponse
+from sonic.protocol.wire import MAX_MESSAGE_BYTES, SERVICE_PATH, parts_size
 
-SERVICE = "/inference.GRPCInferenceService/"
-# Triton's clients and server use INT32_MAX: requests that fit one fit the other.
-MAX_MESSAGE_BYTES = 2**31 - 1
-RAW_INPUT_CONTENTS_TAG = bytes([(7 << 3) | 2])
-RAW_OUTPUT_CONTENTS_TAG = (6 << 3) | 2
 # grpc core reports a broken or refused connection as UNAVAILABLE with one of these details; a
 # server's own UNAVAILABLE (queue full, model unloading) carries its message instead.
 _CONNECTION_MARKERS = (
@@ -84,144 +69,7 @@ def convert_error(exc: aio.AioRpcError, address: str) -> ClientError:
     return error_for_status(status, details, address)
 
 
-def is_loopback(address: str) -> bool:
-    host = address.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def encode_request(request: WireRequest) -> tuple[Any, list[bytes | memoryview]]:
-    """The request head (a ModelInferRequest without tensor bytes) and its raw_input_contents fields."""
-    head = service_pb2.ModelInferRequest(model_name=request.model, model_version=request.version)
-    if request.request_id:
-        head.id = request.request_id
-    parts: list[bytes | memoryview] = []
-    for tensor in request.inputs:
-        message = head.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
-        if tensor.shm is not None:
-            _set_shm(message.parameters, tensor.shm)
-            continue
-        assert tensor.data is not None
-        size = tensor.data.nbytes if isinstance(tensor.data, memoryview) else len(tensor.data)
-        parts += (RAW_INPUT_CONTENTS_TAG, encode_varint(size), tensor.data)
-    for output in request.outputs:
-        message = head.outputs.add(name=output.name)
-        if output.shm is not None:
-            _set_shm(message.parameters, output.shm)
-    return head, parts
-
-
-def _set_shm(parameters: Any, placement: ShmPlacement) -> None:
-    parameters["shared_memory_region"].string_param = placement.region
-    parameters["shared_memory_byte_size"].int64_param = placement.byte_size
-    if placement.offset:
-        parameters["shared_memory_offset"].int64_param = placement.offset
-
-
-def decode_response(
-    head: Any, raw: list[memoryview], *, serialize_ns: int = 0, wait_ns: int = 0
-) -> WireResponse:
-    outputs = []
-    for index, tensor in enumerate(head.outputs):
-        payload: bytes | memoryview = raw[index] if index < len(raw) else b""
-        outputs.append(WireOutput(tensor.name, tensor.datatype, tuple(int(d) for d in tensor.shape), payload))
-    return WireResponse(head.model_name, head.model_version, tuple(outputs), serialize_ns, wait_ns)
-
-
-def split_response(data: bytes | bytearray | memoryview) -> tuple[Any, list[memoryview]]:
-    if len(data) < SPLIT_ABOVE_BYTES:
-        head = service_pb2.ModelInferResponse.FromString(data)
-        return head, [memoryview(r) for r in head.raw_output_contents]
-    rest, raw = split_raw_contents(data, RAW_OUTPUT_CONTENTS_TAG)
-    return service_pb2.ModelInferResponse.FromString(rest), raw
-
-
-def _tensor_infos(tensors: Any, batched: bool) -> tuple[TensorInfo, ...]:
-    return tuple(
-        TensorInfo(t.name, t.datatype, tuple(int(d) for d in (t.shape[1:] if batched else t.shape)))
-        for t in tensors
-    )
-
-
-def model_info_from(name: str, metadata: Any, config: Any) -> ModelInfo:
-    """A ModelMetadataResponse and a ModelConfigResponse as the client needs them."""
-    max_batch_size = int(config.config.max_batch_size)
-    batched = max_batch_size > 0
-    return ModelInfo(
-        name=name,
-        versions=tuple(metadata.versions),
-        inputs=_tensor_infos(metadata.inputs, batched),
-        outputs=_tensor_infos(metadata.outputs, batched),
-        max_batch_size=max_batch_size,
-    )
-
-
-def server_timing_from(response: Any) -> ServerTiming:
-    """A ModelStatisticsResponse summed over its models (versions)."""
-    total = ServerTiming()
-    for stats in response.model_stats:
-        s = stats.inference_stats
-        total = total - ServerTiming(
-            -s.success.count, -s.queue.ns, -s.compute_input.ns, -s.compute_infer.ns, -s.compute_output.ns
-        )
-    return total
-
-
-class ControlCalls(Transport):
-    """The control-plane methods of both gRPC transports, on top of their ``_call``."""
-
-    async def _call(self, method: str, request: Any, response_type: Any) -> Any:
-        raise NotImplementedError
-
-    async def server_ready(self) -> bool:
-        pb = service_pb2
-        response = await self._call("ServerReady", pb.ServerReadyRequest(), pb.ServerReadyResponse)
-        return bool(response.ready)
-
-    async def model_ready(self, name: str, version: str = "") -> bool:
-        pb = service_pb2
-        request = pb.ModelReadyRequest(name=name, version=version)
-        response = await self._call("ModelReady", request, pb.ModelReadyResponse)
-        return bool(response.ready)
-
-    async def repository_index(self) -> list[IndexEntry]:
-        pb = service_pb2
-        response = await self._call(
-            "RepositoryIndex", pb.RepositoryIndexRequest(ready=True), pb.RepositoryIndexResponse
-        )
-        return [IndexEntry(m.name, m.version, m.state) for m in response.models]
-
-    async def model_info(self, name: str, version: str) -> ModelInfo:
-        pb = service_pb2
-        metadata = await self._call(
-            "ModelMetadata", pb.ModelMetadataRequest(name=name, version=version), pb.ModelMetadataResponse
-        )
-        config = await self._call(
-            "ModelConfig", pb.ModelConfigRequest(name=name, version=version), pb.ModelConfigResponse
-        )
-        return model_info_from(name, metadata, config)
-
-    async def model_statistics(self, name: str, version: str) -> ServerTiming:
-        pb = service_pb2
-        request = pb.ModelStatisticsRequest(name=name, version=version)
-        return server_timing_from(await self._call("ModelStatistics", request, pb.ModelStatisticsResponse))
-
-    async def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        pb = service_pb2
-        request = pb.SystemSharedMemoryRegisterRequest(name=name, key=key, offset=offset, byte_size=byte_size)
-        await self._call("SystemSharedMemoryRegister", request, pb.SystemSharedMemoryRegisterResponse)
-
-    async def shm_unregister(self, name: str) -> None:
-        pb = service_pb2
-        request = pb.SystemSharedMemoryUnregisterRequest(name=name)
-        await self._call("SystemSharedMemoryUnregister", request, pb.SystemSharedMemoryUnregisterResponse)
-
-
-class GrpcTransport(ControlCalls):
+class GrpcTransport(GrpcCalls):
     def __init__(
         self,
         address: str,
@@ -253,13 +101,14 @@ class GrpcTransport(ControlCalls):
         self._stream_max_bytes = stream_max_bytes if compression is Compression.NONE else 0
         self._stream: InferStream | None = None
         # Bytes in, bytes out: tensor bytes are spliced in and cut out by hand (see module docstring).
-        self._infer = self._channel.unary_unary(SERVICE + "ModelInfer", None, None)
+        self._infer = self._channel.unary_unary(SERVICE_PATH + "ModelInfer", None, None)
+        self._raw_calls = {"ModelInfer": self._infer}
 
     async def _call(
         self, method: str, request: Any, response_type: Any, timeout_s: float | None = None
     ) -> Any:
         call = self._channel.unary_unary(
-            SERVICE + method,
+            SERVICE_PATH + method,
             request_serializer=type(request).SerializeToString,
             response_deserializer=response_type.FromString,
         )
@@ -299,6 +148,17 @@ class GrpcTransport(ControlCalls):
         return decode_response(
             *split_response(data), serialize_ns=sent - start, wait_ns=time.perf_counter_ns() - sent
         )
+
+    async def raw_call(self, method: str, message: bytes, timeout_s: float | None) -> bytes:
+        call = self._raw_calls.get(method)
+        if call is None:
+            call = self._raw_calls[method] = self._channel.unary_unary(SERVICE_PATH + method, None, None)
+        try:
+            # No compression argument: grpcio would add a per-call metadata entry even for "none".
+            data: bytes = await call(message, timeout=timeout_s, metadata=self._metadata or None)
+        except aio.AioRpcError as exc:
+            raise convert_error(exc, self.address) from exc
+        return data
 
     async def _streamed(self, head: Any, tail: list[bytes | memoryview], timeout_s: float | None) -> Any:
         stream = self._stream

@@ -25,19 +25,7 @@ from sonic.client.errors import (
     ResourceExhaustedError,
     error_for_status,
 )
-from sonic.client.transport.base import (
-    WireRequest,
-    WireResponse,
-)
-from sonic.client.transport.grpc import (
-    MAX_MESSAGE_BYTES,
-    SERVICE,
-    ControlCalls,
-    decode_response,
-    encode_request,
-    is_loopback,
-    split_response,
-)
+from sonic.client.transport.control import GrpcCalls, is_loopback
 from sonic.client.transport.h2_connection import ClientConnection
 from sonic.protocol.grpc_call import (
     ACCEPT_ENCODING,
@@ -48,9 +36,11 @@ from sonic.protocol.grpc_call import (
     format_grpc_timeout,
     grpc_message_prefix,
 )
+from sonic.protocol.grpc_codec import decode_response, encode_request, split_response
 from sonic.protocol.h2limits import CLIENT_LIMITS
 from sonic.protocol.http2 import encode_headers
-from sonic.protocol.wire import parts_size
+from sonic.protocol.types import WireRequest, WireResponse
+from sonic.protocol.wire import MAX_MESSAGE_BYTES, SERVICE_PATH, parts_size
 
 # Responses inflate to at most this much (a compressed answer is the server's promise about nothing).
 MAX_DECOMPRESSED_BYTES = 1 << 30
@@ -65,7 +55,7 @@ def tls_context(tls: TlsConfig) -> ssl.SSLContext:
     return context
 
 
-class NativeTransport(ControlCalls):
+class NativeTransport(GrpcCalls):
     def __init__(
         self,
         address: str,
@@ -150,7 +140,9 @@ class NativeTransport(ControlCalls):
         key = (method, compressed)
         block = self._blocks.get(key)
         if block is None:
-            headers = [(n, (SERVICE + method).encode() if n == b":path" else v) for n, v in self._headers]
+            headers = [
+                (n, (SERVICE_PATH + method).encode() if n == b":path" else v) for n, v in self._headers
+            ]
             if compressed:
                 headers.append(self._compression_header)
             block = self._blocks[key] = encode_headers(headers)

@@ -16,32 +16,14 @@ from typing import Any
 
 import numpy.typing as npt
 
-from sonic.client.errors import (
-    ClientError,
-    ConnectionLostError,
-    InvalidRequestError,
-    ResourceExhaustedError,
-    UnavailableError,
-)
-from sonic.client.transport.base import (
-    IndexEntry,
-    ModelInfo,
-    ServerTiming,
-    Transport,
-    WireOutput,
-    WireRequest,
-    WireResponse,
-)
+from sonic.client.errors import ClientError, ConnectionLostError, InvalidRequestError, error_for_status
+from sonic.client.transport.base import IndexEntry, ModelInfo, ServerTiming, Transport
 from sonic.protocol import dtypes
+from sonic.protocol.types import WireOutput, WireRequest, WireResponse
 
 ModelFunction = Callable[[dict[str, npt.NDArray[Any]]], dict[str, npt.NDArray[Any]]]
 
 CONNECTION_LOST = "CONNECTION_LOST"  # for fail_next(): the connection breaks instead of a status
-_STATUS_ERRORS: dict[str, type[ClientError]] = {
-    "UNAVAILABLE": UnavailableError,
-    "RESOURCE_EXHAUSTED": ResourceExhaustedError,
-    "INVALID_ARGUMENT": InvalidRequestError,
-}
 
 
 @dataclass(frozen=True)
@@ -58,6 +40,7 @@ class MemoryServer:
     failures: list[str] = field(default_factory=list)  # statuses for the next calls, in order
     batch_sizes: list[int] = field(default_factory=list)  # of each request that ran
     request_ids: list[str] = field(default_factory=list)
+    parameters: list[dict[str, object]] = field(default_factory=list)  # of each request that ran
     in_flight: int = 0
     _open: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -81,8 +64,7 @@ class MemoryServer:
     def _error(self, status: str, message: str) -> ClientError:
         if status == CONNECTION_LOST:
             return ConnectionLostError(message, status="UNAVAILABLE", server=self.address)
-        cls = _STATUS_ERRORS[status]
-        return cls(message, status=status, server=self.address)  # type: ignore[call-arg]
+        return error_for_status(status, message, self.address)
 
     def _check_alive(self) -> None:
         if self.dead:
@@ -131,6 +113,7 @@ class MemoryServer:
             )
         self.batch_sizes.append(batch)
         self.request_ids.append(request.request_id)
+        self.parameters.append(dict(request.parameters))
         results = model.function(arrays)
         wanted = [o.name for o in request.outputs] or [o.name for o in model.info.outputs]
         outputs = []

@@ -17,16 +17,10 @@ import itertools
 from typing import Any
 
 from grpc import aio
-from tritonclient.grpc import service_pb2
 
 from sonic.client.errors import ClientError, ConnectionLostError
-from sonic.protocol.wire import split_raw_contents
-
-STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
-STREAM_INFER_RESPONSE_TAG = (2 << 3) | 2  # ModelStreamInferResponse.infer_response
-RAW_OUTPUT_CONTENTS_TAG = (6 << 3) | 2  # ModelInferResponse.raw_output_contents
-SPLIT_ABOVE_BYTES = 65536  # responses at least this big have their tensor bytes cut out by hand
-Decoded = tuple[Any, list[memoryview]]  # (ModelInferResponse without tensors, views of tensor bytes)
+from sonic.protocol.grpc_codec import Decoded, split_stream_response
+from sonic.protocol.wire import SERVICE_PATH
 
 
 class StreamFailedError(Exception):
@@ -38,7 +32,9 @@ class InferStream:
 
     def __init__(self, channel: aio.Channel, address: str, metadata: tuple[tuple[str, str], ...]) -> None:
         self._address = address
-        self._call: Any = channel.stream_stream(STREAM_METHOD, None, None)(None, metadata=metadata)
+        self._call: Any = channel.stream_stream(SERVICE_PATH + "ModelStreamInfer", None, None)(
+            None, metadata=metadata
+        )
         self._pending: dict[str, asyncio.Future[Decoded]] = {}
         self._write_lock = asyncio.Lock()
         self._ids = itertools.count()
@@ -60,20 +56,7 @@ class InferStream:
             self._fail(ConnectionLostError(detail, status="UNAVAILABLE", server=self._address))
 
     def _deliver(self, data: bytes) -> None:
-        if len(data) < SPLIT_ABOVE_BYTES:
-            # Small: protobuf's C parser beats walking the fields in Python; the tensor copy is tiny.
-            message = service_pb2.ModelStreamInferResponse.FromString(data)
-            head, error = message.infer_response, message.error_message
-            raw = [memoryview(r) for r in head.raw_output_contents]
-        else:
-            # Large: cut the infer_response out as a view and its tensors out of that, without copies.
-            rest, inner = split_raw_contents(data, STREAM_INFER_RESPONSE_TAG)
-            if inner:
-                head_bytes, raw = split_raw_contents(inner[0], RAW_OUTPUT_CONTENTS_TAG)
-                head = service_pb2.ModelInferResponse.FromString(head_bytes)
-            else:
-                head, raw = service_pb2.ModelInferResponse(), []
-            error = service_pb2.ModelStreamInferResponse.FromString(rest).error_message
+        head, raw, error = split_stream_response(data)
         future = self._pending.pop(head.id, None)
         if future is None or future.done():
             return  # a request that timed out meanwhile
@@ -89,9 +72,7 @@ class InferStream:
             if not future.done():
                 future.set_exception(error)
 
-    async def infer(
-        self, head: service_pb2.ModelInferRequest, tail: list[bytes | memoryview], timeout_s: float | None
-    ) -> Decoded:
+    async def infer(self, head: Any, tail: list[bytes | memoryview], timeout_s: float | None) -> Decoded:
         """Send one request (serialized head with its id set here, raw tensor fields) and await it."""
         if self.broken is not None:
             raise self.broken

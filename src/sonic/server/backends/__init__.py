@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
-from sonic.errors import ModelConfigError
+from sonic.protocol.errors import ModelConfigError
 from sonic.server.backends.base import Backend, InstanceContext
 
 __all__ = ["Backend", "InstanceContext", "backend_class", "detect_backend"]

@@ -157,6 +157,7 @@ class Request:
     inputs: Mapping[str, npt.NDArray[Any]]
     output_names: Sequence[str]  # what the client asked for (every output when it named none)
     request_id: str = ""
+    parameters: Mapping[str, object] = field(default_factory=dict)
 
 
 class RequestBackend(Backend):

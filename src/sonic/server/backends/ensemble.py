@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import InternalError, ModelConfigError, SonicError, UnavailableError
+from sonic.protocol.errors import InternalError, ModelConfigError, SonicError, UnavailableError
 from sonic.server.backends.base import Backend, InstanceContext, ModelCaller
 from sonic.server.batcher import ItemOutputs, WorkItem
 from sonic.server.stats import RequestTiming

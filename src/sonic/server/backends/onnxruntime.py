@@ -23,7 +23,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import InternalError, InvalidArgumentError, ModelConfigError
+from sonic.protocol.errors import InternalError, InvalidArgumentError, ModelConfigError
 from sonic.protocol.model_config import complete_from_signature
 from sonic.server.backends.base import Backend, InstanceContext
 

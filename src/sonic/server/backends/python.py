@@ -20,7 +20,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
@@ -30,7 +30,7 @@ import numpy.typing as npt
 from google.protobuf import descriptor, json_format
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import (
+from sonic.protocol.errors import (
     AlreadyExistsError,
     InternalError,
     InvalidArgumentError,
@@ -41,6 +41,7 @@ from sonic.errors import (
     UnimplementedError,
 )
 from sonic.protocol.model_config import ModelSpec
+from sonic.protocol.types import custom_parameters
 from sonic.server.backends import pb_utils
 from sonic.server.backends.base import InstanceContext, Request, RequestBackend
 
@@ -90,6 +91,24 @@ def config_to_dict(config: model_config_pb2.ModelConfig) -> dict[str, Any]:
     )
     _ints_as_numbers(config.DESCRIPTOR, result)
     return result
+
+
+def _triton_request_fields(parameters: Mapping[str, object]) -> dict[str, Any]:
+    """What Triton's Python backend makes of the request parameters: the sequence's correlation id and
+    start/end flags, the timeout, and only the custom parameters as ``request.parameters()``."""
+    if not parameters:
+        return {}
+    flags = 0
+    if parameters.get("sequence_start"):
+        flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+    if parameters.get("sequence_end"):
+        flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+    return {
+        "correlation_id": parameters.get("sequence_id", 0),
+        "flags": flags,
+        "timeout": parameters.get("timeout", 0),
+        "parameters": custom_parameters(parameters),
+    }
 
 
 def _module_name(model_path: Path, tag: str) -> str:
@@ -213,6 +232,7 @@ class PythonBackend(RequestBackend):
                 [pb_utils.Tensor(name, array) for name, array in request.inputs.items()],
                 list(request.output_names),
                 request_id=request.request_id,
+                **_triton_request_fields(request.parameters),
             )
             for request in requests
         ]

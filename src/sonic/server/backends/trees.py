@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
-from sonic.errors import InternalError, InvalidArgumentError, ModelConfigError
+from sonic.protocol.errors import InternalError, InvalidArgumentError, ModelConfigError
 from sonic.protocol.model_config import complete_from_signature
 from sonic.server.backends.base import Backend, InstanceContext
 

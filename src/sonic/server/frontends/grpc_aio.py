@@ -7,41 +7,52 @@ deployments that want grpcio's HTTP/2 stack. Both take their handlers from :clas
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 from grpc import aio
 
-from sonic.errors import SonicError, grpc_status
+from sonic.protocol.grpc_codec import grpc_status
+from sonic.protocol.wire import SERVICE
+from sonic.server.config import TlsConfig
 from sonic.server.dataplane import DataPlane
-from sonic.server.frontends.grpc_methods import (
-    HEALTH_CHECK_PATH,
-    SERVICE,
-    GrpcMethods,
-    UnaryMethod,
-    as_sonic_error,
-    call_kind,
-    peer_host,
-)
-from sonic.server.guard import Guard
-from sonic.server.observe import TRACE_HEADERS
+from sonic.server.frontends.base import Frontend
+from sonic.server.frontends.gate import CallGate, as_sonic_error
+from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, GrpcMethods, UnaryMethod
+from sonic.server.tls import grpc_server_credentials
+
+Context = aio.ServicerContext[Any, Any]
 
 
-class GrpcAioFrontend:
+def _metadata(context: Context, key: str) -> str | None:
+    """One text metadata value of the call (``-bin`` values are bytes and never asked for here)."""
+    for name, value in context.invocation_metadata() or ():
+        if name == key:
+            return value if isinstance(value, str) else None
+    return None
+
+
+class GrpcAioFrontend(Frontend):
+    name = "grpc"
+    carries_requests = True
+
     def __init__(
         self,
         dataplane: DataPlane,
+        gate: CallGate,
+        host: str,
+        port: int,
         *,
         max_message_bytes: int,
-        guard: Guard | None = None,
-        credentials: grpc.ServerCredentials | None = None,
+        tls: TlsConfig | None = None,
         max_concurrent_streams: int | None = None,
     ) -> None:
         self._methods = GrpcMethods(dataplane)
-        self._dataplane = dataplane
-        self._guard = guard
-        self._credentials = credentials
+        self._gate = gate
+        self.host = host
+        self.port = port
+        self._credentials = grpc_server_credentials(tls) if tls is not None else None
         options: list[tuple[str, Any]] = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
@@ -51,23 +62,26 @@ class GrpcAioFrontend:
             options.append(("grpc.max_concurrent_streams", max_concurrent_streams))
         self._server = aio.server(options=options)
         self._server.add_generic_rpc_handlers((self._handlers(), self._health_handlers()))
-        self.port = 0
 
-    def _check(self, method: str, context: aio.ServicerContext[Any, Any]) -> None:
-        """Token, rate and admission checks; only called when a guard is configured."""
-        assert self._guard is not None
-        authorization = None
-        for key, value in context.invocation_metadata() or ():
-            if key == "authorization":
-                authorization = value if isinstance(value, str) else value.decode()
-                break
-        peer = context.peer()  # "ipv4:127.0.0.1:50512": one client connection
-        self._guard.check(call_kind(method), authorization, peer, peer_host(peer))
+    async def _admit(self, method: str, context: Context) -> None:
+        """The gate's checks; a refused call is aborted with its status."""
+        if self._gate.guard is None:
+            return
+        try:
+            # context.peer() is "ipv4:127.0.0.1:50512": one client connection
+            self._gate.admit_grpc(method, _metadata(context, "authorization"), context.peer())
+        except Exception as exc:  # noqa: BLE001  (mapped to a status)
+            await self._abort(exc, context)
+
+    @staticmethod
+    async def _abort(exc: Exception, context: Context) -> None:
+        error = as_sonic_error(exc)
+        await context.abort(grpc_status(error), error.message)
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
-    async def start(self, host: str, port: int) -> int:
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    async def start(self) -> None:
+        address = self.address
         if self._credentials is not None:
             self.port = self._server.add_secure_port(address, self._credentials)
         else:
@@ -75,82 +89,63 @@ class GrpcAioFrontend:
         if self.port == 0:
             raise OSError(f"cannot bind gRPC to {address}")
         await self._server.start()
-        return self.port
 
     async def stop(self, grace_s: float) -> None:
-        """Refuse new calls at once; let calls in flight finish for up to ``grace_s``."""
         await self._server.stop(grace_s)
 
     # --- handlers ---------------------------------------------------------------------------------------
 
+    def _unary(
+        self, name: str, handler: Callable[[Any, Context], Awaitable[Any]]
+    ) -> Callable[[Any, Context], Awaitable[Any]]:
+        """``handler`` behind the gate, its failures aborting the call with their status."""
+
+        async def call(request: Any, context: Context) -> Any:
+            await self._admit(name, context)
+            try:
+                return await handler(request, context)
+            except Exception as exc:
+                await self._abort(exc, context)
+                raise  # unreachable: abort raises
+
+        return call
+
     def _handlers(self) -> grpc.GenericRpcHandler[Any, Any]:
         def unary(name: str, method: UnaryMethod) -> grpc.RpcMethodHandler[Any, Any]:
-            async def handler(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
-                try:
-                    if self._guard is not None:
-                        self._check(name, context)
-                    return await method.handler(request)
-                except Exception as exc:  # noqa: BLE001  (mapped to a status below)
-                    error = as_sonic_error(exc)
-                    await context.abort(grpc_status(error), error.message)
-
             return grpc.unary_unary_rpc_method_handler(
-                handler,
+                self._unary(name, lambda request, _: method.handler(request)),
                 request_deserializer=method.request_type.FromString,
                 response_serializer=method.response_type.SerializeToString,
             )
 
         handlers = {name: unary(name, method) for name, method in self._methods.unary.items()}
         # Tensor bytes bypass protobuf: these handlers take and return serialized messages.
-        handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(self._model_infer)
+        handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
+            self._unary("ModelInfer", self._model_infer)
+        )
         handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(self._model_stream_infer)
         return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
     def _health_handlers(self) -> grpc.GenericRpcHandler[Any, Any]:
-        async def check(data: bytes, context: aio.ServicerContext[Any, Any]) -> bytes:
-            try:
-                if self._guard is not None:
-                    self._check("HealthCheck", context)
-                return self._methods.health_check(data)
-            except Exception as exc:
-                error = as_sonic_error(exc)
-                await context.abort(grpc_status(error), error.message)
-                raise  # unreachable: abort raises
+        async def check(data: bytes, _: Context) -> bytes:
+            return self._methods.health_check(data)
 
         service, method = HEALTH_CHECK_PATH.strip("/").split("/")
         return grpc.method_handlers_generic_handler(
-            service, {method: grpc.unary_unary_rpc_method_handler(check)}
+            service, {method: grpc.unary_unary_rpc_method_handler(self._unary("HealthCheck", check))}
         )
 
-    def _trace_headers(self, context: aio.ServicerContext[Any, Any]) -> dict[str, str] | None:
-        """W3C trace context from the call's metadata, only when spans are being made."""
-        if not self._dataplane.wants_trace_context:
-            return None
-        return {
-            key: value
-            for key, value in context.invocation_metadata() or ()
-            if key in TRACE_HEADERS and isinstance(value, str)
-        }
+    def _trace_headers(self, context: Context) -> dict[str, str] | None:
+        return self._gate.trace_context(lambda name: _metadata(context, name))
 
-    async def _model_infer(self, data: bytes, context: aio.ServicerContext[Any, Any]) -> bytes:
-        try:
-            if self._guard is not None:
-                self._check("ModelInfer", context)
-            return b"".join(await self._methods.infer(data, self._trace_headers(context)))
-        except Exception as exc:
-            error = as_sonic_error(exc)
-            await context.abort(grpc_status(error), error.message)
-            raise  # unreachable: abort raises
+    async def _model_infer(self, data: bytes, context: Context) -> bytes:
+        return b"".join(await self._methods.infer(data, self._trace_headers(context)))
 
     async def _model_stream_infer(
-        self, requests: AsyncIterator[bytes], context: aio.ServicerContext[Any, Any]
+        self, requests: AsyncIterator[bytes], context: Context
     ) -> AsyncIterator[bytes]:
         """Requests of a stream run concurrently; responses go back as each completes."""
-        if self._guard is not None:
-            try:
-                self._check("ModelStreamInfer", context)
-            except SonicError as error:
-                await context.abort(grpc_status(error), error.message)
+        await self._admit("ModelStreamInfer", context)
         results: asyncio.Queue[bytes | None] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
         trace_headers = self._trace_headers(context)

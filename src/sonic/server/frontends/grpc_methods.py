@@ -2,165 +2,29 @@
 
 Both gRPC frontends (the native HTTP/2 one and the grpcio one) take their handlers from
 :class:`GrpcMethods`: unary methods map a protobuf request to a protobuf response; ``ModelInfer`` maps
-serialized bytes to serialized pieces, skipping protobuf for tensor bytes (see :mod:`sonic.protocol.wire`).
+serialized bytes to serialized pieces through the codec of :mod:`sonic.protocol.grpc_codec`.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
 from tritonclient.grpc import service_pb2
 
-from sonic.errors import InternalError, InvalidArgumentError, SonicError
-from sonic.protocol import dtypes
-from sonic.protocol.wire import raw_contents_parts, split_raw_contents, wrap_stream_response
+from sonic.protocol.errors import InvalidArgumentError
+from sonic.protocol.grpc_codec import decode_infer_request, encode_infer_response, encode_stream_error
+from sonic.protocol.wire import wrap_stream_response
 from sonic.server.dataplane import DataPlane
-from sonic.server.guard import CallKind
-from sonic.server.types import InferRequest, InferResponse, InputTensor, ShmRef
+from sonic.server.frontends.gate import as_sonic_error
 
-log = logging.getLogger(__name__)
-
-SERVICE = "inference.GRPCInferenceService"
 # gRPC's standard health service (grpc-health-probe, Kubernetes gRPC probes), as Triton serves it: only
 # Check. Its two messages are one field each, so they are read and written by hand.
 HEALTH_CHECK_PATH = "/grpc.health.v1.Health/Check"
 _HEALTH_SERVING = b"\x08\x01"  # HealthCheckResponse{status: SERVING}
 _HEALTH_NOT_SERVING = b"\x08\x02"
-
-
-def _parameter_int(parameters: Any, key: str) -> int:
-    if key not in parameters:
-        return 0
-    param = parameters[key]
-    which = param.WhichOneof("parameter_choice")
-    if which in {"int64_param", "uint64_param"}:
-        return int(getattr(param, which))
-    raise InvalidArgumentError(f"request parameter '{key}' must be an integer, got {which}")
-
-
-def _shm_ref(parameters: Any, where: str) -> ShmRef | None:
-    """The ``shared_memory_*`` parameters of an input or output, as Triton reads them."""
-    if "shared_memory_region" not in parameters:
-        return None
-    param = parameters["shared_memory_region"]
-    if param.WhichOneof("parameter_choice") != "string_param":
-        raise InvalidArgumentError(f"{where}: parameter 'shared_memory_region' must be a string")
-    if "shared_memory_byte_size" not in parameters:
-        raise InvalidArgumentError(
-            f"{where}: 'shared_memory_region' is given without 'shared_memory_byte_size'"
-        )
-    return ShmRef(
-        param.string_param,
-        _parameter_int(parameters, "shared_memory_byte_size"),
-        _parameter_int(parameters, "shared_memory_offset"),
-    )
-
-
-def decode_infer_request(data: bytes | bytearray | memoryview, received_ns: int) -> InferRequest:
-    """A serialized ``ModelInferRequest`` as our request type, tensor bytes left in place."""
-    rest, raw = split_raw_contents(data)
-    try:
-        head = service_pb2.ModelInferRequest.FromString(rest if isinstance(rest, bytes) else bytes(rest))
-    except Exception as exc:  # noqa: BLE001  (protobuf's DecodeError and friends)
-        raise InvalidArgumentError(f"malformed ModelInferRequest: {exc}") from None
-    shm = [_shm_ref(t.parameters, f"model '{head.model_name}' input '{t.name}'") for t in head.inputs]
-    # As in Triton, inputs in shared memory take no raw_input_contents entry.
-    expected_raw = sum(ref is None for ref in shm)
-    if raw and len(raw) != expected_raw:
-        raise InvalidArgumentError(
-            f"model '{head.model_name}': raw_input_contents has {len(raw)} entries for {expected_raw} inputs "
-            "not in shared memory; when raw contents are used every such input must have one"
-        )
-    inputs = []
-    raw_index = 0
-    for tensor, ref in zip(head.inputs, shm, strict=True):
-        shape = tuple(int(d) for d in tensor.shape)
-        if ref is not None:
-            inputs.append(InputTensor(tensor.name, tensor.datatype, shape, shm=ref))
-            continue
-        if raw:
-            inputs.append(InputTensor(tensor.name, tensor.datatype, shape, raw=raw[raw_index]))
-            raw_index += 1
-            continue
-        where = f"model '{head.model_name}' input '{tensor.name}'"
-        datatype = dtypes.from_name(tensor.datatype)
-        if not tensor.HasField("contents"):
-            raise InvalidArgumentError(f"{where}: no data (neither raw_input_contents nor contents)")
-        if datatype.contents_field is None:
-            raise InvalidArgumentError(
-                f"{where}: {datatype.name} data can only be sent as raw_input_contents, not typed contents"
-            )
-        values = getattr(tensor.contents, datatype.contents_field)
-        array = dtypes.array_from_contents(values, datatype, shape, where)
-        inputs.append(InputTensor(tensor.name, tensor.datatype, shape, array=array))
-    return InferRequest(
-        model_name=head.model_name,
-        model_version=head.model_version,
-        inputs=inputs,
-        request_id=head.id,
-        outputs=[o.name for o in head.outputs] or None,
-        priority=_parameter_int(head.parameters, "priority"),
-        timeout_us=_parameter_int(head.parameters, "timeout"),
-        received_ns=received_ns,
-        output_shm={
-            o.name: ref
-            for o in head.outputs
-            if (ref := _shm_ref(o.parameters, f"model '{head.model_name}' output '{o.name}'")) is not None
-        },
-    )
-
-
-def encode_infer_response(response: InferResponse) -> list[bytes | memoryview]:
-    """A serialized ``ModelInferResponse`` as pieces: tensors stay views of the output arrays."""
-    head = service_pb2.ModelInferResponse(
-        model_name=response.model_name, model_version=response.model_version, id=response.request_id
-    )
-    contents: list[bytes | memoryview] = []
-    for output in response.outputs:
-        tensor = head.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)
-        if output.shm is not None:
-            tensor.parameters["shared_memory_region"].string_param = output.shm.region
-            tensor.parameters["shared_memory_byte_size"].int64_param = output.shm.byte_size
-            if output.shm.offset:
-                tensor.parameters["shared_memory_offset"].int64_param = output.shm.offset
-            # Triton keeps one (empty) raw_output_contents entry per output so indices line up.
-            contents.append(b"")
-            continue
-        contents.append(dtypes.array_to_bytes(output.array, dtypes.from_name(output.datatype)))
-    return raw_contents_parts(head.SerializeToString(), contents)
-
-
-def as_sonic_error(exc: Exception) -> SonicError:
-    if isinstance(exc, SonicError):
-        return exc
-    log.exception("unexpected error", exc_info=exc)
-    return InternalError(f"internal error: {exc!r}")
-
-
-HEALTH_METHODS = frozenset({"ServerLive", "ServerReady", "ModelReady", "HealthCheck"})
-
-
-def call_kind(method: str) -> CallKind:
-    if method in HEALTH_METHODS:
-        return CallKind.HEALTH
-    if method == "RepositoryIndex":
-        return CallKind.INDEX
-    if method in {"ModelInfer", "ModelStreamInfer"}:
-        return CallKind.INFER
-    return CallKind.CONTROL
-
-
-def peer_host(peer: str) -> str:
-    """The host of a gRPC peer (``ipv4:1.2.3.4:5``, ``ipv6:%5B::1%5D:5``) as HTTP's peername spells it."""
-    scheme, _, rest = peer.partition(":")
-    if scheme not in {"ipv4", "ipv6"}:
-        return peer
-    return unquote(rest).rsplit(":", 1)[0].strip("[]")
 
 
 @dataclass(frozen=True)
@@ -270,13 +134,4 @@ class GrpcMethods:
         try:
             return wrap_stream_response(await self.infer(data, trace_headers))
         except Exception as exc:  # noqa: BLE001  (reported in the stream message)
-            error = as_sonic_error(exc)
-            message = service_pb2.ModelStreamInferResponse(error_message=error.message)
-            try:
-                head, _ = split_raw_contents(data)
-                request = service_pb2.ModelInferRequest.FromString(head)
-                message.infer_response.model_name = request.model_name
-                message.infer_response.id = request.id
-            except Exception:  # noqa: BLE001, S110  (a malformed request has no id to echo)
-                pass
-            return [message.SerializeToString()]
+            return [encode_stream_error(data, as_sonic_error(exc).message)]

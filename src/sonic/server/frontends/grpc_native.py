@@ -17,13 +17,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import ssl
 from typing import Any
 
 import grpc
 
-from sonic.errors import SonicError, grpc_status
 from sonic.protocol import grpc_call
+from sonic.protocol.errors import SonicError
 from sonic.protocol.grpc_call import (
     ACCEPT_ENCODING,
     GrpcError,
@@ -34,23 +33,17 @@ from sonic.protocol.grpc_call import (
     parse_grpc_timeout,
     status_block,
 )
+from sonic.protocol.grpc_codec import grpc_status
 from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits, MemoBudget
 from sonic.protocol.http2 import encode_headers
-from sonic.protocol.wire import parts_size
-from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES
+from sonic.protocol.wire import SERVICE, parts_size
+from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES, TlsConfig
 from sonic.server.dataplane import DataPlane
-from sonic.server.frontends.grpc_methods import (
-    HEALTH_CHECK_PATH,
-    SERVICE,
-    GrpcMethods,
-    UnaryMethod,
-    as_sonic_error,
-    call_kind,
-    peer_host,
-)
+from sonic.server.frontends.base import Frontend
+from sonic.server.frontends.gate import CallGate, as_sonic_error
+from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, GrpcMethods, UnaryMethod
 from sonic.server.frontends.h2 import Headers, Http2Connection, Stream
-from sonic.server.guard import Guard
-from sonic.server.observe import TRACE_HEADERS
+from sonic.server.tls import grpc_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +55,12 @@ RESPONSE_HEADERS = encode_headers(
     ]
 )
 TRAILERS_OK = encode_headers([(b"grpc-status", b"0")])
-_TRACE_HEADER_NAMES = frozenset(name.encode() for name in TRACE_HEADERS)
 MEMO_BUDGET_BYTES = 32 << 20  # all connections' header-block memos together
+
+
+def _text(value: bytes | None) -> str | None:
+    """A header value as text (HTTP/2 header values are bytes; latin-1 maps each byte to one character)."""
+    return value.decode("latin-1") if value is not None else None
 
 
 class CallError(Exception):
@@ -182,13 +179,8 @@ class GrpcConnection(Http2Connection):
         path, content_type = fields.get(b":path"), fields.get(b"content-type")
         method_verb, timeout = fields.get(b":method"), fields.get(b"grpc-timeout")
         encoding, authorization = fields.get(b"grpc-encoding"), fields.get(b"authorization")
-        trace = None
-        if self._methods.dataplane.wants_trace_context:
-            trace = {
-                name.decode(): fields[name].decode("latin-1")
-                for name in _TRACE_HEADER_NAMES
-                if name in fields
-            }
+        gate = self._frontend.gate
+        trace = gate.trace_context(lambda name: _text(fields.get(name.encode())))
         if method_verb != b"POST" or content_type is None or not content_type.startswith(b"application/grpc"):
             # Not a gRPC call at all: answered in HTTP, as the gRPC spec asks.
             self.send_headers(stream, encode_headers([(b":status", b"415")]), end_stream=True)
@@ -205,10 +197,9 @@ class GrpcConnection(Http2Connection):
             call.encoding = check_encoding(encoding)
         except GrpcError as error:
             raise CallError(grpc.StatusCode[error.status], error.message) from None
-        if self._frontend.guard is not None:
+        if gate.guard is not None:
             peer = self._peer = self._peer or self.peer
-            token = authorization.decode("latin-1") if authorization is not None else None
-            self._frontend.guard.check(call_kind(method), token, peer, peer_host(peer))
+            gate.admit_grpc(method, _text(authorization), peer)
         if timeout is not None:
             try:
                 seconds = parse_grpc_timeout(timeout)
@@ -339,44 +330,49 @@ class GrpcConnection(Http2Connection):
         )
 
 
-class NativeGrpcFrontend:
+class NativeGrpcFrontend(Frontend):
     """Listens, accepts connections, and shuts them down in order (GOAWAY, drain, then close)."""
+
+    name = "grpc"
+    carries_requests = True
 
     def __init__(
         self,
         dataplane: DataPlane,
+        gate: CallGate,
+        host: str,
+        port: int,
         *,
         max_message_bytes: int,
-        guard: Guard | None = None,
-        ssl_context: ssl.SSLContext | None = None,
+        tls: TlsConfig | None = None,
         max_concurrent_streams: int | None = None,
         max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES,
         http2_limits: Http2Limits = SERVER_LIMITS,
     ) -> None:
         self.methods = GrpcMethods(dataplane)
+        self.gate = gate
+        self.host = host
+        self.port = port
         self.max_message_bytes = max_message_bytes
         # gRPC's message limit holds for the inflated message too (as grpcio checks it).
         self.message_limits = MessageLimits(max_message_bytes, min(max_decompressed_bytes, max_message_bytes))
-        self.guard = guard
         if max_concurrent_streams is not None:
             http2_limits = dataclasses.replace(http2_limits, max_concurrent_streams=max_concurrent_streams)
         self.http2_limits = http2_limits
         self.memo_budget = MemoBudget(MEMO_BUDGET_BYTES)
-        self._ssl_context = ssl_context
+        self._ssl_context = grpc_ssl_context(tls) if tls is not None else None
         names = [*self.methods.unary, "ModelInfer", "ModelStreamInfer"]
         self.paths = {f"/{SERVICE}/{name}".encode(): name for name in names}
         self.paths[HEALTH_CHECK_PATH.encode()] = "HealthCheck"
         self.connections: set[GrpcConnection] = set()
         self._server: asyncio.Server | None = None
-        self.port = 0
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: GrpcConnection(self), host, port, ssl=self._ssl_context, reuse_address=True
+            lambda: GrpcConnection(self), self.host, self.port, ssl=self._ssl_context, reuse_address=True
         )
         self.port = int(self._server.sockets[0].getsockname()[1])
-        return self.port
 
     async def stop(self, grace_s: float) -> None:
         """Refuse new connections and streams at once; calls in flight get up to ``grace_s``."""

@@ -16,30 +16,30 @@ import asyncio
 import functools
 import json
 import logging
-import ssl
 import time
 from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
 
 from aiohttp import web
 
-from sonic.errors import (
-    InternalError,
+from sonic.protocol import http_json
+from sonic.protocol.errors import (
     InvalidArgumentError,
     NotFoundError,
-    PayloadTooLargeError,
     ResourceExhaustedError,
-    SonicError,
     UnimplementedError,
     http_status,
 )
-from sonic.protocol import http_json
 from sonic.protocol.inflate import WBITS, InflateError, InflateLimitError, inflate_async
-from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES
+from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES, TlsConfig
 from sonic.server.dataplane import DataPlane
-from sonic.server.guard import CallKind, Guard
-from sonic.server.observe import TRACE_HEADERS
+from sonic.server.frontends.aiohttp_listener import AiohttpListener
+from sonic.server.frontends.base import Frontend
+from sonic.server.frontends.gate import CallGate, as_sonic_error
+from sonic.server.guard import CallKind
+from sonic.server.tls import http_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +57,13 @@ def _json_response(payload: Any, status: int = 200) -> web.Response:
 
 
 def _error_response(exc: Exception) -> web.Response:
-    if isinstance(exc, SonicError):
-        error = exc
-    else:
-        log.exception("unexpected error", exc_info=exc)
-        error = InternalError(f"internal error: {exc!r}")
+    error = as_sonic_error(exc)
     return _json_response({"error": error.message}, int(http_status(error)))
+
+
+class PayloadTooLargeError(ResourceExhaustedError):
+    """A request body over a size limit: answered 413 (not the 429 of its gRPC status) and the connection
+    closed."""
 
 
 def _health(ok: bool) -> web.Response:
@@ -72,7 +73,7 @@ def _health(ok: bool) -> web.Response:
 
 async def _refuse_body(request: web.BaseRequest, exc: PayloadTooLargeError) -> web.StreamResponse:
     """413, then close: aiohttp would otherwise read (and drop) the rest of the body for up to 10 s."""
-    response = _error_response(exc)
+    response = _json_response({"error": exc.message}, HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
     response.force_close()
     await response.prepare(request)
     await response.write_eof()
@@ -114,30 +115,36 @@ class _ConnectionLimitedServer(web.Server):
         super().connection_lost(handler, exc)
 
 
-class HttpFrontend:
+class HttpFrontend(Frontend):
+    name = "http"
+    carries_requests = True
+
     def __init__(
         self,
         dataplane: DataPlane,
+        gate: CallGate,
+        host: str,
+        port: int,
         *,
         max_message_bytes: int,
-        guard: Guard | None = None,
-        ssl_context: ssl.SSLContext | None = None,
+        tls: TlsConfig | None = None,
         max_connections_per_client: int | None = None,
         max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES,
     ) -> None:
         self._dataplane = dataplane
         self._max_decompressed_bytes = max_decompressed_bytes
+        self._gate = gate
+        self.host = host
+        self.port = port
         self._max_connections_per_client = max_connections_per_client
         self._limited: _ConnectionLimitedServer | None = None
         self._max_message_bytes = max_message_bytes
-        self._guard = guard
-        self._ssl_context = ssl_context
-        self._runner: web.ServerRunner | None = None
-        self.port = 0
+        self._ssl_context = http_ssl_context(tls) if tls is not None else None
+        self._listener = AiohttpListener()
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
-    async def start(self, host: str, port: int, grace_s: float) -> int:
+    async def start(self) -> None:
         server: web.Server
         if self._max_connections_per_client is not None:
             server = self._limited = _ConnectionLimitedServer(
@@ -149,17 +156,10 @@ class HttpFrontend:
         else:
             # auto_decompress off: aiohttp would inflate on the loop with no cap; _read_body does it bounded.
             server = web.Server(self._handle, access_log=None, auto_decompress=False)
-        self._runner = web.ServerRunner(server, shutdown_timeout=grace_s)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, ssl_context=self._ssl_context, reuse_port=False)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
-        return self.port
+        self.port = await self._listener.start(server, self.host, self.port, self._ssl_context)
 
-    async def stop(self) -> None:
-        """Stop listening, let requests in flight finish (up to the grace time), close connections."""
-        if self._runner is not None:
-            await self._runner.cleanup()
+    async def stop(self, grace_s: float) -> None:
+        await self._listener.stop(grace_s)
 
     # --- dispatch -------------------------------------------------------------------------------------
 
@@ -179,11 +179,11 @@ class HttpFrontend:
             if parts and parts[-1] == "":
                 parts.pop()
             kind, handler = self._route(request.method, parts, request, received_ns)
-            if self._guard is not None:
+            if self._gate.guard is not None:
                 peer = request.transport.get_extra_info("peername") if request.transport else None
                 address = str(peer[0]) if peer else "unknown"
                 client = f"{address}:{peer[1]}" if peer else "unknown"
-                self._guard.check(kind, request.headers.get("Authorization"), client, address)
+                self._gate.admit(kind, request.headers.get("Authorization"), client, address)
             return await handler()
         except PayloadTooLargeError as exc:
             return await _refuse_body(request, exc)
@@ -394,10 +394,7 @@ class HttpFrontend:
             infer_request, choice = decode()
         else:
             infer_request, choice = await asyncio.to_thread(decode)
-        if self._dataplane.wants_trace_context:
-            infer_request.trace_headers = {
-                k: v for k in TRACE_HEADERS if (v := request.headers.get(k)) is not None
-            }
+        infer_request.trace_headers = self._gate.trace_context(request.headers.get)
         response = await self._dataplane.infer(infer_request)
         payload, json_length = http_json.encode_infer_response(response, choice)
         if json_length is None:

@@ -1,4 +1,7 @@
-"""The pure parts of benchmarks/compare.py: configs for the other servers, paired ratios, the docs table."""
+"""The pure parts of benchmarks/compare.py: configs for the other servers, paired ratios, the docs table.
+
+Here, next to the benchmarks, because it tests their harness, which is not part of the installed package.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""Run the real NVIDIA ``tritonserver`` (the binary shipped in the ``nvidia-pytriton`` wheel) on free ports.
+"""Run the real NVIDIA ``tritonserver`` (the binary shipped in the ``nvidia-pytriton`` wheel, or one given) on free ports.
 
-Used by interoperability tests, benchmarks and the client's fallback server. Readiness is asked over
-gRPC (ServerReady, then ModelReady for each expected model) with backoff until a deadline; the
-process is stopped by PID, SIGTERM first.
+Used by the client's fallback server, interoperability tests and benchmarks. Readiness is asked over
+gRPC (ServerReady, then ModelReady for each expected model) with backoff until a deadline: Triton gives
+no ready signal a launcher could wait on for every way it is run (a container, another KServe v2 server),
+so :meth:`TritonProcess.launch` serves any such command. The process is stopped by PID, SIGTERM first.
 
 The wheel's Python backend needs a stub built for the running Python; it is linked with the backend
 library into a private backend directory, as pytriton itself does.
@@ -12,23 +13,20 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from sonic.launch import terminate
+from sonic.launch.process import LaunchError, ServerHandle, free_port, start_process
 
 
-class TritonStartError(RuntimeError):
+class TritonStartError(LaunchError):
     pass
 
 
@@ -66,22 +64,8 @@ def prepare_backend_directory(workdir: Path) -> Path:
     return workdir / "backends"
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (bind port 0, read it, release it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _tail(path: Path, limit: int = 4000) -> str:
-    try:
-        return path.read_text(errors="replace")[-limit:]
-    except OSError:
-        return ""
-
-
 def wait_until_ready(
-    address: str, models: Sequence[str], timeout_s: float, process: subprocess.Popen[bytes] | None = None
+    address: str, models: Sequence[str], timeout_s: float, process: subprocess.Popen[str] | None = None
 ) -> None:
     """Ask ServerReady and ModelReady with backoff until all say yes; raise on the deadline or exit."""
     deadline = time.monotonic() + timeout_s
@@ -142,17 +126,10 @@ def tritonserver_command(
     return command + list(extra_args)
 
 
-class TritonProcess:
-    """A running ``tritonserver`` (or a command that runs one, e.g. in a container)."""
+class TritonProcess(ServerHandle):
+    """A running ``tritonserver`` (or a command that runs a KServe v2 server, e.g. Triton in a container)."""
 
-    def __init__(self, process: subprocess.Popen[bytes], grpc_address: str, log_path: Path) -> None:
-        self.process = process
-        self.grpc_address = grpc_address
-        self.log_path = log_path
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
+    stop_timeout_s = 30.0
 
     @classmethod
     def start(
@@ -196,26 +173,11 @@ class TritonProcess:
         env: dict[str, str] | None,
         log_path: Path,
     ) -> TritonProcess:
-        with log_path.open("wb") as log_file:
-            process = subprocess.Popen(
-                list(command), stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        try:
+        """Run ``command``, a KServe v2 server that will listen on ``grpc_address``; wait for it and ``models``."""
+
+        def ready(process: subprocess.Popen[str]) -> dict[str, str]:
             wait_until_ready(grpc_address, models, wait_timeout_s, process)
-        except BaseException as exc:
-            terminate(process, 10.0)
-            if isinstance(exc, TritonStartError):
-                raise TritonStartError(f"{exc}; log:\n{_tail(log_path)}") from None
-            raise
-        return cls(process, grpc_address, log_path)
+            return {"grpc": grpc_address}
 
-    def stop(self, timeout_s: float = 30.0) -> int:
-        return terminate(self.process, timeout_s)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        process, addresses = start_process(command, log_path, ready, env=env)
+        return cls(process, addresses, log_path)

@@ -1,0 +1,287 @@
+"""The KServe v2 gRPC message codec: ``ModelInfer`` and ``ModelStreamInfer`` messages, both sides.
+
+Server side, a serialized ``ModelInferRequest`` becomes an :class:`InferRequest` and an
+:class:`InferResponse` becomes a serialized ``ModelInferResponse`` as pieces; client side, a
+:class:`WireRequest` becomes a request head plus raw tensor fields and a response becomes a
+:class:`WireResponse`. Tensor bytes skip protobuf both ways (see :mod:`sonic.protocol.wire`): they
+are views of received buffers and are written next to, not into, the protobuf head.
+
+Triton's generated messages come from ``tritonclient.grpc``; this module and its ``grpc.StatusCode``
+conversion are the only places of the protocol layer that touch grpcio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import grpc
+import numpy as np
+import numpy.typing as npt
+from tritonclient.grpc import service_pb2
+
+from sonic.protocol import dtypes
+from sonic.protocol.errors import InvalidArgumentError, SonicError
+from sonic.protocol.types import (
+    InferRequest,
+    InferResponse,
+    InputTensor,
+    ParameterValue,
+    ShmRef,
+    WireInput,
+    WireOutput,
+    WireRequest,
+    WireResponse,
+    check_parameters,
+)
+from sonic.protocol.wire import (
+    RAW_OUTPUT_CONTENTS_TAG,
+    STREAM_INFER_RESPONSE_TAG,
+    raw_contents_parts,
+    raw_input_parts,
+    split_raw_contents,
+)
+
+# Messages below this size are parsed by protobuf's C parser, which beats walking the fields in Python;
+# above it, tensor bytes are cut out by hand so they are not copied.
+SPLIT_ABOVE_BYTES = 65536
+Decoded = tuple[Any, list[memoryview]]  # (ModelInferResponse without tensors, views of tensor bytes)
+
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def grpc_status(error: SonicError) -> grpc.StatusCode:
+    """The status an error is sent with, as grpcio names it."""
+    return _STATUS_CODES[int(error.code)]
+
+
+# --- parameters -------------------------------------------------------------------------------------------
+
+
+def parameters_from_proto(parameters: Any, where: str) -> dict[str, object]:
+    """An ``InferParameter`` map as plain values, checked against Triton's request parameters."""
+    values: dict[str, object] = {}
+    for key, param in parameters.items():
+        which = param.WhichOneof("parameter_choice")
+        if which is None:
+            raise InvalidArgumentError(f"{where}: request parameter '{key}' has no value")
+        values[key] = getattr(param, which)
+    check_parameters(values, where)
+    return values
+
+
+def set_parameters(target: Any, parameters: Mapping[str, ParameterValue]) -> None:
+    """Fill an ``InferParameter`` map; the oneof field follows the Python type."""
+    for key, value in parameters.items():
+        param = target[key]
+        if isinstance(value, bool):
+            param.bool_param = value
+        elif isinstance(value, int):
+            if value >= 2**63:
+                param.uint64_param = value
+            else:
+                param.int64_param = value
+        elif isinstance(value, float):
+            param.double_param = value
+        else:
+            param.string_param = value
+
+
+def _parameter_int(parameters: Any, key: str, where: str) -> int:
+    if key not in parameters:
+        return 0
+    param = parameters[key]
+    which = param.WhichOneof("parameter_choice")
+    if which in {"int64_param", "uint64_param"}:
+        return int(getattr(param, which))
+    raise InvalidArgumentError(f"{where}: parameter '{key}' must be an integer, got {which}")
+
+
+def _shm_ref(parameters: Any, where: str) -> ShmRef | None:
+    """The ``shared_memory_*`` parameters of an input or output, as Triton reads them."""
+    if "shared_memory_region" not in parameters:
+        return None
+    param = parameters["shared_memory_region"]
+    if param.WhichOneof("parameter_choice") != "string_param":
+        raise InvalidArgumentError(f"{where}: parameter 'shared_memory_region' must be a string")
+    if "shared_memory_byte_size" not in parameters:
+        raise InvalidArgumentError(
+            f"{where}: 'shared_memory_region' is given without 'shared_memory_byte_size'"
+        )
+    return ShmRef(
+        param.string_param,
+        _parameter_int(parameters, "shared_memory_byte_size", where),
+        _parameter_int(parameters, "shared_memory_offset", where),
+    )
+
+
+def _set_shm(parameters: Any, ref: ShmRef) -> None:
+    parameters["shared_memory_region"].string_param = ref.region
+    parameters["shared_memory_byte_size"].int64_param = ref.byte_size
+    if ref.offset:
+        parameters["shared_memory_offset"].int64_param = ref.offset
+
+
+# --- server side: requests in, responses out --------------------------------------------------------------
+
+
+def decode_infer_request(data: bytes | bytearray | memoryview, received_ns: int) -> InferRequest:
+    """A serialized ``ModelInferRequest`` as our request type, tensor bytes left in place."""
+    rest, raw = split_raw_contents(data)
+    try:
+        head = service_pb2.ModelInferRequest.FromString(rest if isinstance(rest, bytes) else bytes(rest))
+    except Exception as exc:  # noqa: BLE001  (protobuf's DecodeError and friends)
+        raise InvalidArgumentError(f"malformed ModelInferRequest: {exc}") from None
+    model = f"model '{head.model_name}'"
+    shm = [_shm_ref(t.parameters, f"{model} input '{t.name}'") for t in head.inputs]
+    # As in Triton, inputs in shared memory take no raw_input_contents entry.
+    expected_raw = sum(ref is None for ref in shm)
+    if raw and len(raw) != expected_raw:
+        raise InvalidArgumentError(
+            f"{model}: raw_input_contents has {len(raw)} entries for {expected_raw} inputs "
+            "not in shared memory; when raw contents are used every such input must have one"
+        )
+    inputs = []
+    raw_index = 0
+    for tensor, ref in zip(head.inputs, shm, strict=True):
+        shape = tuple(int(d) for d in tensor.shape)
+        if ref is not None:
+            inputs.append(InputTensor(tensor.name, tensor.datatype, shape, shm=ref))
+            continue
+        if raw:
+            inputs.append(InputTensor(tensor.name, tensor.datatype, shape, raw=raw[raw_index]))
+            raw_index += 1
+            continue
+        inputs.append(_typed_contents(tensor, shape, f"{model} input '{tensor.name}'"))
+    return InferRequest(
+        model_name=head.model_name,
+        model_version=head.model_version,
+        inputs=inputs,
+        request_id=head.id,
+        outputs=[o.name for o in head.outputs] or None,
+        received_ns=received_ns,
+        parameters=parameters_from_proto(head.parameters, model) if head.parameters else {},
+        output_shm={
+            o.name: ref
+            for o in head.outputs
+            if (ref := _shm_ref(o.parameters, f"{model} output '{o.name}'")) is not None
+        },
+    )
+
+
+def _typed_contents(tensor: Any, shape: tuple[int, ...], where: str) -> InputTensor:
+    """An input sent in ``contents`` (typed protobuf lists) rather than raw bytes."""
+    datatype = dtypes.from_name(tensor.datatype)
+    if not tensor.HasField("contents"):
+        raise InvalidArgumentError(f"{where}: no data (neither raw_input_contents nor contents)")
+    if datatype.contents_field is None:
+        raise InvalidArgumentError(
+            f"{where}: {datatype.name} data can only be sent as raw_input_contents, not typed contents"
+        )
+    values = getattr(tensor.contents, datatype.contents_field)
+    array = dtypes.array_from_contents(values, datatype, shape, where)
+    return InputTensor(tensor.name, tensor.datatype, shape, array=array)
+
+
+def encode_infer_response(response: InferResponse) -> list[bytes | memoryview]:
+    """A serialized ``ModelInferResponse`` as pieces: tensors stay views of the output arrays."""
+    head = service_pb2.ModelInferResponse(
+        model_name=response.model_name, model_version=response.model_version, id=response.request_id
+    )
+    contents: list[bytes | memoryview] = []
+    for output in response.outputs:
+        tensor = head.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)
+        if output.shm is not None:
+            _set_shm(tensor.parameters, output.shm)
+            # Triton keeps one (empty) raw_output_contents entry per output so indices line up.
+            contents.append(b"")
+            continue
+        contents.append(dtypes.array_to_bytes(output.array, dtypes.from_name(output.datatype)))
+    return raw_contents_parts(head.SerializeToString(), contents)
+
+
+def encode_stream_error(data: bytes | bytearray | memoryview, message: str) -> bytes:
+    """A ``ModelStreamInferResponse`` reporting a failed request, echoing its model and id if it has them."""
+    response = service_pb2.ModelStreamInferResponse(error_message=message)
+    try:
+        head, _ = split_raw_contents(data)
+        request = service_pb2.ModelInferRequest.FromString(head)
+        response.infer_response.model_name = request.model_name
+        response.infer_response.id = request.id
+    except Exception:  # noqa: BLE001, S110  (a malformed request has no id to echo)
+        pass
+    encoded: bytes = response.SerializeToString()
+    return encoded
+
+
+# --- client side: requests out, responses in --------------------------------------------------------------
+
+
+def encode_request(request: WireRequest) -> tuple[Any, list[bytes | memoryview]]:
+    """The request head (a ModelInferRequest without tensor bytes) and its raw_input_contents fields."""
+    head = service_pb2.ModelInferRequest(model_name=request.model, model_version=request.version)
+    if request.request_id:
+        head.id = request.request_id
+    if request.parameters:
+        set_parameters(head.parameters, request.parameters)
+    contents: list[bytes | memoryview] = []
+    for tensor in request.inputs:
+        message = head.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        if tensor.shm is not None:
+            _set_shm(message.parameters, tensor.shm)
+            continue
+        assert tensor.data is not None
+        contents.append(tensor.data)
+    for output in request.outputs:
+        message = head.outputs.add(name=output.name)
+        if output.shm is not None:
+            _set_shm(message.parameters, output.shm)
+    return head, raw_input_parts(contents)
+
+
+def encode_infer_request(
+    model: str, version: str, arrays: Mapping[str, npt.NDArray[Any]], datatypes: Mapping[str, str]
+) -> bytes:
+    """A whole serialized ``ModelInferRequest`` carrying every tensor in ``raw_input_contents``."""
+    inputs = []
+    for name, array in arrays.items():
+        datatype = dtypes.from_name(datatypes[name])
+        data = dtypes.array_to_bytes(np.ascontiguousarray(array), datatype)
+        inputs.append(WireInput(name, datatype.name, tuple(array.shape), data))
+    head, tail = encode_request(WireRequest(model, version, tuple(inputs)))
+    return b"".join([head.SerializeToString(), *tail])
+
+
+def decode_response(
+    head: Any, raw: Sequence[memoryview], *, serialize_ns: int = 0, wait_ns: int = 0
+) -> WireResponse:
+    """A ModelInferResponse head and its tensor bytes as our response type."""
+    outputs = []
+    for index, tensor in enumerate(head.outputs):
+        payload: bytes | memoryview = raw[index] if index < len(raw) else b""
+        outputs.append(WireOutput(tensor.name, tensor.datatype, tuple(int(d) for d in tensor.shape), payload))
+    return WireResponse(head.model_name, head.model_version, tuple(outputs), serialize_ns, wait_ns)
+
+
+def split_response(data: bytes | bytearray | memoryview) -> Decoded:
+    """A serialized ModelInferResponse as its head and views of its tensor bytes."""
+    if len(data) < SPLIT_ABOVE_BYTES:
+        head = service_pb2.ModelInferResponse.FromString(data)
+        return head, [memoryview(r) for r in head.raw_output_contents]
+    rest, raw = split_raw_contents(data, RAW_OUTPUT_CONTENTS_TAG)
+    return service_pb2.ModelInferResponse.FromString(rest), raw
+
+
+def split_stream_response(data: bytes) -> tuple[Any, list[memoryview], str]:
+    """A serialized ModelStreamInferResponse: its infer_response head, tensor views and error message."""
+    if len(data) < SPLIT_ABOVE_BYTES:
+        message = service_pb2.ModelStreamInferResponse.FromString(data)
+        head = message.infer_response
+        return head, [memoryview(r) for r in head.raw_output_contents], message.error_message
+    # Large: cut the infer_response out as a view and its tensors out of that, without copies.
+    rest, inner = split_raw_contents(data, STREAM_INFER_RESPONSE_TAG)
+    if inner:
+        head, raw = split_response(inner[0])
+    else:
+        head, raw = service_pb2.ModelInferResponse(), []
+    return head, raw, service_pb2.ModelStreamInferResponse.FromString(rest).error_message

@@ -1,0 +1,38 @@
+"""The interface every front end has: start listening, say where, stop in order.
+
+The server starts its front ends one after the other, prints their addresses in the one ready line
+(``sonic: ready grpc=H:P [http=H:P] [metrics=H:P]``, each field ``name=address``), and on SIGTERM
+stops them as uvicorn does: intake stops at once, calls in flight get ``grace_s`` to finish, and
+what is left is cancelled.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+def host_port(host: str, port: int) -> str:
+    """``HOST:PORT``, with an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class Frontend(Protocol):
+    """One listening endpoint of the server (gRPC, HTTP/REST, metrics)."""
+
+    name: str  # its field in the ready line
+    host: str
+    port: int  # as bound: the configured one, or the one picked for port 0 (known after start)
+    # Whether it carries requests that must drain at shutdown; the others (metrics) stop after the drain,
+    # so the drain itself can be watched.
+    carries_requests: bool
+
+    async def start(self) -> None:
+        """Bind and listen; raises ``OSError`` when the address cannot be bound."""
+
+    async def stop(self, grace_s: float) -> None:
+        """Refuse new connections and calls at once; calls in flight get ``grace_s``; cancel the rest."""
+
+    @property
+    def address(self) -> str:
+        """Where it listens, as ``HOST:PORT``: the value of its ready-line field."""
+        return host_port(self.host, self.port)

@@ -1,0 +1,70 @@
+"""The gRPC codec: what a client encodes, the server decodes the same, parameters included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sonic.protocol.errors import InvalidArgumentError
+from sonic.protocol.grpc_codec import decode_infer_request, encode_request
+from sonic.protocol.types import ShmRef, WireInput, WireOutputRequest, WireRequest
+
+pytestmark = pytest.mark.unit
+
+
+def _round_trip(request: WireRequest):  # type: ignore[no-untyped-def]
+    head, tail = encode_request(request)
+    return decode_infer_request(b"".join([head.SerializeToString(), *tail]), received_ns=7)
+
+
+def test_request_round_trip_with_parameters() -> None:
+    data = np.arange(6, dtype=np.float32).tobytes()
+    parameters = {
+        "sequence_id": 2**63 + 5,
+        "sequence_start": True,
+        "priority": 2,
+        "timeout": 100,
+        "ratio": 0.25,
+    }
+    request = WireRequest(
+        "m",
+        "3",
+        (WireInput("A", "FP32", (2, 3), data), WireInput("B", "FP32", (2, 3), None, ShmRef("r", 24, 8))),
+        (WireOutputRequest("OUT"),),
+        request_id="id-1",
+        parameters={**parameters, "note": "text"},
+    )
+    decoded = _round_trip(request)
+    assert (decoded.model_name, decoded.model_version, decoded.request_id, decoded.received_ns) == (
+        "m",
+        "3",
+        "id-1",
+        7,
+    )
+    assert decoded.parameters == {**parameters, "note": "text"}
+    assert (decoded.priority, decoded.timeout_us) == (2, 100)
+    assert decoded.outputs == ["OUT"]
+    assert bytes(decoded.inputs[0].raw or b"") == data
+    assert decoded.inputs[1].shm == ShmRef("r", 24, 8)
+
+
+def test_no_parameters_decode_as_empty() -> None:
+    decoded = _round_trip(WireRequest("m", "", (WireInput("A", "FP32", (1,), b"\0\0\0\0"),)))
+    assert decoded.parameters == {}
+    assert (decoded.priority, decoded.timeout_us) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"priority": "high"}, "request parameter 'priority' must be an integer, got 'high'"),
+        ({"sequence_end": 1}, "request parameter 'sequence_end' must be a boolean, got 1"),
+        ({"sequence_id": 1.5}, "request parameter 'sequence_id' must be an integer or a string, got 1.5"),
+        ({"timeout": True}, "request parameter 'timeout' must be an integer, got True"),
+    ],
+)
+def test_parameters_of_the_wrong_type_are_refused(parameters: dict[str, object], message: str) -> None:
+    request = WireRequest("m", "", (WireInput("A", "FP32", (1,), b"\0\0\0\0"),), parameters=parameters)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError) as error:
+        _round_trip(request)
+    assert error.value.message == f"model 'm': {message}"
