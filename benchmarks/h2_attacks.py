@@ -43,7 +43,8 @@ def _goaway(code: int | None) -> str:
 
 
 def _accepted(sent: int) -> str:
-    return f"read {sent / MiB:.1f} MiB, then stopped reading or closed"
+    """How much of a flood (16 MiB of CONTINUATION, 64 MiB of SETTINGS or PING) the server read."""
+    return f"read {sent / MiB:.1f} MiB"
 
 
 def attacks(bomb: bytes) -> dict[str, Attack]:
