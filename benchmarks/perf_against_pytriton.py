@@ -24,7 +24,7 @@ from benchmarks.common import RESULTS
 GRPC_PORT = 18001
 
 
-@batch  # type: ignore[untyped-decorator]  (pytriton ships no type information)
+@batch  # type: ignore[untyped-decorator]  # pytriton ships no type information
 def identity(INPUT0: npt.NDArray[Any]) -> dict[str, npt.NDArray[Any]]:
     return {"OUTPUT0": INPUT0}
 
