@@ -25,10 +25,9 @@ import h2.events
 import numpy as np
 import uvloop
 from h2.settings import SettingCodes
-from sonic.testing.triton import free_port
 
 from benchmarks.common import cpu_seconds, grpc_load, infer_request_bytes, machine, save, steady_malloc
-from sonic.launch import terminate
+from sonic.launch import free_port, terminate
 from sonic.protocol.grpc_call import MessageReader, grpc_message_prefix
 from sonic.protocol.http2 import Stream, encode_headers
 from sonic.server.frontends.h2 import Headers, Http2Connection

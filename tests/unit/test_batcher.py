@@ -12,9 +12,12 @@ import numpy.typing as npt
 import pytest
 
 from sonic.protocol.errors import UnavailableError
-from sonic.server.backends.base import Backend
-from sonic.server.batcher import BatchPolicy, ModelInstance, QueuePolicy, Scheduler, WorkItem
+from sonic.server.backends.base import Backend, Batch
 from sonic.server.instance_thread import InstanceThread
+from sonic.server.runtime.executor import ModelInstance
+from sonic.server.runtime.policy import BatchPolicy, QueuePolicy
+from sonic.server.runtime.scheduler import Scheduler
+from sonic.server.runtime.work import WorkItem
 from sonic.server.stats import ModelStats
 
 pytestmark = pytest.mark.unit
@@ -26,23 +29,29 @@ class GatedDoubler(Backend):
     name = "gated"
     default_filename = "none"
 
-    def __init__(self) -> None:
+    def __init__(self, anyone_started: threading.Event | None = None) -> None:
         self.gate = threading.Event()
         self.gate.set()
         self.started = threading.Event()
+        self.anyone_started = anyone_started or threading.Event()  # shared by the instances of a test
+        self.second_started = threading.Event()
         self.batches: list[list[float]] = []  # first value of each merged row, per execution
 
     def execute(
         self, inputs: Mapping[str, npt.NDArray[Any]], output_names: Sequence[str]
     ) -> dict[str, npt.NDArray[Any]]:
+        if self.started.is_set():
+            self.second_started.set()
         self.started.set()
+        self.anyone_started.set()
         self.gate.wait(timeout=30)
         self.batches.append([float(row[0]) for row in inputs["x"]])
         return {"y": inputs["x"] * 2}
 
 
 def _scheduler(policy: BatchPolicy, instances: int = 1) -> tuple[Scheduler, list[GatedDoubler]]:
-    backends = [GatedDoubler() for _ in range(instances)]
+    anyone_started = threading.Event()
+    backends = [GatedDoubler(anyone_started) for _ in range(instances)]
     scheduler = Scheduler(
         model_name="m",
         policy=policy,
@@ -54,7 +63,14 @@ def _scheduler(policy: BatchPolicy, instances: int = 1) -> tuple[Scheduler, list
     return scheduler, backends
 
 
-def _item(value: float, rows: int = 1, width: int = 2, priority: int = 0, timeout_us: int = 0) -> WorkItem:
+def _item(
+    value: float,
+    rows: int = 1,
+    width: int = 2,
+    priority: int = 0,
+    timeout_us: int = 0,
+    parameters: dict[str, object] | None = None,
+) -> WorkItem:
     x = np.full((rows, width), value, dtype=np.float32)
     return WorkItem(
         inputs={"x": x},
@@ -63,6 +79,8 @@ def _item(value: float, rows: int = 1, width: int = 2, priority: int = 0, timeou
         future=asyncio.get_running_loop().create_future(),
         priority=priority,
         timeout_us=timeout_us,
+        request_id=f"r{value:g}",
+        parameters=parameters or {},
     )
 
 
@@ -78,9 +96,9 @@ async def _hold_first(scheduler: Scheduler, backend: GatedDoubler) -> asyncio.Ta
 
 
 async def _until_queued(scheduler: Scheduler, count: int) -> None:
-    """Let the submit tasks just created run up to their enqueue."""
-    while scheduler.queued < count:  # noqa: ASYNC110  (one loop turn per task: no event to wait on)
-        await asyncio.sleep(0)
+    """Let the submit tasks just created run up to their enqueue (their first step: one loop turn)."""
+    await asyncio.sleep(0)
+    assert scheduler.queued == count
 
 
 async def test_merge_and_split() -> None:
@@ -158,15 +176,18 @@ async def test_delay_timeout_moves_request_behind_others() -> None:
         max_batch_size=1,
         dynamic=True,
         queue_policies=(
-            QueuePolicy(default_timeout_us=1_000, delay_on_timeout=True, allow_timeout_override=True),
+            QueuePolicy(default_timeout_us=10_000_000, delay_on_timeout=True, allow_timeout_override=True),
         ),
     )
     scheduler, (backend,) = _scheduler(policy)
     first = await _hold_first(scheduler, backend)
-    delayed = asyncio.create_task(scheduler.submit(_item(1)))
-    await asyncio.sleep(0.02)  # let its 1 ms timeout pass
-    fresh = asyncio.create_task(scheduler.submit(_item(2, timeout_us=10_000_000)))
+    delayed = asyncio.create_task(scheduler.submit(_item(1, timeout_us=1_000)))  # shortens the 10 s default
     await _until_queued(scheduler, 1)
+    # Not a wait for time to pass: the loop runs timers in deadline order, so once this later
+    # timer fires, the request's 1 ms timeout has fired and moved it behind the delayed line.
+    await asyncio.sleep(0.002)
+    fresh = asyncio.create_task(scheduler.submit(_item(2)))
+    await _until_queued(scheduler, 2)
     backend.gate.set()
     await asyncio.gather(first, delayed, fresh)
     assert backend.batches == [[-1], [2], [1]]
@@ -177,11 +198,9 @@ async def test_queue_delay_gathers_a_batch() -> None:
     scheduler, (backend,) = _scheduler(
         BatchPolicy(max_batch_size=8, dynamic=True, max_queue_delay_us=200_000)
     )
-    tasks = []
-    for value in (1, 2, 3):
-        tasks.append(asyncio.create_task(scheduler.submit(_item(value))))
-        await asyncio.sleep(0.005)
-    await asyncio.gather(*tasks)
+    # The idle instance wakes at the first request and, the batch not being full, waits out the delay
+    # instead of running it alone; the other two arrive meanwhile.
+    await asyncio.gather(*(scheduler.submit(_item(value)) for value in (1, 2, 3)))
     assert backend.batches == [[1, 2, 3]]
     await scheduler.close(5)
 
@@ -237,7 +256,8 @@ async def test_preserve_ordering_across_instances() -> None:
     scheduler, backends = _scheduler(
         BatchPolicy(max_batch_size=1, dynamic=True, preserve_ordering=True), instances=2
     )
-    backends[0].gate.clear()  # the first request lands on instance 0 and is held
+    for backend in backends:
+        backend.gate.clear()
     done: list[int] = []
 
     async def submit(value: int) -> None:
@@ -245,14 +265,17 @@ async def test_preserve_ordering_across_instances() -> None:
         done.append(value)
 
     slow = asyncio.create_task(submit(1))
-    assert await asyncio.to_thread(backends[0].started.wait, 10)
-    fast = asyncio.create_task(submit(2))
-    assert await asyncio.to_thread(backends[1].started.wait, 10)
-    await asyncio.sleep(0.05)  # time for the second result to come back to the loop
-    assert done == []  # the second finished executing but must wait for the first
-    backends[0].gate.set()
-    await asyncio.gather(slow, fast)
-    assert done == [1, 2]
+    assert await asyncio.to_thread(backends[0].anyone_started.wait, 10)
+    held, free = backends if backends[0].started.is_set() else backends[::-1]
+    free.gate.set()  # the other instance runs requests 2 and 3 while request 1 is held
+    fast = [asyncio.create_task(submit(value)) for value in (2, 3)]
+    # The free instance starts request 3 only after handing request 2 back to the loop, and this
+    # wait ends with a loop callback queued after that hand-back: request 2 is back, and held.
+    assert await asyncio.to_thread(free.second_started.wait, 10)
+    assert done == []
+    held.gate.set()
+    await asyncio.gather(slow, *fast)
+    assert done == [1, 2, 3]
     await scheduler.close(5)
 
 
@@ -283,3 +306,50 @@ async def test_close_fails_nothing_that_was_queued() -> None:
     backend.gate.set()
     await asyncio.gather(first, queued, closing)
     assert backend.batches == [[-1], [1]]
+
+
+class ContextRecorder(GatedDoubler):
+    """Sees each merged batch with its requests: what a backend needing per-request context gets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[Batch] = []
+
+    def execute_batch(self, batch: Batch) -> dict[str, npt.NDArray[Any]]:
+        self.started.set()
+        self.gate.wait(timeout=30)
+        self.seen.append(batch)
+        # Each request's rows of the merged input scaled by its own parameter: context per request.
+        scales = [float(str(r.parameters.get("scale", 1))) for r in batch.requests]
+        x = batch.inputs["x"]
+        return {
+            "y": np.concatenate([x[rows] * scale for rows, scale in zip(batch.rows, scales, strict=True)])
+        }
+
+
+async def test_backend_sees_the_requests_of_a_merged_batch() -> None:
+    backend = ContextRecorder()
+    scheduler = Scheduler(
+        model_name="m",
+        policy=DYNAMIC,
+        instances=[ModelInstance("m_0", backend, InstanceThread("t_0"))],
+        output_names=["y"],
+        stats=ModelStats(),
+    )
+    scheduler.start()
+    first = await _hold_first(scheduler, backend)
+    tasks = [
+        asyncio.create_task(scheduler.submit(_item(v, rows=v, parameters={"scale": 10 * v}))) for v in (1, 2)
+    ]
+    await _until_queued(scheduler, 2)
+    backend.gate.set()
+    results = await asyncio.gather(*tasks)
+    await first
+    merged = backend.seen[-1]
+    assert [r.request_id for r in merged.requests] == ["r1", "r2"]
+    assert [dict(r.parameters) for r in merged.requests] == [{"scale": 10}, {"scale": 20}]
+    assert merged.rows == [slice(0, 1), slice(1, 3)]
+    assert merged.inputs["x"].shape == (3, 2)
+    for value, (outputs, _) in zip((1, 2), results, strict=True):
+        np.testing.assert_array_equal(outputs["y"], np.full((value, 2), 10 * value * value, dtype=np.float32))
+    await scheduler.close(5)

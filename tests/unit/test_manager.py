@@ -5,18 +5,25 @@ from __future__ import annotations
 import asyncio
 import shutil
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from sonic.models.simple import IDENTITY_CONFIG, identity_model
 from sonic.protocol.errors import ModelConfigError, NotFoundError
 from sonic.protocol.types import InferRequest, InputTensor
-from sonic.server.batcher import BatchPolicy, ModelInstance, Scheduler, WorkItem
+from sonic.server.backends.base import Backend
 from sonic.server.config import ServerConfig
 from sonic.server.instance_thread import InstanceThread
 from sonic.server.manager import ModelManager
+from sonic.server.runtime.executor import ModelInstance
+from sonic.server.runtime.policy import BatchPolicy
+from sonic.server.runtime.scheduler import Scheduler
+from sonic.server.runtime.work import WorkItem
 from sonic.server.stats import ModelStats
 
 pytestmark = pytest.mark.unit
@@ -99,21 +106,35 @@ async def test_reload_keeps_serving_while_new_version_loads(tmp_path: Path) -> N
     await manager.close()
 
 
+async def test_request_parameters_reach_the_work_item(tmp_path: Path) -> None:
+    _identity(tmp_path, "m")
+    manager = ModelManager(ServerConfig(model_repositories=(tmp_path,)))
+    await manager.load("m")
+    request = _request("m", 1.0)
+    request.parameters = {"custom": "value", "sequence_id": 7}
+    item = manager.get("m").prepare(request)
+    assert item.parameters == {"custom": "value", "sequence_id": 7}
+    item.future.cancel()
+    await manager.close()
+
+
 async def test_instance_group_runs_instances_concurrently() -> None:
     """Two instances: two requests execute at the same time (both held in execute together)."""
     barrier = threading.Barrier(2, timeout=10)
+    met: list[str] = []  # the thread of each execution that passed the barrier
 
-    class Meeting:
+    class Meeting(Backend):
         name = "meeting"
+        default_filename = "none"
 
-        def execute(self, inputs, output_names):  # type: ignore[no-untyped-def]
+        def execute(
+            self, inputs: Mapping[str, npt.NDArray[Any]], output_names: Sequence[str]
+        ) -> dict[str, npt.NDArray[Any]]:
             barrier.wait()  # only returns when both instances are inside execute at once
-            return {"y": inputs["x"]}
+            met.append(threading.current_thread().name)
+            return {"y": inputs["x"] * 3}
 
-        def close(self) -> None:
-            pass
-
-    instances = [ModelInstance(f"m_{i}", Meeting(), InstanceThread(f"t_{i}")) for i in range(2)]  # type: ignore[arg-type]
+    instances = [ModelInstance(f"m_{i}", Meeting(), InstanceThread(f"t_{i}")) for i in range(2)]
     scheduler = Scheduler(
         model_name="m",
         policy=BatchPolicy(max_batch_size=4),
@@ -124,8 +145,13 @@ async def test_instance_group_runs_instances_concurrently() -> None:
     scheduler.start()
     loop = asyncio.get_running_loop()
     items = [
-        WorkItem(inputs={"x": np.ones((1, 2))}, batch_size=1, shape_key=(), future=loop.create_future())
-        for _ in range(2)
+        WorkItem(inputs={"x": np.full((1, 2), i)}, batch_size=1, shape_key=(), future=loop.create_future())
+        for i in range(2)
     ]
-    await asyncio.wait_for(asyncio.gather(*(scheduler.submit(i) for i in items)), timeout=20)
+    results = await asyncio.wait_for(asyncio.gather(*(scheduler.submit(i) for i in items)), timeout=20)
     await scheduler.close(5)
+    assert sorted(met) == ["t_0", "t_1"]  # each instance ran one request, both inside execute together
+    for i, (outputs, _) in enumerate(results):
+        np.testing.assert_array_equal(outputs["y"], np.full((1, 2), 3 * i))
+    for instance in instances:
+        instance.thread.shutdown()

@@ -2,21 +2,23 @@
 
 Builds the reference models if needed, starts ``sonic serve`` over them, runs each demonstrator
 through :mod:`sonic.workflow` with direct (in-process) and service inference, prints tables while
-it works and writes JSON and PNG plots under ``--out``. Exit status 1 if any service run's outputs
-differ from the direct run's.
+it works, and ends with one summary table, the plots' paths and a single-page HTML report
+(``OUT/report.html``); libraries' logs go to ``OUT/demo.log``. Exit status 1 if any service run's
+outputs differ from the direct run's.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import logging
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sonic.demos import hlt, miniaod, protodune
+from sonic.demos import hlt, miniaod, protodune, report
 from sonic.demos.common import build_models, write_json
+from sonic.demos.console import Progress, console, rich_table, route_logs
 from sonic.launch import ServerProcess
 from sonic.workflow import CpuWork
 from sonic.workflow.dask import DaskConfig
@@ -91,8 +93,19 @@ def _configs(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    selected = DEMOS if args.which == "all" else (args.which,)
     out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / "demo.log"
+    handler = route_logs(log_path)
+    try:
+        return _run(args, out, log_path)
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+
+
+def _run(args: argparse.Namespace, out: Path, log_path: Path) -> int:
+    selected = DEMOS if args.which == "all" else (args.which,)
     repository = args.repository or out / "models"
     pd, hl, mini = _configs(args)
     names: list[str] = []
@@ -106,12 +119,12 @@ def run(args: argparse.Namespace) -> int:
     if "miniaod" in selected:
         names += miniaod.MODELS
     started = time.perf_counter()
+    print(f"logs (server, Dask, libraries): {log_path}")
     print(f"building models in {repository} (reused when up to date): {', '.join(names)}")
-    build_models(repository, names, no_batching=no_batching)
+    build_models(repository, names, no_batching=no_batching, progress=Progress("building models", len(names)))
     work = CpuWork.calibrate()
     print("no GPU here: the server runs the models on this machine's CPU")
     results: dict[str, Any] = {}
-    out.mkdir(parents=True, exist_ok=True)
     with ServerProcess.start([repository], log_path=out / "server.log") as server:
         print(f"server ready at {server.grpc_address} (pid {server.pid})")
         if "protodune" in selected:
@@ -122,9 +135,18 @@ def run(args: argparse.Namespace) -> int:
             results["miniaod"] = miniaod.run(mini, repository, server.grpc_address, out, work)
     results["wall_s"] = time.perf_counter() - started
     write_json(out / "summary.json", results)
+    page = report.write_html(out / "report.html", results, out, log_path)
     identical = all(results[name]["identical"] for name in selected)
-    print(f"\nwritten: {out / 'summary.json'} and per-demo JSON and PNG files under {out}")
-    print(json.dumps({name: {"identical_outputs": results[name]["identical"]} for name in selected}))
-    print(f"demo: {'OK' if identical else 'OUTPUTS DIFFER between direct and service'} "
-          f"({results['wall_s']:.0f} s)")  # fmt: skip
+    screen = console()
+    screen.print()
+    screen.print(
+        rich_table("summary (seconds per event)", report.SUMMARY_HEADERS, report.summary_rows(results))
+    )
+    screen.print("GPU column: scaling-model projection, not a measurement (no GPU on this machine)")
+    for path in report.plot_paths(out, results):
+        screen.print(f"plot:   {path}")
+    screen.print(f"report: {page.resolve()}  (one HTML file, plots inside; open it in a browser)")
+    screen.print(f"data:   {out / 'summary.json'}; log: {log_path}")
+    verdict = "OK" if identical else "OUTPUTS DIFFER between direct and service"
+    screen.print(f"demo: {verdict} ({results['wall_s']:.0f} s)")
     return 0 if identical else 1

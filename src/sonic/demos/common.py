@@ -1,4 +1,4 @@
-"""What the demonstrators share: model repositories, progress bars, tables, output comparison, plots."""
+"""What the demonstrators share: model repositories, tables, output comparison, plots."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 from google.protobuf import text_format
@@ -22,11 +22,23 @@ from sonic.workflow import CpuModule, CpuWork, Event
 NO_BATCHING_SUFFIX = "_nobatch"
 
 
-def build_models(repository: Path, names: Sequence[str], *, no_batching: Sequence[str] = ()) -> Path:
-    """Reference models (built once, reused by stamp) plus ``<name>_nobatch`` copies without dynamic batching."""
+def build_models(
+    repository: Path,
+    names: Sequence[str],
+    *,
+    no_batching: Sequence[str] = (),
+    progress: Callable[[int], None] | None = None,
+) -> Path:
+    """Reference models (built once, reused by stamp) plus ``<name>_nobatch`` copies without dynamic batching.
+
+    ``progress`` is called with the number of models built so far, after each.
+    """
     from sonic.models.build import build_repository  # noqa: PLC0415  (needs torch)
 
-    build_repository(repository, list(names))
+    for done, name in enumerate(names, start=1):
+        build_repository(repository, [name])
+        if progress is not None:
+            progress(done)
     for name in no_batching:
         source, target = repository / name, repository / f"{name}{NO_BATCHING_SUFFIX}"
         config = load_config_file(source / CONFIG_FILENAME)
@@ -64,34 +76,6 @@ def measure_rtt_s(address: str, calls: int = 30) -> float:
         return statistics.median(times)
 
     return asyncio.run(probe())
-
-
-class Progress:
-    """A one-line progress bar on a terminal; plain lines (every 10 %) otherwise."""
-
-    def __init__(self, label: str, total: int, stream: TextIO | None = None, width: int = 30) -> None:
-        self.label, self.total, self.width = label, max(1, total), width
-        self.stream = stream or sys.stderr
-        self.tty = self.stream.isatty()
-        self._last_decile = -1
-        self._start = time.perf_counter()
-
-    def __call__(self, done: int) -> None:
-        fraction = min(1.0, done / self.total)
-        elapsed = time.perf_counter() - self._start
-        text = f"{self.label:<34} {done:>4}/{self.total} {elapsed:6.1f} s"
-        if self.tty:
-            filled = round(fraction * self.width)
-            bar = "#" * filled + "." * (self.width - filled)
-            self.stream.write(f"\r[{bar}] {text}")
-            if done >= self.total:
-                self.stream.write("\n")
-            self.stream.flush()
-        elif int(fraction * 10) > self._last_decile:
-            self._last_decile = int(fraction * 10)
-            if done >= self.total or fraction == 0 or self._last_decile % 5 == 0:
-                self.stream.write(f"  {text}\n")
-                self.stream.flush()
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

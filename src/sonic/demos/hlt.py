@@ -22,7 +22,9 @@ import numpy as np
 import numpy.typing as npt
 
 from sonic.client.config import ClientConfig
-from sonic.demos.common import NO_BATCHING_SUFFIX, EmulatedWork, Progress, compare_outputs, plot, table
+from sonic.demos import projection
+from sonic.demos.common import NO_BATCHING_SUFFIX, EmulatedWork, compare_outputs, plot, table
+from sonic.demos.console import Progress
 from sonic.models.zoo.facile import make_inputs
 from sonic.perf import scaling
 from sonic.workflow import (
@@ -199,9 +201,12 @@ def run(config: HltConfig, repository: Path, server_address: str, out: Path, wor
     per_event = {
         "direct_s": direct_report.time_per_event_s,
         "service_s": service_report.time_per_event_s,
+        "server_compute_s": service_report.server[MODEL]["compute_s"],
     }
     print(f"one client: {per_event['direct_s'] * 1e3:.1f} ms/event direct, "
           f"{per_event['service_s'] * 1e3:.1f} ms/event service; same outputs: {same['identical']}")  # fmt: skip
+    gpu = projection.hlt(per_event["service_s"], per_event["server_compute_s"])
+    print(projection.describe(gpu))
     return {
         "config": {"clients": list(config.clients), "events_per_client": config.events_per_client,
                    "rechits": config.rechits, "facile_direct_s": facile_s, "rest_s": rest_s,
@@ -209,6 +214,7 @@ def run(config: HltConfig, repository: Path, server_address: str, out: Path, wor
         "per_event": per_event,
         "sweep": sweep,
         "fit": fit_result,
+        "gpu_projection": gpu,
         "identical": same["identical"],
     }  # fmt: skip
 

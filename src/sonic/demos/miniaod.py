@@ -18,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from sonic.client.config import ClientConfig
-from sonic.demos.common import EmulatedWork, Progress, compare_outputs, plot, table
+from sonic.demos.common import EmulatedWork, compare_outputs, plot, table
+from sonic.demos.console import Progress
 from sonic.models.zoo import registry
 from sonic.workflow import (
     CpuModule,

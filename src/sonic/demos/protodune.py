@@ -24,15 +24,16 @@ import numpy as np
 import numpy.typing as npt
 
 from sonic.client.config import ClientConfig
+from sonic.demos import projection
 from sonic.demos.common import (
     NO_BATCHING_SUFFIX,
     EmulatedWork,
-    Progress,
     compare_outputs,
     measure_rtt_s,
     plot,
     table,
 )
+from sonic.demos.console import Progress
 from sonic.perf import scaling
 from sonic.workflow import (
     CpuWork,
@@ -224,11 +225,14 @@ def run(
         f"scaling model with these timings: t_ideal {params.ideal_s:.3f} s, server {params.gpu_s:.3f} s/event "
         f"-> {params.saturation_ratio:.1f} clients per server (seed: 68 measured on T4s, 45 from its listed times)"
     )
+    gpu = projection.protodune(best)
+    print(projection.describe(gpu))
     _plot(out / "protodune" / "breakdown.png", results)
     return {
         "config": {**config.__dict__, "non_ml_s": non_ml_s, "ml_cpu_s": ml_cpu_s, "rtt_s": rtt_s},
         "runs": results,
         "scaling": prediction,
+        "gpu_projection": gpu,
         "identical": all(c["identical"] for c in comparisons.values()),
         "outputs": written,
     }

@@ -23,7 +23,6 @@ from sonic.protocol.model_config import (
 )
 from sonic.server import backends
 from sonic.server.backends.base import InstanceContext
-from sonic.server.batcher import ModelInstance
 from sonic.server.calls import ServerModelCaller
 from sonic.server.config import ServerConfig
 from sonic.server.instance_thread import InstanceThread
@@ -35,6 +34,7 @@ from sonic.server.repository import (
     fingerprint,
     select_versions,
 )
+from sonic.server.runtime.executor import ModelInstance
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,11 @@ from sonic.protocol import dtypes
 from sonic.protocol.errors import InternalError, InvalidArgumentError, UnavailableError
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InferResponse, InputTensor, OutputTensor
-from sonic.server.backends.base import Backend, RequestScheduler
-from sonic.server.batcher import BatchPolicy, ModelInstance, Scheduler, WorkItem
+from sonic.server.backends.base import Backend
+from sonic.server.runtime.executor import ModelInstance
+from sonic.server.runtime.policy import BatchPolicy
+from sonic.server.runtime.scheduler import Scheduler
+from sonic.server.runtime.work import RequestScheduler, WorkItem
 from sonic.server.stats import ModelStats
 
 

@@ -74,6 +74,9 @@ class DaskRunner:
                     threads_per_worker=self.config.threads_per_worker,
                     processes=True,
                     dashboard_address=None,
+                    # The scheduler's HTTP server (/metrics, /health) still starts without the dashboard;
+                    # distributed < 2025.4 (coffea's pin) binds it to 8787 and warns when that is taken.
+                    scheduler_kwargs={"dashboard_address": ":0"},
                 )
                 self._client = distributed.Client(self._cluster)
             else:

@@ -140,7 +140,8 @@ output [ { name: "P" data_type: TYPE_FP32 dims: [ 3 ] } ]
 RENDEZVOUS_MODULE = """
 import threading
 
-# Two parties: the two ensemble branches. The timeout turns a sequential schedule into an error.
+# Two parties: the two ensemble branches. Each reports whether it met the other inside execute; a
+# sequential schedule breaks the barrier after the timeout, and both then report that they did not.
 BARRIER = threading.Barrier(2, timeout=20)
 """
 
@@ -157,7 +158,10 @@ name: "{name}"
 backend: "python"
 max_batch_size: 8
 input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 8 ] }} ]
-output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 8 ] }} ]
+output [
+  {{ name: "OUT" data_type: TYPE_FP32 dims: [ 8 ] }},
+  {{ name: "MET" data_type: TYPE_INT32 dims: [ 1 ] }}
+]
 parameters {{ key: "factor" value: {{ string_value: "{factor}" }} }}
 """
 
@@ -386,14 +390,18 @@ def build_python_and_ensembles(repo: Path) -> None:
         input [ { name: "X" data_type: TYPE_FP32 dims: [ 8 ] } ]
         output [
           { name: "A" data_type: TYPE_FP32 dims: [ 8 ] },
-          { name: "B" data_type: TYPE_FP32 dims: [ 8 ] }
+          { name: "B" data_type: TYPE_FP32 dims: [ 8 ] },
+          { name: "A_MET" data_type: TYPE_INT32 dims: [ 1 ] },
+          { name: "B_MET" data_type: TYPE_INT32 dims: [ 1 ] }
         ]
         ensemble_scheduling {
           step [
             { model_name: "branch_a" model_version: -1
-              input_map { key: "IN" value: "X" } output_map { key: "OUT" value: "A" } },
+              input_map { key: "IN" value: "X" }
+              output_map { key: "OUT" value: "A" } output_map { key: "MET" value: "A_MET" } },
             { model_name: "branch_b" model_version: -1
-              input_map { key: "IN" value: "X" } output_map { key: "OUT" value: "B" } }
+              input_map { key: "IN" value: "X" }
+              output_map { key: "OUT" value: "B" } output_map { key: "MET" value: "B_MET" } }
           ]
         }
         """,

@@ -2,7 +2,7 @@
 
 ``pre_net`` (Python preprocessing, then the TorchScript network) must give what its two steps
 give when called one by one through the client. ``diamond`` has two independent steps that
-rendezvous at a barrier: it only answers when the steps run at the same time.
+rendezvous at a barrier and report (``A_MET``, ``B_MET``) whether they met the other step there.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ def test_ensemble_equals_steps_called_one_by_one(infer: Callable[..., dict[str, 
 def test_independent_steps_run_concurrently(infer: Callable[..., dict[str, npt.NDArray[Any]]]) -> None:
     x = np.arange(16, dtype=np.float32).reshape(2, 8)
     served = infer("diamond", {"X": x})
+    # Each step was inside its model's execute while the other one was: they ran at the same time.
+    np.testing.assert_array_equal(served["A_MET"], np.ones((2, 1), np.int32))
+    np.testing.assert_array_equal(served["B_MET"], np.ones((2, 1), np.int32))
     np.testing.assert_array_equal(served["A"], x * 2.0)
     np.testing.assert_array_equal(served["B"], x * -3.0)
 

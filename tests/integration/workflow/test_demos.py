@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
 from sonic.cli.main import main
 from sonic.client.config import ClientConfig
 from sonic.demos.hlt import HltJob
+from sonic.demos.report import PLOTS
 from sonic.launch import ServerProcess
+from sonic.testing import chromium
 from sonic.workflow import CpuWork
 from sonic.workflow.dask import DaskConfig, run_jobs
 
@@ -41,13 +47,27 @@ def test_dask_jobs_on_two_workers(demo_repository: Path) -> None:
     assert all(worker.startswith("tcp://") for worker in workers), workers
 
 
-def test_demo_smallest_size(
-    demo_repository: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    out = tmp_path / "demo"
-    code = main(["demo", "all", "--quick", "--out", str(out), "--repository", str(demo_repository)])
-    printed = capsys.readouterr().out
-    assert code == 0, printed
+@dataclass(frozen=True)
+class DemoRun:
+    out: Path
+    code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture(scope="module")
+def demo_run(demo_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """`sonic demo all --quick`, once for this module's tests: what it printed and wrote."""
+    out = tmp_path_factory.mktemp("demo") / "out"
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = main(["demo", "all", "--quick", "--out", str(out), "--repository", str(demo_repository)])
+    return DemoRun(out, code, stdout.getvalue(), stderr.getvalue())
+
+
+def test_demo_smallest_size(demo_run: DemoRun) -> None:
+    out, printed = demo_run.out, demo_run.stdout
+    assert demo_run.code == 0, printed
     summary = json.loads((out / "summary.json").read_text())
     for name in ("protodune", "hlt", "miniaod"):
         assert summary[name]["identical"] is True, name
@@ -76,3 +96,36 @@ def test_demo_smallest_size(
     assert (out / "protodune" / "direct.json").is_file()
     assert sorted(Path(p).name for p in protodune["outputs"]) == ["scores.parquet", "scores.root"]
     assert "clients per server" in printed
+
+
+def test_demo_keeps_library_logs_off_the_screen(demo_run: DemoRun) -> None:
+    log = (demo_run.out / "demo.log").read_text()
+    assert "distributed.scheduler" in log  # Dask's LocalCluster logged at INFO, into the file
+    assert "sonic.server.manager" in log
+    screen = demo_run.stdout + demo_run.stderr
+    assert " INFO " not in screen, screen
+    summary = demo_run.stdout[demo_run.stdout.index("summary (seconds per event)") :]
+    for name in ("protodune", "hlt", "miniaod"):
+        assert name in summary
+        assert str(demo_run.out / PLOTS[name]) in summary
+    assert str((demo_run.out / "report.html").resolve()) in summary
+    assert "PROJECTION" in demo_run.stdout  # GPU figures are labelled as projections
+
+
+@pytest.fixture(scope="session")
+def browser() -> Path:
+    """Debian's chromium, unpacked under .cache/ by tools/install-chromium.sh on first use."""
+    return chromium.install(Path(__file__).resolve().parents[3])
+
+
+def test_demo_report_renders_in_chromium(demo_run: DemoRun, browser: Path, tmp_path: Path) -> None:
+    page = demo_run.out / "report.html"
+    text = page.read_text()
+    assert text.count("data:image/png;base64,") == 3  # the plots travel inside the one file
+    assert "Projection: the same run with a GPU server" in text
+    assert "Measured on a GPU: no GPU run" in text
+    screenshot = chromium.render(browser, page, tmp_path / "report.png", tmp_path / "profile", (1100, 4400))
+    pixels = plt.imread(screenshot)  # RGBA floats in [0, 1]
+    assert pixels.shape[:2] == (4400, 1100)
+    inked = (pixels[..., :3].mean(axis=2) < 0.9).mean()
+    assert 0.02 < inked < 0.6, f"{inked:.3f} of the page is not background: blank or unstyled page?"

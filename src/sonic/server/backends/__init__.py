@@ -25,6 +25,8 @@ BUILTIN_BACKENDS = {
     # Triton's FIL backend name, so FIL model repositories load unchanged.
     "fil": "sonic.server.backends.trees:FilBackend",
     "ensemble": "sonic.server.backends.ensemble:EnsembleBackend",
+    # FPGA firmware through hls4ml's C simulation (the `hls4ml` extra; g++ at load).
+    "hls4ml": "sonic.server.backends.hls4ml:Hls4mlBackend",
 }
 
 ENTRY_POINT_GROUP = "sonic.backends"

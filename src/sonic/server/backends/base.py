@@ -6,7 +6,9 @@ then only ever called from that instance's own thread, so implementations need n
 Three shapes of backend:
 
 - :class:`Backend`: takes one (possibly merged) batch as arrays; the dynamic batcher concatenates
-  requests before and splits results after (ONNX Runtime, PyTorch, trees).
+  requests before and splits results after (ONNX Runtime, PyTorch, trees). A backend that needs the
+  requests behind a merged batch (ids, parameters, each one's rows) overrides
+  :meth:`Backend.execute_batch`, which gets them in a :class:`Batch`.
 - :class:`RequestBackend`: takes the batch's requests as a list and answers each one separately,
   as Triton's Python backend does; a failure can then fail one request and not the others.
 - A backend whose :meth:`Backend.create_scheduler` returns a scheduler has no instances at all: it
@@ -22,16 +24,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.model_config import ModelSpec
-
-if TYPE_CHECKING:
-    from sonic.server.batcher import ItemOutputs, WorkItem
-    from sonic.server.stats import RequestTiming
+from sonic.server.runtime.work import RequestScheduler
 
 
 class ModelCaller(Protocol):
@@ -58,19 +57,6 @@ class ModelCaller(Protocol):
     ) -> dict[str, npt.NDArray[Any]]:
         """From an instance thread (never the event loop's): waits for :meth:`infer`."""
         ...
-
-
-class RequestScheduler(Protocol):
-    """What a model version needs from its scheduler (the batcher's :class:`Scheduler` is one)."""
-
-    @property
-    def queued(self) -> int: ...
-
-    def start(self) -> None: ...
-
-    async def submit(self, item: WorkItem) -> tuple[ItemOutputs, RequestTiming]: ...
-
-    async def close(self, timeout_s: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -137,6 +123,16 @@ class Backend(ABC):
         del buffers
         return self.execute(inputs, output_names)
 
+    def execute_batch(self, batch: Batch) -> dict[str, npt.NDArray[Any]]:
+        """Run one batch, seeing the requests it was merged from; called from the instance's own thread.
+
+        The runtime calls this. The default runs :meth:`execute_into` for a request alone whose outputs
+        go to shared memory, :meth:`execute` otherwise; override it for per-request context.
+        """
+        if batch.output_buffers:
+            return self.execute_into(batch.inputs, batch.output_names, batch.output_buffers)
+        return self.execute(batch.inputs, batch.output_names)
+
     def close(self) -> None:  # noqa: B027
         """Release resources; called once, from the instance's own thread."""
 
@@ -152,12 +148,26 @@ class Backend(ABC):
 
 @dataclass(frozen=True)
 class Request:
-    """One request of a batch handed to a :class:`RequestBackend`."""
+    """One request of a batch: handed to a :class:`RequestBackend`, described in a :class:`Batch`."""
 
     inputs: Mapping[str, npt.NDArray[Any]]
     output_names: Sequence[str]  # what the client asked for (every output when it named none)
     request_id: str = ""
     parameters: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One execution of a :class:`Backend`: the merged inputs and the requests they came from."""
+
+    inputs: Mapping[str, npt.NDArray[Any]]  # the requests' inputs, concatenated along the batch dimension
+    output_names: Sequence[str]  # every output of the model: the runtime splits them per request
+    requests: Sequence[Request]  # in merge order, each with its own (unmerged) inputs
+    rows: Sequence[
+        slice
+    ]  # each request's rows of ``inputs`` and of the outputs (all rows: no batch dimension)
+    # Writable views of a client's shared memory for the outputs of a request that runs alone.
+    output_buffers: Mapping[str, npt.NDArray[Any]] | None = None
 
 
 class RequestBackend(Backend):

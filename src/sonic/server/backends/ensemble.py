@@ -26,7 +26,7 @@ from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.errors import InternalError, ModelConfigError, SonicError, UnavailableError
 from sonic.server.backends.base import Backend, InstanceContext, ModelCaller
-from sonic.server.batcher import ItemOutputs, WorkItem
+from sonic.server.runtime.work import ItemOutputs, WorkItem
 from sonic.server.stats import RequestTiming
 
 Arrays = dict[str, npt.NDArray[Any]]

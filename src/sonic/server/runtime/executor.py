@@ -1,0 +1,151 @@
+"""The instance threads' side of the batcher: each forms its next batch itself, runs it, hands it back.
+
+An instance thread does not wait for the event loop between batches: as soon as one execution ends it
+takes the next batch from the queues (under one lock shared with the loop's intake), so a batch that
+was queued while the previous one ran starts at once. Finished executions go back to the loop in one
+``call_soon_threadsafe`` per loop wake-up, however many finished meanwhile.
+
+Model code runs only here, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sonic.protocol.errors import InternalError, SonicError
+from sonic.server.backends.base import Backend
+from sonic.server.instance_thread import InstanceThread
+from sonic.server.runtime.policy import BatchPolicy, choose_batch
+from sonic.server.runtime.queues import RequestQueues
+from sonic.server.runtime.tensors import BatchResult, run_batch
+from sonic.server.runtime.work import WorkItem
+
+
+@dataclass(eq=False)
+class ModelInstance:
+    """A backend object and the single thread that owns it."""
+
+    name: str
+    backend: Backend
+    thread: InstanceThread
+
+
+@dataclass(eq=False, slots=True)
+class Execution:
+    """One finished batch, on its way back to the event loop."""
+
+    sequence: int  # order of batch formation (preserve_ordering delivers in this order)
+    batch: list[WorkItem]
+    result: BatchResult | None
+    error: SonicError | None
+
+
+class Executor:
+    """Queues shared by the loop (intake) and the instance threads (batch formation), under one lock."""
+
+    def __init__(
+        self,
+        *,
+        model_name: str,
+        policy: BatchPolicy,
+        output_names: Sequence[str],
+        loop: asyncio.AbstractEventLoop,
+        on_finished: Callable[[], None],
+    ) -> None:
+        self._model = model_name
+        self._policy = policy
+        self._output_names = tuple(output_names)
+        self._batched = policy.max_batch_size > 0
+        self._loop = loop
+        self._on_finished = on_finished  # run on the loop; it calls collect()
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self.queues = RequestQueues(len(policy.queue_policies))  # touch only inside locked()
+        self._waiting = 0  # instance threads waiting for requests
+        self._closing = False
+        self._sequence = 0
+        self._finished: list[Execution] = []
+        self._running: dict[int, list[WorkItem]] = {}  # batches taken and not yet finished, by sequence
+        self._wake_pending = False
+
+    def locked(self) -> threading.Condition:
+        """``with executor.locked():`` around any use of :attr:`queues` from the event loop."""
+        return self._arrived
+
+    def notify(self) -> None:
+        """Queues changed (call with the lock held): an instance waiting for requests looks again."""
+        if self._waiting:
+            self._arrived.notify()
+
+    def close(self) -> None:
+        """Instances finish what is queued, then their serve loops end."""
+        with self._lock:
+            self._closing = True
+            self._arrived.notify_all()
+
+    def running(self) -> list[WorkItem]:
+        """The requests of the batches executing now."""
+        with self._lock:
+            return [item for batch in self._running.values() for item in batch]
+
+    def collect(self) -> list[Execution]:
+        """The executions finished since the last call (on the loop)."""
+        with self._lock:
+            finished, self._finished = self._finished, []
+            self._wake_pending = False
+        return finished
+
+    # --- on the instance thread ---------------------------------------------------------------------------
+
+    def serve(self, instance: ModelInstance) -> None:
+        """Take, run and hand back batches until closed and drained (the instance thread's job)."""
+        while (taken := self._take()) is not None:
+            sequence, batch = taken
+            result: BatchResult | None = None
+            error: SonicError | None = None
+            try:
+                result = run_batch(self._model, instance.backend, batch, self._output_names, self._batched)
+            except SonicError as exc:
+                error = exc
+            except Exception as exc:  # noqa: BLE001  (any backend failure fails this batch only)
+                error = InternalError(f"model '{self._model}' instance {instance.name} failed: {exc!r}")
+            self._finish(Execution(sequence, batch, result, error))
+
+    def _take(self) -> tuple[int, list[WorkItem]] | None:
+        with self._lock:
+            while True:
+                batch, deadline_ns = choose_batch(self._policy, self.queues, time.perf_counter_ns())
+                if batch:
+                    for item in batch:
+                        self.queues.take(item)
+                    if self.queues.size:
+                        self.notify()  # another idle instance may take what is left
+                    self._sequence += 1
+                    self._running[self._sequence] = batch
+                    return self._sequence, batch
+                if self._closing and deadline_ns is None:
+                    return None
+                timeout_s = (
+                    None if deadline_ns is None else max(0.0, (deadline_ns - time.perf_counter_ns()) / 1e9)
+                )
+                self._waiting += 1
+                try:
+                    self._arrived.wait(timeout_s)
+                finally:
+                    self._waiting -= 1
+
+    def _finish(self, execution: Execution) -> None:
+        with self._lock:
+            del self._running[execution.sequence]
+            self._finished.append(execution)
+            wake = not self._wake_pending
+            self._wake_pending = True
+        if wake:
+            try:
+                self._loop.call_soon_threadsafe(self._on_finished)
+            except RuntimeError:  # the loop is closed: nobody waits for these results any more
+                return

@@ -1,0 +1,58 @@
+"""A request on its way through a scheduler, and the interface every scheduler offers a model version.
+
+This module depends on nothing else of the server, so backends (the ensemble's own scheduler), the
+batcher and the model version can all use it without importing each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy.typing as npt
+
+from sonic.server.stats import RequestTiming
+
+ItemOutputs = dict[str, npt.NDArray[Any]]
+
+
+class ItemState(enum.Enum):
+    QUEUED = 1
+    TAKEN = 2  # in a batch (executing, or done and not yet delivered)
+    DROPPED = 3  # left the queue without running: cancelled, timed out or unloaded
+
+
+@dataclass(eq=False, slots=True)
+class WorkItem:
+    """One request waiting for, or taking part in, an execution."""
+
+    inputs: dict[str, npt.NDArray[Any]]
+    batch_size: int
+    shape_key: tuple[object, ...]  # requests merge only with requests of the same key
+    future: asyncio.Future[tuple[ItemOutputs, RequestTiming]]
+    priority: int = 0
+    timeout_us: int = 0
+    request_id: str = ""
+    output_names: tuple[str, ...] | None = None  # None: every output
+    output_buffers: dict[str, npt.NDArray[Any]] | None = None  # shared memory to run into (alone only)
+    parameters: Mapping[str, object] = field(default_factory=dict)  # the request's parameters, as sent
+    enqueued_ns: int = 0
+    level: int = 0  # priority queue index
+    state: ItemState = ItemState.QUEUED
+    timer: asyncio.TimerHandle | None = None  # the queue timeout, when there is one
+
+
+class RequestScheduler(Protocol):
+    """What a model version needs from its scheduler (the batcher's and the ensemble's)."""
+
+    @property
+    def queued(self) -> int: ...
+
+    def start(self) -> None: ...
+
+    async def submit(self, item: WorkItem) -> tuple[ItemOutputs, RequestTiming]: ...
+
+    async def close(self, timeout_s: float) -> None: ...

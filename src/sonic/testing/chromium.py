@@ -1,0 +1,46 @@
+"""Headless Chromium for tests: a page rendered to a PNG screenshot, as a person's browser shows it.
+
+The browser is Debian's ``chromium``, unpacked by ``tools/install-chromium.sh`` (no root needed).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+# Headless, no sandbox (containers), and nothing that reaches out to the network or writes outside
+# the throw-away profile directory.
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--hide-scrollbars",
+)
+
+
+def install(repository_root: Path) -> Path:
+    """The browser's path, installing it with the project's script when this machine has none."""
+    script = repository_root / "tools" / "install-chromium.sh"
+    done = subprocess.run([str(script)], capture_output=True, text=True, check=False, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{script} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def render(browser: Path, page: Path, png: Path, profile: Path, size: tuple[int, int] = (1100, 2600)) -> Path:
+    """Screenshot of ``page`` (a local file) at ``size`` pixels (width, height)."""
+    command = [
+        str(browser),
+        *FLAGS,
+        f"--user-data-dir={profile}",
+        f"--window-size={size[0]},{size[1]}",
+        f"--screenshot={png}",
+        page.resolve().as_uri(),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+    if done.returncode != 0 or not png.is_file():
+        raise RuntimeError(f"chromium exited {done.returncode} without {png}: {done.stderr.strip()[-2000:]}")
+    return png
