@@ -54,6 +54,10 @@ def attacks(bomb: bytes) -> dict[str, Attack]:
         h2attacks.header_memo(server.grpc_address, lambda: held.append(_rss_mb(server.pid) - start))
         return f"RSS +{held[0]:.0f} MiB while the 8 connections were open"
 
+    def zero_window(server: ServerProcess) -> str:
+        h2attacks.zero_window_burst(server.grpc_address)
+        return "-"
+
     def grpc(status: tuple[int, str]) -> str:
         return f"grpc-status {status[0]}: {status[1][:90]}"
 
@@ -76,7 +80,7 @@ def attacks(bomb: bytes) -> dict[str, Attack]:
         ),
         "header_memo_8_connections": memo,
         "rapid_reset_20k": lambda s: _goaway(h2attacks.rapid_reset(s.grpc_address)),
-        "zero_window_5k_streams_burst": lambda s: h2attacks.zero_window_burst(s.grpc_address) or "-",
+        "zero_window_5k_streams_burst": zero_window,
         "settings_flood_no_read": lambda s: _accepted(
             h2attacks.ack_flood(s.grpc_address, h2attacks.SETTINGS_UNIT)
         ),
