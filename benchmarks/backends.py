@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 import xgboost
 
@@ -120,7 +121,7 @@ def build(repo: Path) -> dict[str, Any]:
     ).eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript: what pytorch_libtorch serves
-        scripted = torch.jit.trace(mlp, torch.randn(2, FEATURES))
+        scripted = torch.jit.trace(mlp, torch.randn(2, FEATURES))  # type: ignore[no-untyped-call]
         torch.jit.save(scripted, str(repo / "mlp" / "1" / "model.pt"))
     (repo / "scale" / "1" / "model.py").write_text(PY_MODEL)
     rng = np.random.default_rng(0)
@@ -139,27 +140,28 @@ def build(repo: Path) -> dict[str, Any]:
     return {"mlp": mlp, "booster": booster, "python_module": module}
 
 
-def direct_calls(built: dict[str, Any]) -> dict[str, Callable[[], Callable[[np.ndarray], object]]]:
+def direct_calls(built: dict[str, Any]) -> dict[str, Callable[[], Callable[[npt.NDArray[Any]], object]]]:
     """Per backend: a factory giving each thread its own callable (Python models are per instance)."""
 
-    def torch_call(x: np.ndarray) -> object:
+    def torch_call(x: npt.NDArray[Any]) -> object:
         with torch.inference_mode():
             return built["mlp"](torch.from_numpy(x)).numpy()
 
-    def python_factory() -> Callable[[np.ndarray], object]:
+    def python_factory() -> Callable[[npt.NDArray[Any]], object]:
         model = built["python_module"].TritonPythonModel()
 
-        def call(x: np.ndarray) -> object:
+        def call(x: npt.NDArray[Any]) -> object:
             request = pb_utils.InferenceRequest("scale", [pb_utils.Tensor("RAW", x)], ["SCALED"])
             return model.execute([request])
 
         return call
 
-    def chain_factory() -> Callable[[np.ndarray], object]:
+    def chain_factory() -> Callable[[npt.NDArray[Any]], object]:
         scale = python_factory()
 
-        def call(x: np.ndarray) -> object:
-            (response,) = scale(x)  # type: ignore[misc]
+        def call(x: npt.NDArray[Any]) -> object:
+            responses: Any = scale(x)
+            (response,) = responses
             return torch_call(response.output_tensors()[0].as_numpy())
 
         return call
@@ -218,7 +220,9 @@ def main() -> None:
         direct = {}
         for backend, factory in direct_calls(built).items():
 
-            def make(factory: Callable[[], Callable[[np.ndarray], object]] = factory) -> Callable[[], None]:
+            def make(
+                factory: Callable[[], Callable[[npt.NDArray[Any]], object]] = factory,
+            ) -> Callable[[], None]:
                 call = factory()
 
                 def work() -> None:

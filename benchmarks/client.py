@@ -68,7 +68,9 @@ async def _measure(call: Callable[[], Awaitable[Any]], concurrency: int, seconds
     }
 
 
-async def _tritonclient_call(client: triton_aio.InferenceServerClient, model: str, x: np.ndarray) -> Any:
+async def _tritonclient_call(
+    client: triton_aio.InferenceServerClient, model: str, x: npt.NDArray[Any]
+) -> Any:
     tensor = InferInput("INPUT0", list(x.shape), "FP32")
     tensor.set_data_from_numpy(x)
     result = await client.infer(model, [tensor])

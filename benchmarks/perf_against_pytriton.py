@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from pytriton.decorators import batch
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
@@ -22,8 +24,8 @@ from benchmarks.common import RESULTS
 GRPC_PORT = 18001
 
 
-@batch
-def identity(INPUT0: np.ndarray) -> dict[str, np.ndarray]:
+@batch  # type: ignore[untyped-decorator]  # pytriton ships no type information
+def identity(INPUT0: npt.NDArray[Any]) -> dict[str, npt.NDArray[Any]]:
     return {"OUTPUT0": INPUT0}
 
 

@@ -49,7 +49,7 @@ def measure_direct(
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     outputs = list(model.output_names)
     session.run(outputs, inputs)  # warm-up: first run allocates
-    latencies = []
+    latencies: list[float] = []
     start = time.perf_counter()
     while time.perf_counter() - start < seconds or len(latencies) < 3:
         begin = time.perf_counter()

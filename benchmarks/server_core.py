@@ -16,8 +16,10 @@ import asyncio
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import onnxruntime as ort
 
 from benchmarks.common import (
@@ -63,7 +65,7 @@ def session(path: Path) -> ort.InferenceSession:
 
 
 def direct_throughput(
-    sess: ort.InferenceSession, feeds: dict[str, np.ndarray], batch: int, duration_s: float
+    sess: ort.InferenceSession, feeds: dict[str, npt.NDArray[Any]], batch: int, duration_s: float
 ) -> float:
     sess.run(None, feeds)  # warm-up: allocations for this shape
     count = 0
@@ -74,7 +76,7 @@ def direct_throughput(
     return count * batch / elapsed
 
 
-def direct_latency_ms(sess: ort.InferenceSession, feeds: dict[str, np.ndarray], runs: int) -> float:
+def direct_latency_ms(sess: ort.InferenceSession, feeds: dict[str, npt.NDArray[Any]], runs: int) -> float:
     for _ in range(100):
         sess.run(None, feeds)
     samples = []

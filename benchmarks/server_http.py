@@ -279,9 +279,8 @@ def main() -> int:
 
     def cpu_per_request(config: str, model: str, protocol: str) -> float:
         chosen = select(config, model, protocol)
-        return sum(r["server_cpu_us_per_request"] * r["requests"] for r in chosen) / sum(
-            r["requests"] for r in chosen
-        )
+        cpu_us = sum(r["server_cpu_us_per_request"] * r["requests"] for r in chosen)
+        return float(cpu_us / sum(r["requests"] for r in chosen))
 
     summary: dict[str, Any] = {}
     for model in args.models:

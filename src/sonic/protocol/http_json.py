@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,16 +77,28 @@ class OutputChoice:
         return self.binary.get(name, self.binary_default)
 
 
-def _parse_header(body: bytes, header_length: int | None) -> tuple[dict[str, Any], int]:
+def parse_json(text: bytes | bytearray, what: str) -> Any:
+    """``json.loads`` with every way a client's text can fail it as InvalidArgumentError (400)."""
+    try:
+        return json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidArgumentError(f"{what} cannot be parsed: {exc}") from None
+    except RecursionError:
+        # The C parser counts nesting against the interpreter's recursion limit.
+        msg = (
+            f"{what} is nested too deeply: more than about {sys.getrecursionlimit()} levels of arrays or "
+            "objects"
+        )
+        raise InvalidArgumentError(msg) from None
+
+
+def _parse_header(body: bytes | bytearray, header_length: int | None) -> tuple[dict[str, Any], int]:
     end = len(body) if header_length is None else header_length
     if end < 0 or end > len(body):
         raise InvalidArgumentError(
             f"{HEADER_LENGTH} is {header_length} but the request body has {len(body)} bytes"
         )
-    try:
-        header = json.loads(body[:end] if end != len(body) else body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidArgumentError(f"inference request JSON cannot be parsed: {exc}") from None
+    header = parse_json(body[:end] if end != len(body) else body, "inference request JSON")
     if not isinstance(header, dict):
         msg = "inference request JSON must be an object"
         raise InvalidArgumentError(msg)
@@ -118,7 +131,7 @@ def _shm_ref(parameters: dict[str, Any], where: str) -> ShmRef | None:
 
 
 def decode_infer_request(
-    body: bytes, header_length: int | None, model_name: str, model_version: str, received_ns: int
+    body: bytes | bytearray, header_length: int | None, model_name: str, model_version: str, received_ns: int
 ) -> tuple[InferRequest, OutputChoice]:
     header, offset = _parse_header(body, header_length)
     view = memoryview(body)
@@ -168,7 +181,10 @@ def decode_infer_request(
         datatype = dtypes.from_name(datatype_name)
         data = item["data"]
         if datatype.name != "BYTES" and isinstance(data, list) and data and isinstance(data[0], list):
-            data = np.asarray(data, dtype=datatype.numpy)  # nested lists: let numpy flatten them
+            try:
+                data = np.asarray(data, dtype=datatype.numpy)  # nested lists: let numpy flatten them
+            except (ValueError, TypeError) as exc:
+                raise InvalidArgumentError(f"{where}: 'data' is not a regular nested list: {exc}") from None
         elif datatype.name == "BYTES" and isinstance(data, list):
             data = np.asarray(data, dtype=np.object_).reshape(-1)
         inputs.append(

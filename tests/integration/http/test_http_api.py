@@ -320,7 +320,7 @@ def test_message_size_limit(test_repository: Path) -> None:
                 tensor.set_data_from_numpy(big)
                 with pytest.raises(InferenceServerException) as info:
                     c.infer("identity", [tensor])
-                assert info.value.status() in {"400", "StatusCode.RESOURCE_EXHAUSTED"}, info.value
+                assert info.value.status() in {"413", "StatusCode.RESOURCE_EXHAUSTED"}, info.value
         finally:
             http.close()
             grpc.close()

@@ -56,6 +56,7 @@ def configured_frontends(
                 max_message_bytes=config.grpc_max_message_bytes,
                 tls=config.tls,
                 max_connections_per_client=config.http_max_connections_per_client,
+                max_decompressed_bytes=config.grpc_max_decompressed_bytes,
             )
         )
     if config.metrics_port is not None:

@@ -3,16 +3,22 @@
 A thin adapter like the gRPC one: route, call the data plane, render JSON, map errors through the one
 status table (bodies are ``{"error": "..."}``). aiohttp's low-level ``web.Server`` is used without
 its router or middlewares: the path is split once and matched by hand, which keeps the per-request
-cost to parsing (llhttp, in C) plus our own work. Request bodies are read once into one ``bytes``
-and binary tensors are sliced out of it without copies.
+cost to parsing (llhttp, in C) plus our own work. Request bodies are written chunk by chunk into one
+buffer and binary tensors are sliced out of it without copies. Every body is bounded: a Content-Length
+over ``max_message_bytes`` is answered 413 before a byte is read, gzip/deflate bodies are inflated
+(off the loop when large) up to ``max_decompressed_bytes``, and large JSON is parsed in a thread; JSON
+that cannot be parsed, however it fails (nesting included), is a 400 that says why.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
 
@@ -26,7 +32,8 @@ from sonic.protocol.errors import (
     UnimplementedError,
     http_status,
 )
-from sonic.server.config import TlsConfig
+from sonic.protocol.inflate import WBITS, InflateError, InflateLimitError, inflate_async
+from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES, TlsConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.aiohttp_listener import AiohttpListener
 from sonic.server.frontends.base import Frontend
@@ -37,6 +44,10 @@ from sonic.server.tls import http_ssl_context
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
+# JSON from this size on is parsed in a thread (inflation moves there by itself), so one
+# large request does not stall every other connection; smaller ones stay on the loop, where they cost less
+# than a thread hand-off.
+OFF_LOOP_BYTES = 1 << 18
 
 
 def _json_response(payload: Any, status: int = 200) -> web.Response:
@@ -50,9 +61,24 @@ def _error_response(exc: Exception) -> web.Response:
     return _json_response({"error": error.message}, int(http_status(error)))
 
 
+class PayloadTooLargeError(ResourceExhaustedError):
+    """A request body over a size limit: answered 413 (not the 429 of its gRPC status) and the connection
+    closed."""
+
+
 def _health(ok: bool) -> web.Response:
     # Triton answers 200 or 400 with an empty body; tritonclient only looks at the status.
     return web.Response(status=200 if ok else 400)
+
+
+async def _refuse_body(request: web.BaseRequest, exc: PayloadTooLargeError) -> web.StreamResponse:
+    """413, then close: aiohttp would otherwise read (and drop) the rest of the body for up to 10 s."""
+    response = _json_response({"error": exc.message}, HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()  # closes once the response is written; nothing more is read
+    return response
 
 
 class _ConnectionLimitedServer(web.Server):
@@ -103,8 +129,10 @@ class HttpFrontend(Frontend):
         max_message_bytes: int,
         tls: TlsConfig | None = None,
         max_connections_per_client: int | None = None,
+        max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES,
     ) -> None:
         self._dataplane = dataplane
+        self._max_decompressed_bytes = max_decompressed_bytes
         self._gate = gate
         self.host = host
         self.port = port
@@ -120,10 +148,14 @@ class HttpFrontend(Frontend):
         server: web.Server
         if self._max_connections_per_client is not None:
             server = self._limited = _ConnectionLimitedServer(
-                self._handle, max_per_client=self._max_connections_per_client, access_log=None
+                self._handle,
+                max_per_client=self._max_connections_per_client,
+                access_log=None,
+                auto_decompress=False,
             )
         else:
-            server = web.Server(self._handle, access_log=None)
+            # auto_decompress off: aiohttp would inflate on the loop with no cap; _read_body does it bounded.
+            server = web.Server(self._handle, access_log=None, auto_decompress=False)
         self.port = await self._listener.start(server, self.host, self.port, self._ssl_context)
 
     async def stop(self, grace_s: float) -> None:
@@ -153,6 +185,8 @@ class HttpFrontend(Frontend):
                 client = f"{address}:{peer[1]}" if peer else "unknown"
                 self._gate.admit(kind, request.headers.get("Authorization"), client, address)
             return await handler()
+        except PayloadTooLargeError as exc:
+            return await _refuse_body(request, exc)
         except Exception as exc:  # noqa: BLE001  (mapped to a status by the one table)
             return _error_response(exc)
 
@@ -271,36 +305,73 @@ class HttpFrontend(Frontend):
 
     # --- handlers -------------------------------------------------------------------------------------
 
-    async def _read_body(self, request: web.BaseRequest) -> bytes:
+    async def _read_body(self, request: web.BaseRequest) -> bytes | bytearray:
+        """The body, inflated if it came with a Content-Encoding; each size limit checked as it grows."""
+        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in {"identity", *WBITS}:
+            raise InvalidArgumentError(
+                f"Content-Encoding {encoding!r} is not supported (expected identity, gzip or deflate)"
+            )
+        body = await self._receive(request)
+        if encoding == "identity" or not body:
+            return body
+        limit = self._max_decompressed_bytes
+        try:
+            return await inflate_async(body, encoding, limit)
+        except InflateLimitError:
+            raise PayloadTooLargeError(
+                f"the {encoding} request body inflates to more than the server limit of {limit} bytes "
+                "decompressed"
+            ) from None
+        except InflateError as exc:
+            raise InvalidArgumentError(f"{encoding} request body: {exc}") from None
+
+    async def _receive(self, request: web.BaseRequest) -> bytes | bytearray:
+        """The body as sent; a Content-Length over the limit is refused before a byte is read."""
         limit = self._max_message_bytes
         length = request.content_length
         if length is not None and length > limit:
-            raise InvalidArgumentError(
-                f"request body of {length} bytes is over the server limit of {limit} bytes"
+            raise PayloadTooLargeError(
+                f"request body of {length} bytes (Content-Length) is over the server limit of {limit} "
+                "bytes; it was not read"
             )
         if length == 0:
             return b""
-        if length is not None and "Content-Encoding" not in request.headers:
-            # One join of the received chunks: request.read() would copy them twice.
-            return await request.content.readexactly(length)
-        # Chunked, or compressed (aiohttp inflates gzip/deflate bodies, so Content-Length is not the size).
+        first = await request.content.readany()
+        if length is not None and len(first) == length:
+            return first  # a small body arrives whole: no copy
+        if length is not None:
+            # Each chunk goes into its place as it arrives: one buffer, never the chunks and their join.
+            buffer = bytearray(length)
+            filled = len(first)
+            buffer[:filled] = first
+            del first
+            while filled < length and (chunk := await request.content.readany()):
+                buffer[filled : filled + len(chunk)] = chunk
+                filled += len(chunk)
+            return buffer
+        # Chunked transfer: the size is known only at the end.
         chunks: list[bytes] = []
         size = 0
-        while chunk := await request.content.readany():
+        chunk = first
+        while chunk:
             size += len(chunk)
             if size > limit:
-                raise InvalidArgumentError(f"request body is over the server limit of {limit} bytes")
+                raise PayloadTooLargeError(
+                    f"request body (chunked) is over the server limit of {limit} bytes"
+                )
             chunks.append(chunk)
+            chunk = await request.content.readany()
         return b"".join(chunks)
 
     async def _json_body(self, request: web.BaseRequest) -> dict[str, Any]:
         body = await self._read_body(request)
         if not body.strip():
             return {}
-        try:
-            payload = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InvalidArgumentError(f"request JSON cannot be parsed: {exc}") from None
+        if len(body) < OFF_LOOP_BYTES:
+            payload = http_json.parse_json(body, "request JSON")
+        else:
+            payload = await asyncio.to_thread(http_json.parse_json, body, "request JSON")
         if not isinstance(payload, dict):
             msg = "request JSON must be an object"
             raise InvalidArgumentError(msg)
@@ -317,7 +388,12 @@ class HttpFrontend(Frontend):
             raise InvalidArgumentError(
                 f"{http_json.HEADER_LENGTH} must be an integer, got {header_length!r}"
             ) from None
-        infer_request, choice = http_json.decode_infer_request(body, length, name, version, received_ns)
+        decode = functools.partial(http_json.decode_infer_request, body, length, name, version, received_ns)
+        # The JSON part is what costs (binary tensors stay views): a large one is parsed off the loop.
+        if (len(body) if length is None else length) < OFF_LOOP_BYTES:
+            infer_request, choice = decode()
+        else:
+            infer_request, choice = await asyncio.to_thread(decode)
         infer_request.trace_headers = self._gate.trace_context(request.headers.get)
         response = await self._dataplane.infer(infer_request)
         payload, json_length = http_json.encode_infer_response(response, choice)
