@@ -203,6 +203,27 @@ def test_frames_after_end_stream_are_stream_closed() -> None:
     assert resets(sent(core)) == [(1, ErrorCode.STREAM_CLOSED)]
 
 
+def test_late_frames_on_closed_streams_follow_rfc_9113_section_5_1() -> None:
+    core = connect()
+    core.receive_data(headers(1))  # answered and closed both ways
+    core.receive_data(headers(3, end_stream=False) + rst_stream(3, ErrorCode.CANCEL))  # reset by the peer
+    sent(core)
+    late = frame(FrameType.DATA, 0, 1, b"late") + frame(FrameType.DATA, 0, 3, b"late")
+    core.receive_data(late)
+    assert resets(sent(core)) == [(1, ErrorCode.STREAM_CLOSED), (3, ErrorCode.STREAM_CLOSED)]
+    core.receive_data(late)  # after our RST_STREAM, frames in flight are ignored: said once per stream
+    assert resets(sent(core)) == []
+    assert not core.close_wanted
+
+
+def test_headers_on_a_lower_stream_id_never_opened_is_a_protocol_error() -> None:
+    core = connect()
+    core.receive_data(headers(5))
+    sent(core)
+    core.receive_data(headers(3))  # ids only grow (RFC 9113 section 5.1.1): 3 was skipped, never opened
+    assert goaway_code(sent(core)) == ErrorCode.PROTOCOL_ERROR
+
+
 def test_stream_window_errors_reset_only_the_stream() -> None:
     core = connect()
     core.receive_data(headers(1, end_stream=False) + headers(3, end_stream=False))

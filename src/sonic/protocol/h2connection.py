@@ -229,7 +229,12 @@ class Http2Core(Http2Control):
         if stream is not None and stream.remote_closed:
             self.reset(stream, ErrorCode.STREAM_CLOSED)
             return None
-        return stream  # None: a stream we already closed; its data is dropped
+        if stream is None and not self.closed_streams.reset_by_us(stream_id):
+            # Closed without our RST_STREAM (ended both ways, or reset by the peer): RFC 9113 section 5.1
+            # makes a late DATA a STREAM_CLOSED error; said once per stream, and budgeted like a reset.
+            self.refuse(stream_id, ErrorCode.STREAM_CLOSED)
+            self._count_reset()
+        return stream  # None: a stream already closed; its data is dropped
 
     def _after_data(self, stream: Stream, end_stream: bool) -> None:
         if end_stream:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections import deque
 
 from sonic.protocol.h2limits import Http2Limits
 from sonic.protocol.h2output import Http2Output
@@ -34,6 +35,35 @@ log = logging.getLogger("sonic.protocol.h2connection")
 MAX_SETTINGS_PER_FRAME = 64  # RFC 9113 defines 6; a 1 MiB frame of 174,000 would cost ~50 ms
 
 
+class ClosedStreams:
+    """Ids of recently closed streams, and which of them we reset ourselves.
+
+    RFC 9113 section 5.1: frames that arrive after we sent RST_STREAM are ignored (they may have been in
+    flight); other frames on a closed stream are a STREAM_CLOSED error; a HEADERS frame on a lower id
+    that was never opened is a PROTOCOL_ERROR. Bounded: the oldest ids are forgotten first.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._order: deque[int] = deque()
+        self._reset_by_us: dict[int, bool] = {}
+
+    def add(self, stream_id: int, *, reset_by_us: bool) -> None:
+        if stream_id in self._reset_by_us:
+            self._reset_by_us[stream_id] = self._reset_by_us[stream_id] or reset_by_us
+            return
+        self._order.append(stream_id)
+        self._reset_by_us[stream_id] = reset_by_us
+        if len(self._order) > self._capacity:
+            del self._reset_by_us[self._order.popleft()]
+
+    def __contains__(self, stream_id: int) -> bool:
+        return stream_id in self._reset_by_us
+
+    def reset_by_us(self, stream_id: int) -> bool:
+        return self._reset_by_us.get(stream_id, False)
+
+
 class Http2Control(Http2Output):
     """Streams, closing state, control frames and the limits' counters, for either end."""
 
@@ -42,6 +72,7 @@ class Http2Control(Http2Output):
         self.limits = limits
         self.timers = ConnectionTimers(limits)
         self.streams: dict[int, Stream] = {}
+        self.closed_streams = ClosedStreams(limits.closed_streams_remembered)
         self._last_stream_id = 0  # the highest stream id opened, by the peer (server) or by us (client)
         self._peer_max_streams = 1 << 31  # unlimited until its SETTINGS say otherwise
         # Accounting against the limits (counts, never time).
@@ -131,6 +162,7 @@ class Http2Control(Http2Output):
     def reset(self, stream: Stream, code: ErrorCode) -> None:
         if not stream.local_closed or not stream.remote_closed:
             self._emit(rst_stream(stream.stream_id, code))
+            self.closed_streams.add(stream.stream_id, reset_by_us=True)
         stream.local_closed = stream.remote_closed = True
         stream.pending.clear()
         self._forget(stream)
@@ -149,7 +181,13 @@ class Http2Control(Http2Output):
             last = Flag.END_HEADERS if index == len(chunks) else 0
             self._emit(frame(FrameType.CONTINUATION, last, stream_id, chunk))
 
+    def refuse(self, stream_id: int, code: ErrorCode) -> None:
+        """RST_STREAM for a stream that never became a :class:`Stream` (refused, malformed)."""
+        self._emit_control(rst_stream(stream_id, code))
+        self.closed_streams.add(stream_id, reset_by_us=True)
+
     def _forget(self, stream: Stream) -> None:
+        self.closed_streams.add(stream.stream_id, reset_by_us=False)
         self.streams.pop(stream.stream_id, None)
         self._unblock(stream)
         if self.closing and not self.streams:

@@ -48,6 +48,9 @@ class Http2Limits:
     control_frame_allowance: int = 1000
     # Header-block memo of one connection (blocks that leave the HPACK table alone, and their lists).
     memo_bytes: int = 1 << 18
+    # Recently closed stream ids remembered, with whether we reset them (RFC 9113 section 5.1 answers a
+    # late frame on each differently). One that falls out is answered as closed by the peer.
+    closed_streams_remembered: int = 512
     # No stream open and none opened for this long (PINGs do not count): GOAWAY and close (None: never).
     idle_timeout_s: float | None = None
     # No frame for this long: we send a PING; no answer within ``ping_timeout_s``: close (None: never).

@@ -312,22 +312,7 @@ def _check(peer: RawH2, case: Case) -> None:
         assert code is None or code in case.codes, f"{kind} {E(code).name}, expected {sorted(case.codes)}"
 
 
-# Where the server still departs from h2spec. Strict: once fixed, the case passes and this entry must go.
-# DATA on a stream the server has closed is dropped, because RFC 9113 5.1 also asks to ignore frames
-# on streams it reset itself and the server does not remember which those were; a HEADERS with a
-# lower stream id gets RST_STREAM STREAM_CLOSED (as for a closed stream), not GOAWAY PROTOCOL_ERROR.
-KNOWN_DEPARTURES = {
-    "5.1/5": "DATA after the client's END_STREAM (stream answered and closed) is dropped, no STREAM_CLOSED",
-    "5.1/8": "DATA after the client's RST_STREAM is dropped, no STREAM_CLOSED",
-    "6.1/2": "DATA after the client's END_STREAM (stream answered and closed) is dropped, no STREAM_CLOSED",
-    "5.1.1/2": "a lower stream id gets RST_STREAM STREAM_CLOSED, not GOAWAY PROTOCOL_ERROR",
-}
-PARAMS = [
-    pytest.param(case, id=case.id, marks=[pytest.mark.xfail(reason=KNOWN_DEPARTURES[case.id], strict=True)])
-    if case.id in KNOWN_DEPARTURES
-    else pytest.param(case, id=case.id)
-    for case in CASES
-]
+PARAMS = [pytest.param(case, id=case.id) for case in CASES]
 
 
 @pytest.mark.parametrize("case", PARAMS)

@@ -63,6 +63,7 @@ class ServerCore(Http2Core):
         self._streams_completed += 1
         if not stream.remote_closed:
             self._emit(rst_stream(stream.stream_id, ErrorCode.NO_ERROR))
+            self.closed_streams.add(stream.stream_id, reset_by_us=True)  # its DATA in flight is ignored
             stream.remote_closed = True
         self._forget(stream)
 
@@ -83,18 +84,22 @@ class ServerCore(Http2Core):
                 self._after_data(stream, end_stream=True)
             return
         if stream_id <= self._last_stream_id:
-            # A stream that is closed (ended, reset or refused): say so rather than leave the peer waiting.
-            self._emit_control(rst_stream(stream_id, ErrorCode.STREAM_CLOSED))
+            if stream_id not in self.closed_streams:  # RFC 9113 section 5.1.1: ids only grow
+                msg = f"HEADERS on stream {stream_id}, below {self._last_stream_id} and never opened"
+                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, msg)
+            if not self.closed_streams.reset_by_us(stream_id):
+                # A stream that ended or that the peer reset: say so rather than leave the peer waiting.
+                self.refuse(stream_id, ErrorCode.STREAM_CLOSED)
             return
         self._last_stream_id = stream_id
         self._streams_opened += 1
         if self.closing or len(self.streams) >= self.limits.max_concurrent_streams:
-            self._emit_control(rst_stream(stream_id, ErrorCode.REFUSED_STREAM))
+            self.refuse(stream_id, ErrorCode.REFUSED_STREAM)
             if not self.closing:
                 self._count_reset()  # a peer that ignores our limit is budgeted like a rapid reset
             return
         if self._malformed(block, headers):
-            self._emit_control(rst_stream(stream_id, ErrorCode.PROTOCOL_ERROR))
+            self.refuse(stream_id, ErrorCode.PROTOCOL_ERROR)
             self._count_reset()
             return
         stream = Stream(stream_id)
