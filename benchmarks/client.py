@@ -1,13 +1,15 @@
 """Client benchmark: sonic.client vs tritonclient.grpc.aio against the same server, in one run.
 
 - small requests: identity FP32 [1, 16] at concurrency 32: requests/s and client CPU s per request,
-  one request per call, and with client-side coalescing (``coalesce_in_flight=2``);
+  one request per call, and with client-side coalescing (``coalesce_in_flight=2``); and without the
+  resilience defaults (no HTTP/2 keepalive, no deadline) to show what they cost;
 - large requests: 1693 x 48 x 48 x 1 FP32 (15.6 MB, an EmTrkMichelId batch) through an identity model:
   MB/s of request tensor moved (the response carries as much back), over gRPC, with shared memory, and
   with zero-copy shared memory (``shm_request``: each call fills the input view from the caller's
   array, which stands in for producing the data in place, and takes the output as a view).
 
-Usage: ./dev bench client [--server sonic|triton] [--seconds 3] [--rounds 3] [--large-only] [--out FILE]
+Usage: ./dev bench client [--server sonic|triton] [--seconds 3] [--rounds 3] [--large-only|--small-only]
+       [--out FILE]
 """
 
 from __future__ import annotations
@@ -92,7 +94,9 @@ async def _borrowing_call(client: AsyncClient, x: npt.NDArray[Any], timings: lis
         await _zero_copy_call(request, x, timings)
 
 
-async def run(address: str, seconds: float, rounds: int, *, large_only: bool = False) -> dict[str, Any]:
+async def run(
+    address: str, seconds: float, rounds: int, *, large_only: bool = False, small_only: bool = False
+) -> dict[str, Any]:
     """Every case once per round, rounds interleaved, so load from other processes hits all alike."""
     small = np.ones((1, 16), np.float32)
     large = np.random.default_rng(0).standard_normal(LARGE_SHAPE).astype(np.float32)
@@ -107,6 +111,14 @@ async def run(address: str, seconds: float, rounds: int, *, large_only: bool = F
         coalesce_in_flight=2,
     )
     small_merged = AsyncClient("identity", merging)
+    bare = ClientConfig(
+        servers=(address,),
+        shared_memory=SharedMemoryMode.OFF,
+        max_in_flight=CONCURRENCY,
+        keepalive_s=None,
+        timeout_s=None,
+    )
+    small_bare = AsyncClient("identity", bare)
     large_plain = AsyncClient("identity_large", plain)
     large_shm = AsyncClient("identity_large", shm)
     large_zero_copy = AsyncClient("identity_large", shm)
@@ -127,6 +139,8 @@ async def run(address: str, seconds: float, rounds: int, *, large_only: bool = F
         "small_sonic": (lambda: small_client.infer({"INPUT0": small}), CONCURRENCY),
         "small_tritonclient": (lambda: _tritonclient_call(triton, "identity", small), CONCURRENCY),
         "small_sonic_coalesced": (lambda: small_merged.infer({"INPUT0": small}), CONCURRENCY),
+        # Keepalive and the default deadline off (health probes run only after a failure).
+        "small_sonic_no_keepalive_no_deadline": (lambda: small_bare.infer({"INPUT0": small}), CONCURRENCY),
         "large_sonic_grpc": (lambda: large_call(large_plain, splits["large_sonic_grpc"]), 1),
         "large_sonic_shm": (lambda: large_call(large_shm, splits["large_sonic_shm"]), 1),
         "large_tritonclient": (lambda: _tritonclient_call(triton, "identity_large", large), 1),
@@ -144,8 +158,9 @@ async def run(address: str, seconds: float, rounds: int, *, large_only: bool = F
             1,
         ),
     }
-    if large_only:
-        cases = {name: case for name, case in cases.items() if name.startswith("large")}
+    if large_only or small_only:
+        prefix = "large" if large_only else "small"
+        cases = {name: case for name, case in cases.items() if name.startswith(prefix)}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
     try:
         for _ in range(rounds):
@@ -154,7 +169,7 @@ async def run(address: str, seconds: float, rounds: int, *, large_only: bool = F
     finally:
         await triton.close()
         held.release()
-        for client in (small_client, small_merged, large_plain, large_shm, large_zero_copy):
+        for client in (small_client, small_merged, small_bare, large_plain, large_shm, large_zero_copy):
             await client.close()
     results: dict[str, Any] = {}
     for name, measured in runs.items():
@@ -171,6 +186,8 @@ async def run(address: str, seconds: float, rounds: int, *, large_only: bool = F
                 "deserialize": sum(t.deserialize_s for t in timings) / len(timings),
             }
         results[name] = summary
+    if small_only:
+        return _small_ratios(results)
     shm_mb_s = results["large_sonic_shm"]["MB_per_s"]
     for name in ("large_sonic_shm_zero_copy", "large_sonic_shm_zero_copy_borrowing"):
         results[f"ratio_{name.removeprefix('large_sonic_shm_')}_vs_shm"] = (
@@ -181,6 +198,18 @@ async def run(address: str, seconds: float, rounds: int, *, large_only: bool = F
         )
     if large_only:
         return results
+    return _small_ratios(results)
+
+
+def _small_ratios(results: dict[str, Any]) -> dict[str, Any]:
+    results["resilience_cost_small_requests_per_s"] = (
+        results["small_sonic"]["requests_per_s"]
+        / results["small_sonic_no_keepalive_no_deadline"]["requests_per_s"]
+    )
+    results["resilience_cost_small_cpu"] = (
+        results["small_sonic"]["cpu_s_per_request"]
+        / results["small_sonic_no_keepalive_no_deadline"]["cpu_s_per_request"]
+    )
     results["speedup_small_requests_per_s"] = (
         results["small_sonic"]["requests_per_s"] / results["small_tritonclient"]["requests_per_s"]
     )
@@ -201,6 +230,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="measurement time per case and round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median is reported")
     parser.add_argument("--large-only", action="store_true", help="only the 15.6 MB cases")
+    parser.add_argument("--small-only", action="store_true", help="only the [1, 16] cases")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/client.json"))
     args = parser.parse_args()
     steady_malloc()  # this process is the load generator: see benchmarks.common.steady_malloc
@@ -212,7 +242,13 @@ def main() -> None:
             server_cm = TritonProcess.start([repo], models=[m.name for m in MODELS], workdir=Path(tmp))
         with server_cm as server:
             results = asyncio.run(
-                run(server.grpc_address, args.seconds, args.rounds, large_only=args.large_only)
+                run(
+                    server.grpc_address,
+                    args.seconds,
+                    args.rounds,
+                    large_only=args.large_only,
+                    small_only=args.small_only,
+                )
             )
     report = {
         "server": args.server,

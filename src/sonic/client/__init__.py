@@ -19,13 +19,19 @@ from sonic.client.config import (
 from sonic.client.errors import (
     ClientError,
     ClientStateError,
+    ConnectionLostError,
+    DeadlineExceededError,
+    DrainedError,
     InputError,
     InvalidRequestError,
+    ModelVersionError,
     NoServerError,
     RetriesExhaustedError,
     ServerError,
     TransientError,
 )
+from sonic.client.health import Health
+from sonic.client.stats import ClientStatistics
 from sonic.client.sync import SyncClient
 from sonic.client.zerocopy import ShmRequest
 
@@ -36,13 +42,19 @@ __all__ = [
     "ClientError",
     "ClientState",
     "ClientStateError",
+    "ClientStatistics",
     "Compression",
+    "ConnectionLostError",
+    "DeadlineExceededError",
     "Device",
+    "DrainedError",
     "FallbackConfig",
     "FallbackServerKind",
+    "Health",
     "InferResult",
     "InputError",
     "InvalidRequestError",
+    "ModelVersionError",
     "NoServerError",
     "RetriesExhaustedError",
     "ServerError",

@@ -2,9 +2,12 @@
 
 One :class:`AsyncClient` serves one model. It connects lazily on first use (so it pickles as
 configuration and reconnects on each Dask worker), asks every configured server which models it
-has, and sends each request to the healthy server with the fewest requests in flight. Transient
-failures are retried (same server once, then another, then the local fallback server); a server
-whose connection breaks is taken out and its requests go elsewhere.
+has, and sends each request to the preferred server, else the healthy one with the fewest requests
+in flight. Transient failures are retried (same server once, then another, then the process's local
+fallback server). A server whose connection breaks, or that misses a deadline, moves down the health
+state machine of :mod:`sonic.client.health` and is probed back in the background; its requests go
+elsewhere meanwhile. A model that moved (NOT_FOUND from a server that listed it) is looked for on
+the other servers. :attr:`AsyncClient.statistics` counts what happened.
 """
 
 from __future__ import annotations
@@ -16,27 +19,29 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import numpy.typing as npt
 
-from sonic.client import batching
+from sonic.client import batching, checksum
 from sonic.client.batching import Parameters
+from sonic.client.cleanup import exit_cleanup
 from sonic.client.coalesce import Coalescer
 from sonic.client.config import ClientConfig, SharedMemoryMode
 from sonic.client.errors import (
-    Attempt,
     ClientError,
     ClientStateError,
     ConnectionLostError,
-    NoServerError,
-    RetriesExhaustedError,
     TransientError,
 )
-from sonic.client.fallback import FallbackServer
+from sonic.client.fallback import FallbackServer, SharedFallback
+from sonic.client.health import ProbePolicy
 from sonic.client.registry import ServerEntry, ServerRegistry, resolve_services
+from sonic.client.retries import with_retries
 from sonic.client.shm import Region, RegionPool, layout
+from sonic.client.stats import ClientStatistics
 from sonic.client.transport.base import ModelInfo, ServerTiming, Transport
 from sonic.client.transport.factory import open_transport
 from sonic.client.zerocopy import ShmRequest, no_local_server, plan, region_bytes
@@ -44,6 +49,7 @@ from sonic.protocol import dtypes
 from sonic.protocol.types import ShmRef, WireInput, WireOutputRequest, WireRequest, WireResponse
 
 log = logging.getLogger(__name__)
+verbose_log = logging.getLogger("sonic.client.verbose")  # SonicTriton's verbose per-call summary
 T = TypeVar("T")
 Arrays = dict[str, npt.NDArray[Any]]
 
@@ -98,6 +104,27 @@ def _output_bytes(info: ModelInfo, names: Sequence[str], batch: int) -> dict[str
     return sizes
 
 
+def verbose_summary(model: str, timing: CallTiming) -> str:
+    """One call as SonicTriton's ``verbose`` prints it: counts and average server-side times."""
+    server = timing.server or ServerTiming()
+    count = max(server.success_count, 1)
+    lines = [
+        f"model '{model}' on {', '.join(timing.servers)}: {timing.tries} try(s)",
+        (
+            f"  client: serialize {timing.serialize_s * 1e6:.0f} us, wait {timing.wait_s * 1e6:.0f} us, "
+            f"deserialize {timing.deserialize_s * 1e6:.0f} us"
+        ),
+        f"  server: inference count {server.success_count}, execution count {server.executions}",
+        (
+            f"  avg queue time {server.queue_ns / count / 1e3:.0f} us, compute input "
+            f"{server.compute_input_ns / count / 1e3:.0f} us, "
+            f"infer {server.compute_infer_ns / count / 1e3:.0f} us, "
+            f"output {server.compute_output_ns / count / 1e3:.0f} us"
+        ),
+    ]
+    return "\n".join(lines)
+
+
 class AsyncClient:
     def __init__(
         self,
@@ -106,11 +133,21 @@ class AsyncClient:
         *,
         version: str = "",
         transports: Sequence[Transport] | None = None,
+        model_config: Path | None = None,
     ) -> None:
-        """``transports`` replaces the gRPC connections to ``config.servers`` (tests: in-memory)."""
+        """``transports`` replaces the gRPC connections to ``config.servers`` (tests: in-memory).
+
+        ``model_config``: the local copy of the model's ``config.pbtxt`` (CMSSW's ``modelConfigPath``):
+        the server's ``checksum`` agent digests are checked against the files next to it
+        (:mod:`sonic.client.checksum`); a mismatch is a :class:`ModelVersionError` naming the file.
+        """
         self.model = model
         self.version = version
         self.config = config or ClientConfig()
+        self.model_config = model_config
+        self.statistics = ClientStatistics()
+        if self.config.handle_signals:
+            exit_cleanup().install_signal_handlers()
         self._given_transports = list(transports) if transports is not None else None
         self._state = ClientState.NEW
         self._registry: ServerRegistry | None = None
@@ -118,6 +155,8 @@ class AsyncClient:
         self._in_flight: asyncio.Semaphore | None = None
         self._info: ModelInfo | None = None
         self._fallback: FallbackServer | None = None
+        self._fallback_share: SharedFallback | None = None
+        self._fallback_address = ""
         self._coalescer: Coalescer | None = None
         self._ids = itertools.count()
 
@@ -131,10 +170,17 @@ class AsyncClient:
         if self._given_transports is not None:
             msg = "a client built on explicit transports cannot be pickled; build it from a ClientConfig"
             raise ClientStateError(msg)
-        return {"model": self.model, "version": self.version, "config": self.config}
+        return {
+            "model": self.model,
+            "version": self.version,
+            "config": self.config,
+            "model_config": self.model_config,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["model"], state["config"], version=state["version"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["model"], state["config"], version=state["version"], model_config=state.get("model_config")
+        )
 
     # --- lifecycle ----------------------------------------------------------------------------------
 
@@ -142,11 +188,18 @@ class AsyncClient:
     def state(self) -> ClientState:
         return self._state
 
-    async def _start_fallback(self) -> Transport:
-        server = FallbackServer(self.config.fallback)
-        self._fallback = server  # set first, so close() stops it even if this task is cancelled
-        log.warning("no reachable server has model '%s': starting the local fallback server", self.model)
-        address = await asyncio.to_thread(server.start)
+    async def _start_fallback(self, model: str) -> Transport | None:
+        """The process's fallback server with ``model`` loaded; a transport when this client needs a
+        new one to it (first use, or the server was started again elsewhere)."""
+        if self._fallback_share is None:
+            # Taken first, so close() releases it even if this task is cancelled.
+            self._fallback_share = SharedFallback.acquire(self.config.fallback)
+            self._fallback = self._fallback_share.server
+        log.warning("no reachable server has model '%s': using the local fallback server", model)
+        address = await asyncio.to_thread(self._fallback_share.ensure, model)
+        if address == self._fallback_address:
+            return None
+        self._fallback_address = address
         return open_transport(address, self.config)
 
     async def _open(self) -> ServerRegistry:
@@ -163,10 +216,15 @@ class AsyncClient:
                 if transports is None:
                     addresses = [*self.config.servers, *await resolve_services(self.config.services)]
                     transports = [open_transport(a, self.config) for a in addresses]
+                config = self.config
                 registry = ServerRegistry(
                     transports,
-                    control_timeout_s=self.config.control_timeout_s,
-                    start_fallback=self._start_fallback if self.config.fallback.enable else None,
+                    control_timeout_s=config.control_timeout_s,
+                    probe=ProbePolicy(
+                        config.probe_backoff_s, config.probe_backoff_max_s, config.probe_timeout_s
+                    ),
+                    preferred_server=config.preferred_server,
+                    start_fallback=self._start_fallback if config.fallback.enable else None,
                 )
                 await registry.discover()
                 self._in_flight = asyncio.Semaphore(self.config.max_in_flight)
@@ -185,8 +243,9 @@ class AsyncClient:
             if self._registry is not None:
                 await self._registry.close()
         finally:
-            if self._fallback is not None:
-                await asyncio.to_thread(self._fallback.stop)
+            share, self._fallback_share = self._fallback_share, None
+            if share is not None:
+                await asyncio.to_thread(share.release)  # the last client of the process stops it
 
     async def __aenter__(self) -> Self:
         await self._open()
@@ -200,52 +259,28 @@ class AsyncClient:
     # --- retries --------------------------------------------------------------------------------------
 
     async def _with_retries(self, operation: Callable[[ServerEntry], Awaitable[T]]) -> tuple[T, int]:
-        """Run ``operation`` on a chosen server, retrying transient failures; returns (result, tries)."""
+        """Run ``operation`` on a chosen server with retries (:mod:`sonic.client.retries`)."""
         registry = await self._open()
-        attempts: list[Attempt] = []
-        avoid: set[ServerEntry] = set()
-        retry_on: ServerEntry | None = None
-        for index in range(self.config.allowed_tries):
-            if index:
-                delay_s = self.config.retry_backoff_s * 2 ** (index - 1)
-                await asyncio.sleep(min(delay_s, self.config.retry_backoff_max_s))  # backoff, not a sync
-            try:
-                if retry_on is not None and retry_on.healthy:
-                    entry = retry_on
-                else:
-                    entry = await registry.select(self.model, avoid)
-            except NoServerError as exc:
-                if not attempts:
-                    raise
-                attempts.append(Attempt("(no server left)", exc))
-                break
-            entry.outstanding += 1
-            try:
-                return await operation(entry), index + 1
-            except TransientError as exc:
-                attempts.append(Attempt(entry.address, exc))
-                if isinstance(exc, ConnectionLostError):
-                    registry.mark_dead(entry, exc)
-                if isinstance(exc, ConnectionLostError) or retry_on is entry:
-                    avoid.add(entry)
-                    retry_on = None
-                else:
-                    retry_on = entry  # the first retry goes to the same server
-                log.info("model '%s' try %d on %s failed: %s", self.model, index + 1, entry.address, exc)
-            finally:
-                entry.outstanding -= 1
-        raise RetriesExhaustedError(self.model, attempts)
+        return await with_retries(self.model, self.config, registry, self.statistics, operation)
 
     # --- metadata -------------------------------------------------------------------------------------
 
     async def model_info(self) -> ModelInfo:
         if self._info is not None:
             return self._info
-        fetched, _ = await self._with_retries(
-            lambda entry: entry.transport.model_info(self.model, self.version)
-        )
+        fetched, _ = await self._with_retries(self._fetch_info)
         self._info = fetched
         return fetched
+
+    async def _fetch_info(self, entry: ServerEntry) -> ModelInfo:
+        info = await entry.transport.model_info(self.model, self.version)
+        if self.model_config is not None:
+            checksums = await entry.transport.model_checksums(self.model, self.version)
+            checked = await asyncio.to_thread(
+                checksum.verify, self.model, entry.address, checksums, self.model_config
+            )
+            log.info("model '%s': %d checksum(s) of %s match", self.model, checked, entry.address)
+        return info
 
     # --- inference ------------------------------------------------------------------------------------
 
@@ -342,6 +377,8 @@ class AsyncClient:
             (server,),
             result.timing.server,
         )
+        if timing.server is not None:
+            verbose_log.info("%s", verbose_summary(self.model, timing))
         return InferResult(result.outputs, timing)
 
     def _use_shm(self, entry: ServerEntry) -> bool:

@@ -10,6 +10,12 @@ The environment is read only in :meth:`ClientConfig.from_env`:
 - ``SONIC_FALLBACK_REPOSITORY``: model repository of the local fallback server (enables it)
 - ``SONIC_SHARED_MEMORY``: ``auto`` (default), ``system`` or ``off``
 - ``SONIC_TRANSPORT``: ``native`` (default) or ``grpcio``
+- ``SONIC_TIMEOUT``: per-request deadline in seconds (default 60; ``0`` or ``none``: no deadline)
+- ``SONIC_PREFERRED_SERVER``: ``host:port`` chosen first while healthy (CMSSW's ``preferredServer``)
+- ``SONIC_LOCAL_BALANCER_HOST`` and ``SONIC_LOCAL_BALANCER_PORT`` (default 8001): the site's load
+  balancer, one more server (CMSSW reads them from SITECONF)
+- ``SONIC_HANDLE_SIGNALS``: ``1`` lets the client unlink its shared memory on SIGTERM/SIGINT (it
+  installs handlers that then pass the signal on); off by default so library users keep their signals
 """
 
 from __future__ import annotations
@@ -92,12 +98,19 @@ class FallbackConfig:
             raise ValueError(f"fallback retries {self.retries} must be >= 0, wait {self.wait_timeout_s} > 0")
 
 
+# Per-request deadline: the slowest reference model (resnet50, seed batch 10) takes ~2 s per batch on a
+# CPU and a few seconds merged; 60 s leaves room for a busy server's queue (docs/client.md).
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_BALANCER_PORT = 8001
+
+
 @dataclass(frozen=True)
 class ClientConfig:
     servers: tuple[str, ...] = ()
     # Headless Services (``name:port``): one server per DNS address, resolved when the client connects.
     services: tuple[str, ...] = ()
-    timeout_s: float | None = None  # per-request deadline; None: none
+    # Per-request deadline (None: none). A miss makes the server suspect; the retry goes elsewhere.
+    timeout_s: float | None = DEFAULT_TIMEOUT_S
     allowed_tries: int = 3  # total attempts per request, the first included
     retry_backoff_s: float = 0.05  # delay before the second try, doubled each time
     retry_backoff_max_s: float = 2.0
@@ -113,6 +126,19 @@ class ClientConfig:
     shared_memory: SharedMemoryMode = SharedMemoryMode.AUTO
     shm_min_bytes: int = 65536  # smaller requests (inputs and outputs) skip shared memory
     control_timeout_s: float = 10.0  # metadata, discovery and shared-memory calls (not inference)
+    # HTTP/2 keepalive: a connection silent for keepalive_s is PINGed; no answer within
+    # keepalive_timeout_s closes it, and its calls are sent again elsewhere (None: off).
+    keepalive_s: float | None = 10.0
+    keepalive_timeout_s: float = 5.0
+    # Background probes of servers that failed (see sonic.client.health): first after probe_backoff_s,
+    # doubling to probe_backoff_max_s, each call within probe_timeout_s.
+    probe_backoff_s: float = 0.25
+    probe_backoff_max_s: float = 4.0
+    probe_timeout_s: float = 2.0
+    preferred_server: str = ""  # host:port chosen first while healthy (CMSSW's preferredServer)
+    # Unlink this process's shared memory on SIGTERM/SIGINT too (handlers installed by the client,
+    # chained to the ones before); it is always unlinked on close and at interpreter exit.
+    handle_signals: bool = False
     verbose: bool = False  # server-side timing breakdown per call (ModelStatistics deltas)
     fallback: FallbackConfig = field(default_factory=FallbackConfig)
 
@@ -121,7 +147,18 @@ class ClientConfig:
             raise ValueError(f"allowed_tries must be >= 1, got {self.allowed_tries}")
         if self.max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {self.max_in_flight}")
-        for address in self.servers:
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0 or None (no deadline), got {self.timeout_s}")
+        if self.keepalive_s is not None and self.keepalive_s <= 0:
+            raise ValueError(f"keepalive_s must be > 0 or None (off), got {self.keepalive_s}")
+        if min(self.keepalive_timeout_s, self.probe_backoff_s, self.probe_timeout_s) <= 0:
+            msg = "keepalive_timeout_s, probe_backoff_s and probe_timeout_s must be > 0"
+            raise ValueError(msg)
+        if self.probe_backoff_max_s < self.probe_backoff_s:
+            raise ValueError(
+                f"probe_backoff_max_s {self.probe_backoff_max_s} is below probe_backoff_s {self.probe_backoff_s}"
+            )
+        for address in (*self.servers, *filter(None, [self.preferred_server])):
             if ":" not in address:
                 raise ValueError(f"server address '{address}': expected host:port")
         for service in self.services:
@@ -181,6 +218,19 @@ class ClientConfig:
             changes["transport"] = TransportKind(env["SONIC_TRANSPORT"])
         if env.get("SONIC_SHARED_MEMORY"):
             changes["shared_memory"] = SharedMemoryMode(env["SONIC_SHARED_MEMORY"])
+        balancer = env.get("SONIC_LOCAL_BALANCER_HOST", "").strip()
+        if balancer:
+            port = env.get("SONIC_LOCAL_BALANCER_PORT", "").strip() or str(DEFAULT_BALANCER_PORT)
+            address = f"[{balancer}]:{port}" if ":" in balancer else f"{balancer}:{port}"
+            if address not in changes["servers"]:
+                changes["servers"] += (address,)
+        if env.get("SONIC_TIMEOUT"):
+            value = env["SONIC_TIMEOUT"].strip().lower()
+            changes["timeout_s"] = None if value in {"0", "none"} else float(value)
+        if env.get("SONIC_PREFERRED_SERVER"):
+            changes["preferred_server"] = env["SONIC_PREFERRED_SERVER"].strip()
+        if env.get("SONIC_HANDLE_SIGNALS"):
+            changes["handle_signals"] = env["SONIC_HANDLE_SIGNALS"].strip().lower() in {"1", "true", "yes"}
         if env.get("SONIC_FALLBACK_REPOSITORY"):
             repositories = tuple(Path(p) for p in env["SONIC_FALLBACK_REPOSITORY"].split(os.pathsep))
             changes["fallback"] = replace(config.fallback, enable=True, repositories=repositories)

@@ -6,6 +6,7 @@ The tree::
     ├── ClientStateError            misuse: a closed client, infer() before start-up, a pickled live object
     ├── InputError                  inputs do not match the model (name, dtype, shape, batch); never sent
     ├── NoServerError               no server (remote or fallback) has the model
+    ├── ModelVersionError           the server's model checksums differ from the local model files
     ├── ServerError                 the server answered with an error; ``status`` is the gRPC status name
     │   ├── InvalidRequestError     INVALID_ARGUMENT, NOT_FOUND, ...: retrying cannot help
     │   └── TransientError          retried: the same request may succeed later or elsewhere
@@ -13,6 +14,7 @@ The tree::
     │       ├── DeadlineExceededError   DEADLINE_EXCEEDED (per-request deadline)
     │       ├── ResourceExhaustedError  RESOURCE_EXHAUSTED
     │       └── ConnectionLostError     the connection broke or was refused
+    │           └── DrainedError            ... by a server that announced its shutdown (GOAWAY)
     └── RetriesExhaustedError       every allowed try failed; ``attempts`` lists server and cause of each
 
 gRPC status codes become these types through the protocol's status table (:func:`error_for_status`),
@@ -40,6 +42,10 @@ class InputError(ClientError):
 
 class NoServerError(ClientError):
     pass
+
+
+class ModelVersionError(ClientError):
+    """The server's ``model_repository_agents`` checksums do not match the local model files."""
 
 
 class ServerError(ClientError):
@@ -74,6 +80,10 @@ class ResourceExhaustedError(TransientError):
 
 class ConnectionLostError(TransientError):
     pass
+
+
+class DrainedError(ConnectionLostError):
+    """A call a draining server did not finish: refused after its GOAWAY, or cut off at its exit timeout."""
 
 
 # What the protocol's status table says a client does with a status, as our error types. Statuses to

@@ -3,7 +3,10 @@
 Each request in flight to a local server borrows one region from that server's pool, writes its inputs
 into it (the one copy of each tensor) and, when every requested output has a known size, has the
 server write the outputs there too. Regions are reused, grown when a request needs more, and
-unregistered and unlinked on close or after an error that may have left the server's view stale.
+unregistered and unlinked on close or after an error that may have left the server's view stale,
+and unlinked at interpreter exit (or on SIGTERM/SIGINT when allowed) if the client was never closed
+(:mod:`sonic.client.cleanup`). Region names say which process made them
+(:mod:`sonic.protocol.shm_names`), so a server reclaims those of a client that was killed.
 Zero-copy callers (:mod:`sonic.client.zerocopy`) hold numpy views of a region: a mapping with views
 left is never unmapped under them (it goes with the last view), only unlinked and unregistered.
 """
@@ -14,7 +17,6 @@ import contextlib
 import logging
 import mmap
 import os
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,8 +24,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from sonic.client.cleanup import exit_cleanup
 from sonic.client.errors import ClientError
 from sonic.client.transport.base import Transport
+from sonic.protocol.shm_names import region_prefix
 from sonic.protocol.types import ShmRef
 
 log = logging.getLogger(__name__)
@@ -55,12 +59,14 @@ class Region:
         self.path = SHM_ROOT / name
         self.size = 0
         fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        exit_cleanup().add(self.path)
         try:
             os.ftruncate(fd, size)
             self.mapping = mmap.mmap(fd, size)
         except BaseException:
             os.close(fd)
             self.path.unlink(missing_ok=True)
+            exit_cleanup().discard(self.path)
             raise
         self._fd = fd
         self.size = size
@@ -103,6 +109,7 @@ class Region:
         self._unmap()
         os.close(self._fd)
         self.path.unlink(missing_ok=True)
+        exit_cleanup().discard(self.path)
 
 
 class RegionPool:
@@ -112,7 +119,7 @@ class RegionPool:
         self._transport = transport
         self._free: list[Region] = []
         self._all: set[Region] = set()
-        self._prefix = f"sonic_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        self._prefix = region_prefix()
         self._count = 0
 
     async def acquire(self, size: int) -> Region:

@@ -11,6 +11,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -18,6 +19,7 @@ from sonic.client.batching import Parameters
 from sonic.client.client import Arrays, AsyncClient, InferResult
 from sonic.client.config import ClientConfig
 from sonic.client.errors import ClientStateError
+from sonic.client.stats import ClientStatistics
 from sonic.client.transport.base import ModelInfo, Transport
 
 T = TypeVar("T")
@@ -31,8 +33,12 @@ class SyncClient:
         *,
         version: str = "",
         transports: Sequence[Transport] | None = None,
+        model_config: Path | None = None,
     ) -> None:
-        self._client = AsyncClient(model, config, version=version, transports=transports)
+        """As :class:`AsyncClient`; ``model_config`` turns on its checksum verification."""
+        self._client = AsyncClient(
+            model, config, version=version, transports=transports, model_config=model_config
+        )
         self._loop = asyncio.new_event_loop()
         # Daemon, so a client that is never closed cannot hang interpreter exit; errors are not lost:
         # they travel back through each call's future. close() stops and joins the thread.
@@ -58,7 +64,14 @@ class SyncClient:
         return self._client.__getstate__()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["model"], state["config"], version=state["version"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["model"], state["config"], version=state["version"], model_config=state.get("model_config")
+        )
+
+    @property
+    def statistics(self) -> ClientStatistics:
+        """What the client met so far: retries and their causes (see :class:`ClientStatistics`)."""
+        return self._client.statistics
 
     def _submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
         if self._closed:

@@ -69,8 +69,11 @@ class ServerProcess(ServerHandle):
         wait_timeout_s: float = 120.0,
         env: dict[str, str] | None = None,
         log_path: Path | None = None,
+        grpc_port: int = 0,
     ) -> ServerProcess:
-        command = [sys.executable, "-m", "sonic.cli.main", "serve", "--host", host, "--grpc-port", "0"]
+        """``grpc_port``: 0 picks a free one; a given one restarts a server on the same address."""
+        command = [sys.executable, "-m", "sonic.cli.main", "serve", "--host", host]
+        command += ["--grpc-port", str(grpc_port)]
         for repository in repositories:
             command += ["--model-repository", str(repository)]
         command += list(extra_args)

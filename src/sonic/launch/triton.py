@@ -142,10 +142,12 @@ class TritonProcess(ServerHandle):
         wait_timeout_s: float = 120.0,
         workdir: Path | None = None,
         log_path: Path | None = None,
+        grpc_port: int = 0,
     ) -> TritonProcess:
-        """Start the pytriton binary (or ``binary``) on free loopback ports and wait for ``models``."""
+        """Start the pytriton binary (or ``binary``) on free loopback ports (gRPC on ``grpc_port`` when
+        given: a restart on the same address) and wait for ``models``."""
         workdir = workdir or Path(tempfile.mkdtemp(prefix="sonic-triton-"))
-        ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
+        ports = {"grpc": grpc_port or free_port(), "http": free_port(), "metrics": free_port()}
         backends = prepare_backend_directory(workdir) if binary is None else None
         command = tritonserver_command(
             repositories, ports, binary=binary, backend_directory=backends, extra_args=extra_args

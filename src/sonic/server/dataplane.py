@@ -48,6 +48,7 @@ class DataPlane:
         # One server-wide cache, used by models whose config says response_cache { enable: true }.
         self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes > 0 else None
         self.observer: RequestObserver | None = None  # request logs / tracing, when configured
+        self.in_flight = 0  # inference requests being served: those left at the drain timeout are cut off
 
     @property
     def wants_trace_context(self) -> bool:
@@ -155,9 +156,13 @@ class DataPlane:
         if not self.accepting:
             msg = "server is not accepting requests (starting up or shutting down)"
             raise UnavailableError(msg)
-        if self.observer is not None:
-            return await self.observer(self._infer, request)
-        return await self._infer(request)
+        self.in_flight += 1
+        try:
+            if self.observer is not None:
+                return await self.observer(self._infer, request)
+            return await self._infer(request)
+        finally:
+            self.in_flight -= 1
 
     async def _infer(self, request: InferRequest) -> InferResponse:
         model = self.models.get(request.model_name, request.model_version)

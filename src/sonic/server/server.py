@@ -104,6 +104,18 @@ class Server:
             except Exception:
                 log.exception("repository poll failed")
 
+    @staticmethod
+    def _log_drain(grace_s: float, cut_off: int) -> None:
+        if cut_off:
+            log.warning(
+                "drain: %d request(s) still in flight at the exit timeout (%g s) were cut off; "
+                "clients retry them elsewhere",
+                cut_off,
+                grace_s,
+            )
+        else:
+            log.info("drain: every request in flight finished")
+
     async def shutdown(self) -> None:
         if self.state in {ServerState.STOPPING, ServerState.STOPPED}:
             return
@@ -115,10 +127,17 @@ class Server:
         # The front ends that carry requests stop intake at once and drain concurrently, within one
         # exit_timeout_s; the others (metrics) stay up until then, so the drain can be watched.
         grace_s = self.config.exit_timeout_s
+        cut_off: list[int] = []  # requests still in flight when the grace ran out (a timer, not a sync)
+        timer = asyncio.get_running_loop().call_later(
+            grace_s, lambda: cut_off.append(self.dataplane.in_flight)
+        )
         for carries_requests in (True, False):
             await asyncio.gather(
                 *(f.stop(grace_s) for f in self.frontends if f.carries_requests is carries_requests)
             )
+            if carries_requests:
+                timer.cancel()
+                self._log_drain(grace_s, cut_off[0] if cut_off else 0)
         await self.models.close()
         self.dataplane.shared_memory.close()
         self.state = ServerState.STOPPED

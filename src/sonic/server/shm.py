@@ -4,11 +4,17 @@ A client creates a POSIX shared-memory object (``shm_open(key)``; on Linux a fil
 registers ``(name, key, offset, byte_size)`` with the server, and then names the region in requests
 instead of sending tensor bytes. Inputs are read as views of the mapping (no copy); outputs are
 written into it and left out of the response body.
+
+Regions nobody will unregister are reclaimed (:meth:`SharedMemoryRegistry.reclaim`, run before each
+register and status call): those whose shared-memory object is gone, and those of a ``sonic.client``
+whose process has exited, as its region names say (:mod:`sonic.protocol.shm_names`). The dead client's
+object is unlinked too (a SIGKILL gave it no chance to).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import mmap
 import os
 from dataclasses import dataclass
@@ -21,6 +27,9 @@ import numpy.typing as npt
 from sonic.protocol import dtypes
 from sonic.protocol.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from sonic.protocol.model_config import ModelSpec
+from sonic.protocol.shm_names import owner_exited, pid_namespace
+
+log = logging.getLogger(__name__)
 
 # glibc's shm_open(key) opens /dev/shm/<key without its leading slash>.
 SHM_ROOT = Path("/dev/shm")  # noqa: S108  (the POSIX shared-memory namespace, not a temp dir)
@@ -66,8 +75,30 @@ class SharedMemoryRegistry:
 
     def __init__(self) -> None:
         self._regions: dict[str, Region] = {}
+        self._namespace = pid_namespace()
+
+    def reclaim(self) -> list[str]:
+        """Forget regions whose object is gone or whose client exited (unlinking the latter's object);
+        returns their names. A stat per region: cheap next to the call it precedes."""
+        reclaimed = []
+        for region in list(self._regions.values()):
+            path = SHM_ROOT / region.key.removeprefix("/")
+            exited = owner_exited(region.name, self._namespace)
+            if exited or not path.exists():
+                self._regions.pop(region.name).close()
+                if exited:
+                    path.unlink(missing_ok=True)
+                reclaimed.append(region.name)
+        if reclaimed:
+            log.warning(
+                "reclaimed %d shared memory region(s) whose client exited or whose object is gone: %s",
+                len(reclaimed),
+                ", ".join(reclaimed),
+            )
+        return reclaimed
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.reclaim()
         if not name:
             msg = "shared memory region name must not be empty"
             raise InvalidArgumentError(msg)
@@ -109,6 +140,7 @@ class SharedMemoryRegistry:
                 region.close()
 
     def status(self, name: str) -> list[Region]:
+        self.reclaim()
         if not name:
             return list(self._regions.values())
         region = self._regions.get(name)

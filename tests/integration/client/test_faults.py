@@ -145,7 +145,7 @@ def test_unavailable_for_a_while_then_retries_succeed(sonic_repository: Path) ->
                         loop.call_soon_threadsafe(failed.set)
 
             handler = OnFailure(level=logging.INFO)
-            logger = logging.getLogger("sonic.client.client")
+            logger = logging.getLogger("sonic.client.retries")
             logger.addHandler(handler)
             previous = logger.level
             logger.setLevel(logging.INFO)

@@ -81,6 +81,10 @@ class Transport(ABC):
     @abstractmethod
     async def model_info(self, name: str, version: str) -> ModelInfo: ...
 
+    async def model_checksums(self, name: str, version: str) -> dict[str, str]:  # noqa: ARG002
+        """The model's ``checksum`` repository agent parameters (``MD5:<path>`` -> digest); none here."""
+        return {}
+
     @abstractmethod
     async def model_statistics(self, name: str, version: str) -> ServerTiming: ...
 

@@ -109,6 +109,17 @@ class GrpcCalls(Transport):
         )
         return model_info_from(name, metadata, config)
 
+    async def model_checksums(self, name: str, version: str) -> dict[str, str]:
+        pb = service_pb2
+        request = pb.ModelConfigRequest(name=name, version=version)
+        config = (await self._call("ModelConfig", request, pb.ModelConfigResponse)).config
+        return {
+            key: value
+            for agent in config.model_repository_agents.agents
+            if agent.name == "checksum"
+            for key, value in agent.parameters.items()
+        }
+
     async def model_statistics(self, name: str, version: str) -> ServerTiming:
         pb = service_pb2
         request = pb.ModelStatisticsRequest(name=name, version=version)

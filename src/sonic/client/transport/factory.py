@@ -29,7 +29,19 @@ def open_transport(address: str, config: ClientConfig) -> GrpcCalls:
     if config.transport is TransportKind.NATIVE:
         from sonic.client.transport.h2 import NativeTransport  # noqa: PLC0415  (protobuf only when used)
 
-        return NativeTransport(address, **common)
+        return NativeTransport(
+            address,
+            keepalive_interval_s=config.keepalive_s,
+            keepalive_timeout_s=config.keepalive_timeout_s,
+            **common,
+        )
     from sonic.client.transport.grpc import GrpcTransport  # noqa: PLC0415  (grpc only when used)
 
-    return GrpcTransport(address, stream_max_bytes=config.stream_max_bytes, **common)
+    return GrpcTransport(
+        address,
+        stream_max_bytes=config.stream_max_bytes,
+        keepalive_s=config.keepalive_s,
+        keepalive_timeout_s=config.keepalive_timeout_s,
+        reconnect_backoff_s=(config.probe_backoff_s, config.probe_backoff_max_s),
+        **common,
+    )

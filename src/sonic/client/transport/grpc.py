@@ -8,7 +8,6 @@ Tensor bytes skip protobuf both ways: the request is the serialized header follo
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -41,6 +40,7 @@ _CONNECTION_MARKERS = (
     "goaway",
     "recvmsg",
     "sendmsg",
+    "keepalive",  # "keepalive watchdog timeout": the server stopped answering PINGs
 )
 _COMPRESSION = {
     Compression.NONE: grpc.Compression.NoCompression,
@@ -80,14 +80,37 @@ class GrpcTransport(GrpcCalls):
         default_timeout_s: float | None = None,
         control_timeout_s: float = 10.0,
         stream_max_bytes: int = 0,
+        keepalive_s: float | None = None,
+        keepalive_timeout_s: float = 20.0,
+        reconnect_backoff_s: tuple[float, float] | None = None,
     ) -> None:
-        """``stream_max_bytes``: requests up to this size go on a ModelStreamInfer stream (0: never)."""
+        """``stream_max_bytes``: requests up to this size go on a ModelStreamInfer stream (0: never).
+
+        ``keepalive_s``: grpc's own keepalive: PING every ``keepalive_s`` while calls are in flight, and
+        drop the connection when an answer takes over ``keepalive_timeout_s`` (None: off).
+        ``reconnect_backoff_s``: (first, longest) wait of grpc before connecting again after a failure;
+        the client's probes pace reconnects, so grpc's own backoff (1 s up to 120 s) would only delay a
+        server that is back.
+        """
         self.address = address
         self.is_local = is_loopback(address) and tls is None
-        options: Sequence[tuple[str, Any]] = [
+        options: list[tuple[str, Any]] = [
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ]
+        if keepalive_s is not None:
+            options += [
+                ("grpc.keepalive_time_ms", int(keepalive_s * 1000)),
+                ("grpc.keepalive_timeout_ms", int(keepalive_timeout_s * 1000)),
+                ("grpc.keepalive_permit_without_calls", 0),  # idle connections are not pinged
+            ]
+        if reconnect_backoff_s is not None:
+            first_ms, longest_ms = (int(s * 1000) for s in reconnect_backoff_s)
+            options += [
+                # Not grpc.min_reconnect_backoff_ms: grpc also takes it as the connect timeout.
+                ("grpc.initial_reconnect_backoff_ms", first_ms),
+                ("grpc.max_reconnect_backoff_ms", longest_ms),
+            ]
         if tls is None:
             self._channel = aio.insecure_channel(address, options=options)
         else:

@@ -38,7 +38,7 @@ from sonic.protocol.grpc_call import (
 )
 from sonic.protocol.grpc_codec import decode_response, encode_request, split_response
 from sonic.protocol.h2limits import CLIENT_LIMITS
-from sonic.protocol.http2 import encode_headers
+from sonic.protocol.http2 import Stream, encode_headers
 from sonic.protocol.types import WireRequest, WireResponse
 from sonic.protocol.wire import MAX_MESSAGE_BYTES, SERVICE_PATH, parts_size
 
@@ -83,6 +83,7 @@ class NativeTransport(GrpcCalls):
         )
         self._message_limits = MessageLimits(MAX_MESSAGE_BYTES, max_decompressed_bytes)
         self._timeout_s = default_timeout_s
+        self._default_timeout_header = b""
         self._control_timeout_s = control_timeout_s
         headers = [
             (b":method", b"POST"),
@@ -163,7 +164,7 @@ class NativeTransport(GrpcCalls):
             message.insert(0, grpc_message_prefix(size))
         block = self._block(method, compressed)
         if timeout_s is not None:
-            block += encode_headers([(b"grpc-timeout", format_grpc_timeout(timeout_s))])
+            block += self._timeout_header(timeout_s)
         connection = self._connection
         if connection is None or connection.closing:
             connection = await self._connect()
@@ -172,10 +173,9 @@ class NativeTransport(GrpcCalls):
         stream = connection.open_call(block, message, MAX_MESSAGE_BYTES)
         timer = None
         if timeout_s is not None:
-            error = DeadlineExceededError(
-                f"no response within {timeout_s} s", status="DEADLINE_EXCEEDED", server=self.address
+            timer = asyncio.get_running_loop().call_later(
+                timeout_s, self._expire, connection, stream, timeout_s
             )
-            timer = asyncio.get_running_loop().call_later(timeout_s, connection.cancel, stream, error)
         try:
             response: bytes | bytearray | memoryview = await stream.call.future
         except asyncio.CancelledError:
@@ -190,6 +190,22 @@ class NativeTransport(GrpcCalls):
             return await decompress(response, stream.call.encoding, self._message_limits)
         except GrpcError as exc:
             raise error_for_status(exc.status, exc.message, self.address) from None
+
+    def _timeout_header(self, timeout_s: float) -> bytes:
+        """``grpc-timeout``, encoded once for the default deadline (every call has one by default)."""
+        if timeout_s == self._timeout_s and self._default_timeout_header:
+            return self._default_timeout_header
+        encoded = encode_headers([(b"grpc-timeout", format_grpc_timeout(timeout_s))])
+        if timeout_s == self._timeout_s:
+            self._default_timeout_header = encoded
+        return encoded
+
+    def _expire(self, connection: ClientConnection, stream: Stream, timeout_s: float) -> None:
+        """The deadline passed: the error is made only now, not for every call."""
+        error = DeadlineExceededError(
+            f"no response within {timeout_s} s", status="DEADLINE_EXCEEDED", server=self.address
+        )
+        connection.cancel(stream, error)
 
     async def raw_call(self, method: str, message: bytes, timeout_s: float | None) -> bytes | memoryview:
         """One call with an already serialized request (``sonic perf`` sends the same bytes many times)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from sonic.client.errors import ClientError, ConnectionLostError, error_for_status
+from sonic.client.errors import ClientError, ConnectionLostError, DrainedError, error_for_status
 from sonic.protocol import grpc_call
 from sonic.protocol.grpc_call import GrpcError, reset_status, trailers_status
 from sonic.protocol.h2asyncio import Http2Protocol
@@ -72,6 +72,7 @@ class ClientConnection(Http2Protocol):
         self.address = address
         self._next_stream_id = 1
         self._gone = False  # the socket is closed: streams still open were lost with it
+        self._draining = False  # a graceful GOAWAY came: calls lost from now on were cut off by a drain
         self._room: deque[asyncio.Future[None]] = deque()  # calls waiting for MAX_CONCURRENT_STREAMS
 
     # --- calls --------------------------------------------------------------------------------------
@@ -139,6 +140,7 @@ class ClientConnection(Http2Protocol):
     def goaway_received(self, last_stream_id: int, code: int) -> None:
         """Streams up to ``last_stream_id`` finish; later ones were not processed and can go elsewhere."""
         self.closing = True
+        self._draining = code == ErrorCode.NO_ERROR
         for stream in [s for s in self.streams.values() if s.stream_id > last_stream_id]:
             self.streams.pop(stream.stream_id)
             self._blocked.pop(stream.stream_id, None)
@@ -167,7 +169,8 @@ class ClientConnection(Http2Protocol):
                 waiter.set_result(None)
 
     def _lost(self, detail: str) -> ConnectionLostError:
-        return ConnectionLostError(f"{detail} ({self.address})", status="UNAVAILABLE", server=self.address)
+        kind = DrainedError if self._draining else ConnectionLostError
+        return kind(f"{detail} ({self.address})", status="UNAVAILABLE", server=self.address)
 
     # --- what the server sends ----------------------------------------------------------------------
 
@@ -217,6 +220,9 @@ class ClientConnection(Http2Protocol):
     def stream_reset(self, stream: Stream) -> None:
         if self._gone:
             self._fail(stream, self._lost("the connection was lost"))
+            return
+        if self._draining and stream.reset_code == ErrorCode.CANCEL:
+            self._fail(stream, self._lost("the draining server cut the call off at its exit timeout"))
             return
         status = reset_status(stream.reset_code)
         detail = f"the server reset the stream (RST_STREAM {_code_name(stream.reset_code)})"

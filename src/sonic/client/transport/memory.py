@@ -4,7 +4,7 @@ are tested against it without sockets or subprocesses.
 A :class:`MemoryServer` runs numpy functions as models and checks requests the way a KServe v2
 server does (names, datatypes, batch sizes). Tests steer it: :meth:`MemoryServer.fail_next` answers
 the next calls with an error status, :meth:`MemoryServer.hold` keeps calls in flight until
-:meth:`MemoryServer.release` or :meth:`MemoryServer.kill`.
+:meth:`MemoryServer.release` or :meth:`MemoryServer.kill` (and :meth:`MemoryServer.revive`).
 """
 
 from __future__ import annotations
@@ -60,6 +60,10 @@ class MemoryServer:
     def kill(self) -> None:
         self.dead = True
         self._open.set()
+
+    def revive(self) -> None:
+        """Back after a kill: as a server restarted on the same address."""
+        self.dead = False
 
     def _error(self, status: str, message: str) -> ClientError:
         if status == CONNECTION_LOST:

@@ -1,0 +1,114 @@
+"""Retries and failover of one call: which server each try goes to, and what a failure says about it.
+
+A broken connection makes the server dead and a missed deadline suspect (:mod:`sonic.client.health`):
+the retry goes to another server first. Other transient errors retry the same server once, then
+another. NOT_FOUND, or UNAVAILABLE while another server has the model, from a server that listed the
+model refreshes that server's model list: if the model moved, the retry goes where it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from sonic.client.config import ClientConfig
+from sonic.client.errors import (
+    Attempt,
+    ClientError,
+    ConnectionLostError,
+    DeadlineExceededError,
+    InvalidRequestError,
+    NoServerError,
+    RetriesExhaustedError,
+    TransientError,
+)
+from sonic.client.registry import ServerEntry, ServerRegistry
+from sonic.client.stats import ClientStatistics
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+async def with_retries(
+    model: str,
+    config: ClientConfig,
+    registry: ServerRegistry,
+    statistics: ClientStatistics,
+    operation: Callable[[ServerEntry], Awaitable[T]],
+) -> tuple[T, int]:
+    """Run ``operation`` on a chosen server, retrying transient failures; returns (result, tries)."""
+    attempts: list[Attempt] = []
+    avoid: set[ServerEntry] = set()
+    retry_on: ServerEntry | None = None
+    for index in range(config.allowed_tries):
+        if index:
+            delay_s = config.retry_backoff_s * 2 ** (index - 1)
+            await asyncio.sleep(min(delay_s, config.retry_backoff_max_s))  # backoff, not a sync
+        try:
+            if retry_on is not None and retry_on.healthy:
+                entry = retry_on
+            else:
+                entry = await registry.select(model, avoid)
+        except NoServerError as exc:
+            if not attempts:
+                raise
+            attempts.append(Attempt("(no server left)", exc))
+            break
+        entry.outstanding += 1
+        try:
+            result = await operation(entry)
+        except (TransientError, InvalidRequestError) as exc:
+            moved = await _model_moved(model, config, registry, entry, exc)
+            if not moved and not isinstance(exc, TransientError):
+                raise
+            attempts.append(Attempt(entry.address, exc))
+            statistics.count_failure(exc, moved=moved)
+            if isinstance(exc, ConnectionLostError):
+                registry.mark_dead(entry, exc)
+            elif isinstance(exc, DeadlineExceededError):
+                registry.mark_suspect(entry, exc)
+            if moved or isinstance(exc, ConnectionLostError | DeadlineExceededError) or retry_on is entry:
+                avoid.add(entry)
+                retry_on = None
+            else:
+                retry_on = entry  # the first retry goes to the same server
+            log.info("model '%s' try %d on %s failed: %s", model, index + 1, entry.address, exc)
+        else:
+            registry.mark_ok(entry)
+            statistics.count_success(index + 1)
+            return result, index + 1
+        finally:
+            entry.outstanding -= 1
+    statistics.failed += 1
+    raise RetriesExhaustedError(model, attempts)
+
+
+async def _model_moved(
+    model: str, config: ClientConfig, registry: ServerRegistry, entry: ServerEntry, exc: ClientError
+) -> bool:
+    """NOT_FOUND, or UNAVAILABLE while another server has it, for a model ``entry`` listed: read its
+    model list again; True when the model is gone from it (the retry goes elsewhere)."""
+    status = getattr(exc, "status", "")
+    if model not in entry.models or entry.is_fallback:
+        return False
+    if status == "UNAVAILABLE" and isinstance(exc, ConnectionLostError):
+        return False
+    if status == "UNAVAILABLE" and not [e for e in registry.candidates(model) if e is not entry]:
+        return False  # nowhere else to go: retry here (a model being reloaded comes back)
+    if status not in {"NOT_FOUND", "UNAVAILABLE"}:
+        return False
+    now = asyncio.get_running_loop().time()
+    if status == "UNAVAILABLE" and now - entry.probed_at < config.probe_backoff_s:
+        return False  # an overloaded server answers UNAVAILABLE often: its list is read at most this often
+    entry.probed_at = now
+    try:
+        await registry.refresh(entry, config.control_timeout_s)
+    except (ClientError, TimeoutError) as error:
+        registry.mark_dead(entry, error)
+        return True
+    if model in entry.models:
+        return False
+    log.warning("model '%s' is gone from %s (%s): trying elsewhere", model, entry.address, status)
+    return True
