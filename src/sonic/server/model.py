@@ -17,6 +17,7 @@ from sonic.protocol.types import InferRequest, InferResponse, InputTensor, Outpu
 from sonic.server.backends.base import Backend
 from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.policy import BatchPolicy
+from sonic.server.runtime.ragged import RaggedPlan
 from sonic.server.runtime.scheduler import Scheduler
 from sonic.server.runtime.work import RequestScheduler, WorkItem
 from sonic.server.stats import ModelStats
@@ -48,6 +49,7 @@ class ModelVersion:
     scheduler: RequestScheduler
     stats: ModelStats
     backend: type[Backend]
+    ragged_inputs: frozenset[str] = frozenset()  # inputs whose shapes may differ within one batch
 
     @classmethod
     def create(
@@ -61,6 +63,7 @@ class ModelVersion:
     ) -> ModelVersion:
         """With ``scheduler`` None (every backend but the ensemble) the batcher feeds ``instances``."""
         stats = ModelStats()
+        ragged = RaggedPlan.from_config(config)
         if scheduler is None:
             scheduler = Scheduler(
                 model_name=spec.name,
@@ -68,8 +71,10 @@ class ModelVersion:
                 instances=instances,
                 output_names=list(spec.outputs),
                 stats=stats,
+                ragged=ragged,
             )
-        return cls(config, spec, version, instances, scheduler, stats, backend)
+        ragged_inputs = ragged.ragged_inputs if ragged is not None else frozenset()
+        return cls(config, spec, version, instances, scheduler, stats, backend, ragged_inputs)
 
     @property
     def name(self) -> str:
@@ -169,7 +174,9 @@ class ModelVersion:
                     f"model '{self.name}': inputs have different batch sizes {batch_sizes}; all must match"
                 )
             batch_size = next(iter(batch_sizes.values()))
-            shape_key = tuple((name, arrays[name].shape[1:]) for name in sorted(arrays))
+            shape_key = tuple(
+                (name, arrays[name].shape[1:]) for name in sorted(arrays) if name not in self.ragged_inputs
+            )
         else:
             batch_size = 1
             shape_key = ()

@@ -133,7 +133,9 @@ class OnnxRuntimeBackend(Backend):
             )
         # Activations grow with the batch (EmTrkMichelId: ~0.75 MB per sample); running big merged
         # batches in fixed-size slices bounds memory and gives onnxruntime one steady shape.
-        self._chunk = int(chunk) if context.spec.batched else 0
+        # Ragged inputs are flat (not by rows), so a batch with them cannot be cut into row slices.
+        ragged = any(t.allow_ragged_batch for t in context.config.input) or bool(context.config.batch_input)
+        self._chunk = int(chunk) if context.spec.batched and not ragged else 0
 
     @staticmethod
     def _providers(context: InstanceContext) -> list[str | tuple[str, dict[str, str]]]:
