@@ -298,10 +298,13 @@ class ModelManager:
                             thread.shutdown()
                             raise
                         instances.append(ModelInstance(instance_name, backend, thread))
+            # Inside the try: a scheduler refusing the config (sequence, ragged) closes the instances.
+            model = ModelVersion.create(
+                config, spec, version, instances, backend_cls, model_dir=location.path
+            )
         except BaseException:
             await self._close_instances(instances)
             raise
-        model = ModelVersion.create(config, spec, version, instances, backend_cls)
         if self._config.metrics_port is not None and self._config.metrics_histograms:
             model.stats.enable_histograms()
         return model

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy.typing as npt
@@ -19,6 +20,8 @@ from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.policy import BatchPolicy
 from sonic.server.runtime.ragged import RaggedPlan
 from sonic.server.runtime.scheduler import Scheduler
+from sonic.server.runtime.sequence_scheduler import SequenceScheduler
+from sonic.server.runtime.sequences import SequencePolicy
 from sonic.server.runtime.work import RequestScheduler, WorkItem
 from sonic.server.stats import ModelStats
 
@@ -60,10 +63,21 @@ class ModelVersion:
         instances: list[ModelInstance],
         backend: type[Backend],
         scheduler: RequestScheduler | None = None,
+        model_dir: Path | None = None,
     ) -> ModelVersion:
-        """With ``scheduler`` None (every backend but the ensemble) the batcher feeds ``instances``."""
+        """With ``scheduler`` None (every backend but the ensemble) the batcher feeds ``instances``: the
+        sequence batcher when the config has ``sequence_batching`` (``model_dir`` holds its initial
+        state files), else the dynamic batcher."""
         stats = ModelStats()
         ragged = RaggedPlan.from_config(config)
+        if scheduler is None and config.HasField("sequence_batching"):
+            scheduler = SequenceScheduler(
+                model_name=spec.name,
+                policy=SequencePolicy.from_config(config, model_dir or Path()),
+                instances=instances,
+                output_names=list(spec.outputs),
+                stats=stats,
+            )
         if scheduler is None:
             scheduler = Scheduler(
                 model_name=spec.name,
