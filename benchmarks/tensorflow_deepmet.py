@@ -65,7 +65,9 @@ def main() -> None:
         def make() -> Callable[[], None]:
             return lambda: backend.execute(event, [OUTPUT]) and None
 
-        direct = statistics.median(run_threads(args.concurrency, args.seconds, make) for _ in range(args.repeats))
+        direct = statistics.median(
+            run_threads(args.concurrency, args.seconds, make) for _ in range(args.repeats)
+        )
         backend.close()
         payload = infer_request_bytes("deepmet", event, dict.fromkeys(event, "FP32"))
         with ServerProcess.start([repo]) as server:
