@@ -14,8 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import onnx
 import pytest
+import torch
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
 
@@ -24,7 +26,6 @@ from sonic.models.simple import IR_VERSION, OPSET
 
 pytestmark = pytest.mark.integration
 
-torch = pytest.importorskip("torch")
 extensions = pytest.importorskip("onnxruntime_extensions")
 
 OP_SOURCE = """
@@ -58,7 +59,8 @@ def build_torch_op_library(folder: Path) -> Path:
 
 class TwicePlus(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.sonic_test.twice_plus(x, 1.0)
+        result: torch.Tensor = torch.ops.sonic_test.twice_plus(x, 1.0)
+        return result
 
 
 def negpos_model(path: Path) -> None:
@@ -91,7 +93,7 @@ output [ { name: "NEG" data_type: TYPE_FP32 dims: [ 3 ] }, { name: "POS" data_ty
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root: Path = tmp_path_factory.mktemp("ops")
     library = build_torch_op_library(tmp_path_factory.mktemp("build"))
-    torch.ops.load_library(str(library))
+    torch.ops.load_library(str(library))  # type: ignore[no-untyped-call]
     (root / "twice_plus" / "1").mkdir(parents=True)
     with torch.no_grad(), warnings.catch_warnings():
         # TorchScript is what pytorch_libtorch repositories hold; torch 2.13 calls it deprecated.
@@ -115,7 +117,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield process
 
 
-def infer(address: str, model: str, name: str, array: np.ndarray) -> grpcclient.InferResult:
+def infer(address: str, model: str, name: str, array: npt.NDArray[np.float32]) -> grpcclient.InferResult:
     tensor = grpcclient.InferInput(name, list(array.shape), "FP32")
     tensor.set_data_from_numpy(array)
     with grpcclient.InferenceServerClient(address) as client:
