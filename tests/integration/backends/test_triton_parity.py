@@ -28,7 +28,7 @@ from sonic.launch import ServerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.triton]
 
-MODELS = ("add_sub", "scale")
+MODELS = ("add_sub", "scale", "sequence_sum")
 
 
 def free_port() -> int:
@@ -139,3 +139,35 @@ def test_auto_complete_same_on_triton_and_sonic(triton_address: str, backend_ser
     on_triton = run(triton_address, "scale", {"RAW": raw})
     on_sonic = run(backend_server.grpc_address, "scale", {"RAW": raw})
     np.testing.assert_array_equal(on_sonic["SCALED"], on_triton["SCALED"])
+
+
+def run_sequence(address: str, corr: int, values: list[float]) -> list[tuple[float, int, int]]:
+    steps = []
+    with grpcclient.InferenceServerClient(address) as client:
+        for index, value in enumerate(values):
+            tensor = grpcclient.InferInput("INPUT", [1], "FP32")
+            tensor.set_data_from_numpy(np.array([value], dtype=np.float32))
+            result = client.infer(
+                "sequence_sum",
+                [tensor],
+                sequence_id=corr,
+                sequence_start=index == 0,
+                sequence_end=index == len(values) - 1,
+            )
+            steps.append(
+                (
+                    float(result.as_numpy("SUM")[0]),
+                    int(result.as_numpy("FLAGS")[0]),
+                    int(result.as_numpy("CORR")[0]),
+                )
+            )
+    return steps
+
+
+def test_sequence_batcher_same_on_triton_and_sonic(
+    triton_address: str, backend_server: ServerProcess
+) -> None:
+    on_triton = [run_sequence(triton_address, corr, [1.0, 2.0, 4.0]) for corr in (11, 12)]
+    on_sonic = [run_sequence(backend_server.grpc_address, corr, [1.0, 2.0, 4.0]) for corr in (11, 12)]
+    assert on_sonic == on_triton
+    assert on_sonic[0] == [(1.0, 5, 11), (3.0, 4, 11), (7.0, 6, 11)]
