@@ -319,6 +319,19 @@ def build_python_and_ensembles(repo: Path) -> None:
     )
     write_model(
         repo,
+        "ragged_lengths",
+        """
+        name: "ragged_lengths"
+        backend: "python"
+        max_batch_size: 8
+        input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true } ]
+        output [ { name: "SEEN" data_type: TYPE_FP32 dims: [ 3 ] } ]
+        dynamic_batching { preferred_batch_size: [ 3 ] max_queue_delay_microseconds: 10000000 }
+        """,
+        python_model("ragged_lengths"),
+    )
+    write_model(
+        repo,
         "sequence_sum",
         """
         name: "sequence_sum"
