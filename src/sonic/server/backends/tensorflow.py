@@ -54,6 +54,11 @@ class TensorFlowBackend(Backend):
         )
         if context.device_kind != "gpu":
             session_config.device_count["GPU"] = 0
+        elif not tf.config.list_physical_devices("GPU"):
+            raise ModelConfigError(
+                f"model '{context.config.name}' asks for a GPU instance, but this TensorFlow sees no GPU "
+                f"(tensorflow {tf.__version__}); install the GPU build or use instance_group kind KIND_CPU"
+            )
         path = self._locate(context)
         self._graph = tf.Graph()
         self._session = tf.compat.v1.Session(graph=self._graph, config=session_config)
@@ -64,7 +69,9 @@ class TensorFlowBackend(Backend):
             else:
                 graph_def = tf.compat.v1.GraphDef()
                 graph_def.ParseFromString(path.read_bytes())
-                with self._graph.as_default():
+                # KIND_GPU: the instance's GPU for every node the graph does not pin itself.
+                device = f"/device:GPU:{context.device_id}" if context.device_kind == "gpu" else None
+                with self._graph.as_default(), self._graph.device(device):
                     tf.compat.v1.import_graph_def(graph_def, name="")
         except ModelConfigError:
             self._session.close()
