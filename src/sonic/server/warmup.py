@@ -8,8 +8,9 @@ Two sources of samples:
 - without a ``model_warmup`` section, a model with ``dynamic_batching`` and fixed input shapes runs
   zeros at ``max_batch_size`` and at each ``preferred_batch_size``, largest first. A fresh
   onnxruntime session otherwise grows its memory arena in steps and prepares each new merged shape
-  during the first seconds of load (a DeepCalo-like model ran at 58% of its steady rate for its first
-  8 s window). Config parameter ``warmup_merged_batches: "0"`` turns this off.
+  while the first traffic arrives (the likely cause of issue 13's cold start: a DeepCalo-like model
+  at 58% of its steady rate in its first 8 s window). Config parameter ``warmup_merged_batches: "0"``
+  turns this off.
 
 :func:`warmup_samples` builds the samples (no model involved); :func:`run_warmup` runs them on an
 instance's own thread, through the same ragged and sequence inputs the runtime adds.
