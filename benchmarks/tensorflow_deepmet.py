@@ -8,7 +8,7 @@
 The ratio served/direct is the figure of docs/benchmarks.md (target >= 0.9). Client, server and
 direct runs share the machine's cores; the load average is saved with the numbers.
 
-Usage: ``./dev bench tensorflow_deepmet [--seconds 5] [--concurrency 8] [--repeats 3]``.
+Usage: ``./dev bench tensorflow_deepmet [--seconds 5] [--concurrency 8] [--repeats 3] [--instances 1]``.
 Writes ``benchmarks/results/tensorflow_deepmet.json``.
 """
 
@@ -55,11 +55,17 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--instances", type=int, default=1, help="served model instances")
     args = parser.parse_args()
     event = deepmet.example_inputs(1, seed=5)
     with tempfile.TemporaryDirectory(prefix="sonic-bench-tf-") as tmp:
         repo = Path(tmp)
         deepmet.write_repository(repo)
+        # Direct runs eight session calls at once; served runs one merged batch per instance at a time.
+        config = repo / "deepmet" / "config.pbtxt"
+        config.write_text(
+            config.read_text() + f"instance_group [ {{ count: {args.instances} kind: KIND_CPU }} ]\n"
+        )
         backend = direct_backend(repo)
 
         def make() -> Callable[[], None]:
