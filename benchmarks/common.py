@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ class LoadResult:
 
 async def grpc_load(
     address: str,
-    payload: bytes,
+    payload: bytes | Sequence[bytes],
     *,
     concurrency: int,
     batch: int,
@@ -56,7 +57,8 @@ async def grpc_load(
     """
     measurement = MeasurementConfig(window_s=duration_s, stable_windows=1, max_windows=1, warmup_s=warmup_s)
     async with Transport(address, model="", kind=transport) as channel:
-        generator = LoadGenerator(channel, [payload], batch_size=batch, measurement=measurement)
+        payloads = [payload] if isinstance(payload, bytes) else list(payload)  # several: sent in random order
+        generator = LoadGenerator(channel, payloads, batch_size=batch, measurement=measurement)
         result = await generator.run(LoadLevel(concurrency=concurrency))
     if not result.requests:
         raise RuntimeError(f"no request completed in the {duration_s} s window; make it longer")

@@ -25,6 +25,8 @@ PLATFORM_TO_BACKEND = {
     "onnxruntime_onnx": "onnxruntime",
     "pytorch_libtorch": "pytorch",
     "ensemble": "ensemble",
+    "tensorflow_graphdef": "tensorflow_graphdef",
+    "tensorflow_savedmodel": "tensorflow_savedmodel",
 }
 
 

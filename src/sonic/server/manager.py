@@ -22,7 +22,7 @@ from sonic.protocol.model_config import (
     validate_config,
 )
 from sonic.server import backends
-from sonic.server.backends.base import InstanceContext
+from sonic.server.backends.base import InstanceContext, RequestBackend
 from sonic.server.calls import ServerModelCaller
 from sonic.server.config import ServerConfig
 from sonic.server.instance_thread import InstanceThread
@@ -35,6 +35,7 @@ from sonic.server.repository import (
     select_versions,
 )
 from sonic.server.runtime.executor import ModelInstance
+from sonic.server.warmup import run_warmup, warmup_samples
 
 log = logging.getLogger(__name__)
 
@@ -270,6 +271,8 @@ class ModelManager:
         )
         if scheduler is not None:  # the backend runs requests itself, with no instance
             return ModelVersion.create(config, spec, version, [], backend_cls, scheduler)
+        merged = not issubclass(backend_cls, RequestBackend)
+        samples = warmup_samples(config, spec, location.path, merged_batches=merged)
         try:
             for group in config.instance_group:
                 kind = "gpu" if group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU else "cpu"
@@ -298,10 +301,15 @@ class ModelManager:
                             thread.shutdown()
                             raise
                         instances.append(ModelInstance(instance_name, backend, thread))
+                        if samples:  # before the model reports ready, as Triton's model_warmup
+                            await thread.run(run_warmup, config, spec, location.path, backend, samples)
+            # Inside the try: a scheduler refusing the config (sequence, ragged) closes the instances.
+            model = ModelVersion.create(
+                config, spec, version, instances, backend_cls, model_dir=location.path
+            )
         except BaseException:
             await self._close_instances(instances)
             raise
-        model = ModelVersion.create(config, spec, version, instances, backend_cls)
         if self._config.metrics_port is not None and self._config.metrics_histograms:
             model.stats.enable_histograms()
         return model

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy.typing as npt
@@ -17,7 +18,10 @@ from sonic.protocol.types import InferRequest, InferResponse, InputTensor, Outpu
 from sonic.server.backends.base import Backend
 from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.policy import BatchPolicy
+from sonic.server.runtime.ragged import RaggedPlan
 from sonic.server.runtime.scheduler import Scheduler
+from sonic.server.runtime.sequence_scheduler import SequenceScheduler
+from sonic.server.runtime.sequences import SequencePolicy
 from sonic.server.runtime.work import RequestScheduler, WorkItem
 from sonic.server.stats import ModelStats
 
@@ -48,6 +52,7 @@ class ModelVersion:
     scheduler: RequestScheduler
     stats: ModelStats
     backend: type[Backend]
+    ragged_inputs: frozenset[str] = frozenset()  # inputs whose shapes may differ within one batch
 
     @classmethod
     def create(
@@ -58,9 +63,21 @@ class ModelVersion:
         instances: list[ModelInstance],
         backend: type[Backend],
         scheduler: RequestScheduler | None = None,
+        model_dir: Path | None = None,
     ) -> ModelVersion:
-        """With ``scheduler`` None (every backend but the ensemble) the batcher feeds ``instances``."""
+        """With ``scheduler`` None (every backend but the ensemble) the batcher feeds ``instances``: the
+        sequence batcher when the config has ``sequence_batching`` (``model_dir`` holds its initial
+        state files), else the dynamic batcher."""
         stats = ModelStats()
+        ragged = RaggedPlan.from_config(config)
+        if scheduler is None and config.HasField("sequence_batching"):
+            scheduler = SequenceScheduler(
+                model_name=spec.name,
+                policy=SequencePolicy.from_config(config, model_dir or Path()),
+                instances=instances,
+                output_names=list(spec.outputs),
+                stats=stats,
+            )
         if scheduler is None:
             scheduler = Scheduler(
                 model_name=spec.name,
@@ -68,8 +85,10 @@ class ModelVersion:
                 instances=instances,
                 output_names=list(spec.outputs),
                 stats=stats,
+                ragged=ragged,
             )
-        return cls(config, spec, version, instances, scheduler, stats, backend)
+        ragged_inputs = ragged.ragged_inputs if ragged is not None else frozenset()
+        return cls(config, spec, version, instances, scheduler, stats, backend, ragged_inputs)
 
     @property
     def name(self) -> str:
@@ -169,7 +188,9 @@ class ModelVersion:
                     f"model '{self.name}': inputs have different batch sizes {batch_sizes}; all must match"
                 )
             batch_size = next(iter(batch_sizes.values()))
-            shape_key = tuple((name, arrays[name].shape[1:]) for name in sorted(arrays))
+            shape_key = tuple(
+                (name, arrays[name].shape[1:]) for name in sorted(arrays) if name not in self.ragged_inputs
+            )
         else:
             batch_size = 1
             shape_key = ()

@@ -319,6 +319,44 @@ def build_python_and_ensembles(repo: Path) -> None:
     )
     write_model(
         repo,
+        "ragged_lengths",
+        """
+        name: "ragged_lengths"
+        backend: "python"
+        max_batch_size: 8
+        input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true } ]
+        output [ { name: "SEEN" data_type: TYPE_FP32 dims: [ 3 ] } ]
+        dynamic_batching { preferred_batch_size: [ 3 ] max_queue_delay_microseconds: 10000000 }
+        """,
+        python_model("ragged_lengths"),
+    )
+    write_model(
+        repo,
+        "sequence_sum",
+        """
+        name: "sequence_sum"
+        backend: "python"
+        max_batch_size: 0
+        input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+        output [
+          { name: "SUM" data_type: TYPE_FP32 dims: [ 1 ] },
+          { name: "FLAGS" data_type: TYPE_INT32 dims: [ 1 ] },
+          { name: "CORR" data_type: TYPE_UINT64 dims: [ 1 ] }
+        ]
+        sequence_batching {
+          direct { }
+          control_input [
+            { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+            { name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] },
+            { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] },
+            { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
+          ]
+        }
+        """,
+        python_model("sequence_sum"),
+    )
+    write_model(
+        repo,
         "bls_async",
         """
         name: "bls_async"

@@ -10,6 +10,7 @@ still works with ours (it swaps in its C++ Tensor/Request/Response classes and r
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import socket
 import subprocess
@@ -28,7 +29,7 @@ from sonic.launch import ServerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.triton]
 
-MODELS = ("add_sub", "scale")
+MODELS = ("add_sub", "scale", "sequence_sum", "ragged_lengths")
 
 
 def free_port() -> int:
@@ -139,3 +140,55 @@ def test_auto_complete_same_on_triton_and_sonic(triton_address: str, backend_ser
     on_triton = run(triton_address, "scale", {"RAW": raw})
     on_sonic = run(backend_server.grpc_address, "scale", {"RAW": raw})
     np.testing.assert_array_equal(on_sonic["SCALED"], on_triton["SCALED"])
+
+
+def run_sequence(address: str, corr: int, values: list[float]) -> list[tuple[float, int, int]]:
+    steps = []
+    with grpcclient.InferenceServerClient(address) as client:
+        for index, value in enumerate(values):
+            tensor = grpcclient.InferInput("INPUT", [1], "FP32")
+            tensor.set_data_from_numpy(np.array([value], dtype=np.float32))
+            result = client.infer(
+                "sequence_sum",
+                [tensor],
+                sequence_id=corr,
+                sequence_start=index == 0,
+                sequence_end=index == len(values) - 1,
+            )
+            steps.append(
+                (
+                    float(result.as_numpy("SUM")[0]),
+                    int(result.as_numpy("FLAGS")[0]),
+                    int(result.as_numpy("CORR")[0]),
+                )
+            )
+    return steps
+
+
+def test_sequence_batcher_same_on_triton_and_sonic(
+    triton_address: str, backend_server: ServerProcess
+) -> None:
+    on_triton = [run_sequence(triton_address, corr, [1.0, 2.0, 4.0]) for corr in (11, 12)]
+    on_sonic = [run_sequence(backend_server.grpc_address, corr, [1.0, 2.0, 4.0]) for corr in (11, 12)]
+    assert on_sonic == on_triton
+    assert on_sonic[0] == [(1.0, 5, 11), (3.0, 4, 11), (7.0, 6, 11)]
+
+
+def run_ragged(address: str) -> list[list[float]]:
+    """Three requests of lengths 3, 4 and 5 in flight at once; what the model saw for each."""
+    answers: queue.Queue[tuple[int, Any]] = queue.Queue()
+    with grpcclient.InferenceServerClient(address) as client:
+        for length in (3, 4, 5):
+            tensor = grpcclient.InferInput("INPUT", [1, length], "FP32")
+            tensor.set_data_from_numpy(np.ones((1, length), dtype=np.float32))
+            client.async_infer(
+                "ragged_lengths", [tensor], lambda result, error, n=length: answers.put((n, error or result))
+            )
+        seen = dict(answers.get(timeout=60) for _ in range(3))
+    return [seen[n].as_numpy("SEEN")[0].tolist() for n in (3, 4, 5)]
+
+
+def test_ragged_batch_same_on_triton_and_sonic(triton_address: str, backend_server: ServerProcess) -> None:
+    on_triton = run_ragged(triton_address)
+    on_sonic = run_ragged(backend_server.grpc_address)
+    assert on_sonic == on_triton == [[3, 3, 3.0], [3, 4, 4.0], [3, 5, 5.0]]  # one execute, own lengths

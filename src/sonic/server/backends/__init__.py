@@ -25,6 +25,10 @@ BUILTIN_BACKENDS = {
     # Triton's FIL backend name, so FIL model repositories load unchanged.
     "fil": "sonic.server.backends.trees:FilBackend",
     "ensemble": "sonic.server.backends.ensemble:EnsembleBackend",
+    # TensorFlow (the `tensorflow` extra): Triton's backend name and its two platforms' file layouts.
+    "tensorflow": "sonic.server.backends.tensorflow:TensorFlowBackend",
+    "tensorflow_graphdef": "sonic.server.backends.tensorflow:TensorFlowGraphDefBackend",
+    "tensorflow_savedmodel": "sonic.server.backends.tensorflow:TensorFlowSavedModelBackend",
     # FPGA firmware through hls4ml's C simulation (the `hls4ml` extra; g++ at load).
     "hls4ml": "sonic.server.backends.hls4ml:Hls4mlBackend",
 }

@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Protocol
 import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
+from sonic.protocol.errors import ModelConfigError
 from sonic.protocol.model_config import ModelSpec
 from sonic.server.runtime.work import RequestScheduler
 
@@ -73,6 +74,21 @@ class InstanceContext:
     device_id: int
     options: Mapping[str, str] = field(default_factory=dict)  # --backend-config NAME,KEY=VALUE entries
     models: ModelCaller | None = None  # the server's other models; None where there is no server
+
+    def op_libraries(self) -> list[Path]:
+        """``model_operations { op_library_filename }``: custom-operator libraries to load first.
+
+        Absolute paths as given, relative ones from the model's folder; ModelConfigError if missing.
+        """
+        libraries = []
+        for name in self.config.model_operations.op_library_filename:
+            path = Path(name) if Path(name).is_absolute() else self.version_dir.parent / name
+            if not path.is_file():
+                raise ModelConfigError(
+                    f"model '{self.config.name}': op_library_filename {path} does not exist"
+                )
+            libraries.append(path)
+        return libraries
 
     def parameter(self, key: str) -> str | None:
         """A config ``parameters { key: ... string_value: ... }`` entry, else a backend option."""

@@ -7,6 +7,7 @@ shape all the time), ``execution_mode`` (``sequential``/``parallel``),
 ``graph_optimization_level`` (``disable``/``basic``/``extended``/``all``),
 ``max_execution_batch_size`` (default ``0``, off: run merged batches larger than this in slices of
 this size, bounding activation memory).
+``model_operations { op_library_filename }``: custom-operator libraries registered with the session.
 GPU instances use the CUDA execution provider (TensorRT first when the config's
 ``optimization.execution_accelerators`` asks for ``tensorrt``) and need ``onnxruntime-gpu``.
 """
@@ -116,6 +117,13 @@ class OnnxRuntimeBackend(Backend):
                 f"{', '.join(_OPT_LEVELS)}"
             )
         options.graph_optimization_level = _OPT_LEVELS[level]
+        for library in context.op_libraries():  # model_operations: custom operators the model uses
+            try:
+                options.register_custom_ops_library(str(library))
+            except Exception as exc:  # noqa: BLE001  (onnxruntime raises its own types)
+                raise ModelConfigError(
+                    f"model '{context.config.name}': onnxruntime cannot load op library {library}: {exc}"
+                ) from None
         providers = self._providers(context)
         try:
             self._session = ort.InferenceSession(str(context.model_path), options, providers=providers)
@@ -133,7 +141,9 @@ class OnnxRuntimeBackend(Backend):
             )
         # Activations grow with the batch (EmTrkMichelId: ~0.75 MB per sample); running big merged
         # batches in fixed-size slices bounds memory and gives onnxruntime one steady shape.
-        self._chunk = int(chunk) if context.spec.batched else 0
+        # Ragged inputs are flat (not by rows), so a batch with them cannot be cut into row slices.
+        ragged = any(t.allow_ragged_batch for t in context.config.input) or bool(context.config.batch_input)
+        self._chunk = int(chunk) if context.spec.batched and not ragged else 0
 
     @staticmethod
     def _providers(context: InstanceContext) -> list[str | tuple[str, dict[str, str]]]:

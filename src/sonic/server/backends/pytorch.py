@@ -17,6 +17,9 @@ the first parallel work, so later attempts are logged and ignored.
 
 Config auto-complete reads ``.pt2`` files, which carry their signature; TorchScript files do not,
 so their configs must declare inputs and outputs.
+
+``model_operations { op_library_filename }``: libraries of custom operators (``TORCH_LIBRARY``)
+loaded with ``torch.ops.load_library`` before the model.
 """
 
 from __future__ import annotations
@@ -138,6 +141,13 @@ class PyTorchBackend(Backend):
         self._inference_mode = self._flag(context, "INFERENCE_MODE", default=True)
         self._optimized = not self._flag(context, "DISABLE_OPTIMIZED_EXECUTION", default=False)
         self._set_threads(context)
+        for library in context.op_libraries():  # model_operations: TORCH_LIBRARY ops the model calls
+            try:
+                torch.ops.load_library(str(library))
+            except OSError as exc:
+                raise ModelConfigError(
+                    f"model '{config.name}': cannot load op library {library}: {exc}"
+                ) from None
         path = context.model_path
         if not path.is_file():
             raise ModelConfigError(f"model '{config.name}': model file {path} does not exist")

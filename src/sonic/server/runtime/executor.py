@@ -21,6 +21,7 @@ from sonic.server.backends.base import Backend
 from sonic.server.instance_thread import InstanceThread
 from sonic.server.runtime.policy import BatchPolicy, choose_batch
 from sonic.server.runtime.queues import RequestQueues
+from sonic.server.runtime.ragged import RaggedPlan
 from sonic.server.runtime.tensors import BatchResult, run_batch
 from sonic.server.runtime.work import WorkItem
 
@@ -55,8 +56,10 @@ class Executor:
         output_names: Sequence[str],
         loop: asyncio.AbstractEventLoop,
         on_finished: Callable[[], None],
+        ragged: RaggedPlan | None = None,
     ) -> None:
         self._model = model_name
+        self._ragged = ragged
         self._policy = policy
         self._output_names = tuple(output_names)
         self._batched = policy.max_batch_size > 0
@@ -108,7 +111,9 @@ class Executor:
             result: BatchResult | None = None
             error: SonicError | None = None
             try:
-                result = run_batch(self._model, instance.backend, batch, self._output_names, self._batched)
+                result = run_batch(
+                    self._model, instance.backend, batch, self._output_names, self._batched, self._ragged
+                )
             except SonicError as exc:
                 error = exc
             except Exception as exc:  # noqa: BLE001  (any backend failure fails this batch only)

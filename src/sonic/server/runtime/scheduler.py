@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from sonic.protocol.errors import InternalError, UnavailableError
 from sonic.server.runtime.executor import Execution, Executor, ModelInstance
 from sonic.server.runtime.policy import BatchPolicy
+from sonic.server.runtime.ragged import RaggedPlan
 from sonic.server.runtime.work import ItemOutputs, ItemState, WorkItem
 from sonic.server.stats import ModelStats, RequestTiming
 
@@ -30,6 +31,7 @@ class Scheduler:
         instances: Sequence[ModelInstance],
         output_names: Sequence[str],
         stats: ModelStats,
+        ragged: RaggedPlan | None = None,
     ) -> None:
         self._model = model_name
         self._policy = policy
@@ -41,6 +43,7 @@ class Scheduler:
             output_names=output_names,
             loop=asyncio.get_running_loop(),
             on_finished=self._deliver_finished,
+            ragged=ragged,
         )
         self._workers: list[asyncio.Future[None]] = []
         self._closing = False

@@ -16,6 +16,7 @@ import numpy as np
 
 from sonic.protocol.errors import InternalError, SonicError
 from sonic.server.backends.base import Backend, Batch, Request, RequestBackend
+from sonic.server.runtime.ragged import RaggedPlan, merge_inputs, scatter_output
 from sonic.server.runtime.work import ItemOutputs, WorkItem
 
 
@@ -84,52 +85,90 @@ def run_requests(
     return BatchResult(outputs, started, 0, executed - started, 0)
 
 
-def merge(batch: Sequence[WorkItem], output_names: Sequence[str], batched: bool) -> Batch:
-    """One :class:`Batch` of the requests' inputs, concatenated along the batch dimension."""
+def merge(
+    batch: Sequence[WorkItem], output_names: Sequence[str], batched: bool, plan: RaggedPlan | None = None
+) -> Batch:
+    """One :class:`Batch` of the requests' inputs, concatenated along the batch dimension.
+
+    With a ragged ``plan``, ragged inputs are concatenated flat and the batch inputs are added.
+    """
     requests = _Requests(batch, output_names)
+    if plan is not None:
+        inputs = merge_inputs(plan, [item.inputs for item in batch])
+        return Batch(inputs, output_names, requests, _rows(batch))
     if len(batch) == 1:
         inputs = batch[0].inputs
         rows = [slice(0, batch[0].batch_size) if batched else slice(None)]
         return Batch(inputs, output_names, requests, rows, batch[0].output_buffers or None)
     inputs = {name: np.concatenate([item.inputs[name] for item in batch]) for name in batch[0].inputs}
+    return Batch(inputs, output_names, requests, _rows(batch))
+
+
+def _rows(batch: Sequence[WorkItem]) -> list[slice]:
     rows = []
     offset = 0
     for item in batch:
         rows.append(slice(offset, offset + item.batch_size))
         offset += item.batch_size
-    return Batch(inputs, output_names, requests, rows)
+    return rows
 
 
-def split(model: str, outputs: ItemOutputs, merged: Batch, batched: bool) -> list[ItemOutputs | SonicError]:
-    """Each request's rows of the outputs (views, no copy)."""
+def split(
+    model: str,
+    outputs: ItemOutputs,
+    merged: Batch,
+    batched: bool,
+    plan: RaggedPlan | None = None,
+    batch: Sequence[WorkItem] = (),
+) -> list[ItemOutputs | SonicError]:
+    """Each request's rows of the outputs (views, no copy); a ragged ``plan`` needs the ``batch``."""
     missing = [name for name in merged.output_names if name not in outputs]
     if missing:
         raise InternalError(f"model '{model}' did not produce output(s) {', '.join(missing)}")
     if not batched:
         return [outputs]
-    total = merged.rows[-1].stop
+    scattered = plan.scatter_outputs if plan is not None else {}
+    rowed = {n: a for n, a in outputs.items() if n not in scattered} if scattered else outputs
+    per_request = _split_rows(model, rowed, merged.rows)
+    for name, spec in scattered.items():
+        if name in outputs:
+            shapes = [item.inputs[spec.source].shape for item in batch]
+            parts = scatter_output(model, name, spec, outputs[name], shapes)
+            for result, part in zip(per_request, parts, strict=True):
+                result[name] = part
+    return list(per_request)
+
+
+def _split_rows(model: str, outputs: ItemOutputs, rows: Sequence[slice]) -> list[ItemOutputs]:
+    """Each request's rows of outputs that have the batch dimension first."""
+    total = rows[-1].stop
     for name, array in outputs.items():
         if array.ndim == 0 or array.shape[0] != total:
             raise InternalError(
                 f"model '{model}' output '{name}' has shape {list(array.shape)}, expected batch "
                 f"dimension {total} first"
             )
-    if len(merged.rows) == 1:
+    if len(rows) == 1:
         return [outputs]
-    return [{name: array[rows] for name, array in outputs.items()} for rows in merged.rows]
+    return [{name: array[rows] for name, array in outputs.items()} for rows in rows]
 
 
 def run_batch(
-    model: str, backend: Backend, batch: Sequence[WorkItem], output_names: Sequence[str], batched: bool
+    model: str,
+    backend: Backend,
+    batch: Sequence[WorkItem],
+    output_names: Sequence[str],
+    batched: bool,
+    plan: RaggedPlan | None = None,
 ) -> BatchResult:
     """Merge, execute and split one batch."""
     if isinstance(backend, RequestBackend):
         return run_requests(model, backend, batch, output_names)
     started = time.perf_counter_ns()
-    merged = merge(batch, output_names, batched)
+    merged = merge(batch, output_names, batched, plan)
     merge_done = time.perf_counter_ns()
     outputs = backend.execute_batch(merged)
     executed = time.perf_counter_ns()
-    per_request = split(model, outputs, merged, batched)
+    per_request = split(model, outputs, merged, batched, plan, batch)
     done = time.perf_counter_ns()
     return BatchResult(per_request, started, merge_done - started, executed - merge_done, done - executed)

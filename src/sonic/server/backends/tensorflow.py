@@ -1,0 +1,144 @@
+"""TensorFlow backend (Triton's ``tensorflow_graphdef`` and ``tensorflow_savedmodel`` platforms).
+
+Needs the ``tensorflow`` extra (``tensorflow-cpu``; the GPU build of ``tensorflow`` works the same).
+Each instance imports its version's graph into its own ``tf.Graph`` and opens one session on it at
+load; requests only run that session (one callable per set of fed and fetched tensors, made once).
+
+Tensors are named as in Triton: a GraphDef's tensors by their node names (``output/BiasAdd`` means
+the node's first output, ``output/BiasAdd:0``; ``name:1`` another output); a SavedModel's by the
+keys of its ``serving_default`` signature (config parameter ``TF_SIGNATURE_DEF`` picks another).
+
+Threads, from config ``parameters`` (Triton's names) or ``--backend-config tensorflow,KEY=VALUE``:
+``TF_NUM_INTRA_THREADS`` / ``intra_op_thread_count`` and ``TF_NUM_INTER_THREADS`` /
+``inter_op_thread_count`` (0: TensorFlow's default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+import tensorflow as tf
+
+from sonic.protocol.errors import InternalError, ModelConfigError
+from sonic.server.backends.base import Backend, InstanceContext
+
+
+def _threads(context: InstanceContext, triton_name: str, alias: str) -> int:
+    value = context.parameter(triton_name) or context.parameter(alias) or "0"
+    if not value.isdigit():
+        raise ModelConfigError(
+            f"model '{context.config.name}': {triton_name} must be a whole number, got '{value}'"
+        )
+    return int(value)
+
+
+class TensorFlowBackend(Backend):
+    """``backend: "tensorflow"``: a GraphDef file or a SavedModel folder, whichever the version holds.
+
+    Every variant is named ``tensorflow``, so ``--backend-config tensorflow,...`` reaches them all.
+    """
+
+    name: ClassVar[str] = "tensorflow"
+    default_filename: ClassVar[str] = "model.graphdef"
+
+    def __init__(self, context: InstanceContext) -> None:
+        self._model = context.config.name
+        session_config = tf.compat.v1.ConfigProto(
+            intra_op_parallelism_threads=_threads(context, "TF_NUM_INTRA_THREADS", "intra_op_thread_count"),
+            inter_op_parallelism_threads=_threads(context, "TF_NUM_INTER_THREADS", "inter_op_thread_count"),
+            allow_soft_placement=True,
+        )
+        if context.device_kind != "gpu":
+            session_config.device_count["GPU"] = 0
+        elif not tf.config.list_physical_devices("GPU"):
+            raise ModelConfigError(
+                f"model '{context.config.name}' asks for a GPU instance, but this TensorFlow sees no GPU "
+                f"(tensorflow {tf.__version__}); install the GPU build or use instance_group kind KIND_CPU"
+            )
+        path = self._locate(context)
+        self._graph = tf.Graph()
+        self._session = tf.compat.v1.Session(graph=self._graph, config=session_config)
+        self._names: dict[str, str] = {}  # config name -> graph tensor name (SavedModel signature keys)
+        try:
+            if path.is_dir():
+                self._load_saved_model(path, context.parameter("TF_SIGNATURE_DEF") or "serving_default")
+            else:
+                graph_def = tf.compat.v1.GraphDef()
+                graph_def.ParseFromString(path.read_bytes())
+                # KIND_GPU: the instance's GPU for every node the graph does not pin itself.
+                device = f"/device:GPU:{context.device_id}" if context.device_kind == "gpu" else None
+                with self._graph.as_default(), self._graph.device(device):
+                    tf.compat.v1.import_graph_def(graph_def, name="")
+        except ModelConfigError:
+            self._session.close()
+            raise
+        except Exception as exc:  # noqa: BLE001  (TensorFlow raises many types for a bad model)
+            self._session.close()
+            raise ModelConfigError(f"{path}: TensorFlow cannot load the model: {exc}") from None
+        self._callables: dict[tuple[tuple[str, ...], tuple[str, ...]], Any] = {}
+        # Every tensor the config names must exist now, not at the first request.
+        for tensor in [*context.config.input, *context.config.output]:
+            self._tensor(tensor.name)
+
+    @staticmethod
+    def _locate(context: InstanceContext) -> Path:
+        path = context.model_path
+        if not path.exists() and context.config.platform == "tensorflow_savedmodel":
+            path = context.version_dir / TensorFlowSavedModelBackend.default_filename
+        if not path.exists():
+            raise ModelConfigError(f"model '{context.config.name}': no model file or folder {path}")
+        return path
+
+    def _load_saved_model(self, path: Path, signature_name: str) -> None:
+        meta_graph = tf.compat.v1.saved_model.loader.load(self._session, ["serve"], str(path))
+        if signature_name not in meta_graph.signature_def:
+            raise ModelConfigError(
+                f"{path}: no signature '{signature_name}', the model has {sorted(meta_graph.signature_def)}"
+            )
+        signature = meta_graph.signature_def[signature_name]
+        for key, info in [*signature.inputs.items(), *signature.outputs.items()]:
+            self._names[key] = info.name
+
+    def _tensor(self, name: str) -> tf.Tensor:
+        graph_name = self._names.get(name, name)
+        if ":" not in graph_name:
+            graph_name += ":0"
+        try:
+            return self._graph.get_tensor_by_name(graph_name)
+        except (KeyError, ValueError):
+            raise ModelConfigError(f"model '{self._model}': the graph has no tensor '{name}'") from None
+
+    def execute(
+        self, inputs: Mapping[str, npt.NDArray[Any]], output_names: Sequence[str]
+    ) -> dict[str, npt.NDArray[Any]]:
+        key = (tuple(inputs), tuple(output_names))
+        run = self._callables.get(key)
+        if run is None:
+            fetches = [self._tensor(name) for name in output_names]
+            feeds = [self._tensor(name) for name in inputs]
+            run = self._session.make_callable(fetches, feed_list=feeds)
+            self._callables[key] = run
+        try:
+            results = run(*inputs.values())
+        except Exception as exc:  # noqa: BLE001  (fails this batch only)
+            raise InternalError(f"model '{self._model}': TensorFlow execution failed: {exc}") from None
+        return {name: np.asarray(value) for name, value in zip(output_names, results, strict=True)}
+
+    def close(self) -> None:
+        self._session.close()
+
+
+class TensorFlowGraphDefBackend(TensorFlowBackend):
+    """``platform: "tensorflow_graphdef"``: a frozen GraphDef in ``model.graphdef``."""
+
+    default_filename: ClassVar[str] = "model.graphdef"
+
+
+class TensorFlowSavedModelBackend(TensorFlowBackend):
+    """``platform: "tensorflow_savedmodel"``: a SavedModel folder ``model.savedmodel``."""
+
+    default_filename: ClassVar[str] = "model.savedmodel"

@@ -1,0 +1,131 @@
+"""The TensorFlow backend: DeepMET-like GraphDef and SavedModel served by `sonic serve`, against direct runs."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from sonic.launch import ServerProcess
+from sonic.protocol.model_config import parse_config_text, validate_config
+from sonic.server.backends.base import InstanceContext
+
+pytestmark = pytest.mark.integration
+
+tf = pytest.importorskip("tensorflow")
+deepmet = pytest.importorskip("sonic.models.deepmet")
+OUTPUT = "output/BiasAdd"
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root: Path = tmp_path_factory.mktemp("tensorflow")
+    deepmet.write_repository(root, versions=(1, 2), savedmodel=True)
+    bad = root / "bad_threads"
+    (bad / "1").mkdir(parents=True)
+    (bad / "1" / "model.graphdef").write_bytes((root / "deepmet" / "1" / "model.graphdef").read_bytes())
+    (bad / "config.pbtxt").write_text(
+        'platform: "tensorflow_graphdef"\n'
+        'parameters { key: "TF_NUM_INTRA_THREADS" value { string_value: "many" } }\n' + deepmet.CONFIG
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repository: Path) -> Iterator[ServerProcess]:
+    args = ["--backend-config", "tensorflow,TF_NUM_INTER_THREADS=1"]
+    with ServerProcess.start([repository], extra_args=args) as process:
+        yield process
+
+
+def direct(repository: Path, version: int, inputs: dict[str, npt.NDArray[Any]]) -> npt.NDArray[Any]:
+    """The same graph run in this process, as a client of TensorFlow would."""
+    from sonic.server.backends.tensorflow import TensorFlowBackend  # noqa: PLC0415
+
+    config = parse_config_text((repository / "deepmet" / "config.pbtxt").read_text(), "deepmet")
+    config.name = "deepmet"
+    version_dir = repository / "deepmet" / str(version)
+    context = InstanceContext(
+        config=config,
+        spec=validate_config(config),
+        version=version,
+        version_dir=version_dir,
+        model_path=version_dir / "model.graphdef",
+        instance_name="direct",
+        device_kind="cpu",
+        device_id=0,
+    )
+    backend = TensorFlowBackend(context)
+    try:
+        return backend.execute(inputs, [OUTPUT])[OUTPUT]
+    finally:
+        backend.close()
+
+
+def tensors(inputs: dict[str, npt.NDArray[Any]]) -> list[grpcclient.InferInput]:
+    result = []
+    for name, array in inputs.items():
+        tensor = grpcclient.InferInput(name, list(array.shape), "FP32")
+        tensor.set_data_from_numpy(array)
+        result.append(tensor)
+    return result
+
+
+def infer(client: grpcclient.InferenceServerClient, model: str, inputs: dict[str, Any], **kw: Any) -> Any:
+    return client.infer(model, tensors(inputs), **kw)
+
+
+def test_graphdef_served_as_run_directly(repository: Path, server: ServerProcess) -> None:
+    inputs = deepmet.example_inputs(3, seed=1)
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        served = infer(client, "deepmet", inputs).as_numpy(OUTPUT)
+    assert served.shape == (3, 2)
+    np.testing.assert_allclose(served, direct(repository, 2, inputs), rtol=1e-5)
+
+
+def test_every_version_is_its_own_graph(repository: Path, server: ServerProcess) -> None:
+    inputs = deepmet.example_inputs(1, seed=2)
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        first = infer(client, "deepmet", inputs, model_version="1").as_numpy(OUTPUT)
+        second = infer(client, "deepmet", inputs, model_version="2").as_numpy(OUTPUT)
+    np.testing.assert_allclose(first, direct(repository, 1, inputs), rtol=1e-5)
+    np.testing.assert_allclose(second, direct(repository, 2, inputs), rtol=1e-5)
+    assert not np.allclose(first, second)
+
+
+def test_savedmodel_by_signature_names(repository: Path, server: ServerProcess) -> None:
+    inputs = deepmet.example_inputs(2, seed=3)
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        saved = infer(client, "deepmet_saved", inputs).as_numpy("output")
+        config = client.get_model_config("deepmet_saved", as_json=True)["config"]
+    assert config["platform"] == "tensorflow_savedmodel"
+    np.testing.assert_allclose(saved, direct(repository, 1, inputs), rtol=1e-5)  # same weights as version 1
+
+
+def test_concurrent_requests_merge_and_split(repository: Path, server: ServerProcess) -> None:
+    batches = [deepmet.example_inputs(n, seed=10 + n) for n in (1, 2, 3, 1)]
+    answers: queue.Queue[tuple[int, Any]] = queue.Queue()
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        for index, inputs in enumerate(batches):
+            client.async_infer(
+                "deepmet", tensors(inputs), lambda result, error, i=index: answers.put((i, error or result))
+            )
+        results = dict(answers.get(timeout=120) for _ in batches)
+    for index, inputs in enumerate(batches):
+        np.testing.assert_allclose(results[index].as_numpy(OUTPUT), direct(repository, 2, inputs), rtol=1e-5)
+
+
+def test_bad_thread_setting_refuses_the_load(server: ServerProcess) -> None:
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+        assert index["bad_threads"]["state"] == "UNAVAILABLE"
+        assert "TF_NUM_INTRA_THREADS must be a whole number, got 'many'" in index["bad_threads"]["reason"]
+        with pytest.raises(InferenceServerException):
+            infer(client, "bad_threads", deepmet.example_inputs(1))
