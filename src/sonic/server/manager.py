@@ -199,7 +199,8 @@ class ModelManager:
             try:
                 await self._load_locked(entry, location, override)
             except SonicError as exc:
-                entry.state, entry.reason = UNAVAILABLE, str(exc)
+                if not self.ready_versions(name):  # a failed reload leaves the serving versions serving
+                    entry.state, entry.reason = UNAVAILABLE, str(exc)
                 log.error("model %s failed to load: %s", name, exc)  # noqa: TRY400  (message says it all)
                 raise
 
@@ -220,8 +221,10 @@ class ModelManager:
             except SonicError as exc:
                 failures[version] = str(exc)
         if not new_models and failures:
+            # As Triton: a version that was serving keeps serving; the failure is reported.
             for version, reason in failures.items():
-                entry.versions[version] = VersionState(UNAVAILABLE, reason)
+                if entry.versions[version].state != READY:
+                    entry.versions[version] = VersionState(UNAVAILABLE, reason)
             first = next(iter(failures.values()))
             raise ModelConfigError(f"failed to load '{location.name}': {first}")
         old = {v: s for v, s in entry.versions.items() if s.model is not None and s.state == READY}
@@ -229,10 +232,13 @@ class ModelManager:
             model.scheduler.start()
             entry.versions[version] = VersionState(READY, "", model)
         for version, reason in failures.items():
-            entry.versions[version] = VersionState(UNAVAILABLE, reason)
+            if version not in old:
+                entry.versions[version] = VersionState(UNAVAILABLE, reason)
         entry.config, entry.state, entry.reason = config, READY, ""
         entry.fingerprint = await asyncio.to_thread(fingerprint, location.path)
         for version, state in old.items():
+            if version in failures:
+                continue  # its new copy failed to load: the old one keeps serving
             if version not in selected:
                 entry.versions[version] = VersionState(UNLOADING, "", state.model)
             assert state.model is not None
