@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2
 
-from sonic.protocol.errors import ModelConfigError, NotFoundError, SonicError, UnavailableError
+from sonic.protocol.errors import ModelConfigError, NotFoundError, SonicError, UnavailableError, quote
 from sonic.protocol.model_config import (
     CONFIG_FILENAME,
     ModelSpec,
@@ -126,18 +126,20 @@ class ModelManager:
     def get(self, name: str, version: str = "") -> ModelVersion:
         entry = self._entries.get(name)
         if entry is None:
-            raise NotFoundError(f"Request for unknown model: '{name}' is not found")
+            raise NotFoundError(f"Request for unknown model: {quote(name)} is not found")
         if version:
             if not version.isdigit():
                 raise NotFoundError(
-                    f"Request for unknown model: '{name}' version '{version}' is not a number"
+                    f"Request for unknown model: {quote(name)} version {quote(version)} is not a number"
                 )
             state = entry.versions.get(int(version))
             if state is None:
-                raise NotFoundError(f"Request for unknown model: '{name}' version {version} is not found")
+                raise NotFoundError(
+                    f"Request for unknown model: {quote(name)} version {version} is not found"
+                )
             if state.model is None or state.state != READY:
                 raise UnavailableError(
-                    f"Request for unknown model: '{name}' version {version} is not at ready state"
+                    f"Request for unknown model: {quote(name)} version {version} is not at ready state"
                     + (f": {state.reason}" if state.reason else "")
                 )
             return state.model
@@ -146,7 +148,7 @@ class ModelManager:
             reason = entry.reason or next((s.reason for s in entry.versions.values() if s.reason), "")
             # Triton's status here is NOT_FOUND (404), unlike a named version that is not ready.
             raise NotFoundError(
-                f"Request for unknown model: '{name}' has no available versions"
+                f"Request for unknown model: {quote(name)} has no available versions"
                 + (f": {reason}" if reason else "")
             )
         model = entry.versions[max(ready)].model
@@ -156,7 +158,7 @@ class ModelManager:
     def config_of(self, name: str) -> model_config_pb2.ModelConfig:
         entry = self._entries.get(name)
         if entry is None or entry.config is None:
-            raise NotFoundError(f"Request for unknown model: '{name}' is not found")
+            raise NotFoundError(f"Request for unknown model: {quote(name)} is not found")
         return entry.config
 
     def ready_versions(self, name: str) -> list[ModelVersion]:

@@ -119,19 +119,23 @@ class GrpcMethods:
         return _HEALTH_SERVING if self.dataplane.server_ready() else _HEALTH_NOT_SERVING
 
     async def infer(
-        self, data: bytes | bytearray | memoryview, trace_headers: dict[str, str] | None = None
+        self,
+        data: bytes | bytearray | memoryview,
+        trace_headers: dict[str, str] | None = None,
+        *,
+        streamed: bool = False,
     ) -> list[bytes | memoryview]:
         """``ModelInfer``: a serialized request in, the serialized response's pieces out."""
         request = decode_infer_request(data, time.perf_counter_ns())
         request.trace_headers = trace_headers
         response = await self.dataplane.infer(request)
-        return encode_infer_response(response)
+        return encode_infer_response(response, final=streamed)
 
     async def stream_infer(
         self, data: bytes | bytearray | memoryview, trace_headers: dict[str, str] | None = None
     ) -> list[bytes | memoryview]:
         """One ``ModelStreamInfer`` message, as pieces: errors travel inside the stream, as Triton's do."""
         try:
-            return wrap_stream_response(await self.infer(data, trace_headers))
+            return wrap_stream_response(await self.infer(data, trace_headers, streamed=True))
         except Exception as exc:  # noqa: BLE001  (reported in the stream message)
             return [encode_stream_error(data, as_sonic_error(exc).message)]
