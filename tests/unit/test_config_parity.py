@@ -73,7 +73,15 @@ def test_completed_fields_match_triton() -> None:
     fill_defaults(config, default_filename="model.onnx", gpu_count=0)
     assert config.platform == "onnxruntime_onnx"
     assert list(config.dynamic_batching.preferred_batch_size) == [1024]
-    assert [g.name for g in config.instance_group] == ["identity_0"]
+    assert [(g.name, g.count) for g in config.instance_group] == [("identity", 2)]  # 2 CPU instances
+    assert config.optimization.input_pinned_memory.enable
+    assert config.optimization.output_pinned_memory.enable
+    grouped = parse_config_text(
+        IDENTITY_CONFIG.replace("onnxruntime", "python") + "instance_group [ { kind: KIND_CPU } ]", "test"
+    )
+    fill_defaults(grouped, default_filename="model.py", gpu_count=0)
+    assert [(g.name, g.count) for g in grouped.instance_group] == [("identity_0", 1)]
+    assert grouped.platform == ""
     ensemble = parse_config_text('name: "e" platform: "ensemble"', "test")
     fill_defaults(ensemble, default_filename="", gpu_count=0)
     assert ensemble.backend == ""

@@ -204,30 +204,40 @@ def validate_config(config: model_config_pb2.ModelConfig) -> ModelSpec:
     return ModelSpec(name, int(config.max_batch_size), inputs, outputs)
 
 
+# Backends Triton gives two instances per CPU group by default (model_config_utils.cc,
+# SetDefaultInstanceCount); every other backend, and every GPU group, gets one.
+TWO_CPU_INSTANCES_BACKENDS = frozenset({"onnxruntime", "tensorflow"})
+
+
 def fill_defaults(config: model_config_pb2.ModelConfig, *, default_filename: str, gpu_count: int) -> None:
     """Fill what Triton fills in when it loads a model, so ModelConfig answers look the same."""
+    if config.backend in BACKEND_TO_PLATFORM and not config.platform:
+        config.platform = BACKEND_TO_PLATFORM[config.backend]
+    if config.platform in PLATFORM_TO_BACKEND and not config.backend and config.platform != "ensemble":
+        config.backend = PLATFORM_TO_BACKEND[config.platform]
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
-    if not config.instance_group:
-        group = config.instance_group.add()
-        group.kind = model_config_pb2.ModelInstanceGroup.KIND_AUTO
+    if not config.instance_group:  # Triton's own group is named after the model, with no index
+        config.instance_group.add(name=config.name, kind=_GROUP_KIND.KIND_AUTO)
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{index}"
-        if group.count == 0:
-            group.count = 1
         if group.kind == _GROUP_KIND.KIND_AUTO:
             group.kind = _GROUP_KIND.KIND_GPU if gpu_count else _GROUP_KIND.KIND_CPU
+        if group.count == 0:
+            two = group.kind == _GROUP_KIND.KIND_CPU and config.backend in TWO_CPU_INSTANCES_BACKENDS
+            group.count = 2 if two else 1
         if group.kind == _GROUP_KIND.KIND_GPU:
             _check_gpus(config.name, group, gpu_count)
             if not group.gpus:
                 group.gpus.extend(range(gpu_count))
     if not config.default_model_filename:
         config.default_model_filename = default_filename
-    if config.backend in BACKEND_TO_PLATFORM and not config.platform:
-        config.platform = BACKEND_TO_PLATFORM[config.backend]
-    if config.platform in PLATFORM_TO_BACKEND and not config.backend and config.platform != "ensemble":
-        config.backend = PLATFORM_TO_BACKEND[config.platform]
+    optimization = config.optimization
+    if not optimization.HasField("input_pinned_memory"):
+        optimization.input_pinned_memory.enable = True
+    if not optimization.HasField("output_pinned_memory"):
+        optimization.output_pinned_memory.enable = True
     # Triton's default: one preferred size, the largest batch (the batcher's behaviour stays the same).
     batching = config.dynamic_batching
     if (
