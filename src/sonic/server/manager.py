@@ -68,7 +68,10 @@ class IndexRow:
 
 
 def _prepare_config(
-    location: ModelLocation, override: model_config_pb2.ModelConfig | None, gpu_count: int
+    location: ModelLocation,
+    override: model_config_pb2.ModelConfig | None,
+    gpu_count: int,
+    auto_complete: bool = True,
 ) -> tuple[model_config_pb2.ModelConfig, ModelSpec, type[backends.Backend], list[int]]:
     """Read, auto-complete and validate a model's config (blocking: runs in a thread)."""
     config_path = location.path / CONFIG_FILENAME
@@ -102,7 +105,8 @@ def _prepare_config(
     backend_cls = backends.backend_class(name)
     selected = select_versions(config.version_policy, versions)
     filename = config.default_model_filename or backend_cls.default_filename
-    backend_cls.auto_complete_config(config, location.path / str(selected[-1]) / filename)
+    if auto_complete:
+        backend_cls.auto_complete_config(config, location.path / str(selected[-1]) / filename)
     fill_defaults(config, default_filename=backend_cls.default_filename, gpu_count=gpu_count)
     spec = validate_config(config)
     return config, spec, backend_cls, selected
@@ -210,7 +214,7 @@ class ModelManager:
         self, entry: ModelEntry, location: ModelLocation, override: model_config_pb2.ModelConfig | None
     ) -> None:
         config, spec, backend_cls, selected = await asyncio.to_thread(
-            _prepare_config, location, override, self._config.gpu_count
+            _prepare_config, location, override, self._config.gpu_count, self._config.auto_complete_config
         )
         new_models: dict[int, ModelVersion] = {}
         failures: dict[int, str] = {}
