@@ -18,6 +18,7 @@ from sonic.protocol.errors import (
     NotFoundError,
     PermissionDeniedError,
     UnavailableError,
+    UnimplementedError,
     quote,
 )
 from sonic.protocol.model_config import parse_config_json
@@ -211,6 +212,22 @@ class DataPlane:
             status.name, status.key = region.name, region.key
             status.offset, status.byte_size = region.offset, region.byte_size
         return response
+
+    # --- CUDA shared memory: never registered here, so status lists none and unregister has nothing to do.
+    # Triton answers both without a GPU too, and clients (perf_analyzer) unregister "all" when they finish.
+
+    def cuda_shared_memory_status(self, name: str) -> service_pb2.CudaSharedMemoryStatusResponse:
+        if name:
+            raise NotFoundError(f"Unable to find cuda shared memory region: {quote(name)}")
+        return service_pb2.CudaSharedMemoryStatusResponse()
+
+    def cuda_shared_memory_unregister(self, name: str) -> None:
+        """Nothing to forget: CUDA regions cannot be registered (unknown names are not an error)."""
+
+    def cuda_shared_memory_register(self, name: str) -> None:
+        raise UnimplementedError(
+            f"CUDA shared memory region {quote(name)}: not supported by this server; use system shared memory"
+        )
 
 
 def config_to_json(response: service_pb2.ModelConfigResponse) -> str:

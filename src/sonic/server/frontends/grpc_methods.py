@@ -91,6 +91,16 @@ class GrpcMethods:
         async def shm_status(r: Any) -> Any:
             return dp.system_shared_memory_status(r.name)
 
+        async def cuda_shm_register(r: Any) -> Any:
+            dp.cuda_shared_memory_register(r.name)
+
+        async def cuda_shm_unregister(r: Any) -> Any:
+            dp.cuda_shared_memory_unregister(r.name)
+            return pb.CudaSharedMemoryUnregisterResponse()
+
+        async def cuda_shm_status(r: Any) -> Any:
+            return dp.cuda_shared_memory_status(r.name)
+
         handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
             "ServerLive": server_live,
             "ServerReady": server_ready,
@@ -105,6 +115,9 @@ class GrpcMethods:
             "SystemSharedMemoryRegister": shm_register,
             "SystemSharedMemoryUnregister": shm_unregister,
             "SystemSharedMemoryStatus": shm_status,
+            "CudaSharedMemoryRegister": cuda_shm_register,
+            "CudaSharedMemoryUnregister": cuda_shm_unregister,
+            "CudaSharedMemoryStatus": cuda_shm_status,
         }
         return {
             name: UnaryMethod(getattr(pb, f"{name}Request"), getattr(pb, f"{name}Response"), handler)
