@@ -144,7 +144,14 @@ def _start_server(args: argparse.Namespace, workdir: Path, repositories: list[Pa
 
 
 def _notice(args: argparse.Namespace) -> None:
-    for option, value in (("-d", args.docker), ("-i", args.image), ("-s", args.sandbox), ("-C", args.compat)):
+    options = (
+        ("-d", args.docker),
+        ("-g", args.gpu),
+        ("-i", args.image),
+        ("-s", args.sandbox),
+        ("-C", args.compat),
+    )
+    for option, value in options:
         if value:
             print(f"cmstriton: {option} has no effect: sonic serve runs without a container", file=sys.stderr)
 
