@@ -258,3 +258,9 @@ def test_a_huge_model_name_gets_not_found_with_the_name_cut() -> None:
             assert info.value.code() == grpc.StatusCode.NOT_FOUND
             assert "(20000 characters)" in str(info.value.details())
             assert len(str(info.value.details())) < 1000
+
+
+def test_cuda_shared_memory_status_and_unregister_answer_without_a_gpu(server: Endpoint) -> None:
+    with grpcclient.InferenceServerClient(server.grpc) as client:
+        client.unregister_cuda_shared_memory()  # perf_analyzer does this when it finishes
+        assert list(client.get_cuda_shared_memory_status().regions) == []

@@ -51,8 +51,11 @@ def test_register_status_unregister(region: tuple[Any, httpclient.InferenceServe
     assert info.value.status() == "404"
     client.unregister_system_shared_memory()
     assert client.get_system_shared_memory_status() == []
+    # As Triton without a GPU: no CUDA region, unregistering all is fine, registering one is not offered.
+    assert client.get_cuda_shared_memory_status() == []
+    client.unregister_cuda_shared_memory()
     with pytest.raises(InferenceServerException) as info:
-        client.get_cuda_shared_memory_status()
+        client.register_cuda_shared_memory("c", b"handle", 0, 64)
     assert info.value.status() == "501"
 
 
