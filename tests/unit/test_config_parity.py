@@ -73,7 +73,7 @@ def test_completed_fields_match_triton() -> None:
     fill_defaults(config, default_filename="model.onnx", gpu_count=0)
     assert config.platform == "onnxruntime_onnx"
     assert list(config.dynamic_batching.preferred_batch_size) == [1024]
-    assert [(g.name, g.count) for g in config.instance_group] == [("identity", 2)]  # 2 CPU instances
+    assert [(g.name, g.count) for g in config.instance_group] == [("identity", 1)]
     assert config.optimization.input_pinned_memory.enable
     assert config.optimization.output_pinned_memory.enable
     grouped = parse_config_text(

@@ -204,11 +204,6 @@ def validate_config(config: model_config_pb2.ModelConfig) -> ModelSpec:
     return ModelSpec(name, int(config.max_batch_size), inputs, outputs)
 
 
-# Backends Triton gives two instances per CPU group by default (model_config_utils.cc,
-# SetDefaultInstanceCount); every other backend, and every GPU group, gets one.
-TWO_CPU_INSTANCES_BACKENDS = frozenset({"onnxruntime", "tensorflow"})
-
-
 def fill_defaults(config: model_config_pb2.ModelConfig, *, default_filename: str, gpu_count: int) -> None:
     """Fill what Triton fills in when it loads a model, so ModelConfig answers look the same."""
     if config.backend in BACKEND_TO_PLATFORM and not config.platform:
@@ -225,8 +220,9 @@ def fill_defaults(config: model_config_pb2.ModelConfig, *, default_filename: str
         if group.kind == _GROUP_KIND.KIND_AUTO:
             group.kind = _GROUP_KIND.KIND_GPU if gpu_count else _GROUP_KIND.KIND_CPU
         if group.count == 0:
-            two = group.kind == _GROUP_KIND.KIND_CPU and config.backend in TWO_CPU_INSTANCES_BACKENDS
-            group.count = 2 if two else 1
+            # One instance. Known difference: Triton gives onnxruntime and TensorFlow CPU groups two
+            # (SetDefaultInstanceCount); sonic's comparisons and memory budgets assume one.
+            group.count = 1
         if group.kind == _GROUP_KIND.KIND_GPU:
             _check_gpus(config.name, group, gpu_count)
             if not group.gpus:
