@@ -77,7 +77,7 @@ def test_auto_complete_from_onnx_signature(tmp_path: Path) -> None:
     assert [list(i.dims) for i in config.input] == [[3, 5]]
     assert config.input[0].data_type == model_config_pb2.TYPE_FP32
     assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
-    assert config.instance_group[0].name == "auto_0"
+    assert config.instance_group[0].name == "auto"  # as Triton names the group it adds
     assert config.version_policy.latest.num_versions == 1
 
 

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from sonic.cli.triton_flags import TritonSettings, add_triton_arguments, apply_triton_flags
 from sonic.logs import configure_logging
 from sonic.protocol.errors import SonicError
 from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits
@@ -35,6 +36,11 @@ def _backend_config(values: list[str]) -> dict[str, dict[str, str]]:
     """``--backend-config onnxruntime,intra_op_thread_count=2`` entries, as Triton spells them."""
     result: dict[str, dict[str, str]] = {}
     for value in values:
+        if "," not in value and "=" in value:  # Triton's global form, KEY=VALUE for every backend
+            log.warning(
+                "sonic serve: --backend-config=%s accepted, no effect here (no global settings)", value
+            )
+            continue
         backend, _, setting = value.partition(",")
         key, sep, item = setting.partition("=")
         if not backend or not sep or not key:
@@ -46,7 +52,7 @@ def _backend_config(values: list[str]) -> dict[str, dict[str, str]]:
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("serve", help="run the KServe v2 / Triton-compatible inference server")
     parser.add_argument(
-        "--model-repository", action="append", required=True, type=Path, help="model repository (repeatable)"
+        "--model-repository", action="append", type=Path, help="model repository (repeatable, needed)"
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     parser.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (0: pick a free one)")
@@ -75,7 +81,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     _add_frontend_arguments(parser)
     _add_security_arguments(parser)
-    parser.set_defaults(run=run)
+    add_triton_arguments(parser)
+    parser.set_defaults(run=run, server_name="sonic")
 
 
 def _add_frontend_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,9 +99,9 @@ def _add_frontend_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--log-format",
         dest="serve_log_format",
-        choices=["text", "json"],
+        choices=["text", "json", "default", "ISO8601"],
         default=None,
-        help="as 'sonic --log-format', accepted here too",
+        help="as 'sonic --log-format', accepted here too (Triton's default/ISO8601: text)",
     )
     group.add_argument(
         "--log-requests",
@@ -268,8 +275,15 @@ def _http2_limits(args: argparse.Namespace) -> Http2Limits:
     )
 
 
-def config_from_args(args: argparse.Namespace) -> ServerConfig:
+def config_from_args(args: argparse.Namespace, triton: TritonSettings | None = None) -> ServerConfig:
+    triton = triton or TritonSettings()
+    if not args.model_repository:
+        msg = "the following arguments are required: --model-repository"
+        raise ValueError(msg)
     return ServerConfig(
+        server_name=args.server_name,
+        exit_on_error=triton.exit_on_error,
+        auto_complete_config=triton.auto_complete,
         model_repositories=tuple(args.model_repository),
         host=args.host,
         grpc_port=args.grpc_port,
@@ -337,10 +351,16 @@ def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.serve_log_format is not None:
-        configure_logging(args.log_level, args.serve_log_format)
     try:
-        config = config_from_args(args)
+        triton = apply_triton_flags(args, log)
+    except ValueError as exc:
+        print(f"sonic serve: {exc}", file=sys.stderr)
+        return 2
+    if args.serve_log_format is not None or triton.log_level is not None:
+        log_format = "json" if args.serve_log_format == "json" else args.log_format
+        configure_logging(triton.log_level or args.log_level, log_format)
+    try:
+        config = config_from_args(args, triton)
     except (ValueError, OSError, argparse.ArgumentTypeError) as exc:
         print(f"sonic serve: {exc}", file=sys.stderr)
         return 2

@@ -91,6 +91,26 @@ def status_of(code: GrpcCode) -> Status:
     return STATUSES.get(code, _NOT_LISTED)
 
 
+# A message goes back in gRPC trailers (``grpc-message``), and clients drop answers whose metadata
+# passes their limit (grpc's default: 16 KiB) with RESOURCE_EXHAUSTED, losing the status we meant. So
+# client strings are quoted cut to MAX_QUOTED_CHARS, and a whole message is cut to MAX_MESSAGE_CHARS.
+MAX_QUOTED_CHARS = 200
+MAX_MESSAGE_CHARS = 4096
+
+
+def clip(text: str) -> str:
+    """A client's string cut in the middle when longer than MAX_QUOTED_CHARS, saying how long it was."""
+    if len(text) <= MAX_QUOTED_CHARS:
+        return text
+    half = MAX_QUOTED_CHARS // 2
+    return f"{text[:half]}...({len(text)} characters)...{text[-half:]}"
+
+
+def quote(text: str) -> str:
+    """A client's string (model, input, parameter name...) in single quotes for a message, cut if long."""
+    return f"'{clip(text)}'"
+
+
 class SonicError(Exception):
     """Base class; ``message`` is what the client sees, ``code`` the gRPC status it is sent with."""
 
@@ -98,7 +118,10 @@ class SonicError(Exception):
 
     @property
     def message(self) -> str:
-        return str(self)
+        text = str(self)
+        if len(text) <= MAX_MESSAGE_CHARS:
+            return text
+        return f"{text[: MAX_MESSAGE_CHARS - 40]}... ({len(text)} characters in all)"
 
 
 class InvalidArgumentError(SonicError):

@@ -21,7 +21,7 @@ import numpy.typing as npt
 from tritonclient.grpc import service_pb2
 
 from sonic.protocol import dtypes
-from sonic.protocol.errors import InvalidArgumentError, SonicError
+from sonic.protocol.errors import InvalidArgumentError, SonicError, quote
 from sonic.protocol.types import (
     InferRequest,
     InferResponse,
@@ -132,7 +132,7 @@ def decode_infer_request(data: bytes | bytearray | memoryview, received_ns: int)
         head = service_pb2.ModelInferRequest.FromString(rest if isinstance(rest, bytes) else bytes(rest))
     except Exception as exc:  # noqa: BLE001  (protobuf's DecodeError and friends)
         raise InvalidArgumentError(f"malformed ModelInferRequest: {exc}") from None
-    model = f"model '{head.model_name}'"
+    model = f"model {quote(head.model_name)}"
     shm = [_shm_ref(t.parameters, f"{model} input '{t.name}'") for t in head.inputs]
     # As in Triton, inputs in shared memory take no raw_input_contents entry.
     expected_raw = sum(ref is None for ref in shm)
@@ -149,10 +149,15 @@ def decode_infer_request(data: bytes | bytearray | memoryview, received_ns: int)
             inputs.append(InputTensor(tensor.name, tensor.datatype, shape, shm=ref))
             continue
         if raw:
+            if tensor.HasField("contents"):
+                raise InvalidArgumentError(
+                    f"contents field must not be specified when using raw_input_contents for "
+                    f"{quote(tensor.name)} for {model}"
+                )
             inputs.append(InputTensor(tensor.name, tensor.datatype, shape, raw=raw[raw_index]))
             raw_index += 1
             continue
-        inputs.append(_typed_contents(tensor, shape, f"{model} input '{tensor.name}'"))
+        inputs.append(_typed_contents(tensor, shape, f"{model} input {quote(tensor.name)}"))
     return InferRequest(
         model_name=head.model_name,
         model_version=head.model_version,
@@ -164,7 +169,7 @@ def decode_infer_request(data: bytes | bytearray | memoryview, received_ns: int)
         output_shm={
             o.name: ref
             for o in head.outputs
-            if (ref := _shm_ref(o.parameters, f"{model} output '{o.name}'")) is not None
+            if (ref := _shm_ref(o.parameters, f"{model} output {quote(o.name)}")) is not None
         },
     )
 
@@ -183,11 +188,16 @@ def _typed_contents(tensor: Any, shape: tuple[int, ...], where: str) -> InputTen
     return InputTensor(tensor.name, tensor.datatype, shape, array=array)
 
 
-def encode_infer_response(response: InferResponse) -> list[bytes | memoryview]:
-    """A serialized ``ModelInferResponse`` as pieces: tensors stay views of the output arrays."""
+def encode_infer_response(response: InferResponse, *, final: bool = False) -> list[bytes | memoryview]:
+    """A serialized ``ModelInferResponse`` as pieces: tensors stay views of the output arrays.
+
+    ``final``: mark it ``triton_final_response`` (each streamed response, as Triton's stream does).
+    """
     head = service_pb2.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.request_id
     )
+    if final:
+        head.parameters["triton_final_response"].bool_param = True
     contents: list[bytes | memoryview] = []
     for output in response.outputs:
         tensor = head.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)

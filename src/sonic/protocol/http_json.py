@@ -19,7 +19,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from sonic.protocol import dtypes
-from sonic.protocol.errors import InvalidArgumentError
+from sonic.protocol.errors import InvalidArgumentError, clip, quote
 from sonic.protocol.types import InferRequest, InferResponse, InputTensor, ShmRef, check_parameters
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -136,20 +136,20 @@ def decode_infer_request(
     header, offset = _parse_header(body, header_length)
     view = memoryview(body)
     request_id = str(header.get("id", ""))
-    rid = f"[request id: {request_id}] " if request_id else ""
+    rid = f"[request id: {clip(request_id)}] " if request_id else ""
     parameters = header.get("parameters") or {}
     if not isinstance(parameters, dict):
-        raise InvalidArgumentError(f"{rid}model '{model_name}': 'parameters' must be an object")
-    check_parameters(parameters, f"{rid}model '{model_name}'")
+        raise InvalidArgumentError(f"{rid}model {quote(model_name)}: 'parameters' must be an object")
+    check_parameters(parameters, f"{rid}model {quote(model_name)}")
     raw_inputs = header.get("inputs")
     if not isinstance(raw_inputs, list):
-        raise InvalidArgumentError(f"{rid}model '{model_name}': the request has no 'inputs' list")
+        raise InvalidArgumentError(f"{rid}model {quote(model_name)}: the request has no 'inputs' list")
     inputs: list[InputTensor] = []
     for item in raw_inputs:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise InvalidArgumentError(f"{rid}model '{model_name}': every input needs a 'name'")
+            raise InvalidArgumentError(f"{rid}model {quote(model_name)}: every input needs a 'name'")
         name = item["name"]
-        where = f"{rid}model '{model_name}' input '{name}'"
+        where = f"{rid}model {quote(model_name)} input {quote(name)}"
         shape_list = item.get("shape")
         if not isinstance(shape_list, list) or not all(
             isinstance(d, int) and not isinstance(d, bool) for d in shape_list
@@ -194,7 +194,7 @@ def decode_infer_request(
         )
     if offset != len(body):
         raise InvalidArgumentError(
-            f"{rid}model '{model_name}': {len(body) - offset} bytes of binary data left over after the inputs"
+            f"{rid}model {quote(model_name)}: {len(body) - offset} bytes of binary data left over after the inputs"
         )
     binary_default = parameters.get("binary_data_output", False)
     binary: dict[str, bool] = {}
@@ -203,25 +203,25 @@ def decode_infer_request(
     raw_outputs = header.get("outputs")
     if raw_outputs is not None:
         if not isinstance(raw_outputs, list):
-            raise InvalidArgumentError(f"{rid}model '{model_name}': 'outputs' must be a list")
+            raise InvalidArgumentError(f"{rid}model {quote(model_name)}: 'outputs' must be a list")
         outputs = []
         for item in raw_outputs:
             if not isinstance(item, dict) or not isinstance(item.get("name"), str):
                 raise InvalidArgumentError(
-                    f"{rid}model '{model_name}': every requested output needs a 'name'"
+                    f"{rid}model {quote(model_name)}: every requested output needs a 'name'"
                 )
             outputs.append(item["name"])
             output_parameters = item.get("parameters") or {}
             if not isinstance(output_parameters, dict):
                 raise InvalidArgumentError(
-                    f"{rid}model '{model_name}' output '{item['name']}': bad 'parameters'"
+                    f"{rid}model {quote(model_name)} output {quote(item['name'])}: bad 'parameters'"
                 )
-            ref = _shm_ref(output_parameters, f"{rid}model '{model_name}' output '{item['name']}'")
+            ref = _shm_ref(output_parameters, f"{rid}model {quote(model_name)} output {quote(item['name'])}")
             if ref is not None:
                 output_shm[item["name"]] = ref
             if output_parameters.get("classification"):
                 raise InvalidArgumentError(
-                    f"{rid}model '{model_name}' output '{item['name']}': the classification extension is "
+                    f"{rid}model {quote(model_name)} output {quote(item['name'])}: the classification extension is "
                     "not supported by this server"
                 )
             if "binary_data" in output_parameters:
@@ -267,13 +267,10 @@ def encode_infer_response(response: InferResponse, choice: OutputChoice) -> tupl
             "datatype": output.datatype,
             "shape": list(output.shape),
         }
-        if output.shm is not None:  # written into the client's region: the body carries no data
-            entry["parameters"] = {
-                "shared_memory_region": output.shm.region,
-                "shared_memory_byte_size": output.shm.byte_size,
-            }
-            if output.shm.offset:
-                entry["parameters"]["shared_memory_offset"] = output.shm.offset
+        if output.shm is not None:
+            # Written into the client's region: the entry carries neither data nor parameters, as
+            # Triton's (perf_analyzer's C++ client reads any output ``parameters`` as binary data).
+            pass
         elif choice.is_binary(output.name):
             data = dtypes.array_to_bytes(output.array, dtypes.from_name(output.datatype))
             size = data.nbytes if isinstance(data, memoryview) else len(data)

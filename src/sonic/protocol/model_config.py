@@ -7,6 +7,7 @@ that ships with tritonclient, so every field Triton knows is accepted and kept (
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,30 @@ PLATFORM_TO_BACKEND = {
     "tensorflow_graphdef": "tensorflow_graphdef",
     "tensorflow_savedmodel": "tensorflow_savedmodel",
 }
+# The platform Triton writes into a loaded config for a backend named without one.
+BACKEND_TO_PLATFORM = {"onnxruntime": "onnxruntime_onnx", "pytorch": "pytorch_libtorch"}
+
+
+_GROUP_KIND = model_config_pb2.ModelInstanceGroup
+
+# Config sections sonic does not implement, one line each. Triton acts on them, so a model that sets
+# one would be served with other answers than Triton's: its load is refused, naming the section.
+UNIMPLEMENTED_SECTIONS: dict[str, Callable[[model_config_pb2.ModelConfig], bool]] = {
+    "instance_group.rate_limiter": lambda c: any(g.HasField("rate_limiter") for g in c.instance_group),
+    "model_transaction_policy.decoupled": lambda c: c.model_transaction_policy.decoupled,
+    "instance_group.passive": lambda c: any(g.passive for g in c.instance_group),
+    "instance_group.secondary_devices": lambda c: any(g.secondary_devices for g in c.instance_group),
+}
+
+
+def refuse_unimplemented(config: model_config_pb2.ModelConfig) -> None:
+    """Raise for the first section of :data:`UNIMPLEMENTED_SECTIONS` the config sets."""
+    for section, is_set in UNIMPLEMENTED_SECTIONS.items():
+        if is_set(config):
+            raise ModelConfigError(
+                f"model '{config.name}': the configuration sets '{section}', which sonic does not implement "
+                "(Triton would act on it, so the model is not served without it)"
+            )
 
 
 def parse_config_text(text: str, source: str) -> model_config_pb2.ModelConfig:
@@ -129,6 +154,7 @@ class ModelSpec:
 def validate_config(config: model_config_pb2.ModelConfig) -> ModelSpec:
     """Check a complete config for consistency; return the spec used at request time."""
     name = config.name
+    refuse_unimplemented(config)
     if config.max_batch_size < 0:
         raise ModelConfigError(f"model '{name}': max_batch_size must be >= 0, got {config.max_batch_size}")
     if not config.input:
@@ -176,26 +202,56 @@ def validate_config(config: model_config_pb2.ModelConfig) -> ModelSpec:
 
 def fill_defaults(config: model_config_pb2.ModelConfig, *, default_filename: str, gpu_count: int) -> None:
     """Fill what Triton fills in when it loads a model, so ModelConfig answers look the same."""
+    if config.backend in BACKEND_TO_PLATFORM and not config.platform:
+        config.platform = BACKEND_TO_PLATFORM[config.backend]
+    if config.platform in PLATFORM_TO_BACKEND and not config.backend and config.platform != "ensemble":
+        config.backend = PLATFORM_TO_BACKEND[config.platform]
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
-    if not config.instance_group:
-        group = config.instance_group.add()
-        group.kind = model_config_pb2.ModelInstanceGroup.KIND_AUTO
+    if not config.instance_group:  # Triton's own group is named after the model, with no index
+        config.instance_group.add(name=config.name, kind=_GROUP_KIND.KIND_AUTO)
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{index}"
+        if group.kind == _GROUP_KIND.KIND_AUTO:
+            group.kind = _GROUP_KIND.KIND_GPU if gpu_count else _GROUP_KIND.KIND_CPU
         if group.count == 0:
+            # One instance. Known difference: Triton gives onnxruntime and TensorFlow CPU groups two
+            # (SetDefaultInstanceCount); sonic's comparisons and memory budgets assume one.
             group.count = 1
-        if group.kind == model_config_pb2.ModelInstanceGroup.KIND_AUTO:
-            group.kind = (
-                model_config_pb2.ModelInstanceGroup.KIND_GPU
-                if gpu_count
-                else model_config_pb2.ModelInstanceGroup.KIND_CPU
-            )
-        if group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU and not group.gpus:
-            group.gpus.extend(range(gpu_count))
+        if group.kind == _GROUP_KIND.KIND_GPU:
+            _check_gpus(config.name, group, gpu_count)
+            if not group.gpus:
+                group.gpus.extend(range(gpu_count))
     if not config.default_model_filename:
         config.default_model_filename = default_filename
+    optimization = config.optimization
+    if not optimization.HasField("input_pinned_memory"):
+        optimization.input_pinned_memory.enable = True
+    if not optimization.HasField("output_pinned_memory"):
+        optimization.output_pinned_memory.enable = True
+    # Triton's default: one preferred size, the largest batch (the batcher's behaviour stays the same).
+    batching = config.dynamic_batching
+    if (
+        config.HasField("dynamic_batching")
+        and not batching.preferred_batch_size
+        and config.max_batch_size > 0
+    ):
+        batching.preferred_batch_size.append(config.max_batch_size)
+
+
+def _check_gpus(model: str, group: model_config_pb2.ModelInstanceGroup, gpu_count: int) -> None:
+    """Triton refuses a GPU group it cannot place (sonic would otherwise hang every request on it)."""
+    if not gpu_count:
+        raise ModelConfigError(
+            f"instance group {group.name} of model {model} has kind KIND_GPU but no GPUs are available"
+        )
+    for gpu in group.gpus:
+        if not 0 <= gpu < gpu_count:
+            raise ModelConfigError(
+                f"instance group {group.name} of model {model} specifies invalid or unsupported gpu id "
+                f"{gpu}; the GPUs available are 0..{gpu_count - 1}"
+            )
 
 
 # Triton's default when auto-completing a model whose first dimension is dynamic

@@ -103,6 +103,8 @@ class ServerConfig:
     cache_size_bytes: int = 0  # response cache for models that enable it; 0: no cache
     log_requests: bool = False  # one structured log record per inference request
     otel_tracing: bool = False  # OpenTelemetry spans around requests (needs opentelemetry-api)
+    exit_on_error: bool = False  # Triton's --exit-on-error: fail start-up when a model fails to load
+    auto_complete_config: bool = True  # False (Triton's --disable-auto-complete-config): configs are whole
 
     def __post_init__(self) -> None:
         if not self.model_repositories:

@@ -14,11 +14,12 @@ from tritonclient.grpc import service_pb2
 import sonic
 from sonic.protocol import dtypes
 from sonic.protocol.errors import (
-    FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
     UnavailableError,
+    UnimplementedError,
+    quote,
 )
 from sonic.protocol.model_config import parse_config_json
 from sonic.protocol.types import InferRequest, InferResponse, ShmRef
@@ -36,6 +37,7 @@ EXTENSIONS = (
     "statistics",
     "parameters",
     "system_shared_memory",
+    "binary_tensor_data",
 )
 
 
@@ -100,12 +102,14 @@ class DataPlane:
         response = service_pb2.ModelStatisticsResponse()
         names = [name] if name else self.models.loaded_models()
         for model_name in names:
-            if version:
-                versions = [self.models.get(model_name, version)]
-            else:
-                versions = self.models.ready_versions(model_name)
-                if name and not versions:
-                    self.models.get(model_name)  # raises the right NOT_FOUND / UNAVAILABLE
+            try:
+                versions = [self.models.get(model_name, version)] if version else []
+            except (NotFoundError, UnavailableError):
+                versions = []
+            versions = versions or ([] if version else self.models.ready_versions(model_name))
+            if name and not versions:  # Triton's status and words for a model it does not serve
+                where = f"{quote(model_name)} version {quote(version)}" if version else quote(model_name)
+                raise InvalidArgumentError(f"requested model {where} is not available")
             for model in versions:
                 response.model_stats.append(model.stats.to_proto(model.name, model.version))
         return response
@@ -124,7 +128,8 @@ class DataPlane:
                 f"model {action} is disabled on this server (started with --disable-repository-control)"
             )
         if self._config.model_control_mode is not ModelControlMode.EXPLICIT:
-            raise FailedPreconditionError(
+            # UNAVAILABLE, as Triton answers it (its words name only the poll mode).
+            raise UnavailableError(
                 f"explicit model {action} is not allowed in model control mode "
                 f"'{self._config.model_control_mode}'; start the server with --model-control-mode explicit"
             )
@@ -135,15 +140,17 @@ class DataPlane:
         for key, value in parameters.items():
             if key == "config":
                 if not isinstance(value, str):
-                    raise InvalidArgumentError(f"load of '{name}': parameter 'config' must be a JSON string")
-                override = parse_config_json(value, f"load of '{name}' parameter 'config'")
+                    raise InvalidArgumentError(
+                        f"load of {quote(name)}: parameter 'config' must be a JSON string"
+                    )
+                override = parse_config_json(value, f"load of {quote(name)} parameter 'config'")
             elif key.startswith("file:"):
                 raise InvalidArgumentError(
-                    f"load of '{name}': model file overrides ('{key}') are not supported; put files in the "
+                    f"load of {quote(name)}: model file overrides ({quote(key)}) are not supported; put files in the "
                     "repository"
                 )
             else:
-                raise InvalidArgumentError(f"load of '{name}': unknown parameter '{key}'")
+                raise InvalidArgumentError(f"load of {quote(name)}: unknown parameter {quote(key)}")
         await self.models.load(name, override)
 
     async def unload_model(self, name: str) -> None:
@@ -168,14 +175,14 @@ class DataPlane:
         model = self.models.get(request.model_name, request.model_version)
         for tensor in request.inputs:
             if tensor.shm is not None:
-                where = f"model '{request.model_name}' input '{tensor.name}'"
+                where = f"model {quote(request.model_name)} input {quote(tensor.name)}"
                 region = self.shared_memory.get(tensor.shm.region, where)
                 tensor.raw = region.view(tensor.shm.offset, tensor.shm.byte_size, where)
         cached = self.cache is not None and model.config.response_cache.enable
         batch = request.inputs[0].shape[0] if request.inputs and request.inputs[0].shape else 0
         for name, wanted in request.output_shm.items():
             # Checked before running the model so a bad region costs no inference.
-            where = f"model '{request.model_name}' output '{name}'"
+            where = f"model {quote(request.model_name)} output {quote(name)}"
             view = self.shared_memory.get(wanted.region, where).view(wanted.offset, wanted.byte_size, where)
             # The cache keeps outputs past the request: they must not be views of a client's region.
             buffer = None if cached else output_buffer(model.spec, batch, name, view)
@@ -189,7 +196,7 @@ class DataPlane:
             target = request.output_shm.get(output.name)
             if target is None:
                 continue
-            where = f"model '{request.model_name}' output '{output.name}'"
+            where = f"model {quote(request.model_name)} output {quote(output.name)}"
             view = self.shared_memory.get(target.region, where).view(target.offset, target.byte_size, where)
             written = write_output(view, output.array, dtypes.from_name(output.datatype), where)
             output.shm = ShmRef(target.region, written, target.offset)
@@ -210,6 +217,22 @@ class DataPlane:
             status.name, status.key = region.name, region.key
             status.offset, status.byte_size = region.offset, region.byte_size
         return response
+
+    # --- CUDA shared memory: never registered here, so status lists none and unregister has nothing to do.
+    # Triton answers both without a GPU too, and clients (perf_analyzer) unregister "all" when they finish.
+
+    def cuda_shared_memory_status(self, name: str) -> service_pb2.CudaSharedMemoryStatusResponse:
+        if name:
+            raise NotFoundError(f"Unable to find cuda shared memory region: {quote(name)}")
+        return service_pb2.CudaSharedMemoryStatusResponse()
+
+    def cuda_shared_memory_unregister(self, name: str) -> None:
+        """Nothing to forget: CUDA regions cannot be registered (unknown names are not an error)."""
+
+    def cuda_shared_memory_register(self, name: str) -> None:
+        raise UnimplementedError(
+            f"CUDA shared memory region {quote(name)}: not supported by this server; use system shared memory"
+        )
 
 
 def config_to_json(response: service_pb2.ModelConfigResponse) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2
 
-from sonic.protocol.errors import ModelConfigError, NotFoundError, SonicError, UnavailableError
+from sonic.protocol.errors import ModelConfigError, NotFoundError, SonicError, UnavailableError, quote
 from sonic.protocol.model_config import (
     CONFIG_FILENAME,
     ModelSpec,
@@ -69,7 +69,10 @@ class IndexRow:
 
 
 def _prepare_config(
-    location: ModelLocation, override: model_config_pb2.ModelConfig | None, gpu_count: int
+    location: ModelLocation,
+    override: model_config_pb2.ModelConfig | None,
+    gpu_count: int,
+    auto_complete: bool = True,
 ) -> tuple[model_config_pb2.ModelConfig, ModelSpec, type[backends.Backend], list[int]]:
     """Read, auto-complete and validate a model's config (blocking: runs in a thread)."""
     config_path = location.path / CONFIG_FILENAME
@@ -103,7 +106,8 @@ def _prepare_config(
     backend_cls = backends.backend_class(name)
     selected = select_versions(config.version_policy, versions)
     filename = config.default_model_filename or backend_cls.default_filename
-    backend_cls.auto_complete_config(config, location.path / str(selected[-1]) / filename)
+    if auto_complete:
+        backend_cls.auto_complete_config(config, location.path / str(selected[-1]) / filename)
     fill_defaults(config, default_filename=backend_cls.default_filename, gpu_count=gpu_count)
     spec = validate_config(config)
     return config, spec, backend_cls, selected
@@ -127,18 +131,20 @@ class ModelManager:
     def get(self, name: str, version: str = "") -> ModelVersion:
         entry = self._entries.get(name)
         if entry is None:
-            raise NotFoundError(f"Request for unknown model: '{name}' is not found")
+            raise NotFoundError(f"Request for unknown model: {quote(name)} is not found")
         if version:
             if not version.isdigit():
                 raise NotFoundError(
-                    f"Request for unknown model: '{name}' version '{version}' is not a number"
+                    f"Request for unknown model: {quote(name)} version {quote(version)} is not a number"
                 )
             state = entry.versions.get(int(version))
             if state is None:
-                raise NotFoundError(f"Request for unknown model: '{name}' version {version} is not found")
+                raise NotFoundError(
+                    f"Request for unknown model: {quote(name)} version {version} is not found"
+                )
             if state.model is None or state.state != READY:
                 raise UnavailableError(
-                    f"Request for unknown model: '{name}' version {version} is not at ready state"
+                    f"Request for unknown model: {quote(name)} version {version} is not at ready state"
                     + (f": {state.reason}" if state.reason else "")
                 )
             return state.model
@@ -147,7 +153,7 @@ class ModelManager:
             reason = entry.reason or next((s.reason for s in entry.versions.values() if s.reason), "")
             # Triton's status here is NOT_FOUND (404), unlike a named version that is not ready.
             raise NotFoundError(
-                f"Request for unknown model: '{name}' has no available versions"
+                f"Request for unknown model: {quote(name)} has no available versions"
                 + (f": {reason}" if reason else "")
             )
         model = entry.versions[max(ready)].model
@@ -157,7 +163,7 @@ class ModelManager:
     def config_of(self, name: str) -> model_config_pb2.ModelConfig:
         entry = self._entries.get(name)
         if entry is None or entry.config is None:
-            raise NotFoundError(f"Request for unknown model: '{name}' is not found")
+            raise NotFoundError(f"Request for unknown model: {quote(name)} is not found")
         return entry.config
 
     def ready_versions(self, name: str) -> list[ModelVersion]:
@@ -200,7 +206,8 @@ class ModelManager:
             try:
                 await self._load_locked(entry, location, override)
             except SonicError as exc:
-                entry.state, entry.reason = UNAVAILABLE, str(exc)
+                if not self.ready_versions(name):  # a failed reload leaves the serving versions serving
+                    entry.state, entry.reason = UNAVAILABLE, str(exc)
                 log.error("model %s failed to load: %s", name, exc)  # noqa: TRY400  (message says it all)
                 raise
 
@@ -208,7 +215,7 @@ class ModelManager:
         self, entry: ModelEntry, location: ModelLocation, override: model_config_pb2.ModelConfig | None
     ) -> None:
         config, spec, backend_cls, selected = await asyncio.to_thread(
-            _prepare_config, location, override, self._config.gpu_count
+            _prepare_config, location, override, self._config.gpu_count, self._config.auto_complete_config
         )
         new_models: dict[int, ModelVersion] = {}
         failures: dict[int, str] = {}
@@ -221,8 +228,10 @@ class ModelManager:
             except SonicError as exc:
                 failures[version] = str(exc)
         if not new_models and failures:
+            # As Triton: a version that was serving keeps serving; the failure is reported.
             for version, reason in failures.items():
-                entry.versions[version] = VersionState(UNAVAILABLE, reason)
+                if entry.versions[version].state != READY:
+                    entry.versions[version] = VersionState(UNAVAILABLE, reason)
             first = next(iter(failures.values()))
             raise ModelConfigError(f"failed to load '{location.name}': {first}")
         old = {v: s for v, s in entry.versions.items() if s.model is not None and s.state == READY}
@@ -230,10 +239,13 @@ class ModelManager:
             model.scheduler.start()
             entry.versions[version] = VersionState(READY, "", model)
         for version, reason in failures.items():
-            entry.versions[version] = VersionState(UNAVAILABLE, reason)
+            if version not in old:
+                entry.versions[version] = VersionState(UNAVAILABLE, reason)
         entry.config, entry.state, entry.reason = config, READY, ""
         entry.fingerprint = await asyncio.to_thread(fingerprint, location.path)
         for version, state in old.items():
+            if version in failures:
+                continue  # its new copy failed to load: the old one keeps serving
             if version not in selected:
                 entry.versions[version] = VersionState(UNLOADING, "", state.model)
             assert state.model is not None

@@ -12,7 +12,7 @@ import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol import dtypes
-from sonic.protocol.errors import InternalError, InvalidArgumentError, UnavailableError
+from sonic.protocol.errors import InternalError, InvalidArgumentError, UnavailableError, clip, quote
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InferResponse, InputTensor, OutputTensor
 from sonic.server.backends.base import Backend
@@ -97,20 +97,20 @@ class ModelVersion:
     # --- validation -----------------------------------------------------------------------------------
 
     def _where(self, request: InferRequest, tensor: str) -> str:
-        rid = f"[request id: {request.request_id}] " if request.request_id else ""
-        return f"{rid}model '{self.name}' version {self.version} input '{tensor}'"
+        rid = f"[request id: {clip(request.request_id)}] " if request.request_id else ""
+        return f"{rid}model '{self.name}' version {self.version} input {quote(tensor)}"
 
     def _decode_input(self, request: InferRequest, tensor: InputTensor) -> npt.NDArray[Any]:
         where = self._where(request, tensor.name)
         spec = self.spec.inputs.get(tensor.name)
         if spec is None:
             raise InvalidArgumentError(
-                f"{where}: unexpected inference input '{tensor.name}' for model '{self.name}', "
+                f"{where}: unexpected inference input {quote(tensor.name)} for model '{self.name}', "
                 f"expected one of {sorted(self.spec.inputs)}"
             )
         if tensor.datatype != spec.datatype.name:
             raise InvalidArgumentError(
-                f"{where}: inference input '{tensor.name}' data-type is '{tensor.datatype}', but model "
+                f"{where}: inference input {quote(tensor.name)} data-type is {quote(tensor.datatype)}, but model "
                 f"'{self.name}' expects '{spec.datatype.name}'"
             )
         shape = tensor.shape
@@ -119,7 +119,7 @@ class ModelVersion:
         expected = [-1, *spec.dims] if self.spec.batched else list(spec.dims)
         if len(shape) != len(expected):
             raise InvalidArgumentError(
-                f"{where}: unexpected shape for input '{tensor.name}' for model '{self.name}'. "
+                f"{where}: unexpected shape for input {quote(tensor.name)} for model '{self.name}'. "
                 f"Expected {expected}, got {list(shape)}"
             )
         if self.spec.batched:
@@ -133,7 +133,7 @@ class ModelVersion:
             sample = shape
         if not _shape_matches(sample, spec.dims):
             raise InvalidArgumentError(
-                f"{where}: unexpected shape for input '{tensor.name}' for model '{self.name}'. "
+                f"{where}: unexpected shape for input {quote(tensor.name)} for model '{self.name}'. "
                 f"Expected {expected}, got {list(shape)}"
             )
         if tensor.raw is not None:
@@ -163,7 +163,7 @@ class ModelVersion:
         for tensor in request.inputs:
             if tensor.name in arrays:
                 raise InvalidArgumentError(
-                    f"{self._where(request, tensor.name)}: input '{tensor.name}' is given more than once"
+                    f"{self._where(request, tensor.name)}: input {quote(tensor.name)} is given more than once"
                 )
             arrays[tensor.name] = self.backend.convert_input(
                 self.name, tensor.name, self._decode_input(request, tensor)
@@ -178,7 +178,7 @@ class ModelVersion:
             for name in request.outputs:
                 if name not in self.spec.outputs:
                     raise InvalidArgumentError(
-                        f"model '{self.name}': unexpected inference output '{name}', expected one of "
+                        f"model '{self.name}': unexpected inference output {quote(name)}, expected one of "
                         f"{sorted(self.spec.outputs)}"
                     )
         if self.spec.batched:
@@ -211,16 +211,18 @@ class ModelVersion:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         received = request.received_ns or time.perf_counter_ns()
+        # A request refused by validation never reaches the model: Triton counts it in no statistic.
+        item = self.prepare(request)
         self.stats.pending_requests += 1
         try:
-            item = self.prepare(request)
             outputs, timing = await self.scheduler.submit(item)
         except BaseException as exc:
             self.stats.record_failure(time.perf_counter_ns() - received, failure_reason(exc))
             raise
         finally:
             self.stats.pending_requests -= 1
-        names = request.outputs if request.outputs is not None else list(self.spec.outputs)
+        # In config order whatever order the request asked in, as Triton answers.
+        names = [n for n in self.spec.outputs if request.outputs is None or n in request.outputs]
         tensors = []
         for name in names:
             array = outputs[name]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2
 
-from sonic.protocol.errors import InvalidArgumentError, ModelConfigError, NotFoundError
+from sonic.protocol.errors import InvalidArgumentError, ModelConfigError, NotFoundError, quote
 
 # Model names become directory names: keep them to one plain path component.
 _VALID_MODEL_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -17,7 +17,7 @@ _VALID_MODEL_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 def check_model_name(name: str) -> None:
     if not _VALID_MODEL_NAME.match(name) or name in {".", ".."}:
         raise InvalidArgumentError(
-            f"invalid model name {name!r}: use letters, digits, '_', '-' and '.', one path component"
+            f"invalid model name {quote(name)}: use letters, digits, '_', '-' and '.', one path component"
         )
 
 
@@ -66,7 +66,7 @@ class Repository:
             raise ModelConfigError(conflicts[name])
         if name not in found:
             raise NotFoundError(
-                f"failed to load '{name}': no model folder '{name}' in the model repositories "
+                f"failed to load {quote(name)}: no model folder {quote(name)} in the model repositories "
                 f"{[str(r) for r in self.roots]}"
             )
         location = found[name]
@@ -74,7 +74,7 @@ class Repository:
         resolved = location.path.resolve()
         if not self.allow_links_outside and not any(resolved.is_relative_to(root) for root in self.roots):
             raise InvalidArgumentError(
-                f"model '{name}' resolves to {resolved}, outside the model repositories "
+                f"model {quote(name)} resolves to {resolved}, outside the model repositories "
                 f"{[str(r) for r in self.roots]}; refusing to load it (start the server with "
                 "--allow-model-links-outside to allow linked model folders)"
             )

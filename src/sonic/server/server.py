@@ -14,7 +14,7 @@ import logging
 from contextlib import suppress
 from typing import Any
 
-from sonic.protocol.errors import SonicError
+from sonic.protocol.errors import ModelConfigError, SonicError
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend
@@ -82,6 +82,12 @@ class Server:
                     await self.models.load(name)
                 except SonicError:
                     continue  # listed as UNAVAILABLE with its reason
+        failed = [row for row in self.models.index(ready_only=False) if row.state == "UNAVAILABLE"]
+        if self.config.exit_on_error and failed:  # Triton's --exit-on-error=true
+            raise ModelConfigError(
+                "failed to load all models (--exit-on-error): "
+                + "; ".join(f"{row.name}: {row.reason}" for row in failed)
+            )
         for frontend in configured_frontends(self.config, self.dataplane, self.models, self.guard):
             self.frontends.append(frontend)  # before it starts, so shutdown stops one that fails half-way
             await frontend.start()

@@ -158,7 +158,7 @@ def test_infer_large_binary_body(client: httpclient.InferenceServerClient) -> No
         (lambda c: c.get_model_metadata("broken_model"), 404, "no available versions"),
         (lambda c: c.load_model("no_such_model"), 404, "no model folder"),
         (lambda c: c.load_model("add_sub", config="{not json"), 400, "config"),
-        (lambda c: c.get_inference_statistics("no_such_model"), 404, "unknown model"),
+        (lambda c: c.get_inference_statistics("no_such_model"), 400, "is not available"),  # as Triton
     ],
     ids=["metadata", "version", "config", "unavailable", "load-missing", "load-bad-config", "stats"],
 )

@@ -51,8 +51,11 @@ def test_register_status_unregister(region: tuple[Any, httpclient.InferenceServe
     assert info.value.status() == "404"
     client.unregister_system_shared_memory()
     assert client.get_system_shared_memory_status() == []
+    # As Triton without a GPU: no CUDA region, unregistering all is fine, registering one is not offered.
+    assert client.get_cuda_shared_memory_status() == []
+    client.unregister_cuda_shared_memory()
     with pytest.raises(InferenceServerException) as info:
-        client.get_cuda_shared_memory_status()
+        client.register_cuda_shared_memory("c", b"handle", 0, 64)
     assert info.value.status() == "501"
 
 
@@ -67,11 +70,8 @@ def test_inputs_and_outputs_in_shared_memory(region: tuple[Any, httpclient.Infer
     output.set_shared_memory("io", x.nbytes, offset=512)
     result = client.infer("identity", [tensor], outputs=[output])
     described = result.get_output("OUTPUT0")
-    assert described["parameters"] == {
-        "shared_memory_region": "io",
-        "shared_memory_byte_size": x.nbytes,
-        "shared_memory_offset": 512,
-    }
+    # As Triton's: no data and no parameters (perf_analyzer's C++ client rejects shm parameters here).
+    assert "parameters" not in described
     assert "data" not in described
     np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.float32, [2, 16], offset=512), x)
     # Mixed: one input from the region, one output back in the body.

@@ -3,8 +3,11 @@
 Config ``parameters`` (or ``--backend-config onnxruntime,KEY=VALUE``):
 ``intra_op_thread_count``, ``inter_op_thread_count`` (0 = onnxruntime's default),
 ``enable_mem_arena`` (default ``1``), ``enable_mem_pattern`` (default ``0``: merged batches change
-shape all the time), ``execution_mode`` (``sequential``/``parallel``),
-``graph_optimization_level`` (``disable``/``basic``/``extended``/``all``),
+shape all the time), ``execution_mode`` (Triton's ``0`` sequential / ``1`` parallel; the names
+``sequential``/``parallel`` are accepted too), ``graph_optimization_level`` (``disable``/``basic``/
+``extended``/``all``; sonic's own spelling, it wins over the config's ``optimization { graph { level } }``,
+which means what it means to Triton's onnxruntime backend: ``-1`` basic, ``1`` extended, ``2`` none,
+anything else all),
 ``max_execution_batch_size`` (default ``0``, off: run merged batches larger than this in slices of
 this size, bounding activation memory).
 ``model_operations { op_library_filename }``: custom-operator libraries registered with the session.
@@ -54,6 +57,31 @@ _OPT_LEVELS = {
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
+# Triton's onnxruntime backend reads ``optimization { graph { level } }`` this way; other values: all.
+_TRITON_GRAPH_LEVELS = {-1: "basic", 1: "extended", 2: "disable"}
+_EXECUTION_MODES = {
+    "0": ort.ExecutionMode.ORT_SEQUENTIAL,
+    "1": ort.ExecutionMode.ORT_PARALLEL,
+    "sequential": ort.ExecutionMode.ORT_SEQUENTIAL,
+    "parallel": ort.ExecutionMode.ORT_PARALLEL,
+}
+
+
+def _session_modes(context: InstanceContext) -> tuple[ort.ExecutionMode, ort.GraphOptimizationLevel]:
+    """Execution mode and graph optimisation level, with Triton's numbers (and sonic's names)."""
+    model = context.config.name
+    mode = context.parameter("execution_mode") or "0"
+    if mode not in _EXECUTION_MODES:
+        raise ModelConfigError(
+            f"model '{model}': execution_mode '{mode}', expected 0 (sequential) or 1 (parallel)"
+        )
+    graph_level = int(context.config.optimization.graph.level)
+    level = context.parameter("graph_optimization_level") or _TRITON_GRAPH_LEVELS.get(graph_level, "all")
+    if level not in _OPT_LEVELS:
+        raise ModelConfigError(
+            f"model '{model}': graph_optimization_level '{level}', expected one of {', '.join(_OPT_LEVELS)}"
+        )
+    return _EXECUTION_MODES[mode], _OPT_LEVELS[level]
 
 
 def _signature(model_path: Path) -> tuple[list[tuple[str, int, list[int]]], list[tuple[str, int, list[int]]]]:
@@ -108,15 +136,7 @@ class OnnxRuntimeBackend(Backend):
         # Memory patterns are planned per input shape; dynamic batching makes a new shape for almost
         # every execution, and re-planning made merged EmTrkMichelId batches up to 9x slower here.
         options.enable_mem_pattern = (context.parameter("enable_mem_pattern") or "0") != "0"
-        if (context.parameter("execution_mode") or "sequential") == "parallel":
-            options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
-        level = context.parameter("graph_optimization_level") or "all"
-        if level not in _OPT_LEVELS:
-            raise ModelConfigError(
-                f"model '{context.config.name}': graph_optimization_level '{level}', expected one of "
-                f"{', '.join(_OPT_LEVELS)}"
-            )
-        options.graph_optimization_level = _OPT_LEVELS[level]
+        options.execution_mode, options.graph_optimization_level = _session_modes(context)
         for library in context.op_libraries():  # model_operations: custom operators the model uses
             try:
                 options.register_custom_ops_library(str(library))

@@ -91,6 +91,16 @@ class GrpcMethods:
         async def shm_status(r: Any) -> Any:
             return dp.system_shared_memory_status(r.name)
 
+        async def cuda_shm_register(r: Any) -> Any:
+            dp.cuda_shared_memory_register(r.name)
+
+        async def cuda_shm_unregister(r: Any) -> Any:
+            dp.cuda_shared_memory_unregister(r.name)
+            return pb.CudaSharedMemoryUnregisterResponse()
+
+        async def cuda_shm_status(r: Any) -> Any:
+            return dp.cuda_shared_memory_status(r.name)
+
         handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
             "ServerLive": server_live,
             "ServerReady": server_ready,
@@ -105,6 +115,9 @@ class GrpcMethods:
             "SystemSharedMemoryRegister": shm_register,
             "SystemSharedMemoryUnregister": shm_unregister,
             "SystemSharedMemoryStatus": shm_status,
+            "CudaSharedMemoryRegister": cuda_shm_register,
+            "CudaSharedMemoryUnregister": cuda_shm_unregister,
+            "CudaSharedMemoryStatus": cuda_shm_status,
         }
         return {
             name: UnaryMethod(getattr(pb, f"{name}Request"), getattr(pb, f"{name}Response"), handler)
@@ -119,19 +132,23 @@ class GrpcMethods:
         return _HEALTH_SERVING if self.dataplane.server_ready() else _HEALTH_NOT_SERVING
 
     async def infer(
-        self, data: bytes | bytearray | memoryview, trace_headers: dict[str, str] | None = None
+        self,
+        data: bytes | bytearray | memoryview,
+        trace_headers: dict[str, str] | None = None,
+        *,
+        streamed: bool = False,
     ) -> list[bytes | memoryview]:
         """``ModelInfer``: a serialized request in, the serialized response's pieces out."""
         request = decode_infer_request(data, time.perf_counter_ns())
         request.trace_headers = trace_headers
         response = await self.dataplane.infer(request)
-        return encode_infer_response(response)
+        return encode_infer_response(response, final=streamed)
 
     async def stream_infer(
         self, data: bytes | bytearray | memoryview, trace_headers: dict[str, str] | None = None
     ) -> list[bytes | memoryview]:
         """One ``ModelStreamInfer`` message, as pieces: errors travel inside the stream, as Triton's do."""
         try:
-            return wrap_stream_response(await self.infer(data, trace_headers))
+            return wrap_stream_response(await self.infer(data, trace_headers, streamed=True))
         except Exception as exc:  # noqa: BLE001  (reported in the stream message)
             return [encode_stream_error(data, as_sonic_error(exc).message)]

@@ -81,6 +81,16 @@ async def _refuse_body(request: web.BaseRequest, exc: PayloadTooLargeError) -> w
     return response
 
 
+async def _cuda_status(dp: DataPlane, name: str) -> web.StreamResponse:
+    dp.cuda_shared_memory_status(name)
+    return _json_response([])
+
+
+async def _cuda_unregister(dp: DataPlane, name: str) -> web.StreamResponse:
+    dp.cuda_shared_memory_unregister(name)
+    return web.Response(status=200)
+
+
 class _ConnectionLimitedServer(web.Server):
     """aiohttp's low-level server, counting open connections per client address.
 
@@ -256,6 +266,14 @@ class HttpFrontend(Frontend):
                 return CallKind.CONTROL, lambda: self._repository_action(request, parts[2], parts[3])
         if head == "systemsharedmemory":
             return self._route_shm(method, parts[1:], request)
+        if head == "cudasharedmemory" and parts[-1] in {
+            "status",
+            "unregister",
+        }:  # as Triton: none, nothing to do
+            cuda_name = parts[2] if len(parts) == 4 and parts[1] == "region" else ""
+            if parts[-1] == "status":
+                return CallKind.CONTROL, lambda: _cuda_status(dp, cuda_name)
+            return CallKind.CONTROL, lambda: _cuda_unregister(dp, cuda_name)
         if head == "cudasharedmemory":
             msg = "CUDA shared memory is not supported by this server; use system shared memory"
             raise UnimplementedError(msg)

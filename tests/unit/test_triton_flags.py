@@ -1,0 +1,130 @@
+"""``sonic serve`` takes tritonserver's flags: implemented ones map to sonic's settings, others are
+noticed or refused as the table in :mod:`sonic.cli.triton_flags` says."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import pytest
+
+from sonic.cli.main import build_parser
+from sonic.cli.serve import config_from_args
+from sonic.cli.triton_flags import TRITON_FLAGS, TritonSettings, apply_triton_flags
+from sonic.server.config import ServerConfig
+
+pytestmark = pytest.mark.unit
+log = logging.getLogger("test")
+
+
+def _parse(*argv: str) -> tuple[argparse.Namespace, TritonSettings]:
+    args = build_parser().parse_args(["serve", *argv])
+    return args, apply_triton_flags(args, log)
+
+
+def _config(*argv: str) -> ServerConfig:
+    args, settings = _parse(*argv)
+    return config_from_args(args, settings)
+
+
+def test_cmstriton_style_command_line_is_accepted(tmp_path: Path) -> None:
+    config = _config(
+        f"--model-repository={tmp_path}",
+        "--http-port=8100",
+        "--grpc-port",
+        "8101",
+        "--metrics-port=8102",
+        "--log-verbose=1",
+        "--log-error=1",
+        "--log-warning=1",
+        "--log-info=1",
+        "--strict-model-config=false",
+        "--allow-gpu-metrics",
+        "--exit-on-error=true",
+        "--backend-config=onnxruntime,enable-global-threadpool=1",
+        "--backend-config=default-max-batch-size=8",
+        "--pinned-memory-pool-byte-size=268435456",
+        "--cuda-memory-pool-byte-size=0:67108864",
+        "--id=site-a",
+        "--grpc-infer-allocation-pool-size=16",
+    )
+    assert (config.http_port, config.grpc_port, config.metrics_port) == (8100, 8101, 8102)
+    assert config.model_repositories == (tmp_path,)
+    assert config.exit_on_error
+    assert config.auto_complete_config
+    assert config.server_name == "site-a"
+    assert config.backend_options == {"onnxruntime": {"enable-global-threadpool": "1"}}
+
+
+def test_logging_flags_set_the_level(tmp_path: Path) -> None:
+    assert _parse(f"--model-repository={tmp_path}", "--log-verbose", "1")[1].log_level == "DEBUG"
+    assert _parse(f"--model-repository={tmp_path}", "--log-info=false")[1].log_level == "WARNING"
+    assert _parse(f"--model-repository={tmp_path}", "--log-info=true")[1].log_level is None
+
+
+def test_auto_complete_switches(tmp_path: Path) -> None:
+    assert not _config(f"--model-repository={tmp_path}", "--strict-model-config=true").auto_complete_config
+    assert not _config(
+        f"--model-repository={tmp_path}", "--disable-auto-complete-config"
+    ).auto_complete_config
+
+
+def test_allow_flags_and_addresses(tmp_path: Path) -> None:
+    config = _config(
+        f"--model-store={tmp_path}", "--allow-http=true", "--allow-metrics", "--grpc-address=0.0.0.0"
+    )
+    assert (config.http_port, config.metrics_port, config.host) == (8000, 8002, "0.0.0.0")
+    config = _config(f"--model-repository={tmp_path}", "--http-port=9000", "--allow-http=false")
+    assert config.http_port is None
+    with pytest.raises(ValueError, match="one address"):
+        _parse(f"--model-repository={tmp_path}", "--grpc-address=0.0.0.0", "--http-address=127.0.0.1")
+
+
+def test_cache_and_keepalive_flags(tmp_path: Path) -> None:
+    config = _config(f"--model-repository={tmp_path}", "--cache-config=local,size=1048576")
+    assert config.cache_size_bytes == 1 << 20
+    config = _config(f"--model-repository={tmp_path}", "--grpc-keepalive-time=20000")
+    assert config.grpc_http2_limits.keepalive_interval_s == 20.0
+
+
+@pytest.mark.parametrize(
+    "flag",
+    ["--rate-limit=execution_count", "--allow-grpc=false", "--model-namespacing=true", "--log-file=x.log"],
+)
+def test_flags_we_cannot_honour_are_refused(tmp_path: Path, flag: str) -> None:
+    with pytest.raises(ValueError, match="is not supported by sonic serve"):
+        _parse(f"--model-repository={tmp_path}", flag)
+
+
+def test_harmless_values_of_refused_flags_pass(tmp_path: Path) -> None:
+    _parse(
+        f"--model-repository={tmp_path}", "--rate-limit=off", "--allow-grpc=true", "--allow-sagemaker=false"
+    )
+
+
+def test_noticed_flags_log_one_line_each(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        _parse(f"--model-repository={tmp_path}", "--allow-gpu-metrics=false", "--backend-directory=/opt/b")
+    notices = [r.getMessage() for r in caplog.records]
+    assert len(notices) == 2
+    assert all("accepted, no effect here" in n for n in notices)
+
+
+def test_bad_boolean_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="expected a boolean"):
+        _parse(f"--model-repository={tmp_path}", "--exit-on-error=maybe")
+
+
+def test_every_flag_of_the_table_parses(tmp_path: Path) -> None:
+    for flag, spec in TRITON_FLAGS.items():
+        args = build_parser().parse_args(
+            ["serve", f"--model-repository={tmp_path}", flag] + ([] if spec.value == "none" else ["1"])
+        )
+        assert args is not None
+
+
+def test_no_repository_is_an_error() -> None:
+    args, settings = _parse()
+    with pytest.raises(ValueError, match="--model-repository"):
+        config_from_args(args, settings)
