@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -120,6 +121,11 @@ def tritonserver_command(
         "--allow-metrics=false",
         "--log-verbose=0",
         "--exit-timeout-secs=10",
+        # The Python backend talks to its stubs through /dev/shm regions named by this prefix; two
+        # servers on one host with the same (default) prefix overwrite each other's regions and crash
+        # (python_backend's "Running Multiple Instances of Triton Server"). Unique per server, also
+        # across a restart on the same port while a killed server's stubs may still hold theirs.
+        f"--backend-config=python,shm-region-prefix-name=sonic_triton_{secrets.token_hex(6)}_",
     ]
     if backend_directory is not None:
         command.append(f"--backend-directory={backend_directory}")

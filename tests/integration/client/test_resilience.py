@@ -399,7 +399,7 @@ def slow_reference(x: npt.NDArray[np.float32], width: int = 512, depth: int = 40
 def test_drain_cuts_off_late_requests_and_the_client_retries_them(test_repository: Path) -> None:
     """A server stopped with a short exit timeout logs how many requests it cut off; the client sends
     them to the other server and counts them."""
-    draining = ServerProcess.start([test_repository], extra_args=["--exit-timeout-secs", "0.2"])
+    draining = ServerProcess.start([test_repository], extra_args=["--exit-timeout-secs", "0.01"])
     other = ServerProcess.start([test_repository])
     config = ClientConfig(
         servers=(draining.grpc_address, other.grpc_address), preferred_server=draining.grpc_address, **FAST
