@@ -6,6 +6,8 @@ whichever protocol it came by.
 
 from __future__ import annotations
 
+import functools
+
 from sonic.server.config import GrpcServerKind, ServerConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend
@@ -22,29 +24,25 @@ def configured_frontends(
     config: ServerConfig, dataplane: DataPlane, models: ModelManager, guard: Guard | None
 ) -> list[Frontend]:
     gate = CallGate(dataplane, guard)
-    grpc: Frontend
-    if config.grpc_server is GrpcServerKind.GRPCIO:
-        grpc = GrpcAioFrontend(
-            dataplane,
-            gate,
-            config.host,
-            config.grpc_port,
-            max_message_bytes=config.grpc_max_message_bytes,
-            tls=config.tls,
-            max_concurrent_streams=config.grpc_max_concurrent_streams,
-        )
-    else:
-        grpc = NativeGrpcFrontend(
-            dataplane,
-            gate,
-            config.host,
-            config.grpc_port,
-            max_message_bytes=config.grpc_max_message_bytes,
-            tls=config.tls,
-            max_concurrent_streams=config.grpc_max_concurrent_streams,
+    # The native stack takes the HTTP/2 limits that grpcio's server has no equivalent for.
+    grpc_kind = (
+        GrpcAioFrontend
+        if config.grpc_server is GrpcServerKind.GRPCIO
+        else functools.partial(
+            NativeGrpcFrontend,
             max_decompressed_bytes=config.grpc_max_decompressed_bytes,
             http2_limits=config.grpc_http2_limits,
         )
+    )
+    grpc: Frontend = grpc_kind(
+        dataplane,
+        gate,
+        config.host,
+        config.grpc_port,
+        max_message_bytes=config.grpc_max_message_bytes,
+        tls=config.tls,
+        max_concurrent_streams=config.grpc_max_concurrent_streams,
+    )
     frontends: list[Frontend] = [grpc]
     if config.http_port is not None:
         frontends.append(
