@@ -5,7 +5,7 @@
 ...     out = client.infer({"main_input": x})
 """
 
-from sonic.client.client import AsyncClient, CallTiming, ClientState, InferResult
+from sonic.client.client import AsyncClient, ClientState
 from sonic.client.config import (
     ClientConfig,
     Compression,
@@ -31,6 +31,7 @@ from sonic.client.errors import (
     TransientError,
 )
 from sonic.client.health import Health
+from sonic.client.results import CallTiming, InferResult
 from sonic.client.stats import ClientStatistics
 from sonic.client.sync import SyncClient
 from sonic.client.zerocopy import ShmRequest

@@ -18,7 +18,6 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -39,90 +38,31 @@ from sonic.client.errors import (
 from sonic.client.fallback import FallbackServer, SharedFallback
 from sonic.client.health import ProbePolicy
 from sonic.client.registry import ServerEntry, ServerRegistry, resolve_services
+from sonic.client.results import (
+    Arrays,
+    CallTiming,
+    InferResult,
+    decode_outputs,
+    output_bytes,
+    verbose_log,
+    verbose_summary,
+)
 from sonic.client.retries import with_retries
 from sonic.client.shm import Region, RegionPool, layout
 from sonic.client.stats import ClientStatistics
-from sonic.client.transport.base import ModelInfo, ServerTiming, Transport
+from sonic.client.transport.base import ModelInfo, Transport
 from sonic.client.transport.factory import open_transport
 from sonic.client.zerocopy import ShmRequest, no_local_server, plan, region_bytes
-from sonic.protocol import dtypes
 from sonic.protocol.types import ShmRef, WireInput, WireOutputRequest, WireRequest, WireResponse
 
 log = logging.getLogger(__name__)
-verbose_log = logging.getLogger("sonic.client.verbose")  # SonicTriton's verbose per-call summary
 T = TypeVar("T")
-Arrays = dict[str, npt.NDArray[Any]]
 
 
 class ClientState(enum.Enum):
     NEW = "new"  # not connected yet: the first call discovers the servers
     OPEN = "open"
     CLOSED = "closed"
-
-
-@dataclass(frozen=True)
-class CallTiming:
-    """Client-side time of one call, in seconds; summed over the parts of a split batch."""
-
-    serialize_s: float = 0.0
-    wait_s: float = 0.0  # request sent to response received: network and server
-    deserialize_s: float = 0.0
-    requests: int = 0  # wire requests (more than one when the batch was split)
-    tries: int = 0
-    servers: tuple[str, ...] = ()
-    server: ServerTiming | None = None  # verbose mode: ModelStatistics delta around the call
-
-    def __add__(self, other: CallTiming) -> CallTiming:
-        server = self.server
-        if other.server is not None:
-            server = other.server if server is None else server - (ServerTiming() - other.server)
-        return CallTiming(
-            self.serialize_s + other.serialize_s,
-            self.wait_s + other.wait_s,
-            self.deserialize_s + other.deserialize_s,
-            self.requests + other.requests,
-            self.tries + other.tries,
-            tuple(dict.fromkeys(self.servers + other.servers)),
-            server,
-        )
-
-
-@dataclass(frozen=True)
-class InferResult:
-    outputs: Arrays
-    timing: CallTiming
-
-
-def _output_bytes(info: ModelInfo, names: Sequence[str], batch: int) -> dict[str, int] | None:
-    """Byte size of each output when all are known in advance (no variable dims, no BYTES)."""
-    specs = {t.name: t for t in info.outputs}
-    sizes: dict[str, int] = {}
-    for name, shape in batching.output_shapes(info, names, batch).items():
-        if shape is None or specs[name].datatype == "BYTES":
-            return None
-        sizes[name] = dtypes.element_count(shape) * dtypes.from_name(specs[name].datatype).numpy.itemsize
-    return sizes
-
-
-def verbose_summary(model: str, timing: CallTiming) -> str:
-    """One call as SonicTriton's ``verbose`` prints it: counts and average server-side times."""
-    server = timing.server or ServerTiming()
-    count = max(server.success_count, 1)
-    lines = [
-        f"model '{model}' on {', '.join(timing.servers)}: {timing.tries} try(s)",
-        (
-            f"  client: serialize {timing.serialize_s * 1e6:.0f} us, wait {timing.wait_s * 1e6:.0f} us, "
-            f"deserialize {timing.deserialize_s * 1e6:.0f} us"
-        ),
-        f"  server: inference count {server.success_count}, execution count {server.executions}",
-        (
-            f"  avg queue time {server.queue_ns / count / 1e3:.0f} us, compute input "
-            f"{server.compute_input_ns / count / 1e3:.0f} us, "
-            f"infer {server.compute_infer_ns / count / 1e3:.0f} us, "
-            f"output {server.compute_output_ns / count / 1e3:.0f} us"
-        ),
-    ]
-    return "\n".join(lines)
 
 
 class AsyncClient:
@@ -462,7 +402,7 @@ class AsyncClient:
         out_placements: dict[str, ShmRef] = {}
         shm_ns = 0
         if self._use_shm(entry):
-            out_sizes = _output_bytes(info, names, batch) or {}
+            out_sizes = output_bytes(info, names, batch) or {}
             in_sizes = {
                 n: (d.nbytes if isinstance(d, memoryview) else len(d)) for n, (_, d) in encoded.items()
             }
@@ -501,7 +441,7 @@ class AsyncClient:
             if before is not None:
                 server = await entry.transport.model_statistics(self.model, self.version) - before
             start = time.perf_counter_ns()
-            outputs = self._decode(response, names, region, out_placements)
+            outputs = decode_outputs(self.model, response, names, region, out_placements)
             decode_ns = time.perf_counter_ns() - start
         except BaseException:
             if region is not None and entry.shm is not None:
@@ -513,21 +453,3 @@ class AsyncClient:
             (response.serialize_ns + shm_ns) / 1e9, response.wait_ns / 1e9, decode_ns / 1e9, server=server
         )
         return InferResult(outputs, timing), entry.address
-
-    def _decode(
-        self, response: WireResponse, names: list[str], region: Region | None, placed: dict[str, ShmRef]
-    ) -> Arrays:
-        by_name = {o.name: o for o in response.outputs}
-        outputs: Arrays = {}
-        for name in names:
-            output = by_name.get(name)
-            where = f"model '{self.model}' output '{name}'"
-            if output is None:
-                raise ClientError(f"{where}: missing from the response of the server")
-            placement = placed.get(name)
-            if placement is not None and region is not None:
-                datatype = dtypes.from_name(output.datatype)
-                outputs[name] = region.read(placement.offset, datatype.numpy, output.shape)
-            else:
-                outputs[name] = batching.decode(output.data, output.datatype, output.shape, where)
-        return outputs

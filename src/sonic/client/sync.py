@@ -16,9 +16,10 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from sonic.client.batching import Parameters
-from sonic.client.client import Arrays, AsyncClient, InferResult
+from sonic.client.client import AsyncClient
 from sonic.client.config import ClientConfig
 from sonic.client.errors import ClientStateError
+from sonic.client.results import Arrays, InferResult
 from sonic.client.stats import ClientStatistics
 from sonic.client.transport.base import ModelInfo, Transport
 
