@@ -32,12 +32,12 @@ from sonic.protocol.errors import (
     UnimplementedError,
     http_status,
 )
-from sonic.protocol.inflate import WBITS, InflateError, InflateLimitError, inflate_async
 from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES, TlsConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.aiohttp_listener import AiohttpListener
 from sonic.server.frontends.base import Frontend
 from sonic.server.frontends.gate import CallGate, as_sonic_error
+from sonic.server.frontends.http_body import PayloadTooLargeError, read_body
 from sonic.server.guard import CallKind
 from sonic.server.tls import http_ssl_context
 
@@ -59,11 +59,6 @@ def _json_response(payload: Any, status: int = 200) -> web.Response:
 def _error_response(exc: Exception) -> web.Response:
     error = as_sonic_error(exc)
     return _json_response({"error": error.message}, int(http_status(error)))
-
-
-class PayloadTooLargeError(ResourceExhaustedError):
-    """A request body over a size limit: answered 413 (not the 429 of its gRPC status) and the connection
-    closed."""
 
 
 def _health(ok: bool) -> web.Response:
@@ -164,7 +159,7 @@ class HttpFrontend(Frontend):
                 auto_decompress=False,
             )
         else:
-            # auto_decompress off: aiohttp would inflate on the loop with no cap; _read_body does it bounded.
+            # auto_decompress off: aiohttp would inflate on the loop with no cap; read_body does it bounded.
             server = web.Server(self._handle, access_log=None, auto_decompress=False)
         self.port = await self._listener.start(server, self.host, self.port, self._ssl_context)
 
@@ -323,67 +318,8 @@ class HttpFrontend(Frontend):
 
     # --- handlers -------------------------------------------------------------------------------------
 
-    async def _read_body(self, request: web.BaseRequest) -> bytes | bytearray:
-        """The body, inflated if it came with a Content-Encoding; each size limit checked as it grows."""
-        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-        if encoding not in {"identity", *WBITS}:
-            raise InvalidArgumentError(
-                f"Content-Encoding {encoding!r} is not supported (expected identity, gzip or deflate)"
-            )
-        body = await self._receive(request)
-        if encoding == "identity" or not body:
-            return body
-        limit = self._max_decompressed_bytes
-        try:
-            return await inflate_async(body, encoding, limit)
-        except InflateLimitError:
-            raise PayloadTooLargeError(
-                f"the {encoding} request body inflates to more than the server limit of {limit} bytes "
-                "decompressed"
-            ) from None
-        except InflateError as exc:
-            raise InvalidArgumentError(f"{encoding} request body: {exc}") from None
-
-    async def _receive(self, request: web.BaseRequest) -> bytes | bytearray:
-        """The body as sent; a Content-Length over the limit is refused before a byte is read."""
-        limit = self._max_message_bytes
-        length = request.content_length
-        if length is not None and length > limit:
-            raise PayloadTooLargeError(
-                f"request body of {length} bytes (Content-Length) is over the server limit of {limit} "
-                "bytes; it was not read"
-            )
-        if length == 0:
-            return b""
-        first = await request.content.readany()
-        if length is not None and len(first) == length:
-            return first  # a small body arrives whole: no copy
-        if length is not None:
-            # Each chunk goes into its place as it arrives: one buffer, never the chunks and their join.
-            buffer = bytearray(length)
-            filled = len(first)
-            buffer[:filled] = first
-            del first
-            while filled < length and (chunk := await request.content.readany()):
-                buffer[filled : filled + len(chunk)] = chunk
-                filled += len(chunk)
-            return buffer
-        # Chunked transfer: the size is known only at the end.
-        chunks: list[bytes] = []
-        size = 0
-        chunk = first
-        while chunk:
-            size += len(chunk)
-            if size > limit:
-                raise PayloadTooLargeError(
-                    f"request body (chunked) is over the server limit of {limit} bytes"
-                )
-            chunks.append(chunk)
-            chunk = await request.content.readany()
-        return b"".join(chunks)
-
     async def _json_body(self, request: web.BaseRequest) -> dict[str, Any]:
-        body = await self._read_body(request)
+        body = await read_body(request, self._max_message_bytes, self._max_decompressed_bytes)
         if not body.strip():
             return {}
         if len(body) < OFF_LOOP_BYTES:
@@ -398,7 +334,7 @@ class HttpFrontend(Frontend):
     async def _infer(
         self, request: web.BaseRequest, name: str, version: str, received_ns: int
     ) -> web.StreamResponse:
-        body = await self._read_body(request)
+        body = await read_body(request, self._max_message_bytes, self._max_decompressed_bytes)
         header_length = request.headers.get(http_json.HEADER_LENGTH)
         try:
             length = int(header_length) if header_length is not None else None
