@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import json
@@ -104,6 +105,17 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process and its threads (children not included), from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def load_with_server_cpu(
+    address: str, payload: bytes, pid: int, *, concurrency: int, window_s: float
+) -> tuple[LoadResult, float]:
+    """One :func:`grpc_load` window (batch 1, 1 s warm-up) and the server's CPU µs per request over it."""
+    before = cpu_seconds(pid)
+    result = asyncio.run(
+        grpc_load(address, payload, concurrency=concurrency, batch=1, duration_s=window_s, warmup_s=1.0)
+    )
+    return result, 1e6 * (cpu_seconds(pid) - before) / max(result.requests, 1)
 
 
 def peak_rss_mb(pid: int) -> float:

@@ -18,7 +18,6 @@ servicer is left out: it returns no tensor). Rounds alternate the servers; ratio
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import subprocess
 import sys
@@ -28,7 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import cpu_seconds, grpc_load, infer_request_bytes, machine, save, steady_malloc
+from benchmarks.common import (
+    infer_request_bytes,
+    load_with_server_cpu,
+    machine,
+    save,
+    steady_malloc,
+)
 from sonic.launch import ServerProcess, free_port, terminate
 from sonic.testing.repository import write_test_repository
 
@@ -90,20 +95,11 @@ def run(rounds: int, window_s: float) -> dict[str, Any]:
                     if name == "do-nothing" and label.startswith("15.6"):
                         continue
                     address, pid = servers[name]
-                    before = cpu_seconds(pid)
-                    result = asyncio.run(
-                        grpc_load(
-                            address,
-                            payload,
-                            concurrency=concurrency,
-                            batch=1,
-                            duration_s=window_s,
-                            warmup_s=1.0,
-                        )
+                    result, cpu_us = load_with_server_cpu(
+                        address, payload, pid, concurrency=concurrency, window_s=window_s
                     )
-                    cpu = cpu_seconds(pid) - before
                     row = {"round": round_index, "workload": label, "server": name, **vars(result)}
-                    row["server_cpu_us_per_request"] = round(1e6 * cpu / max(result.requests, 1), 1)
+                    row["server_cpu_us_per_request"] = round(cpu_us, 1)
                     if label.startswith("15.6"):
                         row["MB_per_s"] = round(result.requests_per_s * large_array.nbytes / 1e6, 1)
                     rows.append(row)

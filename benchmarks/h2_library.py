@@ -26,7 +26,13 @@ import numpy as np
 import uvloop
 from h2.settings import SettingCodes
 
-from benchmarks.common import cpu_seconds, grpc_load, infer_request_bytes, machine, save, steady_malloc
+from benchmarks.common import (
+    infer_request_bytes,
+    load_with_server_cpu,
+    machine,
+    save,
+    steady_malloc,
+)
 from sonic.launch import free_port, terminate
 from sonic.protocol.grpc_call import MessageReader, grpc_message_prefix
 from sonic.protocol.http2 import Stream, encode_headers
@@ -143,18 +149,10 @@ def run(rounds: int, window_s: float) -> dict[str, Any]:
             for label, payload, concurrency in workloads:
                 for name in order:
                     process, address = servers[name]
-                    before = cpu_seconds(process.pid)
-                    result = asyncio.run(
-                        grpc_load(
-                            address,
-                            payload,
-                            concurrency=concurrency,
-                            batch=1,
-                            duration_s=window_s,
-                            warmup_s=1.0,
-                        )
+                    result, cpu_us = load_with_server_cpu(
+                        address, payload, process.pid, concurrency=concurrency, window_s=window_s
                     )
-                    cpu_us = round(1e6 * (cpu_seconds(process.pid) - before) / max(result.requests, 1), 1)
+                    cpu_us = round(cpu_us, 1)
                     row = {"round": round_index, "workload": label, "server": name, **vars(result)}
                     row["server_cpu_us_per_request"] = cpu_us
                     rows.append(row)

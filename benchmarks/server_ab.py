@@ -11,7 +11,6 @@ at 32 in flight, and 1693 x 48 x 48 x 1 FP32 (15.6 MB each way) at 1 in flight.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import tempfile
@@ -19,7 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import cpu_seconds, grpc_load, infer_request_bytes, save, steady_malloc
+from benchmarks.common import (
+    infer_request_bytes,
+    load_with_server_cpu,
+    save,
+    steady_malloc,
+)
 from sonic.launch import ServerProcess
 from sonic.testing.repository import write_test_repository
 
@@ -51,18 +55,9 @@ def main() -> None:
             for label, payload, concurrency, window_s in workloads:
                 for name in names:
                     server = servers[name]
-                    before = cpu_seconds(server.pid)
-                    result = asyncio.run(
-                        grpc_load(
-                            server.grpc_address,
-                            payload,
-                            concurrency=concurrency,
-                            batch=1,
-                            duration_s=window_s,
-                            warmup_s=1.0,
-                        )
+                    result, cpu_us = load_with_server_cpu(
+                        server.grpc_address, payload, server.pid, concurrency=concurrency, window_s=window_s
                     )
-                    cpu_us = 1e6 * (cpu_seconds(server.pid) - before) / max(result.requests, 1)
                     rows.append(
                         {
                             "round": round_index,
