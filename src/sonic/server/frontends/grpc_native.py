@@ -208,12 +208,8 @@ class GrpcConnection(Http2Connection):
             call.deadline = self._loop.call_later(seconds, self._expire, stream)
         return call
 
-    async def _inflated(
-        self, call: Call, compressed: bool, message: bytes | memoryview
-    ) -> bytes | memoryview:
-        """The message as sent (compressed: inflated, bounded, in a thread when large)."""
-        if not compressed:
-            return message
+    async def _inflated(self, call: Call, message: bytes | memoryview) -> bytes | memoryview:
+        """A compressed message inflated, bounded, in a thread when large."""
         try:
             return await decompress(message, call.encoding, self._frontend.message_limits)
         except GrpcError as error:
@@ -252,7 +248,8 @@ class GrpcConnection(Http2Connection):
 
     async def _run_unary(self, stream: Stream, call: Call, message: bytes | memoryview) -> None:
         try:
-            message = await self._inflated(call, call.compressed, message)
+            if call.compressed:  # most calls are not: no coroutine for them on the hot path
+                message = await self._inflated(call, message)
             if call.method == "ModelInfer":
                 parts = await self._methods.infer(message, call.trace)
             elif call.method == "HealthCheck":
@@ -288,7 +285,8 @@ class GrpcConnection(Http2Connection):
         self, stream: Stream, call: Call, compressed: bool, message: bytes | memoryview
     ) -> None:
         try:
-            message = await self._inflated(call, compressed, message)
+            if compressed:
+                message = await self._inflated(call, message)
         except CallError as error:
             self._fail(stream, error.code, error.message)
             return
