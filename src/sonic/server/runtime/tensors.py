@@ -13,11 +13,30 @@ from dataclasses import dataclass
 from typing import overload
 
 import numpy as np
+import numpy.typing as npt
 
 from sonic.protocol.errors import InternalError, SonicError
 from sonic.server.backends.base import Backend, Batch, Request, RequestBackend
 from sonic.server.runtime.ragged import RaggedPlan, merge_inputs, scatter_output
 from sonic.server.runtime.work import ItemOutputs, WorkItem
+
+ALIGN_BYTES = 64  # TensorFlow (Eigen) takes a 64-byte-aligned input without copying it again
+
+
+def concatenate(parts: Sequence[npt.NDArray[np.generic]]) -> npt.NDArray[np.generic]:
+    """``np.concatenate`` along the batch dimension into a buffer aligned to :data:`ALIGN_BYTES`.
+
+    numpy's own allocations are 16-byte aligned, so TensorFlow copied every merged input once more.
+    """
+    first = parts[0]
+    if first.dtype.hasobject:
+        return np.concatenate(parts)
+    shape = (sum(part.shape[0] for part in parts), *first.shape[1:])
+    nbytes = int(np.prod(shape, dtype=np.int64)) * first.itemsize
+    buffer = np.empty(nbytes + ALIGN_BYTES, np.uint8)
+    offset = -buffer.ctypes.data % ALIGN_BYTES
+    merged = buffer[offset : offset + nbytes].view(first.dtype).reshape(shape)
+    return np.concatenate(parts, out=merged)
 
 
 @dataclass(slots=True)
@@ -100,7 +119,7 @@ def merge(
         inputs = batch[0].inputs
         rows = [slice(0, batch[0].batch_size) if batched else slice(None)]
         return Batch(inputs, output_names, requests, rows, batch[0].output_buffers or None)
-    inputs = {name: np.concatenate([item.inputs[name] for item in batch]) for name in batch[0].inputs}
+    inputs = {name: concatenate([item.inputs[name] for item in batch]) for name in batch[0].inputs}
     return Batch(inputs, output_names, requests, _rows(batch))
 
 
