@@ -107,15 +107,51 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@dataclass(frozen=True)
+class CpuLoad:
+    """A load window and the CPU it cost: the server's and this process's (the load generator's)."""
+
+    result: LoadResult
+    server_cpu_us_per_request: float
+    client_cpu_us_per_request: float
+
+
+def load_with_cpu(
+    address: str, payload: bytes, pid: int, *, concurrency: int, window_s: float, transport: str = "grpcio"
+) -> CpuLoad:
+    """One :func:`grpc_load` window (batch 1, after 1 s of warm-up load) and the CPU µs per request of
+    the server and of this process over the window alone (the warm-up runs first, outside the count)."""
+
+    def window(seconds: float) -> LoadResult:
+        return asyncio.run(
+            grpc_load(
+                address,
+                payload,
+                concurrency=concurrency,
+                batch=1,
+                duration_s=seconds,
+                warmup_s=0.0,
+                transport=transport,
+            )
+        )
+
+    window(1.0)
+    server_before, client_before = cpu_seconds(pid), time.process_time()
+    result = window(window_s)
+    requests = max(result.requests, 1)
+    return CpuLoad(
+        result,
+        1e6 * (cpu_seconds(pid) - server_before) / requests,
+        1e6 * (time.process_time() - client_before) / requests,
+    )
+
+
 def load_with_server_cpu(
     address: str, payload: bytes, pid: int, *, concurrency: int, window_s: float
 ) -> tuple[LoadResult, float]:
-    """One :func:`grpc_load` window (batch 1, 1 s warm-up) and the server's CPU µs per request over it."""
-    before = cpu_seconds(pid)
-    result = asyncio.run(
-        grpc_load(address, payload, concurrency=concurrency, batch=1, duration_s=window_s, warmup_s=1.0)
-    )
-    return result, 1e6 * (cpu_seconds(pid) - before) / max(result.requests, 1)
+    """:func:`load_with_cpu` without the load generator's share."""
+    load = load_with_cpu(address, payload, pid, concurrency=concurrency, window_s=window_s)
+    return load.result, load.server_cpu_us_per_request
 
 
 def peak_rss_mb(pid: int) -> float:

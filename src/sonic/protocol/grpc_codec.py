@@ -200,10 +200,10 @@ def encode_infer_response(response: InferResponse, *, final: bool = False) -> li
         head.parameters["triton_final_response"].bool_param = True
     contents: list[bytes | memoryview] = []
     for output in response.outputs:
-        tensor = head.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)
+        head.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)
         if output.shm is not None:
-            _set_shm(tensor.parameters, output.shm)
-            # Triton keeps one (empty) raw_output_contents entry per output so indices line up.
+            # As Triton: no parameters on it (the client placed it), and one empty raw_output_contents
+            # entry so the indices of the other outputs line up.
             contents.append(b"")
             continue
         contents.append(dtypes.array_to_bytes(output.array, dtypes.from_name(output.datatype)))
@@ -211,13 +211,12 @@ def encode_infer_response(response: InferResponse, *, final: bool = False) -> li
 
 
 def encode_stream_error(data: bytes | bytearray | memoryview, message: str) -> bytes:
-    """A ``ModelStreamInferResponse`` reporting a failed request, echoing its model and id if it has them."""
+    """A ``ModelStreamInferResponse`` reporting a failed request, echoing its id as Triton does (only the id:
+    no model name, no ``triton_final_response``)."""
     response = service_pb2.ModelStreamInferResponse(error_message=message)
     try:
         head, _ = split_raw_contents(data)
-        request = service_pb2.ModelInferRequest.FromString(head)
-        response.infer_response.model_name = request.model_name
-        response.infer_response.id = request.id
+        response.infer_response.id = service_pb2.ModelInferRequest.FromString(head).id
     except Exception:  # noqa: BLE001, S110  (a malformed request has no id to echo)
         pass
     encoded: bytes = response.SerializeToString()

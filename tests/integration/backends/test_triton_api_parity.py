@@ -184,6 +184,39 @@ def test_stream_responses_carry_triton_final_response(server: Endpoint) -> None:
     assert result.get_response().parameters["triton_final_response"].bool_param is True
 
 
+def test_stream_error_responses_echo_only_the_request_id(server: Endpoint) -> None:
+    bad = _raw_request(shape=5)
+    bad.id = "bad-1"
+    unknown = service_pb2.ModelInferRequest(model_name="no_such_model", id="unknown-1")
+    with grpc.insecure_channel(server.grpc) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        responses = list(stub.ModelStreamInfer(iter([bad, unknown])))
+    assert [r.infer_response for r in responses] == [
+        service_pb2.ModelInferResponse(id="bad-1"),
+        service_pb2.ModelInferResponse(id="unknown-1"),
+    ]
+    assert "unexpected shape for input" in responses[0].error_message
+    assert responses[1].error_message == "Request for unknown model: 'no_such_model' is not found"
+
+
+def test_grpc_outputs_in_shared_memory_carry_no_parameters(server: Endpoint) -> None:
+    key = f"/sonic_parity_grpc_{server.kind}_{os.getpid()}"
+    handle = shm.create_shared_memory_region("parity_grpc_out", key, 64)
+    try:
+        with grpcclient.InferenceServerClient(server.grpc) as client:
+            client.register_system_shared_memory("parity_grpc_out", key, 64)
+            in_region = grpcclient.InferRequestedOutput("OUTPUT0")
+            in_region.set_shared_memory("parity_grpc_out", 16)
+            outputs = [in_region, grpcclient.InferRequestedOutput("OUTPUT1")]
+            response = client.infer("add_sub", _inputs(grpcclient), outputs=outputs).get_response()
+            client.unregister_system_shared_memory("parity_grpc_out")
+        assert [(o.name, dict(o.parameters)) for o in response.outputs] == [("OUTPUT0", {}), ("OUTPUT1", {})]
+        assert [len(raw) for raw in response.raw_output_contents] == [0, 16]
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.float32, [4]), np.arange(4) * 2)
+    finally:
+        shm.destroy_shared_memory_region(handle)
+
+
 def test_typed_and_raw_contents_together_are_refused(server: Endpoint) -> None:
     request = _raw_request()
     request.inputs[0].contents.fp32_contents.extend([1.0, 2.0, 3.0, 4.0])
