@@ -58,7 +58,7 @@ def test_model_metadata_and_config(client: grpcclient.InferenceServerClient) -> 
     assert metadata.platform == "onnxruntime_onnx"
     config = client.get_model_config("add_sub").config
     assert config.max_batch_size == 8
-    assert config.instance_group[0].count == 1
+    assert config.instance_group[0].count == 2  # Triton's default for an onnxruntime CPU group
     assert config.default_model_filename == "model.onnx"
 
 

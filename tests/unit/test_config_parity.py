@@ -65,7 +65,8 @@ def test_completed_fields_match_triton() -> None:
     fill_defaults(config, default_filename="model.onnx", gpu_count=0)
     assert config.platform == "onnxruntime_onnx"
     assert list(config.dynamic_batching.preferred_batch_size) == [1024]
-    assert [(g.name, g.count) for g in config.instance_group] == [("identity", 1)]
+    # Triton's SetDefaultInstanceCount: two for onnxruntime and TensorFlow CPU groups, one otherwise.
+    assert [(g.name, g.count) for g in config.instance_group] == [("identity", 2)]
     assert config.optimization.input_pinned_memory.enable
     assert config.optimization.output_pinned_memory.enable
     grouped = parse_config_text(
@@ -74,6 +75,16 @@ def test_completed_fields_match_triton() -> None:
     fill_defaults(grouped, default_filename="model.py", gpu_count=0)
     assert [(g.name, g.count) for g in grouped.instance_group] == [("identity_0", 1)]
     assert grouped.platform == ""
+    for backend, kind, count in [
+        ("tensorflow", "KIND_CPU", 2),
+        ("pytorch", "KIND_CPU", 1),
+        ("onnxruntime", "KIND_GPU", 1),
+    ]:
+        other = parse_config_text(
+            IDENTITY_CONFIG.replace("onnxruntime", backend) + f"instance_group [ {{ kind: {kind} }} ]", "test"
+        )
+        fill_defaults(other, default_filename="model", gpu_count=1)
+        assert [g.count for g in other.instance_group] == [count], backend
     ensemble = parse_config_text('name: "e" platform: "ensemble"', "test")
     fill_defaults(ensemble, default_filename="", gpu_count=0)
     assert ensemble.backend == ""

@@ -22,6 +22,8 @@ backend: "onnxruntime"
 max_batch_size: 64
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
+# One instance: one execution at a time is the known cost model (onnxruntime CPU groups default to two).
+instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
 

@@ -200,6 +200,14 @@ def validate_config(config: model_config_pb2.ModelConfig) -> ModelSpec:
     return ModelSpec(name, int(config.max_batch_size), inputs, outputs)
 
 
+DEFAULT_CPU_COUNT_BACKENDS = ("onnxruntime", "tensorflow")  # Triton's SetDefaultInstanceCount opt-ins
+
+
+def _default_count(backend: str, kind: int) -> int:
+    """Triton's: one instance per group, two for onnxruntime and TensorFlow CPU groups."""
+    return 2 if kind == _GROUP_KIND.KIND_CPU and backend in DEFAULT_CPU_COUNT_BACKENDS else 1
+
+
 def fill_defaults(config: model_config_pb2.ModelConfig, *, default_filename: str, gpu_count: int) -> None:
     """Fill what Triton fills in when it loads a model, so ModelConfig answers look the same."""
     if config.backend in BACKEND_TO_PLATFORM and not config.platform:
@@ -216,9 +224,7 @@ def fill_defaults(config: model_config_pb2.ModelConfig, *, default_filename: str
         if group.kind == _GROUP_KIND.KIND_AUTO:
             group.kind = _GROUP_KIND.KIND_GPU if gpu_count else _GROUP_KIND.KIND_CPU
         if group.count == 0:
-            # One instance. Known difference: Triton gives onnxruntime and TensorFlow CPU groups two
-            # (SetDefaultInstanceCount); sonic's comparisons and memory budgets assume one.
-            group.count = 1
+            group.count = _default_count(config.backend, group.kind)
         if group.kind == _GROUP_KIND.KIND_GPU:
             _check_gpus(config.name, group, gpu_count)
             if not group.gpus:
