@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 # Attributes every LogRecord has: anything else on a record came from ``extra=``.
@@ -47,9 +48,12 @@ class TextFormatter(logging.Formatter):
         return text
 
 
-def configure_logging(level: str, log_format: str) -> None:
+def configure_logging(level: str, log_format: str, path: Path | None = None) -> None:
+    """Log records at ``level`` and up to stderr, or appended to the file at ``path``."""
     if log_format not in {"text", "json"}:
         raise ValueError(f"log format must be 'text' or 'json', got {log_format!r}")
-    handler = logging.StreamHandler(sys.stderr)
+    handler: logging.Handler = (
+        logging.FileHandler(path, encoding="utf-8") if path is not None else logging.StreamHandler(sys.stderr)
+    )
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     logging.basicConfig(level=level, handlers=[handler], force=True)

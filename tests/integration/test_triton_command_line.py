@@ -69,3 +69,27 @@ def test_a_flag_we_cannot_honour_is_refused(tmp_path: Path) -> None:
     result = _serve(tmp_path, "--rate-limit=execution_count")
     assert result.returncode == 2
     assert "--rate-limit=execution_count is not supported by sonic serve: no rate limiter" in result.stderr
+
+
+def test_log_file_takes_the_logs_and_stdout_keeps_the_ready_line(
+    test_repository: Path, tmp_path: Path
+) -> None:
+    repository = tmp_path / "models"
+    shutil.copytree(test_repository / "identity", repository / "identity")
+    log_file = tmp_path / "triton.log"
+    args = [f"--log-file={log_file}", "--log-verbose=1", "--allow-gpu-metrics"]
+    with ServerProcess.start([repository], extra_args=args) as process:
+        with grpcclient.InferenceServerClient(process.grpc_address) as client:
+            assert client.is_model_ready("identity")
+        stderr = process.log_path.read_text(encoding="utf-8")
+    logged = log_file.read_text(encoding="utf-8")
+    assert "--allow-gpu-metrics=true accepted, no effect here" in logged
+    assert "identity" in logged  # the model's load
+    assert "accepted, no effect here" not in stderr
+
+
+def test_a_log_file_that_cannot_be_opened_is_refused(test_repository: Path, tmp_path: Path) -> None:
+    result = _serve(test_repository, f"--log-file={tmp_path / 'missing' / 'x.log'}")
+    assert result.returncode == 2
+    assert "--log-file" in result.stderr
+    assert "No such file or directory" in result.stderr

@@ -90,7 +90,7 @@ def test_cache_and_keepalive_flags(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "flag",
-    ["--rate-limit=execution_count", "--allow-grpc=false", "--model-namespacing=true", "--log-file=x.log"],
+    ["--rate-limit=execution_count", "--allow-grpc=false", "--model-namespacing=true"],
 )
 def test_flags_we_cannot_honour_are_refused(tmp_path: Path, flag: str) -> None:
     with pytest.raises(ValueError, match="is not supported by sonic serve"):

@@ -352,13 +352,19 @@ def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None
 
 def run(args: argparse.Namespace) -> int:
     try:
+        if args.triton_log_file:  # first: as Triton's, every record goes there, the flag notices too
+            configure_logging(args.log_level, args.log_format, Path(args.triton_log_file))
+    except OSError as exc:
+        print(f"sonic serve: --log-file: {exc}", file=sys.stderr)
+        return 2
+    try:
         triton = apply_triton_flags(args, log)
     except ValueError as exc:
         print(f"sonic serve: {exc}", file=sys.stderr)
         return 2
-    if args.serve_log_format is not None or triton.log_level is not None:
+    if args.serve_log_format is not None or triton.log_level is not None or triton.log_file is not None:
         log_format = "json" if args.serve_log_format == "json" else args.log_format
-        configure_logging(triton.log_level or args.log_level, log_format)
+        configure_logging(triton.log_level or args.log_level, log_format, triton.log_file)
     try:
         config = config_from_args(args, triton)
     except (ValueError, OSError, argparse.ArgumentTypeError) as exc:

@@ -66,7 +66,7 @@ TRITON_FLAGS: dict[str, TritonFlag] = {
     "--metrics-interval-ms": TritonFlag(NOTICED, "str", "metrics are computed when scraped"),
     "--metrics-config": TritonFlag(NOTICED, "list", "metric families are fixed"),
     "--strict-readiness": TritonFlag(NOTICED, "bool", "ready once start-up loading is done"),
-    "--log-file": TritonFlag(REFUSED, "str", "sonic logs to stderr: redirect it"),
+    "--log-file": TritonFlag(IMPLEMENTED, "str", "logs appended to this file instead of stderr"),
     "--backend-directory": TritonFlag(NOTICED, "str", "backends are Python modules"),
     "--repoagent-directory": TritonFlag(
         NOTICED, "str", "no repository agents (checksums are kept in configs)"
@@ -161,6 +161,7 @@ class TritonSettings:
     """What the implemented flags ask for that is not a plain ``serve`` argument."""
 
     log_level: str | None = None
+    log_file: Path | None = None
     exit_on_error: bool = False
     auto_complete: bool = True
 
@@ -203,6 +204,8 @@ def apply_triton_flags(args: argparse.Namespace, log: logging.Logger) -> TritonS
 
 
 def _map_logging(given: dict[str, object], settings: TritonSettings) -> None:
+    if "--log-file" in given:
+        settings.log_file = Path(str(given["--log-file"]))
     if _int("--log-verbose", str(given.get("--log-verbose", "0"))) > 0:
         settings.log_level = "DEBUG"
         return
