@@ -357,6 +357,33 @@ def build_python_and_ensembles(repo: Path) -> None:
     )
     write_model(
         repo,
+        "state_sum",
+        """
+        name: "state_sum"
+        backend: "python"
+        max_batch_size: 0
+        input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+        output [ { name: "SUM" data_type: TYPE_FP32 dims: [ 1 ] } ]
+        sequence_batching {
+          direct { }
+          control_input [
+            { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] }
+          ]
+          state [
+            {
+              input_name: "SUM_IN"
+              output_name: "SUM_OUT"
+              data_type: TYPE_FP32
+              dims: [ 1 ]
+              initial_state: { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true name: "zero" }
+            }
+          ]
+        }
+        """,
+        python_model("state_sum"),
+    )
+    write_model(
+        repo,
         "bls_async",
         """
         name: "bls_async"

@@ -29,7 +29,7 @@ from sonic.launch import ServerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.triton]
 
-MODELS = ("add_sub", "scale", "sequence_sum", "ragged_lengths")
+MODELS = ("add_sub", "scale", "sequence_sum", "state_sum", "ragged_lengths")
 
 
 def free_port() -> int:
@@ -172,6 +172,32 @@ def test_sequence_batcher_same_on_triton_and_sonic(
     on_sonic = [run_sequence(backend_server.grpc_address, corr, [1.0, 2.0, 4.0]) for corr in (11, 12)]
     assert on_sonic == on_triton
     assert on_sonic[0] == [(1.0, 5, 11), (3.0, 4, 11), (7.0, 6, 11)]
+
+
+def run_state_sum(address: str, corr: int, values: list[float]) -> list[float]:
+    sums = []
+    with grpcclient.InferenceServerClient(address) as client:
+        for index, value in enumerate(values):
+            tensor = grpcclient.InferInput("INPUT", [1], "FP32")
+            tensor.set_data_from_numpy(np.array([value], dtype=np.float32))
+            result = client.infer(
+                "state_sum", [tensor], sequence_id=corr, sequence_start=index == 0, sequence_end=index == 2
+            )
+            assert result.as_numpy("SUM_OUT") is None  # the state output stays on the server
+            sums.append(float(result.as_numpy("SUM")[0]))
+    return sums
+
+
+def test_implicit_state_of_a_python_model_is_kept_where_triton_drops_it(
+    triton_address: str, backend_server: ServerProcess
+) -> None:
+    """A known, chosen difference: Triton 2.51's Python backend gets the initial state on every request
+    (the backend never updates the sequence's state, and accepts the state output silently); sonic keeps
+    the returned state for the sequence's next request, as the config's ``state`` section asks."""
+    on_triton = [run_state_sum(triton_address, corr, [1.0, 2.0, 4.0]) for corr in (21, 22)]
+    on_sonic = [run_state_sum(backend_server.grpc_address, corr, [1.0, 2.0, 4.0]) for corr in (21, 22)]
+    assert on_triton == [[1.0, 2.0, 4.0], [1.0, 2.0, 4.0]]
+    assert on_sonic == [[1.0, 3.0, 7.0], [1.0, 3.0, 7.0]]
 
 
 def run_ragged(address: str) -> list[list[float]]:

@@ -30,6 +30,7 @@ import numpy.typing as npt
 from google.protobuf import descriptor, json_format
 from tritonclient.grpc import model_config_pb2
 
+from sonic.protocol import dtypes
 from sonic.protocol.errors import (
     AlreadyExistsError,
     InternalError,
@@ -199,6 +200,12 @@ class PythonBackend(RequestBackend):
         _check_supported(config)
         self._model_name = config.name
         self._spec: ModelSpec = context.spec
+        # Implicit state (sequence_batching.state): the model returns each state's output_name with its
+        # outputs; the sequence batcher keeps it for the sequence's next request.
+        self._declared = {name: spec.datatype for name, spec in self._spec.outputs.items()} | {
+            state.output_name: dtypes.from_config_enum(state.data_type)
+            for state in config.sequence_batching.state
+        }
         pb_utils.current_caller.set(context.models)
         self._loop: asyncio.AbstractEventLoop | None = None  # for ``async def execute`` models
         self._module = _load_module(context.model_path, f"{context.version}_{context.instance_name}")
@@ -267,27 +274,25 @@ class PythonBackend(RequestBackend):
             return _ERROR_CODES.get(error.code(), InternalError)(error.message())
         outputs: dict[str, npt.NDArray[Any]] = {}
         for tensor in response.output_tensors():
-            spec = self._spec.outputs.get(tensor.name())
-            if spec is None:
+            name = tensor.name()
+            datatype = self._declared.get(name)
+            if datatype is None:
                 return InternalError(
-                    f"{where}: unexpected output '{tensor.name()}', the config declares "
-                    f"{sorted(self._spec.outputs)}"
+                    f"{where}: unexpected output '{name}', the config declares {sorted(self._declared)}"
                 )
             array = tensor.as_numpy()
-            expected = spec.datatype.numpy
-            if spec.datatype.name == "BYTES":
+            if datatype.name == "BYTES":
                 if array.dtype.kind not in "OS":
                     return InternalError(
-                        f"{where}: output '{spec.name}' is BYTES in the config, but the model gave "
-                        f"numpy {array.dtype}"
+                        f"{where}: output '{name}' is BYTES in the config, but the model gave numpy {array.dtype}"
                     )
                 array = array.astype(np.object_, copy=False)
-            elif array.dtype != expected:
+            elif array.dtype != datatype.numpy:
                 return InternalError(
-                    f"{where}: output '{spec.name}' has numpy dtype {array.dtype}, but the config declares "
-                    f"{spec.datatype.name} ({expected})"
+                    f"{where}: output '{name}' has numpy dtype {array.dtype}, but the config declares "
+                    f"{datatype.name} ({datatype.numpy})"
                 )
-            outputs[spec.name] = array
+            outputs[name] = array
         return outputs
 
     def close(self) -> None:
