@@ -13,7 +13,7 @@ of the 198 KB events come out of the same cores the direct side uses for the mod
 event is the figure for that case (how many events a server core runs per direct-run core).
 
 Usage: ``./dev bench tensorflow_deepmet [--seconds 5] [--concurrency 8] [--repeats 3]
-[--instances 1] [--intra-threads 0] [--transport grpcio|native]``.
+[--instances 0] [--intra-threads 0] [--transport native|grpcio]``.
 Writes ``benchmarks/results/tensorflow_deepmet.json``.
 """
 
@@ -57,9 +57,14 @@ def direct_backend(repo: Path) -> TensorFlowBackend:
 
 
 def configure(repo: Path, instances: int, intra_threads: int) -> None:
-    """The served and the direct side read the same config: same thread settings on both."""
+    """The served and the direct side read the same config: same thread settings on both.
+
+    ``instances`` 0 leaves the config's default: two instances for a TensorFlow CPU group, as Triton.
+    """
     config = repo / "deepmet" / "config.pbtxt"
-    text = config.read_text() + f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]\n"
+    text = config.read_text()
+    if instances:
+        text += f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]\n"
     if intra_threads:
         text += f'parameters {{ key: "TF_NUM_INTRA_THREADS" value {{ string_value: "{intra_threads}" }} }}\n'
     config.write_text(text)
@@ -70,9 +75,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--instances", type=int, default=1, help="served model instances")
+    parser.add_argument("--instances", type=int, default=0, help="served model instances (0: default, 2)")
     parser.add_argument("--intra-threads", type=int, default=0, help="TF_NUM_INTRA_THREADS (0: TF's default)")
-    parser.add_argument("--transport", default="grpcio", help="load generator: grpcio or native")
+    parser.add_argument("--transport", default="native", help="load generator: native (sonic's) or grpcio")
     args = parser.parse_args()
     event = deepmet.example_inputs(1, seed=5)
     rounds: list[dict[str, float]] = []
