@@ -50,13 +50,16 @@ from sonic.client.results import (
 from sonic.client.retries import with_retries
 from sonic.client.shm import Region, RegionPool, layout
 from sonic.client.stats import ClientStatistics
-from sonic.client.transport.base import ModelInfo, Transport
+from sonic.client.transport.base import ModelInfo, ServerTiming, Transport
 from sonic.client.transport.factory import open_transport
 from sonic.client.zerocopy import ShmRequest, no_local_server, plan, region_bytes
 from sonic.protocol.types import ShmRef, WireInput, WireOutputRequest, WireRequest, WireResponse
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# One try's answer: outputs, serialize/wait/deserialize seconds, verbose mode's server timing, the server.
+# Plain values: the caller makes the one CallTiming (a frozen dataclass costs a setattr per field).
+_Answer = tuple[Arrays, float, float, float, ServerTiming | None, str]
 
 
 class ClientState(enum.Enum):
@@ -198,9 +201,16 @@ class AsyncClient:
 
     # --- retries --------------------------------------------------------------------------------------
 
-    async def _with_retries(self, operation: Callable[[ServerEntry], Awaitable[T]]) -> tuple[T, int]:
-        """Run ``operation`` on a chosen server with retries (:mod:`sonic.client.retries`)."""
-        registry = await self._open()
+    def _with_retries(self, operation: Callable[[ServerEntry], Awaitable[T]]) -> Awaitable[tuple[T, int]]:
+        """Run ``operation`` on a chosen server with retries (:mod:`sonic.client.retries`). Not a
+        coroutine itself once open: each call's path is one frame shorter."""
+        registry = self._registry
+        if registry is None or self._state is not ClientState.OPEN:
+            return self._open_then_retry(operation)
+        return with_retries(self.model, self.config, registry, self.statistics, operation)
+
+    async def _open_then_retry(self, operation: Callable[[ServerEntry], Awaitable[T]]) -> tuple[T, int]:
+        registry = await self._open()  # connects, or raises once closed
         return await with_retries(self.model, self.config, registry, self.statistics, operation)
 
     # --- metadata -------------------------------------------------------------------------------------
@@ -305,21 +315,15 @@ class AsyncClient:
         prepare_ns = time.perf_counter_ns() - start
         assert self._in_flight is not None
         async with self._in_flight:
-            (result, server), tries = await self._with_retries(
+            (outputs, serialize_s, wait_s, deserialize_s, server, address), tries = await self._with_retries(
                 lambda entry: self._call(entry, info, encoded, names, request_id, parameters)
             )
         timing = CallTiming(
-            result.timing.serialize_s + prepare_ns / 1e9,
-            result.timing.wait_s,
-            result.timing.deserialize_s,
-            1,
-            tries,
-            (server,),
-            result.timing.server,
+            serialize_s + prepare_ns / 1e9, wait_s, deserialize_s, 1, tries, (address,), server
         )
-        if timing.server is not None:
+        if server is not None:
             verbose_log.info("%s", verbose_summary(self.model, timing))
-        return InferResult(result.outputs, timing)
+        return InferResult(outputs, timing)
 
     def _use_shm(self, entry: ServerEntry) -> bool:
         return (
@@ -394,7 +398,7 @@ class AsyncClient:
         names: list[str],
         request_id: str,
         parameters: Parameters,
-    ) -> tuple[InferResult, str]:
+    ) -> _Answer:
         specs = {t.name: t for t in info.inputs}
         batch = next(iter(encoded.values()))[0].shape[0] if info.max_batch_size > 0 else 1
         region: Region | None = None
@@ -449,7 +453,5 @@ class AsyncClient:
             raise
         if region is not None and entry.shm is not None:
             entry.shm.release(region)
-        timing = CallTiming(
-            (response.serialize_ns + shm_ns) / 1e9, response.wait_ns / 1e9, decode_ns / 1e9, server=server
-        )
-        return InferResult(outputs, timing), entry.address
+        serialize_s = (response.serialize_ns + shm_ns) / 1e9
+        return outputs, serialize_s, response.wait_ns / 1e9, decode_ns / 1e9, server, entry.address

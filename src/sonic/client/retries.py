@@ -50,7 +50,9 @@ async def with_retries(
             if retry_on is not None and retry_on.healthy:
                 entry = retry_on
             else:
-                entry = await registry.select(model, avoid)
+                # A first try on a healthy server is picked without a coroutine (every call does it).
+                chosen = None if index else registry.first_choice(model)
+                entry = chosen or await registry.select(model, avoid)
         except NoServerError as exc:
             if not attempts:
                 raise
