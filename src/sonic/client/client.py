@@ -310,7 +310,9 @@ class AsyncClient:
     ) -> InferResult:
         start = time.perf_counter_ns()
         specs = {t.name: t for t in info.inputs}
-        encoded = {n: (a, batching.tensor_bytes(a, specs[n].datatype)) for n, a in arrays.items()}
+        encoded = {
+            n: (a, specs[n].datatype, batching.tensor_bytes(a, specs[n].datatype)) for n, a in arrays.items()
+        }
         request_id = f"{self.model}-{next(self._ids)}"
         prepare_ns = time.perf_counter_ns() - start
         assert self._in_flight is not None
@@ -394,12 +396,11 @@ class AsyncClient:
         self,
         entry: ServerEntry,
         info: ModelInfo,
-        encoded: dict[str, tuple[npt.NDArray[Any], bytes | memoryview]],
+        encoded: dict[str, tuple[npt.NDArray[Any], str, bytes | memoryview]],  # array, datatype, bytes
         names: list[str],
         request_id: str,
         parameters: Parameters,
     ) -> _Answer:
-        specs = {t.name: t for t in info.inputs}
         batch = next(iter(encoded.values()))[0].shape[0] if info.max_batch_size > 0 else 1
         region: Region | None = None
         placements: dict[str, ShmRef] = {}
@@ -408,7 +409,7 @@ class AsyncClient:
         if self._use_shm(entry):
             out_sizes = output_bytes(info, names, batch) or {}
             in_sizes = {
-                n: (d.nbytes if isinstance(d, memoryview) else len(d)) for n, (_, d) in encoded.items()
+                n: (d.nbytes if isinstance(d, memoryview) else len(d)) for n, (_, _, d) in encoded.items()
             }
             total = layout("", out_sizes, layout("", in_sizes)[1])[1]
             # Below the threshold the copy into the region costs more than the bytes it keeps off the socket.
@@ -417,17 +418,15 @@ class AsyncClient:
                 start = time.perf_counter_ns()
                 placements, end = layout(region.name, in_sizes)
                 out_placements, _ = layout(region.name, out_sizes, end)
-                for name, (_, data) in encoded.items():
+                for name, (_, _, data) in encoded.items():
                     region.write(placements[name].offset, data)
                 shm_ns = time.perf_counter_ns() - start
         request = WireRequest(
             model=self.model,
             version=self.version,
             inputs=tuple(
-                WireInput(
-                    n, specs[n].datatype, tuple(a.shape), None if n in placements else d, placements.get(n)
-                )
-                for n, (a, d) in encoded.items()
+                WireInput(n, datatype, tuple(a.shape), None if n in placements else d, placements.get(n))
+                for n, (a, datatype, d) in encoded.items()
             ),
             outputs=tuple(WireOutputRequest(n, out_placements.get(n)) for n in names),
             request_id=request_id,
