@@ -30,16 +30,23 @@ def _dims_match(given: tuple[int, ...], expected: tuple[int, ...]) -> bool:
     return len(given) == len(expected) and all(e in (-1, g) for g, e in zip(given, expected, strict=True))
 
 
-def _check_dtype(array: npt.NDArray[Any], spec: TensorInfo, where: str) -> None:
+def _where(info: ModelInfo, spec: TensorInfo) -> str:
+    """For error messages only (made when one is raised: these checks run on every call)."""
+    return f"model '{info.name}' input '{spec.name}'"
+
+
+def _check_dtype(array: npt.NDArray[Any], info: ModelInfo, spec: TensorInfo) -> None:
     if spec.datatype == "BYTES":
         if array.dtype.kind not in "OSU":
             raise InputError(
-                f"{where}: numpy dtype {array.dtype} given, expected BYTES (object, bytes or str)"
+                f"{_where(info, spec)}: numpy dtype {array.dtype} given, expected BYTES (object, bytes or str)"
             )
         return
     expected = dtypes.from_name(spec.datatype).numpy
     if array.dtype != expected:
-        raise InputError(f"{where}: numpy dtype {array.dtype} given, expected {expected} ({spec.datatype})")
+        raise InputError(
+            f"{_where(info, spec)}: numpy dtype {array.dtype} given, expected {expected} ({spec.datatype})"
+        )
 
 
 def check_inputs(info: ModelInfo, inputs: Mapping[str, Any]) -> tuple[Arrays, int]:
@@ -49,9 +56,8 @@ def check_inputs(info: ModelInfo, inputs: Mapping[str, Any]) -> tuple[Arrays, in
     batch_sizes: dict[str, int] = {}
     for name, value in inputs.items():
         spec = specs[name]
-        where = f"model '{info.name}' input '{name}'"
         array = np.ascontiguousarray(value)
-        _check_dtype(array, spec, where)
+        _check_dtype(array, info, spec)
         check_shape(info, spec, tuple(array.shape), batch_sizes)
         arrays[name] = array
     return arrays, common_batch(info, batch_sizes)
@@ -73,16 +79,14 @@ def check_shape(
     info: ModelInfo, spec: TensorInfo, shape: tuple[int, ...], batch_sizes: dict[str, int]
 ) -> None:
     """``shape`` against the input's dims (and the batch dimension); notes its batch size."""
-    where = f"model '{info.name}' input '{spec.name}'"
     if info.max_batch_size > 0:
         if not shape or not _dims_match(shape[1:], spec.dims):
-            raise InputError(
-                f"{where}: shape {list(shape)} given, expected [batch, {', '.join(map(str, spec.dims))}]"
-            )
+            dims = ", ".join(map(str, spec.dims))
+            raise InputError(f"{_where(info, spec)}: shape {list(shape)} given, expected [batch, {dims}]")
         batch_sizes[spec.name] = shape[0]
     elif not _dims_match(shape, spec.dims):
         raise InputError(
-            f"{where}: shape {list(shape)} given, expected {list(spec.dims)} (model without batching)"
+            f"{_where(info, spec)}: shape {list(shape)} given, expected {list(spec.dims)} (model without batching)"
         )
 
 

@@ -50,13 +50,16 @@ from sonic.client.results import (
 from sonic.client.retries import with_retries
 from sonic.client.shm import Region, RegionPool, layout
 from sonic.client.stats import ClientStatistics
-from sonic.client.transport.base import ModelInfo, Transport
+from sonic.client.transport.base import ModelInfo, ServerTiming, Transport
 from sonic.client.transport.factory import open_transport
 from sonic.client.zerocopy import ShmRequest, no_local_server, plan, region_bytes
 from sonic.protocol.types import ShmRef, WireInput, WireOutputRequest, WireRequest, WireResponse
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# One try's answer: outputs, serialize/wait/deserialize seconds, verbose mode's server timing, the server.
+# Plain values: the caller makes the one CallTiming (a frozen dataclass costs a setattr per field).
+_Answer = tuple[Arrays, float, float, float, ServerTiming | None, str]
 
 
 class ClientState(enum.Enum):
@@ -198,9 +201,16 @@ class AsyncClient:
 
     # --- retries --------------------------------------------------------------------------------------
 
-    async def _with_retries(self, operation: Callable[[ServerEntry], Awaitable[T]]) -> tuple[T, int]:
-        """Run ``operation`` on a chosen server with retries (:mod:`sonic.client.retries`)."""
-        registry = await self._open()
+    def _with_retries(self, operation: Callable[[ServerEntry], Awaitable[T]]) -> Awaitable[tuple[T, int]]:
+        """Run ``operation`` on a chosen server with retries (:mod:`sonic.client.retries`). Not a
+        coroutine itself once open: each call's path is one frame shorter."""
+        registry = self._registry
+        if registry is None or self._state is not ClientState.OPEN:
+            return self._open_then_retry(operation)
+        return with_retries(self.model, self.config, registry, self.statistics, operation)
+
+    async def _open_then_retry(self, operation: Callable[[ServerEntry], Awaitable[T]]) -> tuple[T, int]:
+        registry = await self._open()  # connects, or raises once closed
         return await with_retries(self.model, self.config, registry, self.statistics, operation)
 
     # --- metadata -------------------------------------------------------------------------------------
@@ -300,26 +310,22 @@ class AsyncClient:
     ) -> InferResult:
         start = time.perf_counter_ns()
         specs = {t.name: t for t in info.inputs}
-        encoded = {n: (a, batching.tensor_bytes(a, specs[n].datatype)) for n, a in arrays.items()}
+        encoded = {
+            n: (a, specs[n].datatype, batching.tensor_bytes(a, specs[n].datatype)) for n, a in arrays.items()
+        }
         request_id = f"{self.model}-{next(self._ids)}"
         prepare_ns = time.perf_counter_ns() - start
         assert self._in_flight is not None
         async with self._in_flight:
-            (result, server), tries = await self._with_retries(
+            (outputs, serialize_s, wait_s, deserialize_s, server, address), tries = await self._with_retries(
                 lambda entry: self._call(entry, info, encoded, names, request_id, parameters)
             )
         timing = CallTiming(
-            result.timing.serialize_s + prepare_ns / 1e9,
-            result.timing.wait_s,
-            result.timing.deserialize_s,
-            1,
-            tries,
-            (server,),
-            result.timing.server,
+            serialize_s + prepare_ns / 1e9, wait_s, deserialize_s, 1, tries, (address,), server
         )
-        if timing.server is not None:
+        if server is not None:
             verbose_log.info("%s", verbose_summary(self.model, timing))
-        return InferResult(result.outputs, timing)
+        return InferResult(outputs, timing)
 
     def _use_shm(self, entry: ServerEntry) -> bool:
         return (
@@ -390,12 +396,11 @@ class AsyncClient:
         self,
         entry: ServerEntry,
         info: ModelInfo,
-        encoded: dict[str, tuple[npt.NDArray[Any], bytes | memoryview]],
+        encoded: dict[str, tuple[npt.NDArray[Any], str, bytes | memoryview]],  # array, datatype, bytes
         names: list[str],
         request_id: str,
         parameters: Parameters,
-    ) -> tuple[InferResult, str]:
-        specs = {t.name: t for t in info.inputs}
+    ) -> _Answer:
         batch = next(iter(encoded.values()))[0].shape[0] if info.max_batch_size > 0 else 1
         region: Region | None = None
         placements: dict[str, ShmRef] = {}
@@ -404,7 +409,7 @@ class AsyncClient:
         if self._use_shm(entry):
             out_sizes = output_bytes(info, names, batch) or {}
             in_sizes = {
-                n: (d.nbytes if isinstance(d, memoryview) else len(d)) for n, (_, d) in encoded.items()
+                n: (d.nbytes if isinstance(d, memoryview) else len(d)) for n, (_, _, d) in encoded.items()
             }
             total = layout("", out_sizes, layout("", in_sizes)[1])[1]
             # Below the threshold the copy into the region costs more than the bytes it keeps off the socket.
@@ -413,17 +418,15 @@ class AsyncClient:
                 start = time.perf_counter_ns()
                 placements, end = layout(region.name, in_sizes)
                 out_placements, _ = layout(region.name, out_sizes, end)
-                for name, (_, data) in encoded.items():
+                for name, (_, _, data) in encoded.items():
                     region.write(placements[name].offset, data)
                 shm_ns = time.perf_counter_ns() - start
         request = WireRequest(
             model=self.model,
             version=self.version,
             inputs=tuple(
-                WireInput(
-                    n, specs[n].datatype, tuple(a.shape), None if n in placements else d, placements.get(n)
-                )
-                for n, (a, d) in encoded.items()
+                WireInput(n, datatype, tuple(a.shape), None if n in placements else d, placements.get(n))
+                for n, (a, datatype, d) in encoded.items()
             ),
             outputs=tuple(WireOutputRequest(n, out_placements.get(n)) for n in names),
             request_id=request_id,
@@ -449,7 +452,5 @@ class AsyncClient:
             raise
         if region is not None and entry.shm is not None:
             entry.shm.release(region)
-        timing = CallTiming(
-            (response.serialize_ns + shm_ns) / 1e9, response.wait_ns / 1e9, decode_ns / 1e9, server=server
-        )
-        return InferResult(outputs, timing), entry.address
+        serialize_s = (response.serialize_ns + shm_ns) / 1e9
+        return outputs, serialize_s, response.wait_ns / 1e9, decode_ns / 1e9, server, entry.address

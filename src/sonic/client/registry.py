@@ -71,7 +71,8 @@ class ServerEntry:
     @property
     def healthy(self) -> bool:
         """Takes traffic: HEALTHY, or SUSPECT when nothing better is left."""
-        return self.health in {Health.HEALTHY, Health.SUSPECT}
+        health = self.health
+        return health is Health.HEALTHY or health is Health.SUSPECT  # no set built per call
 
     def describe(self) -> str:
         if self.health is Health.HEALTHY:
@@ -156,7 +157,7 @@ class ServerRegistry:
             self.prober.schedule(entry, now=True)
 
     def mark_ok(self, entry: ServerEntry) -> None:
-        """A call succeeded."""
+        """A call succeeded: nothing to do unless it was SUSPECT (the common case costs one compare)."""
         if entry.health is Health.SUSPECT:
             entry.health = Health.HEALTHY
             entry.down_reason = ""
@@ -166,6 +167,23 @@ class ServerRegistry:
 
     def _down_with(self, model: str) -> list[ServerEntry]:
         return [e for e in self.entries if not e.healthy and model in e.models]
+
+    def first_choice(self, model: str) -> ServerEntry | None:
+        """What :meth:`select` picks for a first try while some HEALTHY remote server has ``model`` and
+        none is SUSPECT, without a coroutine or lists (every call's path); None: ask :meth:`select`."""
+        chosen: ServerEntry | None = None
+        for entry in self.entries:
+            if entry.is_fallback or model not in entry.models:
+                continue
+            health = entry.health
+            if health is Health.SUSPECT:
+                return None  # rare: select's full order (preferred, then HEALTHY first) decides
+            if health is Health.HEALTHY and (
+                chosen is None
+                or (not entry.preferred, entry.outstanding) < (not chosen.preferred, chosen.outstanding)
+            ):
+                chosen = entry
+        return chosen
 
     async def select(self, model: str, avoid: set[ServerEntry], allow_fallback: bool = True) -> ServerEntry:
         """The server for the next try of a call of ``model``, in this order: a healthy remote server

@@ -50,7 +50,9 @@ async def with_retries(
             if retry_on is not None and retry_on.healthy:
                 entry = retry_on
             else:
-                entry = await registry.select(model, avoid)
+                # A first try on a healthy server is picked without a coroutine (every call does it).
+                chosen = None if index else registry.first_choice(model)
+                entry = chosen or await registry.select(model, avoid)
         except NoServerError as exc:
             if not attempts:
                 raise
@@ -89,9 +91,10 @@ async def _model_moved(
     model: str, config: ClientConfig, registry: ServerRegistry, entry: ServerEntry, exc: ClientError
 ) -> bool:
     """NOT_FOUND, or UNAVAILABLE while another server has it, for a model ``entry`` listed: read its
-    model list again; True when the model is gone from it (the retry goes elsewhere)."""
+    model list again; True when the model is gone from it (the retry goes elsewhere), also when a
+    concurrent call's refresh already found it gone."""
     status = getattr(exc, "status", "")
-    if model not in entry.models or entry.is_fallback:
+    if entry.is_fallback:
         return False
     if status == "UNAVAILABLE" and isinstance(exc, ConnectionLostError):
         return False
@@ -99,6 +102,9 @@ async def _model_moved(
         return False  # nowhere else to go: retry here (a model being reloaded comes back)
     if status not in {"NOT_FOUND", "UNAVAILABLE"}:
         return False
+    if model not in entry.models:
+        # It listed the model when this try was sent there: a concurrent call's refresh found it gone.
+        return True
     now = asyncio.get_running_loop().time()
     if status == "UNAVAILABLE" and now - entry.probed_at < config.probe_backoff_s:
         return False  # an overloaded server answers UNAVAILABLE often: its list is read at most this often

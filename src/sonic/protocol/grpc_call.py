@@ -115,10 +115,15 @@ def status_block(status: str, message: str, *, trailers_only: bool) -> bytes:
     return encode_headers(headers)
 
 
+_OK = ("OK", "")
+
+
 def trailers_status(trailers: Headers) -> tuple[str, str]:
     """(status name, message) out of a response's trailers."""
     fields = dict(trailers)
     code = fields.get(b"grpc-status")
+    if code == b"0" and b"grpc-message" not in fields:
+        return _OK  # every successful call: nothing to parse or decode
     if code is None or not code.isdigit():
         return "UNKNOWN", f"no valid grpc-status in the trailers: {code!r}"
     number = int(code)

@@ -268,7 +268,7 @@ def decode_response(
     outputs = []
     for index, tensor in enumerate(head.outputs):
         payload: bytes | memoryview = raw[index] if index < len(raw) else b""
-        outputs.append(WireOutput(tensor.name, tensor.datatype, tuple(int(d) for d in tensor.shape), payload))
+        outputs.append(WireOutput(tensor.name, tensor.datatype, tuple(tensor.shape), payload))  # ints already
     return WireResponse(head.model_name, head.model_version, tuple(outputs), serialize_ns, wait_ns)
 
 

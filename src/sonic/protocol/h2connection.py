@@ -274,7 +274,8 @@ class Http2Core(Http2Control):
             start += 5
         if start > stop:
             raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "HEADERS padding longer than the frame")
-        self._check_block_size(stop - start)
+        if stop - start > self.limits.max_header_block_bytes:  # inline: twice per call
+            self._block_too_large()
         if flags & Flag.END_HEADERS:
             self._empty_frames = 0
             self._headers_done(stream_id, flags, bytes(payload[start:stop]))
@@ -284,10 +285,9 @@ class Http2Core(Http2Control):
             self._continuation = (stream_id, flags, bytearray(payload[start:stop]))
             self._continuations = 0
 
-    def _check_block_size(self, size: int) -> None:
-        if size > self.limits.max_header_block_bytes:
-            msg = f"header block of more than {self.limits.max_header_block_bytes} bytes"
-            raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, msg)
+    def _block_too_large(self) -> None:
+        msg = f"header block of more than {self.limits.max_header_block_bytes} bytes"
+        raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, msg)
 
     def _on_continuation(self, stream_id: int, flags: int, payload: memoryview) -> None:
         if self._continuation is None or self._continuation[0] != stream_id:
@@ -300,7 +300,8 @@ class Http2Core(Http2Control):
             self._count_empty_frame()
         block = self._continuation[2]
         block += payload
-        self._check_block_size(len(block))
+        if len(block) > self.limits.max_header_block_bytes:
+            self._block_too_large()
         if flags & Flag.END_HEADERS:
             first_flags = self._continuation[1]
             self._continuation = None

@@ -49,13 +49,14 @@ class ClosedStreams:
         self._reset_by_us: dict[int, bool] = {}
 
     def add(self, stream_id: int, *, reset_by_us: bool) -> None:
-        if stream_id in self._reset_by_us:
-            self._reset_by_us[stream_id] = self._reset_by_us[stream_id] or reset_by_us
+        known = self._reset_by_us.get(stream_id)  # one lookup: this runs for every stream
+        if known:
             return
-        self._order.append(stream_id)
         self._reset_by_us[stream_id] = reset_by_us
-        if len(self._order) > self._capacity:
-            del self._reset_by_us[self._order.popleft()]
+        if known is None:
+            self._order.append(stream_id)
+            if len(self._order) > self._capacity:
+                del self._reset_by_us[self._order.popleft()]
 
     def __contains__(self, stream_id: int) -> bool:
         return stream_id in self._reset_by_us

@@ -74,7 +74,10 @@ class Http2Output:
         """DATA as flow control allows, then (when given) the end of the stream: see Stream.trailers."""
         if stream.local_closed:
             return
-        stream.pending.extend(memoryview(piece).cast("B") for piece in data)
+        # Bytes views are bytes already; an array's view (format "f", ...) is cast to count bytes.
+        stream.pending.extend(
+            memoryview(piece) if isinstance(piece, bytes) else memoryview(piece).cast("B") for piece in data
+        )
         if trailers is not None:
             stream.trailers = trailers
         self._flush(stream)
@@ -109,8 +112,7 @@ class Http2Output:
             # The last DATA of a request carries END_STREAM itself, saving a frame.
             end = Flag.END_STREAM if not pending and stream.trailers == b"" else 0
             self._emit(frame_header(FrameType.DATA, end, stream.stream_id, size))
-            for piece in pieces:
-                self._emit(piece)
+            self._out += pieces  # after the header: the output is already announced
             if end:
                 stream.trailers = None
                 self._finish(stream)

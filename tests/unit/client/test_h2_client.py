@@ -241,3 +241,33 @@ async def test_large_requests_leave_in_bounded_batches() -> None:
     assert batches[1] == 2 * batch
     assert sent_data(transport, 1) == (grpc_message_prefix(len(body)) + body, True)
     assert not stream.call.future.done()
+
+
+async def test_one_timer_fails_each_call_at_its_own_deadline() -> None:
+    """Calls of mixed timeouts share the connection's one deadline timer: each fails at its own
+    deadline (a shorter one opened later re-arms it), answered calls and calls without one never do."""
+    connection, transport = await connect()
+
+    def timed(timeout_s: float | None) -> Stream:
+        body = b"request"
+        message: list[bytes | memoryview] = [grpc_message_prefix(len(body)), body]
+        return connection.open_call(b"", message, max_bytes=1 << 20, timeout_s=timeout_s)
+
+    long, short, middle, answered, endless = timed(30.0), timed(0.05), timed(0.2), timed(0.1), timed(None)
+    connection.data_received(response(answered.stream_id, b"in time"))
+    with pytest.raises(DeadlineExceededError, match=r"no response within 0\.05 s"):
+        await short.call.future
+    assert not middle.call.future.done()
+    with pytest.raises(DeadlineExceededError, match=r"no response within 0\.2 s"):
+        await middle.call.future
+    await asyncio.sleep(0)  # the RST_STREAMs leave on the next loop iteration
+    resets = {f[2] for f in written_frames(transport) if f[0] == FrameType.RST_STREAM}
+    assert resets == {short.stream_id, middle.stream_id}
+    assert bytes(await answered.call.future) == b"in time"
+    assert not long.call.future.done()
+    assert not endless.call.future.done()
+    connection.data_received(response(long.stream_id, b"late but within 30 s"))
+    assert bytes(await long.call.future) == b"late but within 30 s"
+    connection.connection_lost(None)
+    with pytest.raises(ConnectionLostError):
+        await endless.call.future

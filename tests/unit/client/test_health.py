@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from sonic.client import AsyncClient, ClientConfig, Health, RetriesExhaustedError
+from sonic.client import AsyncClient, ClientConfig, Health, InferResult, RetriesExhaustedError
 from sonic.client.health import JITTER, ProbePolicy
 from sonic.client.registry import ServerEntry
 from sonic.client.transport.memory import MemoryServer, MemoryTransport
@@ -123,6 +123,31 @@ def test_model_that_moved_is_found_on_another_server(
     client = asyncio.run(go())
     assert client.statistics.model_moved <= 1  # the first call after the unload learned it
     assert client.statistics.failed == 0
+
+
+def test_model_found_gone_by_a_concurrent_call_is_not_an_error(
+    transports: list[MemoryTransport], servers: list[MemoryServer]
+) -> None:
+    """A call in flight on a server whose model list another call refreshed meanwhile (the model was
+    unloaded there) gets NOT_FOUND: it is retried where the model is, never raised."""
+    config = ClientConfig(retry_backoff_s=0.001, retry_backoff_max_s=0.002, preferred_server="memory-0:1")
+
+    async def go() -> InferResult:
+        async with AsyncClient("double", config, transports=transports) as client:
+            await client.infer(_x())
+            servers[0].hold()
+            call = asyncio.create_task(client.infer_detailed(_x(3)))
+            while servers[0].in_flight == 0:  # noqa: ASYNC110  (wait until the held call arrived)
+                await asyncio.sleep(0)
+            del servers[0].models["double"]  # unloaded there, and seen so by another call's refresh:
+            assert client._registry is not None
+            await client._registry.refresh(_entry(client, "memory-0:1"), 1.0)
+            servers[0].release()
+            return await call
+
+    result = asyncio.run(go())
+    np.testing.assert_array_equal(result.outputs["OUTPUT0"], _x(3)["INPUT0"] * 2)
+    assert result.timing.servers == ("memory-1:1",)
 
 
 def test_model_gone_everywhere_names_each_server(

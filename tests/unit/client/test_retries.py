@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 from pathlib import Path
@@ -21,6 +22,8 @@ from sonic.client import (
     RetriesExhaustedError,
     SharedMemoryMode,
 )
+from sonic.client.health import Health
+from sonic.client.registry import ServerRegistry
 from sonic.client.transport.memory import CONNECTION_LOST, MemoryServer, MemoryTransport
 
 pytestmark = pytest.mark.unit
@@ -103,6 +106,34 @@ def test_least_outstanding_server_is_chosen(
     asyncio.run(go())
     assert len(servers[0].batch_sizes) == 1
     assert len(servers[1].batch_sizes) == 5
+
+
+def test_first_choice_is_what_select_picks_or_defers_to_it() -> None:
+    """The sync pick of every call's first try agrees with select() in every state of three servers:
+    health, preferred flag, requests in flight, whether each has the model."""
+    transports = [MemoryTransport(MemoryServer(f"memory-{i}:1", {})) for i in range(3)]
+    registry = ServerRegistry(transports, control_timeout_s=1.0, preferred_server="memory-1:1")
+    states = [(h, n, has) for h in Health for n in (0, 1) for has in (True, False)]
+    picked = deferred = 0
+
+    async def check() -> None:
+        nonlocal picked, deferred
+        for combination in itertools.product(states, repeat=len(registry.entries)):
+            for entry, (health, outstanding, has) in zip(registry.entries, combination, strict=True):
+                entry.health, entry.outstanding = health, outstanding
+                entry.models = {"double"} if has else set()
+            candidates = [e for e in registry.entries if e.healthy and "double" in e.models]
+            chosen = registry.first_choice("double")
+            if chosen is None:
+                deferred += 1
+                assert not candidates or any(e.health is Health.SUSPECT for e in candidates)
+            else:
+                picked += 1
+                assert chosen is await registry.select("double", set())
+
+    asyncio.run(check())
+    assert picked
+    assert deferred
 
 
 def test_server_dying_mid_job_requests_answered_once_elsewhere(

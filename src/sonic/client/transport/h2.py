@@ -21,7 +21,6 @@ from typing import Any
 from sonic.client.config import Compression, TlsConfig
 from sonic.client.errors import (
     ConnectionLostError,
-    DeadlineExceededError,
     ResourceExhaustedError,
     error_for_status,
 )
@@ -38,12 +37,13 @@ from sonic.protocol.grpc_call import (
 )
 from sonic.protocol.grpc_codec import decode_response, encode_request, split_response
 from sonic.protocol.h2limits import CLIENT_LIMITS
-from sonic.protocol.http2 import Stream, encode_headers
+from sonic.protocol.http2 import encode_headers
 from sonic.protocol.types import WireRequest, WireResponse
 from sonic.protocol.wire import MAX_MESSAGE_BYTES, SERVICE_PATH, parts_size
 
 # Responses inflate to at most this much (a compressed answer is the server's promise about nothing).
 MAX_DECOMPRESSED_BYTES = 1 << 30
+MAX_CACHED_BLOCKS = 64  # header blocks kept per transport (by method, compression and timeout)
 
 
 def tls_context(tls: TlsConfig) -> ssl.SSLContext:
@@ -83,7 +83,6 @@ class NativeTransport(GrpcCalls):
         )
         self._message_limits = MessageLimits(MAX_MESSAGE_BYTES, max_decompressed_bytes)
         self._timeout_s = default_timeout_s
-        self._default_timeout_header = b""
         self._control_timeout_s = control_timeout_s
         headers = [
             (b":method", b"POST"),
@@ -98,7 +97,7 @@ class NativeTransport(GrpcCalls):
         if token:
             headers.append((b"authorization", f"Bearer {token}".encode()))
         self._headers = headers
-        self._blocks: dict[tuple[str, bool], bytes] = {}
+        self._blocks: dict[tuple[str, bool, float | None], bytes] = {}
         self._compression_header = (b"grpc-encoding", compression.value.encode())
         self._connection: ClientConnection | None = None
         self._connect_lock: asyncio.Lock | None = None
@@ -136,9 +135,10 @@ class NativeTransport(GrpcCalls):
             self._connection = connection
             return connection
 
-    def _block(self, method: str, compressed: bool) -> bytes:
-        """The request's header block: built once per method, as the server's HPACK memo likes it."""
-        key = (method, compressed)
+    def _block(self, method: str, compressed: bool, timeout_s: float | None) -> bytes:
+        """The request's header block: built once per method and timeout (every call has the default
+        deadline by default), as the server's HPACK memo likes it."""
+        key = (method, compressed, timeout_s)
         block = self._blocks.get(key)
         if block is None:
             headers = [
@@ -146,7 +146,11 @@ class NativeTransport(GrpcCalls):
             ]
             if compressed:
                 headers.append(self._compression_header)
-            block = self._blocks[key] = encode_headers(headers)
+            block = encode_headers(headers)
+            if timeout_s is not None:
+                block += encode_headers([(b"grpc-timeout", format_grpc_timeout(timeout_s))])
+            if len(self._blocks) < MAX_CACHED_BLOCKS:  # per-request timeouts may all differ
+                self._blocks[key] = block
         return block
 
     async def _unary(
@@ -162,50 +166,24 @@ class NativeTransport(GrpcCalls):
             message = [grpc_message_prefix(len(data), compressed=True), data]
         else:
             message.insert(0, grpc_message_prefix(size))
-        block = self._block(method, compressed)
-        if timeout_s is not None:
-            block += self._timeout_header(timeout_s)
+        block = self._block(method, compressed, timeout_s)
         connection = self._connection
         if connection is None or connection.closing:
             connection = await self._connect()
         if connection.full:
             await connection.wait_for_room()
-        stream = connection.open_call(block, message, MAX_MESSAGE_BYTES)
-        timer = None
-        if timeout_s is not None:
-            timer = asyncio.get_running_loop().call_later(
-                timeout_s, self._expire, connection, stream, timeout_s
-            )
+        stream = connection.open_call(block, message, MAX_MESSAGE_BYTES, timeout_s)
         try:
             response: bytes | bytearray | memoryview = await stream.call.future
         except asyncio.CancelledError:
             connection.cancel(stream, None)  # the caller gave up: the server stops too
             raise
-        finally:
-            if timer is not None:
-                timer.cancel()
         if not stream.call.compressed:
             return response
         try:
             return await decompress(response, stream.call.encoding, self._message_limits)
         except GrpcError as exc:
             raise error_for_status(exc.status, exc.message, self.address) from None
-
-    def _timeout_header(self, timeout_s: float) -> bytes:
-        """``grpc-timeout``, encoded once for the default deadline (every call has one by default)."""
-        if timeout_s == self._timeout_s and self._default_timeout_header:
-            return self._default_timeout_header
-        encoded = encode_headers([(b"grpc-timeout", format_grpc_timeout(timeout_s))])
-        if timeout_s == self._timeout_s:
-            self._default_timeout_header = encoded
-        return encoded
-
-    def _expire(self, connection: ClientConnection, stream: Stream, timeout_s: float) -> None:
-        """The deadline passed: the error is made only now, not for every call."""
-        error = DeadlineExceededError(
-            f"no response within {timeout_s} s", status="DEADLINE_EXCEEDED", server=self.address
-        )
-        connection.cancel(stream, error)
 
     async def raw_call(self, method: str, message: bytes, timeout_s: float | None) -> bytes | memoryview:
         """One call with an already serialized request (``sonic perf`` sends the same bytes many times)."""

@@ -7,14 +7,27 @@ The frame handling, flow control, limits and HPACK memo shared with our server a
 its message as flow control allows, END_STREAM on the last DATA) and ends when the server's trailers
 arrive; its future then holds the one response message (still compressed when ``call.compressed``: the
 transport inflates it, bounded and off the loop) or one of our error types.
+
+Deadlines: every call has one by default, so a timer handle per call (made, pushed on the loop's heap,
+cancelled) was a visible part of a small call's cost. Instead the connection keeps one timer, armed at
+the earliest deadline it knows of; when it fires, the calls past their deadline fail with
+DEADLINE_EXCEEDED and it is armed again for the earliest one left. A call then only stores its deadline
+(and re-arms the timer when its deadline is the earliest, which calls of one timeout never are).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 
-from sonic.client.errors import ClientError, ConnectionLostError, DrainedError, error_for_status
+from sonic.client.errors import (
+    ClientError,
+    ConnectionLostError,
+    DeadlineExceededError,
+    DrainedError,
+    error_for_status,
+)
 from sonic.protocol import grpc_call
 from sonic.protocol.grpc_call import GrpcError, reset_status, trailers_status
 from sonic.protocol.h2asyncio import Http2Protocol
@@ -47,14 +60,22 @@ class MessageReader(grpc_call.MessageReader):
 class Call:
     """One unary call: the future its caller awaits and what has arrived so far."""
 
-    __slots__ = ("compressed", "future", "headers", "message", "reader")
+    __slots__ = ("compressed", "deadline", "future", "headers", "message", "reader", "timeout_s")
 
-    def __init__(self, future: asyncio.Future[bytes | bytearray | memoryview], max_bytes: int) -> None:
+    def __init__(
+        self,
+        future: asyncio.Future[bytes | bytearray | memoryview],
+        max_bytes: int,
+        timeout_s: float | None,
+        deadline: float,
+    ) -> None:
         self.future = future
         self.reader = MessageReader(max_bytes)
         self.headers: Headers | None = None  # the response headers, once they came
         self.message: bytes | bytearray | memoryview | None = None
         self.compressed = False  # the message is compressed with the response's grpc-encoding
+        self.timeout_s = timeout_s
+        self.deadline = deadline  # loop time; inf without a timeout
 
     @property
     def encoding(self) -> str | None:
@@ -74,6 +95,8 @@ class ClientConnection(Http2Protocol):
         self._gone = False  # the socket is closed: streams still open were lost with it
         self._draining = False  # a graceful GOAWAY came: calls lost from now on were cut off by a drain
         self._room: deque[asyncio.Future[None]] = deque()  # calls waiting for MAX_CONCURRENT_STREAMS
+        self._deadline_timer: asyncio.TimerHandle | None = None  # at the earliest deadline of a call
+        self._deadline_at = math.inf
 
     # --- calls --------------------------------------------------------------------------------------
 
@@ -91,8 +114,15 @@ class ClientConnection(Http2Protocol):
             msg = "the connection closed while the call waited for a stream"
             raise self._lost(msg)
 
-    def open_call(self, block: bytes, message: list[bytes | memoryview], max_bytes: int) -> Stream:
-        """A new stream: HEADERS ``block``, then ``message`` with END_STREAM. ``stream.call`` is its Call."""
+    def open_call(
+        self,
+        block: bytes,
+        message: list[bytes | memoryview],
+        max_bytes: int,
+        timeout_s: float | None = None,
+    ) -> Stream:
+        """A new stream: HEADERS ``block``, then ``message`` with END_STREAM. ``stream.call`` is its Call,
+        failed with DEADLINE_EXCEEDED (and the stream cancelled) if no answer comes within ``timeout_s``."""
         if self.closing:
             msg = "the connection is closing"
             raise self._lost(msg)
@@ -104,7 +134,10 @@ class ClientConnection(Http2Protocol):
         self._next_stream_id += 2
         self._last_stream_id = stream_id
         stream = Stream(stream_id)
-        stream.call = Call(self._loop.create_future(), max_bytes)
+        deadline = math.inf if timeout_s is None else self._loop.time() + timeout_s
+        stream.call = Call(self._loop.create_future(), max_bytes, timeout_s, deadline)
+        if deadline < self._deadline_at:
+            self._arm_deadline_timer(deadline)
         self.streams[stream_id] = stream
         self._emit_header_block(stream_id, block, end_stream=False)
         self.respond(stream, message, trailers=b"")
@@ -117,6 +150,32 @@ class ClientConnection(Http2Protocol):
         future = stream.call.future
         if error is not None and not future.done():
             future.set_exception(error)
+
+    def _arm_deadline_timer(self, deadline: float) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+        self._deadline_at = deadline
+        self._deadline_timer = self._loop.call_at(deadline, self._expire_calls)
+
+    def _expire_calls(self) -> None:
+        """The earliest deadline came: fail the calls past theirs, arm the timer for the next one.
+        One walk over the open calls per firing (they are few: the server's MAX_CONCURRENT_STREAMS)."""
+        self._deadline_timer, self._deadline_at = None, math.inf
+        now = self._loop.time()
+        following = math.inf
+        for stream in list(self.streams.values()):
+            call: Call = stream.call
+            if call.future.done():
+                continue
+            if call.deadline <= now:
+                error = DeadlineExceededError(
+                    f"no response within {call.timeout_s} s", status="DEADLINE_EXCEEDED", server=self.address
+                )
+                self.cancel(stream, error)
+            else:
+                following = min(following, call.deadline)
+        if following < math.inf:
+            self._arm_deadline_timer(following)
 
     def close(self) -> None:
         self._close()
@@ -134,6 +193,9 @@ class ClientConnection(Http2Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = self._gone = True
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer, self._deadline_at = None, math.inf
         super().connection_lost(exc)  # every open stream: stream_reset, as reset_code is 0
         self._wake_all()
 
