@@ -23,6 +23,8 @@ SLOW_BATCHING = """
 max_batch_size: 64
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 512 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 512 ] } ]
+# One instance: requests must queue behind a slow batch (onnxruntime CPU groups default to two).
+instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
 CHECKSUM_AGENT = """
