@@ -36,10 +36,18 @@ def main() -> None:
     )
     parser.add_argument("--tree", action="append", required=True, help="NAME=PATH of a src/ folder")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument(
+        "--instances", type=int, default=0, help="instances per model for every tree (0: each tree's default)"
+    )
     args = parser.parse_args()
     steady_malloc()  # this process is the load generator: see benchmarks.common.steady_malloc
     trees = dict(item.split("=", 1) for item in args.tree)
     repository = write_test_repository(Path(tempfile.mkdtemp(prefix="sonic-ab-")), "sonic")
+    if args.instances:  # trees whose defaults differ (one or two onnxruntime CPU instances) compare alike
+        for name in ("identity", "identity_large"):
+            config = repository / name / "config.pbtxt"
+            group = f"instance_group [ {{ count: {args.instances} kind: KIND_CPU }} ]\n"
+            config.write_text(config.read_text() + group)
     small = infer_request_bytes("identity", {"INPUT0": np.ones((1, 16), np.float32)}, {"INPUT0": "FP32"})
     large_array = np.random.default_rng(0).random(LARGE_SHAPE, dtype=np.float32)
     large = infer_request_bytes("identity_large", {"INPUT0": large_array}, {"INPUT0": "FP32"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sonic.server.runtime.tensors import ALIGN_BYTES, concatenate
+from sonic.server.runtime.tensors import ALIGN_BYTES, ALIGN_MIN_BYTES, concatenate
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8, np.float16, np.bool_])
@@ -13,13 +13,19 @@ from sonic.server.runtime.tensors import ALIGN_BYTES, concatenate
 def test_concatenate_matches_numpy_and_is_aligned(dtype: type[np.generic], rows: tuple[int, ...]) -> None:
     rng = np.random.default_rng(len(rows))
     # Odd trailing sizes, so a 16-byte-aligned allocation would not be 64-byte aligned by chance.
-    parts = [(rng.random((n, 3, 5)) * 100).astype(dtype) for n in rows]
+    row = (37, ALIGN_MIN_BYTES // 37 + 3)  # odd sizes, one row alone past the aligning threshold
+    parts = [(rng.random((n, *row)) * 100).astype(dtype) for n in rows]
     merged = concatenate(parts)
     np.testing.assert_array_equal(merged, np.concatenate(parts))
     assert merged.dtype == dtype
     assert merged.ctypes.data % ALIGN_BYTES == 0
     assert merged.flags.c_contiguous
     assert merged.flags.writeable
+
+
+def test_small_merges_are_plain_concatenations() -> None:
+    parts = [np.arange(16, dtype=np.float32).reshape(1, 16), np.ones((2, 16), np.float32)]
+    np.testing.assert_array_equal(concatenate(parts), np.concatenate(parts))
 
 
 def test_concatenate_bytes_tensors_stay_objects() -> None:
