@@ -19,6 +19,8 @@ backend: "onnxruntime"
 max_batch_size: 64
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 512 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 512 ] } ]
+# One instance: the tests count one execution at a time (onnxruntime CPU groups default to two).
+instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
 VARIABLE_CONFIG = """
