@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
 
 from benchmarks.common import (
     infer_request_bytes,
@@ -25,6 +27,7 @@ from benchmarks.common import (
     steady_malloc,
 )
 from sonic.launch import ServerProcess
+from sonic.protocol.model_config import parse_config_text
 from sonic.testing.repository import write_test_repository
 
 LARGE_SHAPE = (1693, 48, 48, 1)
@@ -43,11 +46,13 @@ def main() -> None:
     steady_malloc()  # this process is the load generator: see benchmarks.common.steady_malloc
     trees = dict(item.split("=", 1) for item in args.tree)
     repository = write_test_repository(Path(tempfile.mkdtemp(prefix="sonic-ab-")), "sonic")
-    if args.instances:  # trees whose defaults differ (one or two onnxruntime CPU instances) compare alike
+    if args.instances:  # every tree runs the same instance count, whatever its defaults
         for name in ("identity", "identity_large"):
-            config = repository / name / "config.pbtxt"
-            group = f"instance_group [ {{ count: {args.instances} kind: KIND_CPU }} ]\n"
-            config.write_text(config.read_text() + group)
+            path = repository / name / "config.pbtxt"
+            config = parse_config_text(path.read_text(), name)
+            config.ClearField("instance_group")
+            config.instance_group.add(count=args.instances, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
+            path.write_text(text_format.MessageToString(config))
     small = infer_request_bytes("identity", {"INPUT0": np.ones((1, 16), np.float32)}, {"INPUT0": "FP32"})
     large_array = np.random.default_rng(0).random(LARGE_SHAPE, dtype=np.float32)
     large = infer_request_bytes("identity_large", {"INPUT0": large_array}, {"INPUT0": "FP32"})
