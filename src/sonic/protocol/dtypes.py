@@ -8,6 +8,7 @@ bytes; every other type travels as the raw little-endian array. BF16 uses ``ml_d
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,7 +109,14 @@ def serialize_bytes_tensor(array: npt.NDArray[Any]) -> bytes:
     return b"".join(parts)
 
 
-def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, where: str) -> npt.NDArray[Any]:
+Where = str | Callable[[], str]  # names a tensor in errors; a callable is called only for an error
+
+
+def _text(where: Where) -> str:
+    return where() if callable(where) else where
+
+
+def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, where: Where) -> npt.NDArray[Any]:
     """Decode ``count`` length-prefixed elements; ``where`` names the tensor in errors."""
     view = memoryview(buffer)
     items = np.empty(count, dtype=np.object_)
@@ -116,27 +124,27 @@ def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, where: str)
     for index in range(count):
         if offset + 4 > len(view):
             raise InvalidArgumentError(
-                f"{where}: malformed BYTES data: element {index} of {count} has no 4-byte length prefix "
+                f"{_text(where)}: malformed BYTES data: element {index} of {count} has no 4-byte length prefix "
                 f"(buffer is {len(view)} bytes)"
             )
         (length,) = _LENGTH.unpack_from(view, offset)
         offset += 4
         if offset + length > len(view):
             raise InvalidArgumentError(
-                f"{where}: malformed BYTES data: element {index} declares {length} bytes but only "
+                f"{_text(where)}: malformed BYTES data: element {index} declares {length} bytes but only "
                 f"{len(view) - offset} remain"
             )
         items[index] = bytes(view[offset : offset + length])
         offset += length
     if offset != len(view):
         raise InvalidArgumentError(
-            f"{where}: malformed BYTES data: {len(view) - offset} bytes left over after {count} elements"
+            f"{_text(where)}: malformed BYTES data: {len(view) - offset} bytes left over after {count} elements"
         )
     return items
 
 
 def array_from_bytes(
-    buffer: bytes | memoryview, datatype: Datatype, shape: tuple[int, ...], where: str
+    buffer: bytes | memoryview, datatype: Datatype, shape: tuple[int, ...], where: Where
 ) -> npt.NDArray[Any]:
     """View request bytes as an array without copying (BYTES elements are decoded)."""
     count = element_count(shape)
@@ -145,7 +153,7 @@ def array_from_bytes(
     expected = count * datatype.numpy.itemsize
     if len(buffer) != expected:
         raise InvalidArgumentError(
-            f"{where}: unexpected total byte size {len(buffer)} for {datatype.name} shape {list(shape)}, "
+            f"{_text(where)}: unexpected total byte size {len(buffer)} for {datatype.name} shape {list(shape)}, "
             f"expecting {expected}"
         )
     return np.frombuffer(buffer, dtype=datatype.numpy).reshape(shape)

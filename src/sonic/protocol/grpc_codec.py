@@ -125,6 +125,18 @@ def _set_shm(parameters: Any, ref: ShmRef) -> None:
 # --- server side: requests in, responses out --------------------------------------------------------------
 
 
+class _ModelName:
+    """``model 'NAME'`` for error messages, quoted when formatted (most requests never format it)."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __str__(self) -> str:
+        return f"model {quote(self._name)}"
+
+
 def decode_infer_request(data: bytes | bytearray | memoryview, received_ns: int) -> InferRequest:
     """A serialized ``ModelInferRequest`` as our request type, tensor bytes left in place."""
     rest, raw = split_raw_contents(data)
@@ -132,8 +144,13 @@ def decode_infer_request(data: bytes | bytearray | memoryview, received_ns: int)
         head = service_pb2.ModelInferRequest.FromString(rest if isinstance(rest, bytes) else bytes(rest))
     except Exception as exc:  # noqa: BLE001  (protobuf's DecodeError and friends)
         raise InvalidArgumentError(f"malformed ModelInferRequest: {exc}") from None
-    model = f"model {quote(head.model_name)}"
-    shm = [_shm_ref(t.parameters, f"{model} input '{t.name}'") for t in head.inputs]
+    model = _ModelName(head.model_name)  # quoted only into an error message
+    shm = [
+        _shm_ref(t.parameters, f"{model} input '{t.name}'")
+        if "shared_memory_region" in t.parameters
+        else None
+        for t in head.inputs
+    ]
     # As in Triton, inputs in shared memory take no raw_input_contents entry.
     expected_raw = sum(ref is None for ref in shm)
     if raw and len(raw) != expected_raw:
@@ -144,7 +161,7 @@ def decode_infer_request(data: bytes | bytearray | memoryview, received_ns: int)
     inputs = []
     raw_index = 0
     for tensor, ref in zip(head.inputs, shm, strict=True):
-        shape = tuple(int(d) for d in tensor.shape)
+        shape = tuple(tensor.shape)  # protobuf's int64 values are Python ints already
         if ref is not None:
             inputs.append(InputTensor(tensor.name, tensor.datatype, shape, shm=ref))
             continue
@@ -165,11 +182,12 @@ def decode_infer_request(data: bytes | bytearray | memoryview, received_ns: int)
         request_id=head.id,
         outputs=[o.name for o in head.outputs] or None,
         received_ns=received_ns,
-        parameters=parameters_from_proto(head.parameters, model) if head.parameters else {},
+        parameters=parameters_from_proto(head.parameters, str(model)) if head.parameters else {},
         output_shm={
             o.name: ref
             for o in head.outputs
-            if (ref := _shm_ref(o.parameters, f"{model} output {quote(o.name)}")) is not None
+            if "shared_memory_region" in o.parameters
+            and (ref := _shm_ref(o.parameters, f"{model} output {quote(o.name)}")) is not None
         },
     )
 

@@ -101,31 +101,34 @@ class ModelVersion:
         return f"{rid}model '{self.name}' version {self.version} input {quote(tensor)}"
 
     def _decode_input(self, request: InferRequest, tensor: InputTensor) -> npt.NDArray[Any]:
-        where = self._where(request, tensor.name)
+
+        def where() -> str:  # built only for an error: this runs for every input of every request
+            return self._where(request, tensor.name)
+
         spec = self.spec.inputs.get(tensor.name)
         if spec is None:
             raise InvalidArgumentError(
-                f"{where}: unexpected inference input {quote(tensor.name)} for model '{self.name}', "
+                f"{where()}: unexpected inference input {quote(tensor.name)} for model '{self.name}', "
                 f"expected one of {sorted(self.spec.inputs)}"
             )
         if tensor.datatype != spec.datatype.name:
             raise InvalidArgumentError(
-                f"{where}: inference input {quote(tensor.name)} data-type is {quote(tensor.datatype)}, but model "
+                f"{where()}: inference input {quote(tensor.name)} data-type is {quote(tensor.datatype)}, but model "
                 f"'{self.name}' expects '{spec.datatype.name}'"
             )
         shape = tensor.shape
         if any(d < 0 for d in shape):
-            raise InvalidArgumentError(f"{where}: shape {list(shape)} has a negative dimension")
+            raise InvalidArgumentError(f"{where()}: shape {list(shape)} has a negative dimension")
         expected = [-1, *spec.dims] if self.spec.batched else list(spec.dims)
         if len(shape) != len(expected):
             raise InvalidArgumentError(
-                f"{where}: unexpected shape for input {quote(tensor.name)} for model '{self.name}'. "
+                f"{where()}: unexpected shape for input {quote(tensor.name)} for model '{self.name}'. "
                 f"Expected {expected}, got {list(shape)}"
             )
         if self.spec.batched:
             if shape[0] < 1 or shape[0] > self.spec.max_batch_size:
                 raise InvalidArgumentError(
-                    f"{where}: inference request batch-size must be in 1..{self.spec.max_batch_size} "
+                    f"{where()}: inference request batch-size must be in 1..{self.spec.max_batch_size} "
                     f"for '{self.name}', got {shape[0]}"
                 )
             sample = shape[1:]
@@ -133,7 +136,7 @@ class ModelVersion:
             sample = shape
         if not _shape_matches(sample, spec.dims):
             raise InvalidArgumentError(
-                f"{where}: unexpected shape for input {quote(tensor.name)} for model '{self.name}'. "
+                f"{where()}: unexpected shape for input {quote(tensor.name)} for model '{self.name}'. "
                 f"Expected {expected}, got {list(shape)}"
             )
         if tensor.raw is not None:
@@ -142,10 +145,10 @@ class ModelVersion:
             array = tensor.array
             if tuple(array.shape) != shape:
                 raise InvalidArgumentError(
-                    f"{where}: data has shape {list(array.shape)}, declared {list(shape)}"
+                    f"{where()}: data has shape {list(array.shape)}, declared {list(shape)}"
                 )
         else:
-            raise InvalidArgumentError(f"{where}: input has no data")
+            raise InvalidArgumentError(f"{where()}: input has no data")
         if spec.model_dims != spec.dims:
             lead = shape[:1] if self.spec.batched else ()
             target = lead + spec.model_dims
@@ -153,7 +156,7 @@ class ModelVersion:
                 array = array.reshape(target)
             except ValueError:
                 raise InvalidArgumentError(
-                    f"{where}: shape {list(shape)} cannot be reshaped to the model's {list(target)}"
+                    f"{where()}: shape {list(shape)} cannot be reshaped to the model's {list(target)}"
                 ) from None
         return array
 
