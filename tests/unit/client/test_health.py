@@ -137,8 +137,7 @@ def test_model_found_gone_by_a_concurrent_call_is_not_an_error(
             await client.infer(_x())
             servers[0].hold()
             call = asyncio.create_task(client.infer_detailed(_x(3)))
-            while servers[0].in_flight == 0:  # noqa: ASYNC110  (wait until the held call arrived)
-                await asyncio.sleep(0)
+            await servers[0].until_in_flight(1)
             del servers[0].models["double"]  # unloaded there, and seen so by another call's refresh:
             assert client._registry is not None
             await client._registry.refresh(_entry(client, "memory-0:1"), 1.0)

@@ -43,6 +43,7 @@ class MemoryServer:
     parameters: list[dict[str, object]] = field(default_factory=list)  # of each request that ran
     in_flight: int = 0
     _open: asyncio.Event = field(default_factory=asyncio.Event)
+    _arrived: asyncio.Event = field(default_factory=asyncio.Event)  # set by each call that arrives
 
     def __post_init__(self) -> None:
         self._open.set()
@@ -56,6 +57,12 @@ class MemoryServer:
 
     def release(self) -> None:
         self._open.set()
+
+    async def until_in_flight(self, count: int) -> None:
+        """Return once ``count`` calls are in flight here (held ones stay in flight)."""
+        while self.in_flight < count:
+            self._arrived.clear()
+            await self._arrived.wait()
 
     def kill(self) -> None:
         self.dead = True
@@ -85,6 +92,7 @@ class MemoryServer:
     async def infer(self, request: WireRequest) -> WireResponse:
         self._check_alive()
         self.in_flight += 1
+        self._arrived.set()
         try:
             await self._open.wait()
             self._check_alive()

@@ -120,11 +120,7 @@ class TensorFlowBackend(Backend):
         options = config_pb2.CallableOptions()
         options.feed.extend(self._tensor(name).name for name in inputs)
         options.fetch.extend(self._tensor(name).name for name in output_names)
-        make = getattr(self._session, "_make_callable_from_options", None)
-        if make is None:  # a TensorFlow without it: the public, slower path
-            feeds = [self._tensor(name) for name in inputs]
-            return self._session.make_callable([self._tensor(name) for name in output_names], feed_list=feeds)
-        return make(options)
+        return self._session._make_callable_from_options(options)
 
     def execute(
         self, inputs: Mapping[str, npt.NDArray[Any]], output_names: Sequence[str]
