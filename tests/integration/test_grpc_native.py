@@ -53,30 +53,38 @@ def _raw_call(
     address: str, path: str, message: bytes, extra_headers: list[tuple[str, str]]
 ) -> dict[str, str]:
     """One gRPC call over a plain socket; returns the response's header fields (trailers included)."""
+    return _raw_calls(address, [(path, message, extra_headers)])[1]
+
+
+def _raw_calls(
+    address: str, calls: list[tuple[str, bytes, list[tuple[str, str]]]]
+) -> dict[int, dict[str, str]]:
+    """Calls on one connection over a plain socket, streams 1, 3, 5, ...; each stream's response header
+    fields (trailers included), once every call has ended."""
     host, port = address.rsplit(":", 1)
     encoder, decoder = hpack.Encoder(), hpack.Decoder()
-    headers = [
-        (":method", "POST"),
-        (":scheme", "http"),
-        (":path", path),
-        (":authority", address),
-        ("content-type", "application/grpc"),
-        ("te", "trailers"),
-        *extra_headers,
-    ]
-    request = b"".join(
-        [
-            PREFACE,
-            settings_frame({}),
-            frame(FrameType.HEADERS, Flag.END_HEADERS, 1, encoder.encode(headers)),
-            frame(FrameType.DATA, Flag.END_STREAM, 1, grpc_message_prefix(len(message)) + message),
+    request = [PREFACE, settings_frame({})]
+    for index, (path, message, extra_headers) in enumerate(calls):
+        headers = [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", path),
+            (":authority", address),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+            *extra_headers,
         ]
-    )
-    fields: dict[str, str] = {}
+        stream_id = 2 * index + 1
+        request.append(frame(FrameType.HEADERS, Flag.END_HEADERS, stream_id, encoder.encode(headers)))
+        request.append(
+            frame(FrameType.DATA, Flag.END_STREAM, stream_id, grpc_message_prefix(len(message)) + message)
+        )
+    fields: dict[int, dict[str, str]] = {}
+    ended: set[int] = set()
     with socket.create_connection((host, int(port)), timeout=30) as sock:
-        sock.sendall(request)
+        sock.sendall(b"".join(request))
         buffer = b""
-        while True:
+        while len(ended) < len(calls):
             chunk = sock.recv(65536)
             if not chunk:
                 break
@@ -87,10 +95,13 @@ def _raw_call(
                     break
                 frame_type, flags, stream_id = buffer[3], buffer[4], int.from_bytes(buffer[5:9], "big")
                 payload, buffer = buffer[9 : 9 + length], buffer[9 + length :]
-                if frame_type == FrameType.HEADERS and stream_id == 1:
-                    fields.update((n.decode(), v.decode()) for n, v in decoder.decode(payload, raw=True))
+                if frame_type == FrameType.HEADERS and stream_id % 2 == 1:
+                    stream_fields = fields.setdefault(stream_id, {})
+                    stream_fields.update(
+                        (n.decode(), v.decode()) for n, v in decoder.decode(payload, raw=True)
+                    )
                     if flags & Flag.END_STREAM:
-                        return fields
+                        ended.add(stream_id)
     return fields
 
 
@@ -113,6 +124,28 @@ def test_server_ends_calls_at_their_deadline_and_keeps_serving(native_server: Se
         native_server.grpc_address, "/inference.GRPCInferenceService/ModelInfer", _slow_request(), []
     )
     assert ok["grpc-status"] == "0"
+
+
+def test_calls_on_one_connection_keep_their_own_deadlines(native_server: ServerProcess) -> None:
+    """The connection's one deadline timer: a later call with an earlier deadline moves it forward, and
+    after it fires the calls with later deadlines (or none) go on to their answers."""
+    path = "/inference.GRPCInferenceService/ModelInfer"
+    fields = _raw_calls(
+        native_server.grpc_address,
+        [
+            (path, _slow_request(), [("grpc-timeout", "60S")]),
+            (path, _slow_request(), [("grpc-timeout", "1u")]),
+            (path, _slow_request(), []),
+            (path, _slow_request(), [("grpc-timeout", "2n")]),
+        ],
+    )
+    deadline_exceeded = str(grpc.StatusCode.DEADLINE_EXCEEDED.value[0])
+    assert [fields[stream_id]["grpc-status"] for stream_id in (1, 3, 5, 7)] == [
+        "0",
+        deadline_exceeded,
+        "0",
+        deadline_exceeded,
+    ]
 
 
 def test_malformed_deadline_and_unknown_method(native_server: ServerProcess) -> None:

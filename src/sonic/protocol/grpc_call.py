@@ -73,16 +73,17 @@ class MessageLimits:
 # --- grpc-timeout and grpc-message --------------------------------------------------------------------
 
 _TIMEOUT_UNITS_S = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+_TIMEOUT_UNIT_BYTES_S = {unit.encode("ascii"): seconds for unit, seconds in _TIMEOUT_UNITS_S.items()}
 
 
 def parse_grpc_timeout(value: bytes) -> float:
     """``grpc-timeout`` (e.g. ``100m``) in seconds; ValueError when malformed."""
-    text = value.decode("ascii")
-    digits, unit = text[:-1], text[-1:]
-    if not digits.isdigit() or len(digits) > 8 or unit not in _TIMEOUT_UNITS_S:
+    digits, unit_s = value[:-1], _TIMEOUT_UNIT_BYTES_S.get(value[-1:])
+    if unit_s is None or not digits.isdigit() or len(digits) > 8:
+        text = value.decode("ascii", errors="backslashreplace")
         msg = f"malformed grpc-timeout {text!r}: expected up to 8 digits and one of H M S m u n"
         raise ValueError(msg)
-    return int(digits) * _TIMEOUT_UNITS_S[unit]
+    return int(digits) * unit_s
 
 
 def format_grpc_timeout(seconds: float) -> bytes:

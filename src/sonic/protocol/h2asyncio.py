@@ -2,7 +2,8 @@
 
 It owns what the core must not: the transport, the event loop and its clock. Received bytes go to
 :meth:`~Http2Core.receive_data`; queued output leaves in one ``writelines`` per loop iteration
-(scheduled by the core's ``_output_ready``); the core's deadline is one timer handle; the transport's
+(scheduled by the core's ``_output_ready``); the core's deadline is one timer handle, and the calls'
+deadlines (gRPC's ``grpc-timeout``) share one more, armed at the earliest; the transport's
 high-water mark holds our output in the core (DATA in its streams, the rest in the queue), where a
 peer that does not read runs into ``max_queued_control_frames`` instead of growing our memory.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from typing import cast
 
 from sonic.protocol.h2connection import Http2Core
@@ -32,6 +34,8 @@ class Http2Protocol(Http2Core, asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._deadline_timer: asyncio.TimerHandle | None = None  # at the earliest call deadline watched
+        self._deadline_at = math.inf
         self._write_scheduled = False
         self.closed = asyncio.Event()
 
@@ -53,6 +57,7 @@ class Http2Protocol(Http2Core, asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._disarm_deadline()
         self.transport_lost()
         self.closed.set()
 
@@ -101,6 +106,34 @@ class Http2Protocol(Http2Core, asyncio.Protocol):
         self.on_timer(self._loop.time())
         if not self.close_wanted:
             self._arm_timer()
+
+    # --- call deadlines -----------------------------------------------------------------------------
+    # One timer per connection, not one per call: a TimerHandle made and cancelled per call was a
+    # measurable share of a small request's cost. A call only stores its deadline; the timer fires at
+    # the earliest one watched, and the role fails the calls past theirs in one walk over its streams
+    # (at most MAX_CONCURRENT_STREAMS), returning the next deadline to wait for.
+
+    def watch_deadline(self, deadline: float) -> None:
+        """A call must end by ``deadline`` (loop time): :meth:`deadlines_due` runs once it passed."""
+        if deadline < self._deadline_at:
+            self._disarm_deadline()
+            self._deadline_at = deadline
+            self._deadline_timer = self._loop.call_at(deadline, self._deadline_fired)
+
+    def deadlines_due(self, now: float) -> float:  # noqa: ARG002  (the roles' hook)
+        """End the calls whose deadline is at or before ``now``; the earliest deadline left (inf: none)."""
+        return math.inf
+
+    def _deadline_fired(self) -> None:
+        self._deadline_timer, self._deadline_at = None, math.inf
+        following = self.deadlines_due(self._loop.time())
+        if following < math.inf:
+            self.watch_deadline(following)
+
+    def _disarm_deadline(self) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer, self._deadline_at = None, math.inf
 
     # --- for the application ------------------------------------------------------------------------
 

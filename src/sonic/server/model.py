@@ -117,14 +117,18 @@ class ModelVersion:
                 f"'{self.name}' expects '{spec.datatype.name}'"
             )
         shape = tensor.shape
-        if any(d < 0 for d in shape):
+        if shape and min(shape) < 0:
             raise InvalidArgumentError(f"{where()}: shape {list(shape)} has a negative dimension")
-        expected = [-1, *spec.dims] if self.spec.batched else list(spec.dims)
-        if len(shape) != len(expected):
-            raise InvalidArgumentError(
+
+        def unexpected_shape() -> InvalidArgumentError:
+            expected = [-1, *spec.dims] if self.spec.batched else list(spec.dims)
+            return InvalidArgumentError(
                 f"{where()}: unexpected shape for input {quote(tensor.name)} for model '{self.name}'. "
                 f"Expected {expected}, got {list(shape)}"
             )
+
+        if len(shape) != len(spec.dims) + self.spec.batched:
+            raise unexpected_shape()
         if self.spec.batched:
             if shape[0] < 1 or shape[0] > self.spec.max_batch_size:
                 raise InvalidArgumentError(
@@ -134,11 +138,8 @@ class ModelVersion:
             sample = shape[1:]
         else:
             sample = shape
-        if not _shape_matches(sample, spec.dims):
-            raise InvalidArgumentError(
-                f"{where()}: unexpected shape for input {quote(tensor.name)} for model '{self.name}'. "
-                f"Expected {expected}, got {list(shape)}"
-            )
+        if sample != spec.dims and not _shape_matches(sample, spec.dims):
+            raise unexpected_shape()
         if tensor.raw is not None:
             array = dtypes.array_from_bytes(tensor.raw, spec.datatype, shape, where)
         elif tensor.array is not None:

@@ -9,8 +9,8 @@ arrive; its future then holds the one response message (still compressed when ``
 transport inflates it, bounded and off the loop) or one of our error types.
 
 Deadlines: every call has one by default, so a timer handle per call (made, pushed on the loop's heap,
-cancelled) was a visible part of a small call's cost. Instead the connection keeps one timer, armed at
-the earliest deadline it knows of; when it fires, the calls past their deadline fail with
+cancelled) was a visible part of a small call's cost. Instead the connection keeps one timer
+(:meth:`~sonic.protocol.h2asyncio.Http2Protocol.watch_deadline`), armed at the earliest deadline it knows of; when it fires, the calls past their deadline fail with
 DEADLINE_EXCEEDED and it is armed again for the earliest one left. A call then only stores its deadline
 (and re-arms the timer when its deadline is the earliest, which calls of one timeout never are).
 """
@@ -95,8 +95,6 @@ class ClientConnection(Http2Protocol):
         self._gone = False  # the socket is closed: streams still open were lost with it
         self._draining = False  # a graceful GOAWAY came: calls lost from now on were cut off by a drain
         self._room: deque[asyncio.Future[None]] = deque()  # calls waiting for MAX_CONCURRENT_STREAMS
-        self._deadline_timer: asyncio.TimerHandle | None = None  # at the earliest deadline of a call
-        self._deadline_at = math.inf
 
     # --- calls --------------------------------------------------------------------------------------
 
@@ -136,8 +134,7 @@ class ClientConnection(Http2Protocol):
         stream = Stream(stream_id)
         deadline = math.inf if timeout_s is None else self._loop.time() + timeout_s
         stream.call = Call(self._loop.create_future(), max_bytes, timeout_s, deadline)
-        if deadline < self._deadline_at:
-            self._arm_deadline_timer(deadline)
+        self.watch_deadline(deadline)
         self.streams[stream_id] = stream
         self._emit_header_block(stream_id, block, end_stream=False)
         self.respond(stream, message, trailers=b"")
@@ -151,17 +148,8 @@ class ClientConnection(Http2Protocol):
         if error is not None and not future.done():
             future.set_exception(error)
 
-    def _arm_deadline_timer(self, deadline: float) -> None:
-        if self._deadline_timer is not None:
-            self._deadline_timer.cancel()
-        self._deadline_at = deadline
-        self._deadline_timer = self._loop.call_at(deadline, self._expire_calls)
-
-    def _expire_calls(self) -> None:
-        """The earliest deadline came: fail the calls past theirs, arm the timer for the next one.
-        One walk over the open calls per firing (they are few: the server's MAX_CONCURRENT_STREAMS)."""
-        self._deadline_timer, self._deadline_at = None, math.inf
-        now = self._loop.time()
+    def deadlines_due(self, now: float) -> float:
+        """Fail the calls past their deadline (the server's MAX_CONCURRENT_STREAMS at most to walk)."""
         following = math.inf
         for stream in list(self.streams.values()):
             call: Call = stream.call
@@ -174,8 +162,7 @@ class ClientConnection(Http2Protocol):
                 self.cancel(stream, error)
             else:
                 following = min(following, call.deadline)
-        if following < math.inf:
-            self._arm_deadline_timer(following)
+        return following
 
     def close(self) -> None:
         self._close()
@@ -193,9 +180,6 @@ class ClientConnection(Http2Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = self._gone = True
-        if self._deadline_timer is not None:
-            self._deadline_timer.cancel()
-            self._deadline_timer, self._deadline_at = None, math.inf
         super().connection_lost(exc)  # every open stream: stream_reset, as reset_code is 0
         self._wake_all()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 from typing import Any
 
 import grpc
@@ -107,7 +108,7 @@ class Call:
         self.compressed = False
         self.encoding: str | None = None
         self.trace: dict[str, str] | None = None
-        self.deadline: asyncio.TimerHandle | None = None
+        self.deadline = math.inf  # loop time; the connection's one deadline timer watches it
         self.tasks: set[asyncio.Task[None]] = set()
         self.headers_sent = False
         self.input_done = False
@@ -167,8 +168,7 @@ class GrpcConnection(Http2Connection):
         call: Call | None = stream.call
         if call is None:
             return
-        if call.deadline is not None:
-            call.deadline.cancel()
+        call.deadline = math.inf
         for task in list(call.tasks):
             task.cancel()
 
@@ -205,7 +205,8 @@ class GrpcConnection(Http2Connection):
                 seconds = parse_grpc_timeout(timeout)
             except ValueError as exc:
                 raise CallError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
-            call.deadline = self._loop.call_later(seconds, self._expire, stream)
+            call.deadline = self._loop.time() + seconds
+            self.watch_deadline(call.deadline)
         return call
 
     async def _inflated(self, call: Call, message: bytes | memoryview) -> bytes | memoryview:
@@ -301,18 +302,25 @@ class GrpcConnection(Http2Connection):
             self.send_headers(stream, RESPONSE_HEADERS)
         self.respond(stream, [], TRAILERS_OK)
 
-    def _expire(self, stream: Stream) -> None:
-        call: Call | None = stream.call
-        if call is not None:
-            call.deadline = None
+    def deadlines_due(self, now: float) -> float:
+        """Calls past their ``grpc-timeout`` end with DEADLINE_EXCEEDED, their handlers cancelled."""
+        following = math.inf
+        for stream in list(self.streams.values()):
+            call: Call | None = stream.call
+            if call is None or stream.local_closed:
+                continue
+            if call.deadline > now:
+                following = min(following, call.deadline)
+                continue
+            call.deadline = math.inf
             for task in list(call.tasks):
                 task.cancel()
-        self._fail(stream, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            self._fail(stream, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        return following
 
-    def _cancel_deadline(self, call: Call) -> None:
-        if call.deadline is not None:
-            call.deadline.cancel()
-            call.deadline = None
+    @staticmethod
+    def _cancel_deadline(call: Call) -> None:
+        call.deadline = math.inf
 
     def _fail(self, stream: Stream, code: grpc.StatusCode, message: str) -> None:
         """End the call with ``code``: trailers-only when nothing was sent yet."""

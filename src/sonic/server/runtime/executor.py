@@ -66,29 +66,34 @@ class Executor:
         self._loop = loop
         self._on_finished = on_finished  # run on the loop; it calls collect()
         self._lock = threading.Lock()
-        self._arrived = threading.Condition(self._lock)
         self.queues = RequestQueues(len(policy.queue_policies))  # touch only inside locked()
-        self._waiting = 0  # instance threads waiting for requests
+        # Idle instance threads, each asleep on its own held lock; notify() releases one. At most one
+        # is woken and not yet looking at the queues: it takes what it can and wakes the next itself
+        # if requests remain, so a burst of arrivals does not wake threads that find nothing to do.
+        self._idle: list[threading.Lock] = []
+        self._woken = False
         self._closing = False
         self._sequence = 0
         self._finished: list[Execution] = []
         self._running: dict[int, list[WorkItem]] = {}  # batches taken and not yet finished, by sequence
         self._wake_pending = False
 
-    def locked(self) -> threading.Condition:
+    def locked(self) -> threading.Lock:
         """``with executor.locked():`` around any use of :attr:`queues` from the event loop."""
-        return self._arrived
+        return self._lock
 
     def notify(self) -> None:
         """Queues changed (call with the lock held): an instance waiting for requests looks again."""
-        if self._waiting:
-            self._arrived.notify()
+        if self._idle and not self._woken:
+            self._woken = True
+            self._idle.pop().release()
 
     def close(self) -> None:
         """Instances finish what is queued, then their serve loops end."""
         with self._lock:
             self._closing = True
-            self._arrived.notify_all()
+            while self._idle:
+                self._idle.pop().release()
 
     def running(self) -> list[WorkItem]:
         """The requests of the batches executing now."""
@@ -106,7 +111,9 @@ class Executor:
 
     def serve(self, instance: ModelInstance) -> None:
         """Take, run and hand back batches until closed and drained (the instance thread's job)."""
-        while (taken := self._take()) is not None:
+        waker = threading.Lock()
+        waker.acquire()  # held while this thread is idle; notify() releases it
+        while (taken := self._take(waker)) is not None:
             sequence, batch = taken
             result: BatchResult | None = None
             error: SonicError | None = None
@@ -120,7 +127,7 @@ class Executor:
                 error = InternalError(f"model '{self._model}' instance {instance.name} failed: {exc!r}")
             self._finish(Execution(sequence, batch, result, error))
 
-    def _take(self) -> tuple[int, list[WorkItem]] | None:
+    def _take(self, waker: threading.Lock) -> tuple[int, list[WorkItem]] | None:
         with self._lock:
             while True:
                 batch, deadline_ns = choose_batch(self._policy, self.queues, time.perf_counter_ns())
@@ -137,11 +144,17 @@ class Executor:
                 timeout_s = (
                     None if deadline_ns is None else max(0.0, (deadline_ns - time.perf_counter_ns()) / 1e9)
                 )
-                self._waiting += 1
+                self._idle.append(waker)
+                self._lock.release()
                 try:
-                    self._arrived.wait(timeout_s)
+                    waker.acquire(timeout=-1 if timeout_s is None else timeout_s)
                 finally:
-                    self._waiting -= 1
+                    self._lock.acquire()
+                if waker in self._idle:  # timed out (the batch delay ended) before anyone woke it
+                    self._idle.remove(waker)
+                else:  # woken: its lock was released under self._lock, so take it back for the next wait
+                    self._woken = False
+                    waker.acquire(blocking=False)
 
     def _finish(self, execution: Execution) -> None:
         with self._lock:
