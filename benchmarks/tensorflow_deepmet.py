@@ -13,7 +13,7 @@ of the 198 KB events come out of the same cores the direct side uses for the mod
 event is the figure for that case (how many events a server core runs per direct-run core).
 
 Usage: ``./dev bench tensorflow_deepmet [--seconds 5] [--concurrency 8] [--repeats 3]
-[--instances 0] [--intra-threads 0] [--transport native|grpcio]``.
+[--instances 0] [--intra-threads 0] [--inter-threads 0] [--transport native|grpcio]``.
 Writes ``benchmarks/results/tensorflow_deepmet.json``.
 """
 
@@ -56,7 +56,7 @@ def direct_backend(repo: Path) -> TensorFlowBackend:
     )
 
 
-def configure(repo: Path, instances: int, intra_threads: int) -> None:
+def configure(repo: Path, instances: int, intra_threads: int, inter_threads: int = 0) -> None:
     """The served and the direct side read the same config: same thread settings on both.
 
     ``instances`` 0 leaves the config's default: two instances for a TensorFlow CPU group, as Triton.
@@ -67,6 +67,8 @@ def configure(repo: Path, instances: int, intra_threads: int) -> None:
         text += f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]\n"
     if intra_threads:
         text += f'parameters {{ key: "TF_NUM_INTRA_THREADS" value {{ string_value: "{intra_threads}" }} }}\n'
+    if inter_threads:
+        text += f'parameters {{ key: "TF_NUM_INTER_THREADS" value {{ string_value: "{inter_threads}" }} }}\n'
     config.write_text(text)
 
 
@@ -77,6 +79,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--instances", type=int, default=0, help="served model instances (0: default, 2)")
     parser.add_argument("--intra-threads", type=int, default=0, help="TF_NUM_INTRA_THREADS (0: TF's default)")
+    parser.add_argument("--inter-threads", type=int, default=0, help="TF_NUM_INTER_THREADS (0: TF's default)")
     parser.add_argument("--transport", default="native", help="load generator: native (sonic's) or grpcio")
     args = parser.parse_args()
     event = deepmet.example_inputs(1, seed=5)
@@ -84,7 +87,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sonic-bench-tf-") as tmp:
         repo = Path(tmp)
         deepmet.write_repository(repo)
-        configure(repo, args.instances, args.intra_threads)
+        configure(repo, args.instances, args.intra_threads, args.inter_threads)
         backend = direct_backend(repo)
 
         def make() -> Callable[[], None]:

@@ -31,6 +31,14 @@ PLATFORM_TO_BACKEND = {
 }
 # The platform Triton writes into a loaded config for a backend named without one.
 BACKEND_TO_PLATFORM = {"onnxruntime": "onnxruntime_onnx", "pytorch": "pytorch_libtorch"}
+# The backend Triton writes into a loaded config for a platform named without one: both TensorFlow
+# platforms run on its one ``tensorflow`` backend (which also decides their default instance count).
+# PLATFORM_TO_BACKEND above picks our class instead: the TensorFlow platforms differ in file layout.
+PLATFORM_TO_TRITON_BACKEND = {
+    **PLATFORM_TO_BACKEND,
+    "tensorflow_graphdef": "tensorflow",
+    "tensorflow_savedmodel": "tensorflow",
+}
 
 
 _GROUP_KIND = model_config_pb2.ModelInstanceGroup
@@ -212,8 +220,8 @@ def fill_defaults(config: model_config_pb2.ModelConfig, *, default_filename: str
     """Fill what Triton fills in when it loads a model, so ModelConfig answers look the same."""
     if config.backend in BACKEND_TO_PLATFORM and not config.platform:
         config.platform = BACKEND_TO_PLATFORM[config.backend]
-    if config.platform in PLATFORM_TO_BACKEND and not config.backend and config.platform != "ensemble":
-        config.backend = PLATFORM_TO_BACKEND[config.platform]
+    if config.platform in PLATFORM_TO_TRITON_BACKEND and not config.backend and config.platform != "ensemble":
+        config.backend = PLATFORM_TO_TRITON_BACKEND[config.platform]
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
     if not config.instance_group:  # Triton's own group is named after the model, with no index

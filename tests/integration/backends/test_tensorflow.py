@@ -106,6 +106,10 @@ def test_savedmodel_by_signature_names(repository: Path, server: ServerProcess) 
         saved = infer(client, "deepmet_saved", inputs).as_numpy("output")
         config = client.get_model_config("deepmet_saved", as_json=True)["config"]
     assert config["platform"] == "tensorflow_savedmodel"
+    # As Triton fills a config that names only the platform: its one TensorFlow backend, and two CPU
+    # instances by default (SetDefaultInstanceCount counts TensorFlow in).
+    assert config["backend"] == "tensorflow"
+    assert [group["count"] for group in config["instance_group"]] == [2]
     np.testing.assert_allclose(saved, direct(repository, 1, inputs), rtol=1e-5)  # same weights as version 1
 
 
