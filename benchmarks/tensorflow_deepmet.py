@@ -1,7 +1,11 @@
 """Served vs direct throughput of the DeepMET-like TensorFlow GraphDef (concurrency 8).
 
-- served: ``--concurrency`` closed-loop gRPC callers (``benchmarks.common.grpc_load``, one event
-  per request, as CMSSW's DeepMET producer sends) against ``sonic serve`` with dynamic batching;
+- served over the socket: ``--concurrency`` closed-loop gRPC callers (``benchmarks.common.grpc_load``,
+  pre-encoded requests, one event per request, as CMSSW's DeepMET producer sends) against
+  ``sonic serve`` with the config's dynamic batching;
+- served through ``sonic.client``: ``--concurrency`` tasks calling ``AsyncClient.infer`` with the
+  client's defaults, which put the 198 KB of inputs in system shared memory for a server on this host
+  (what a job next to its local or fallback server does);
 - direct: ``--concurrency`` threads in this process calling the same graph through one TensorFlow
   session (what a framework-side integration would run), one event per call.
 
@@ -12,23 +16,35 @@ of the 198 KB events come out of the same cores the direct side uses for the mod
 ``served/direct`` is a lower bound for a server on its own machine; ``direct CPU / server CPU`` per
 event is the figure for that case (how many events a server core runs per direct-run core).
 
+``--no-merge`` drops the config's ``dynamic_batching`` (Triton's default scheduler: each request
+runs alone, as each direct call does). Called directly, this network costs more CPU per event in
+larger batches (its per-particle intermediates, 1.2 MB per event, leave the caches), so the flag
+shows whether the server's merging costs it (docs/benchmarks.md: it does not, served).
+
+``--direct-batches`` measures the direct side alone at several batch sizes and thread counts (events/s
+and CPU µs per event; the same total of events in flight where it can) and writes
+``tensorflow_deepmet-direct-batches.json`` instead.
+
 Usage: ``./dev bench tensorflow_deepmet [--seconds 5] [--concurrency 8] [--repeats 3]
-[--instances 0] [--intra-threads 0] [--inter-threads 0] [--transport native|grpcio]``.
-Writes ``benchmarks/results/tensorflow_deepmet.json``.
+[--instances 0] [--intra-threads 0] [--inter-threads 0] [--transport native|grpcio] [--no-merge]
+[--direct-batches]``. Writes ``benchmarks/results/tensorflow_deepmet.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.backends import run_threads
-from benchmarks.common import infer_request_bytes, load_with_cpu, machine, save
+from benchmarks.common import cpu_seconds, infer_request_bytes, load_with_cpu, machine, save
+from sonic.client import AsyncClient, ClientConfig
 from sonic.launch import ServerProcess
 from sonic.models import deepmet
 from sonic.protocol.model_config import parse_config_text, validate_config
@@ -56,13 +72,17 @@ def direct_backend(repo: Path) -> TensorFlowBackend:
     )
 
 
-def configure(repo: Path, instances: int, intra_threads: int, inter_threads: int = 0) -> None:
+def configure(
+    repo: Path, instances: int, intra_threads: int, inter_threads: int = 0, *, merge: bool = True
+) -> None:
     """The served and the direct side read the same config: same thread settings on both.
 
     ``instances`` 0 leaves the config's default: two instances for a TensorFlow CPU group, as Triton.
     """
     config = repo / "deepmet" / "config.pbtxt"
     text = config.read_text()
+    if not merge:
+        text = text.replace("dynamic_batching { }", "")
     if instances:
         text += f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]\n"
     if intra_threads:
@@ -81,13 +101,20 @@ def main() -> None:
     parser.add_argument("--intra-threads", type=int, default=0, help="TF_NUM_INTRA_THREADS (0: TF's default)")
     parser.add_argument("--inter-threads", type=int, default=0, help="TF_NUM_INTER_THREADS (0: TF's default)")
     parser.add_argument("--transport", default="native", help="load generator: native (sonic's) or grpcio")
+    parser.add_argument(
+        "--no-merge", action="store_true", help="no dynamic_batching: each request runs alone"
+    )
+    parser.add_argument("--direct-batches", action="store_true", help="direct side only, by batch size")
     args = parser.parse_args()
+    if args.direct_batches:
+        direct_batches(args)
+        return
     event = deepmet.example_inputs(1, seed=5)
     rounds: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="sonic-bench-tf-") as tmp:
         repo = Path(tmp)
         deepmet.write_repository(repo)
-        configure(repo, args.instances, args.intra_threads, args.inter_threads)
+        configure(repo, args.instances, args.intra_threads, args.inter_threads, merge=not args.no_merge)
         backend = direct_backend(repo)
 
         def make() -> Callable[[], None]:
@@ -111,6 +138,9 @@ def main() -> None:
                     transport=args.transport,
                 )
                 served = load.result.inferences_per_s
+                client = asyncio.run(
+                    client_load(server.grpc_address, server.pid, event, args.concurrency, args.seconds)
+                )
                 rounds.append(
                     {
                         "direct_per_s": direct,
@@ -120,6 +150,10 @@ def main() -> None:
                         "server_cpu_us_per_event": load.server_cpu_us_per_request,
                         "client_cpu_us_per_event": load.client_cpu_us_per_request,
                         "cpu_ratio": direct_cpu_us / load.server_cpu_us_per_request,
+                        "client_served_per_s": client.per_s,
+                        "client_ratio": client.per_s / direct,
+                        "client_server_cpu_us_per_event": client.server_cpu_us,
+                        "client_client_cpu_us_per_event": client.client_cpu_us,
                     }
                 )
                 print(_row(rounds[-1]), flush=True)
@@ -138,12 +172,89 @@ def main() -> None:
     )
 
 
+# (batch, threads): one event per call from 8 threads as the default run, then fewer, larger calls.
+DIRECT_SHAPES = ((1, 8), (1, 2), (2, 4), (4, 2), (4, 1), (8, 1), (16, 1))
+
+
+def direct_batches(args: argparse.Namespace) -> None:
+    """The direct side alone: events/s and CPU per event by batch size and calling threads."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="sonic-bench-tf-") as tmp:
+        repo = Path(tmp)
+        deepmet.write_repository(repo)
+        configure(repo, args.instances, args.intra_threads, args.inter_threads)
+        backend = direct_backend(repo)
+        for batch, threads in DIRECT_SHAPES:
+            inputs = deepmet.example_inputs(batch, seed=5)
+
+            def make(inputs: dict[str, Any] = inputs) -> Callable[[], None]:
+                def call() -> None:
+                    backend.execute(inputs, [OUTPUT])
+
+                return call
+
+            cpu = time.process_time()
+            calls = run_threads(threads, args.seconds, make)
+            events = calls * batch
+            row = {
+                "batch": batch,
+                "threads": threads,
+                "events_per_s": events,
+                "cpu_us_per_event": 1e6 * (time.process_time() - cpu) / (events * args.seconds),
+            }
+            rows.append(row)
+            print(
+                f"| batch {batch} x {threads} threads | {events:.0f} ev/s | {row['cpu_us_per_event']:.0f} µs CPU/ev |"
+            )
+        backend.close()
+    save("tensorflow_deepmet-direct-batches", {**vars(args), "rows": rows, **machine()})
+
+
+@dataclass(frozen=True)
+class ClientLoad:
+    per_s: float
+    server_cpu_us: float
+    client_cpu_us: float
+
+
+async def client_load(
+    address: str, pid: int, event: dict[str, Any], concurrency: int, seconds: float
+) -> ClientLoad:
+    """``concurrency`` tasks calling ``AsyncClient.infer`` (its defaults), one event a call, for ``seconds``
+    after one second of the same load; events/s and the CPU µs per event of the server and this process."""
+    async with AsyncClient("deepmet", ClientConfig(servers=(address,), max_in_flight=concurrency)) as client:
+        count = [0]
+
+        async def caller(until: float) -> None:
+            while time.perf_counter() < until:
+                await client.infer(event, outputs=[OUTPUT])
+                count[0] += 1
+
+        async def window(length_s: float) -> float:
+            count[0] = 0
+            begin = time.perf_counter()
+            await asyncio.gather(*(caller(begin + length_s) for _ in range(concurrency)))
+            return time.perf_counter() - begin
+
+        await window(1.0)  # connections, regions and the model's metadata: outside the count
+        server_before, client_before = cpu_seconds(pid), time.process_time()
+        elapsed = await window(seconds)
+        events = max(count[0], 1)
+        return ClientLoad(
+            per_s=events / elapsed,
+            server_cpu_us=1e6 * (cpu_seconds(pid) - server_before) / events,
+            client_cpu_us=1e6 * (time.process_time() - client_before) / events,
+        )
+
+
 def _row(r: dict[str, Any]) -> str:
     return (
         f"| direct {r['direct_per_s']:.0f} ev/s, {r['direct_cpu_us_per_event']:.0f} µs CPU/ev "
         f"| served {r['served_per_s']:.0f} ev/s, server {r['server_cpu_us_per_event']:.0f} + load generator "
         f"{r['client_cpu_us_per_event']:.0f} µs CPU/ev | served/direct {r['ratio']:.2f} "
-        f"| direct/server CPU per event {r['cpu_ratio']:.2f} |"
+        f"| direct/server CPU per event {r['cpu_ratio']:.2f} "
+        f"| sonic.client {r['client_served_per_s']:.0f} ev/s, server {r['client_server_cpu_us_per_event']:.0f} "
+        f"+ client {r['client_client_cpu_us_per_event']:.0f} µs CPU/ev, served/direct {r['client_ratio']:.2f} |"
     )
 
 
