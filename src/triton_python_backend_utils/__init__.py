@@ -6,6 +6,12 @@ their own unit tests, in an IDE, under mypy), and nothing global is patched at r
 implementation lives in :mod:`sonic.server.backends.pb_utils`.
 """
 
+from sonic.server.backends.pb_config import (
+    ModelConfig,
+    get_input_config_by_name,
+    get_output_config_by_name,
+    using_decoupled_model_transaction_policy,
+)
 from sonic.server.backends.pb_utils import (
     TRITON_STRING_TO_NUMPY,
     TRITONSERVER_REQUEST_FLAG_SEQUENCE_END,
@@ -17,20 +23,16 @@ from sonic.server.backends.pb_utils import (
     InferenceResponse,
     Logger,
     LogLevel,
-    ModelConfig,
     Tensor,
     TritonError,
     TritonModelException,
     deserialize_bytes_tensor,
-    get_input_config_by_name,
     get_input_tensor_by_name,
-    get_output_config_by_name,
     get_output_tensor_by_name,
     numpy_to_triton_type,
     serialize_byte_tensor,
     triton_string_to_numpy,
     triton_to_numpy_type,
-    using_decoupled_model_transaction_policy,
 )
 
 __all__ = [

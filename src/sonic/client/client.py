@@ -22,18 +22,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-import numpy.typing as npt
-
 from sonic.client import batching, checksum
 from sonic.client.batching import Parameters
 from sonic.client.cleanup import exit_cleanup
 from sonic.client.coalesce import Coalescer
 from sonic.client.config import ClientConfig, SharedMemoryMode
 from sonic.client.errors import (
-    ClientError,
     ClientStateError,
     ConnectionLostError,
-    TransientError,
 )
 from sonic.client.fallback import FallbackServer, SharedFallback
 from sonic.client.health import ProbePolicy
@@ -42,24 +38,19 @@ from sonic.client.results import (
     Arrays,
     CallTiming,
     InferResult,
-    decode_outputs,
-    output_bytes,
     verbose_log,
     verbose_summary,
 )
 from sonic.client.retries import with_retries
-from sonic.client.shm import Region, RegionPool, layout
 from sonic.client.stats import ClientStatistics
-from sonic.client.transport.base import ModelInfo, ServerTiming, Transport
+from sonic.client.transport.base import ModelInfo, Transport
 from sonic.client.transport.factory import open_transport
+from sonic.client.tries import Tries
 from sonic.client.zerocopy import ShmRequest, no_local_server, plan, region_bytes
-from sonic.protocol.types import ShmRef, WireInput, WireOutputRequest, WireRequest, WireResponse
+from sonic.protocol.types import WireRequest, WireResponse
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-# One try's answer: outputs, serialize/wait/deserialize seconds, verbose mode's server timing, the server.
-# Plain values: the caller makes the one CallTiming (a frozen dataclass costs a setattr per field).
-_Answer = tuple[Arrays, float, float, float, ServerTiming | None, str]
 
 
 class ClientState(enum.Enum):
@@ -102,6 +93,7 @@ class AsyncClient:
         self._fallback_address = ""
         self._coalescer: Coalescer | None = None
         self._ids = itertools.count()
+        self._tries = Tries(model, version, self.config)
 
     @classmethod
     def from_env(cls, model: str, *, version: str = "", **overrides: Any) -> Self:
@@ -318,7 +310,7 @@ class AsyncClient:
         assert self._in_flight is not None
         async with self._in_flight:
             (outputs, serialize_s, wait_s, deserialize_s, server, address), tries = await self._with_retries(
-                lambda entry: self._call(entry, info, encoded, names, request_id, parameters)
+                lambda entry: self._tries.call(entry, info, encoded, names, request_id, parameters)
             )
         timing = CallTiming(
             serialize_s + prepare_ns / 1e9, wait_s, deserialize_s, 1, tries, (address,), server
@@ -326,27 +318,6 @@ class AsyncClient:
         if server is not None:
             verbose_log.info("%s", verbose_summary(self.model, timing))
         return InferResult(outputs, timing)
-
-    def _use_shm(self, entry: ServerEntry) -> bool:
-        return (
-            self.config.shared_memory is not SharedMemoryMode.OFF
-            and entry.transport.is_local
-            and not entry.shm_refused
-        )
-
-    async def _region(self, entry: ServerEntry, size: int) -> Region | None:
-        """A registered region, or None when this server cannot use shared memory."""
-        if entry.shm is None:
-            entry.shm = RegionPool(entry.transport)
-        try:
-            return await entry.shm.acquire(size)
-        except TransientError:
-            raise
-        except (ClientError, OSError) as exc:
-            entry.shm_refused = True
-            level = logging.WARNING if self.config.shared_memory is SharedMemoryMode.SYSTEM else logging.INFO
-            log.log(level, "shared memory with %s not possible, using plain gRPC: %s", entry.address, exc)
-            return None
 
     async def shm_request(
         self, shapes: Mapping[str, Sequence[int]], outputs: Sequence[str] | None = None
@@ -363,9 +334,9 @@ class AsyncClient:
             msg = f"model '{self.model}': shared memory is off in this client's config (shared_memory='off')"
             raise ClientStateError(msg)
         size = region_bytes(inputs, out)
-        local = [e for e in registry.candidates(self.model) if self._use_shm(e)]
+        local = [e for e in registry.candidates(self.model) if self._tries.use_shm(e)]
         for entry in sorted(local, key=lambda e: e.outstanding):
-            region = await self._region(entry, size)
+            region = await self._tries.region(entry, size)
             if region is not None and entry.shm is not None:
 
                 async def send(request: WireRequest, entry: ServerEntry = entry) -> WireResponse:
@@ -391,66 +362,3 @@ class AsyncClient:
                 raise
             finally:
                 entry.outstanding -= 1
-
-    async def _call(
-        self,
-        entry: ServerEntry,
-        info: ModelInfo,
-        encoded: dict[str, tuple[npt.NDArray[Any], str, bytes | memoryview]],  # array, datatype, bytes
-        names: list[str],
-        request_id: str,
-        parameters: Parameters,
-    ) -> _Answer:
-        batch = next(iter(encoded.values()))[0].shape[0] if info.max_batch_size > 0 else 1
-        region: Region | None = None
-        placements: dict[str, ShmRef] = {}
-        out_placements: dict[str, ShmRef] = {}
-        shm_ns = 0
-        if self._use_shm(entry):
-            out_sizes = output_bytes(info, names, batch) or {}
-            in_sizes = {
-                n: (d.nbytes if isinstance(d, memoryview) else len(d)) for n, (_, _, d) in encoded.items()
-            }
-            total = layout("", out_sizes, layout("", in_sizes)[1])[1]
-            # Below the threshold the copy into the region costs more than the bytes it keeps off the socket.
-            region = await self._region(entry, total) if total >= self.config.shm_min_bytes else None
-            if region is not None:
-                start = time.perf_counter_ns()
-                placements, end = layout(region.name, in_sizes)
-                out_placements, _ = layout(region.name, out_sizes, end)
-                for name, (_, _, data) in encoded.items():
-                    region.write(placements[name].offset, data)
-                shm_ns = time.perf_counter_ns() - start
-        request = WireRequest(
-            model=self.model,
-            version=self.version,
-            inputs=tuple(
-                WireInput(n, datatype, tuple(a.shape), None if n in placements else d, placements.get(n))
-                for n, (a, datatype, d) in encoded.items()
-            ),
-            outputs=tuple(WireOutputRequest(n, out_placements.get(n)) for n in names),
-            request_id=request_id,
-            timeout_s=self.config.timeout_s,
-            parameters=parameters,
-        )
-        try:
-            before = (
-                await entry.transport.model_statistics(self.model, self.version)
-                if self.config.verbose
-                else None
-            )
-            response = await entry.transport.infer(request)
-            server = None
-            if before is not None:
-                server = await entry.transport.model_statistics(self.model, self.version) - before
-            start = time.perf_counter_ns()
-            outputs = decode_outputs(self.model, response, names, region, out_placements)
-            decode_ns = time.perf_counter_ns() - start
-        except BaseException:
-            if region is not None and entry.shm is not None:
-                await entry.shm.discard(region)  # the server may hold a stale view of it
-            raise
-        if region is not None and entry.shm is not None:
-            entry.shm.release(region)
-        serialize_s = (response.serialize_ns + shm_ns) / 1e9
-        return outputs, serialize_s, response.wait_ns / 1e9, decode_ns / 1e9, server, entry.address

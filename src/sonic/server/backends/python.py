@@ -43,7 +43,7 @@ from sonic.protocol.errors import (
 )
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import custom_parameters
-from sonic.server.backends import pb_utils
+from sonic.server.backends import pb_config, pb_utils
 from sonic.server.backends.base import InstanceContext, Request, RequestBackend
 
 log = logging.getLogger(__name__)
@@ -174,14 +174,14 @@ class PythonBackend(RequestBackend):
             hook = getattr(_model_class(module, model_path), "auto_complete_config", None)
             if hook is None:
                 return
-            result = hook(pb_utils.ModelConfig(config_to_dict(config)))
+            result = hook(pb_config.ModelConfig(config_to_dict(config)))
         except SonicError:
             raise
         except Exception as exc:  # noqa: BLE001  (user code)
             raise ModelConfigError(f"model '{config.name}': auto_complete_config failed: {exc}") from None
         finally:
             _unload(module)
-        if not isinstance(result, pb_utils.ModelConfig):
+        if not isinstance(result, pb_config.ModelConfig):
             raise ModelConfigError(
                 f"model '{config.name}': auto_complete_config must return its ModelConfig argument, "
                 f"got {type(result).__name__}"
