@@ -23,7 +23,7 @@ from sonic.protocol.http2 import (
     settings_frame,
     window_update,
 )
-from sonic.server.frontends.grpc_native import CallError, MessageReader
+from sonic.server.frontends.grpc_native_call import CallError, MessageReader
 from sonic.server.frontends.h2 import HeaderDecoder, Headers, Http2Connection, Stream
 from sonic.testing.h2 import RecordingTransport, parse_frames
 

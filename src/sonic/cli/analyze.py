@@ -9,8 +9,9 @@ from pathlib import Path
 from sonic.cli.perf import add_measurement_arguments, measurement_from_args
 from sonic.perf.analyze import AnalyzeConfig, SearchSpace, run_analysis
 from sonic.perf.analyze_report import write_outputs
-from sonic.perf.engine import LoadLevel, parse_range
+from sonic.perf.engine import LoadLevel
 from sonic.perf.inputs import parse_shape
+from sonic.perf.ranges import parse_range
 from sonic.perf.transport import PerfError
 
 

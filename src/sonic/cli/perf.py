@@ -7,8 +7,9 @@ import asyncio
 import sys
 from pathlib import Path
 
-from sonic.perf.engine import LoadLevel, MeasurementConfig, PerfConfig, PerfReport, parse_range, run_perf
+from sonic.perf.engine import LoadLevel, MeasurementConfig, PerfConfig, PerfReport, run_perf
 from sonic.perf.inputs import parse_shape
+from sonic.perf.ranges import parse_range
 from sonic.perf.report import row, summary_line, write_csv, write_json
 from sonic.perf.stats import Window
 from sonic.perf.transport import PerfError

@@ -203,7 +203,7 @@ def _from_perf(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from sonic.perf.engine import parse_range  # noqa: PLC0415
+    from sonic.perf.ranges import parse_range  # noqa: PLC0415
 
     print("clients servers  time/event s  model s  events/s  utilization  mean batch")
     for clients in parse_range(args.clients):

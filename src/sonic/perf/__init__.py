@@ -3,6 +3,7 @@
 
 - :mod:`sonic.perf.engine`: closed-loop (concurrency) and open-loop (request rate) load, measurement
   windows with a stability rule, server-side breakdown from ModelStatistics deltas.
+- :mod:`sonic.perf.ranges`: the ``START:END:STEP`` ranges of the command-line options.
 - :mod:`sonic.perf.stats`: percentiles, the stability rule, the server breakdown.
 - :mod:`sonic.perf.inputs`: input tensors from the server's model metadata and config, or a file.
 - :mod:`sonic.perf.transport`: how requests travel (gRPC today; the seam for shared memory).

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from tritonclient.grpc import service_pb2
 
-from sonic.perf.engine import LoadLevel, parse_range
+from sonic.perf.engine import LoadLevel
+from sonic.perf.ranges import parse_range
 from sonic.perf.stats import Window, is_stable, server_breakdown, summarize_latencies
 from sonic.perf.transport import PerfError
 

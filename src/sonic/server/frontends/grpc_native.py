@@ -22,10 +22,8 @@ from typing import Any
 
 import grpc
 
-from sonic.protocol import grpc_call
 from sonic.protocol.errors import SonicError
 from sonic.protocol.grpc_call import (
-    ACCEPT_ENCODING,
     GrpcError,
     MessageLimits,
     check_encoding,
@@ -43,75 +41,19 @@ from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend
 from sonic.server.frontends.gate import CallGate, as_sonic_error
 from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, GrpcMethods, UnaryMethod
+from sonic.server.frontends.grpc_native_call import (
+    RESPONSE_HEADERS,
+    TRAILERS_OK,
+    Call,
+    CallError,
+    header_text,
+)
 from sonic.server.frontends.h2 import Headers, Http2Connection, Stream
 from sonic.server.tls import grpc_ssl_context
 
 log = logging.getLogger(__name__)
 
-RESPONSE_HEADERS = encode_headers(
-    [
-        (b":status", b"200"),
-        (b"content-type", b"application/grpc"),
-        (b"grpc-accept-encoding", ACCEPT_ENCODING),
-    ]
-)
-TRAILERS_OK = encode_headers([(b"grpc-status", b"0")])
 MEMO_BUDGET_BYTES = 32 << 20  # all connections' header-block memos together
-
-
-def _text(value: bytes | None) -> str | None:
-    """A header value as text (HTTP/2 header values are bytes; latin-1 maps each byte to one character)."""
-    return value.decode("latin-1") if value is not None else None
-
-
-class CallError(Exception):
-    """A call ends with this gRPC status before or instead of its handler."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-class MessageReader(grpc_call.MessageReader):
-    """Messages of a request: one too large ends the call with RESOURCE_EXHAUSTED, as grpcio does."""
-
-    __slots__ = ()
-
-    def too_large(self, length: int) -> Exception:
-        return CallError(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"Received message larger than max ({length} vs. {self._max_bytes})",
-        )
-
-
-class Call:
-    """One RPC: which method, its message(s), deadline and running tasks."""
-
-    __slots__ = (
-        "compressed",
-        "deadline",
-        "encoding",
-        "headers_sent",
-        "input_done",
-        "message",
-        "method",
-        "reader",
-        "tasks",
-        "trace",
-    )
-
-    def __init__(self, method: str, max_bytes: int) -> None:
-        self.method = method
-        self.reader = MessageReader(max_bytes)
-        self.message: bytes | memoryview | None = None
-        self.compressed = False
-        self.encoding: str | None = None
-        self.trace: dict[str, str] | None = None
-        self.deadline = math.inf  # loop time; the connection's one deadline timer watches it
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.headers_sent = False
-        self.input_done = False
 
 
 class GrpcConnection(Http2Connection):
@@ -180,7 +122,7 @@ class GrpcConnection(Http2Connection):
         method_verb, timeout = fields.get(b":method"), fields.get(b"grpc-timeout")
         encoding, authorization = fields.get(b"grpc-encoding"), fields.get(b"authorization")
         gate = self._frontend.gate
-        trace = gate.trace_context(lambda name: _text(fields.get(name.encode())))
+        trace = gate.trace_context(lambda name: header_text(fields.get(name.encode())))
         if method_verb != b"POST" or content_type is None or not content_type.startswith(b"application/grpc"):
             # Not a gRPC call at all: answered in HTTP, as the gRPC spec asks.
             self.send_headers(stream, encode_headers([(b":status", b"415")]), end_stream=True)
@@ -199,7 +141,7 @@ class GrpcConnection(Http2Connection):
             raise CallError(grpc.StatusCode[error.status], error.message) from None
         if gate.guard is not None:
             peer = self._peer = self._peer or self.peer
-            gate.admit_grpc(method, _text(authorization), peer)
+            gate.admit_grpc(method, header_text(authorization), peer)
         if timeout is not None:
             try:
                 seconds = parse_grpc_timeout(timeout)

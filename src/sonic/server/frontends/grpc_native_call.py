@@ -1,0 +1,79 @@
+"""One gRPC call of the native front end: its state, its errors, the fixed header blocks it sends.
+
+:mod:`sonic.server.frontends.grpc_native` drives these from the HTTP/2 connection's events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import grpc
+
+from sonic.protocol import grpc_call
+from sonic.protocol.grpc_call import ACCEPT_ENCODING
+from sonic.protocol.http2 import encode_headers
+
+RESPONSE_HEADERS = encode_headers(
+    [
+        (b":status", b"200"),
+        (b"content-type", b"application/grpc"),
+        (b"grpc-accept-encoding", ACCEPT_ENCODING),
+    ]
+)
+TRAILERS_OK = encode_headers([(b"grpc-status", b"0")])
+
+
+def header_text(value: bytes | None) -> str | None:
+    """A header value as text (HTTP/2 header values are bytes; latin-1 maps each byte to one character)."""
+    return value.decode("latin-1") if value is not None else None
+
+
+class CallError(Exception):
+    """A call ends with this gRPC status before or instead of its handler."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class MessageReader(grpc_call.MessageReader):
+    """Messages of a request: one too large ends the call with RESOURCE_EXHAUSTED, as grpcio does."""
+
+    __slots__ = ()
+
+    def too_large(self, length: int) -> Exception:
+        return CallError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"Received message larger than max ({length} vs. {self._max_bytes})",
+        )
+
+
+class Call:
+    """One RPC: which method, its message(s), deadline and running tasks."""
+
+    __slots__ = (
+        "compressed",
+        "deadline",
+        "encoding",
+        "headers_sent",
+        "input_done",
+        "message",
+        "method",
+        "reader",
+        "tasks",
+        "trace",
+    )
+
+    def __init__(self, method: str, max_bytes: int) -> None:
+        self.method = method
+        self.reader = MessageReader(max_bytes)
+        self.message: bytes | memoryview | None = None
+        self.compressed = False
+        self.encoding: str | None = None
+        self.trace: dict[str, str] | None = None
+        self.deadline = math.inf  # loop time; the connection's one deadline timer watches it
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.headers_sent = False
+        self.input_done = False
