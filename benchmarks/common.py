@@ -8,6 +8,8 @@ import ctypes.util
 import json
 import os
 import platform
+import site
+import sysconfig
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -172,3 +174,19 @@ def save(name: str, payload: dict[str, Any]) -> Path:
     payload = {"benchmark": name, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **payload}
     path.write_text(json.dumps(payload, indent=2, default=asdict))
     return path
+
+
+def site_paths() -> list[str]:
+    """This environment's site-packages: put first on ``sys.path`` by a model of Triton's Python
+    backend, whose stub runs a bare interpreter that ignores the venv."""
+    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]
+    return list(dict.fromkeys(paths))
+
+
+def own_libpython_for_triton() -> None:
+    """The Python-backend stub links libpython: point it (through this process's environment, which
+    Triton's launcher copies) at this interpreter's own."""
+    libdir = sysconfig.get_config_var("LIBDIR")
+    os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (libdir, os.environ.get("LD_LIBRARY_PATH")) if p
+    )

@@ -40,11 +40,9 @@ import asyncio
 import json
 import os
 import shutil
-import site
 import statistics
 import subprocess
 import sys
-import sysconfig
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,7 +62,9 @@ from benchmarks.common import (
     grpc_load,
     infer_request_bytes,
     machine,
+    own_libpython_for_triton,
     save,
+    site_paths,
     steady_malloc,
 )
 from sonic.launch import ServerProcess, free_port
@@ -225,11 +225,7 @@ def build_repositories() -> dict[str, Path]:
     write_test_repository(
         sonic_repo, "sonic", tuple(m for m in MODELS if m.name in {"identity", "identity_large"})
     )
-    paths = list(
-        dict.fromkeys(
-            [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]
-        )
-    )
+    paths = site_paths()
     mlserver_repo.mkdir(parents=True, exist_ok=True)
     (mlserver_repo / "compare_runtime.py").write_text(MLSERVER_RUNTIME.format(threads=THREADS))
     for name in (*ZOO, "identity", "identity_large"):
@@ -293,11 +289,7 @@ def start_server(name: str, repositories: dict[str, Path]) -> ServerProcess | Tr
             extra += ["--grpc-server", "grpcio"]
         return ServerProcess.start([repositories["sonic"]], extra_args=extra, log_path=RAW / f"{name}.log")
     if name == "triton":
-        # The Python-backend stub links libpython: point it at this interpreter's own.
-        libdir = sysconfig.get_config_var("LIBDIR")
-        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(
-            p for p in (libdir, os.environ.get("LD_LIBRARY_PATH")) if p
-        )
+        own_libpython_for_triton()
         workdir = RAW / "triton-work"
         workdir.mkdir(parents=True, exist_ok=True)
         return TritonProcess.start(

@@ -17,16 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import site
 import statistics
-import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import cpu_seconds
+from benchmarks.common import cpu_seconds, own_libpython_for_triton, site_paths
 from benchmarks.compare import RAW, THREADS, TRITON_MODEL, triton_config, tritonclient_run
 from sonic.launch import ServerProcess
 from sonic.launch.triton import TritonProcess
@@ -51,11 +49,7 @@ def build() -> dict[str, Path]:
     config = (sonic_repo / "identity" / "config.pbtxt").read_text()
     (triton_repo / "identity" / "1").mkdir(parents=True, exist_ok=True)
     (triton_repo / "identity" / "config.pbtxt").write_text(triton_config(config))
-    paths = list(
-        dict.fromkeys(
-            [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]
-        )
-    )
+    paths = site_paths()
     onnx = sonic_repo / "identity" / "1" / "model.onnx"
     source = TRITON_MODEL.format(onnx=str(onnx), paths=paths, threads=THREADS)
     (triton_repo / "identity" / "1" / "model.py").write_text(source)
@@ -70,11 +64,7 @@ def start(name: str, repositories: dict[str, Path], baseline: Path | None) -> Se
             env = {**os.environ, "PYTHONPATH": str(baseline)}
         log = RAW / f"rate-{name}.log"
         return ServerProcess.start([repositories["sonic"]], extra_args=extra, env=env, log_path=log)
-    # The Python-backend stub links libpython: point it at this interpreter's own.
-    libdir = sysconfig.get_config_var("LIBDIR")
-    os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (libdir, os.environ.get("LD_LIBRARY_PATH")) if p
-    )
+    own_libpython_for_triton()
     workdir = RAW / "rate-triton-work"
     workdir.mkdir(parents=True, exist_ok=True)
     return TritonProcess.start([repositories["triton"]], models=["identity"], workdir=workdir)

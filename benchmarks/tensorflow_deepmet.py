@@ -72,6 +72,23 @@ def direct_backend(repo: Path) -> TensorFlowBackend:
     )
 
 
+def direct_window(
+    backend: TensorFlowBackend, inputs: dict[str, Any], threads: int, seconds: float
+) -> tuple[float, float]:
+    """``threads`` threads calling ``backend`` with ``inputs`` for ``seconds``: calls/s and CPU µs per call
+    of this process (one warm-up call per thread, outside the window, is counted too: it is tiny)."""
+
+    def make() -> Callable[[], None]:
+        def call() -> None:
+            backend.execute(inputs, [OUTPUT])
+
+        return call
+
+    cpu = time.process_time()
+    calls_per_s = run_threads(threads, seconds, make)
+    return calls_per_s, 1e6 * (time.process_time() - cpu) / (calls_per_s * seconds)
+
+
 def configure(
     repo: Path, instances: int, intra_threads: int, inter_threads: int = 0, *, merge: bool = True
 ) -> None:
@@ -117,18 +134,10 @@ def main() -> None:
         configure(repo, args.instances, args.intra_threads, args.inter_threads, merge=not args.no_merge)
         backend = direct_backend(repo)
 
-        def make() -> Callable[[], None]:
-            def call() -> None:
-                backend.execute(event, [OUTPUT])
-
-            return call
-
         payload = infer_request_bytes("deepmet", event, dict.fromkeys(event, "FP32"))
         with ServerProcess.start([repo]) as server:
             for _ in range(args.repeats):
-                cpu = time.process_time()
-                direct = run_threads(args.concurrency, args.seconds, make)
-                direct_cpu_us = 1e6 * (time.process_time() - cpu) / (direct * args.seconds)
+                direct, direct_cpu_us = direct_window(backend, event, args.concurrency, args.seconds)
                 load = load_with_cpu(
                     server.grpc_address,
                     payload,
@@ -186,21 +195,13 @@ def direct_batches(args: argparse.Namespace) -> None:
         backend = direct_backend(repo)
         for batch, threads in DIRECT_SHAPES:
             inputs = deepmet.example_inputs(batch, seed=5)
-
-            def make(inputs: dict[str, Any] = inputs) -> Callable[[], None]:
-                def call() -> None:
-                    backend.execute(inputs, [OUTPUT])
-
-                return call
-
-            cpu = time.process_time()
-            calls = run_threads(threads, args.seconds, make)
+            calls, cpu_us = direct_window(backend, inputs, threads, args.seconds)
             events = calls * batch
             row = {
                 "batch": batch,
                 "threads": threads,
                 "events_per_s": events,
-                "cpu_us_per_event": 1e6 * (time.process_time() - cpu) / (events * args.seconds),
+                "cpu_us_per_event": cpu_us / batch,
             }
             rows.append(row)
             print(

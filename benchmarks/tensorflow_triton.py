@@ -16,18 +16,19 @@ Writes ``benchmarks/results/tensorflow_triton.json``.
 from __future__ import annotations
 
 import argparse
-import os
-import site
 import statistics
-import sysconfig
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.backends import run_threads
-from benchmarks.common import infer_request_bytes, load_with_cpu, machine, save
-from benchmarks.tensorflow_deepmet import OUTPUT, direct_backend
+from benchmarks.common import (
+    infer_request_bytes,
+    load_with_cpu,
+    machine,
+    own_libpython_for_triton,
+    save,
+    site_paths,
+)
+from benchmarks.tensorflow_deepmet import direct_backend, direct_window
 from sonic.launch import ServerProcess
 from sonic.launch.triton import TritonProcess
 from sonic.models import deepmet
@@ -82,11 +83,7 @@ class TritonPythonModel:
 
 def triton_repository(sonic_repo: Path, root: Path) -> Path:
     """A Triton repository beside ``sonic_repo``: the same config, the Python backend, two instances."""
-    paths = list(
-        dict.fromkeys(
-            [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]
-        )
-    )
+    paths = site_paths()
     model = root / "deepmet"
     (model / "1").mkdir(parents=True)
     graphdef = sonic_repo / "deepmet" / "1" / "model.graphdef"
@@ -103,11 +100,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    # The Python backend's stub links libpython: point it at this interpreter's own.
-    libdir = sysconfig.get_config_var("LIBDIR")
-    os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (libdir, os.environ.get("LD_LIBRARY_PATH")) if p
-    )
+    own_libpython_for_triton()
     event = deepmet.example_inputs(1, seed=5)
     payload = infer_request_bytes("deepmet", event, dict.fromkeys(event, "FP32"))
     rounds: list[dict[str, float]] = []
@@ -117,23 +110,13 @@ def main() -> None:
         triton_repo = triton_repository(sonic_repo, Path(tmp) / "triton")
         backend = direct_backend(sonic_repo)
 
-        def make() -> Callable[[], None]:
-            def call() -> None:
-                backend.execute(event, [OUTPUT])
-
-            return call
-
         with (
             ServerProcess.start([sonic_repo]) as sonic,
             TritonProcess.start([triton_repo], models=["deepmet"], workdir=Path(tmp) / "work") as triton,
         ):
             for _ in range(args.repeats):
-                cpu = time.process_time()
-                direct = run_threads(args.concurrency, args.seconds, make)
-                row = {
-                    "direct_per_s": direct,
-                    "direct_cpu_us_per_event": 1e6 * (time.process_time() - cpu) / (direct * args.seconds),
-                }
+                direct, direct_cpu_us = direct_window(backend, event, args.concurrency, args.seconds)
+                row = {"direct_per_s": direct, "direct_cpu_us_per_event": direct_cpu_us}
                 for name, server in (("sonic", sonic), ("triton", triton)):
                     load = load_with_cpu(
                         server.grpc_address,
