@@ -12,7 +12,8 @@ import pytest
 from sonic.cli.main import build_parser
 from sonic.cli.serve import config_from_args
 from sonic.cli.triton_flags import TRITON_FLAGS, TritonSettings, apply_triton_flags
-from sonic.server.config import ServerConfig
+from sonic.server.config import RateLimitConfig, ServerConfig
+from sonic.server.runtime.rate_limiter import ResourceCount
 
 pytestmark = pytest.mark.unit
 log = logging.getLogger("test")
@@ -90,17 +91,34 @@ def test_cache_and_keepalive_flags(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "flag",
-    ["--rate-limit=execution_count", "--allow-grpc=false", "--model-namespacing=true"],
+    ["--model-config-name=other", "--allow-grpc=false", "--model-namespacing=true"],
 )
 def test_flags_we_cannot_honour_are_refused(tmp_path: Path, flag: str) -> None:
     with pytest.raises(ValueError, match="is not supported by sonic serve"):
         _parse(f"--model-repository={tmp_path}", flag)
 
 
-def test_harmless_values_of_refused_flags_pass(tmp_path: Path) -> None:
-    _parse(
-        f"--model-repository={tmp_path}", "--rate-limit=off", "--allow-grpc=true", "--allow-sagemaker=false"
+def test_rate_limit_flags_map_to_the_rate_limiter(tmp_path: Path) -> None:
+    config = _config(f"--model-repository={tmp_path}")
+    assert config.rate_limit is None
+    config = _config(
+        f"--model-repository={tmp_path}",
+        "--rate-limit=execution_count",
+        "--rate-limit-resource=R1:10",
+        "--rate-limit-resource=R2:5:0",
     )
+    assert config.rate_limit == RateLimitConfig((ResourceCount("R1", 10), ResourceCount("R2", 5, 0)))
+    # Off (Triton's default): resources given are ignored with the rate_limiter sections.
+    assert (
+        _config(f"--model-repository={tmp_path}", "--rate-limit=off", "--rate-limit-resource=R:1").rate_limit
+        is None
+    )
+    with pytest.raises(ValueError, match="expected execution_count or off"):
+        _parse(f"--model-repository={tmp_path}", "--rate-limit=sometimes")
+
+
+def test_harmless_values_of_refused_flags_pass(tmp_path: Path) -> None:
+    _parse(f"--model-repository={tmp_path}", "--allow-grpc=true", "--allow-sagemaker=false")
 
 
 def test_noticed_flags_log_one_line_each(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -284,6 +284,7 @@ def config_from_args(args: argparse.Namespace, triton: TritonSettings | None = N
         server_name=args.server_name,
         exit_on_error=triton.exit_on_error,
         auto_complete_config=triton.auto_complete,
+        rate_limit=triton.rate_limit,
         model_repositories=tuple(args.model_repository),
         host=args.host,
         grpc_port=args.grpc_port,

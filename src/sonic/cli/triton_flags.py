@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
+from sonic.server.config import RateLimitConfig
+from sonic.server.runtime.rate_limiter import ResourceCount
+
 Kind = Literal["implemented", "noticed", "refused"]
 IMPLEMENTED: Final = "implemented"
 NOTICED: Final = "noticed"
@@ -103,8 +106,10 @@ TRITON_FLAGS: dict[str, TritonFlag] = {
     "--trace-rate": TritonFlag(NOTICED, "int", "use --otel-tracing"),
     "--trace-count": TritonFlag(NOTICED, "int", "use --otel-tracing"),
     "--trace-log-frequency": TritonFlag(NOTICED, "int", "use --otel-tracing"),
-    "--rate-limit": TritonFlag(REFUSED, "str", "no rate limiter", ("off",)),
-    "--rate-limit-resource": TritonFlag(REFUSED, "list", "no rate limiter"),
+    "--rate-limit": TritonFlag(
+        IMPLEMENTED, "str", "execution_count: instances wait for their rate_limiter resources; off"
+    ),
+    "--rate-limit-resource": TritonFlag(IMPLEMENTED, "list", "NAME:COUNT[:DEVICE], the rate limiter's pool"),
     "--model-namespacing": TritonFlag(REFUSED, "bool", "model names are global", ("false", "0", "no", "off")),
     "--model-config-name": TritonFlag(REFUSED, "str", "only config.pbtxt is read"),
     "--http-restricted-api": TritonFlag(REFUSED, "list", "no per-API restriction: use --auth-token-file"),
@@ -164,6 +169,7 @@ class TritonSettings:
     log_file: Path | None = None
     exit_on_error: bool = False
     auto_complete: bool = True
+    rate_limit: RateLimitConfig | None = None  # --rate-limit execution_count
 
 
 def apply_triton_flags(args: argparse.Namespace, log: logging.Logger) -> TritonSettings:
@@ -194,6 +200,7 @@ def apply_triton_flags(args: argparse.Namespace, log: logging.Logger) -> TritonS
     settings.auto_complete = not (strict or "--disable-auto-complete-config" in given)
     if "--response-cache-byte-size" in given:
         args.cache_size_bytes = _int("--response-cache-byte-size", given["--response-cache-byte-size"])
+    settings.rate_limit = _rate_limit(given)
     for entry in given.get("--cache-config", []):
         cache, _, setting = entry.partition(",")
         key, _, size = setting.partition("=")
@@ -201,6 +208,17 @@ def apply_triton_flags(args: argparse.Namespace, log: logging.Logger) -> TritonS
             raise ValueError(f"--cache-config={entry}: sonic's cache takes only local,size=BYTES")
         args.cache_size_bytes = _int("--cache-config", size)
     return settings
+
+
+def _rate_limit(given: dict[str, object]) -> RateLimitConfig | None:
+    mode = str(given.get("--rate-limit", "off")).lower()
+    if mode not in ("off", "execution_count"):
+        raise ValueError(f"--rate-limit={mode}: expected execution_count or off")
+    entries = given.get("--rate-limit-resource", [])
+    resources = [ResourceCount.parse(str(entry)) for entry in (entries if isinstance(entries, list) else [])]
+    if mode == "off":
+        return None  # as Triton: the rate_limiter sections and resources are ignored
+    return RateLimitConfig(tuple(resources))
 
 
 def _map_logging(given: dict[str, object], settings: TritonSettings) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits
 from sonic.protocol.wire import MAX_MESSAGE_BYTES
+from sonic.server.runtime.rate_limiter import ResourceCount
 
 
 class ModelControlMode(enum.StrEnum):
@@ -73,6 +74,14 @@ class GrpcServerKind(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class RateLimitConfig:
+    """Triton's ``--rate-limit execution_count``: instances run when their ``rate_limiter`` resources are
+    free. ``resources`` (``--rate-limit-resource``) set the pool; empty: each resource's largest need."""
+
+    resources: tuple[ResourceCount, ...] = ()
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     model_repositories: tuple[Path, ...]
     host: str = "127.0.0.1"
@@ -105,6 +114,9 @@ class ServerConfig:
     otel_tracing: bool = False  # OpenTelemetry spans around requests (needs opentelemetry-api)
     exit_on_error: bool = False  # Triton's --exit-on-error: fail start-up when a model fails to load
     auto_complete_config: bool = True  # False (Triton's --disable-auto-complete-config): configs are whole
+    rate_limit: RateLimitConfig | None = (
+        None  # None: Triton's --rate-limit off (rate_limiter configs ignored)
+    )
 
     def __post_init__(self) -> None:
         if not self.model_repositories:

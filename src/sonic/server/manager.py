@@ -35,6 +35,7 @@ from sonic.server.repository import (
     select_versions,
 )
 from sonic.server.runtime.executor import ModelInstance
+from sonic.server.runtime.rate_limiter import CPU_DEVICE, InstanceLimits, RateLimiter
 from sonic.server.warmup import run_warmup, warmup_samples
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,8 @@ class ModelManager:
             config.model_repositories, allow_links_outside=config.allow_model_links_outside
         )
         self._entries: dict[str, ModelEntry] = {}
+        limits = config.rate_limit
+        self._rate_limiter = RateLimiter(limits.resources) if limits is not None else None
 
     def _entry(self, name: str) -> ModelEntry:
         if name not in self._entries:
@@ -312,7 +315,9 @@ class ModelManager:
                         except BaseException:
                             thread.shutdown()
                             raise
-                        instances.append(ModelInstance(instance_name, backend, thread))
+                        instance = ModelInstance(instance_name, backend, thread, passive=group.passive)
+                        instances.append(instance)
+                        self._limit(instance, group, device if kind == "gpu" else CPU_DEVICE)
                         if samples:  # before the model reports ready, as Triton's model_warmup
                             await thread.run(run_warmup, config, spec, location.path, backend, samples)
             # Inside the try: a scheduler refusing the config (sequence, ragged) closes the instances.
@@ -326,8 +331,19 @@ class ModelManager:
             model.stats.enable_histograms()
         return model
 
+    def _limit(
+        self, instance: ModelInstance, group: model_config_pb2.ModelInstanceGroup, device: int
+    ) -> None:
+        """Register an active instance with the rate limiter, when it is on (a passive one never runs)."""
+        if self._rate_limiter is None or instance.passive:
+            return
+        self._rate_limiter.register(instance, InstanceLimits.from_group(group, device))
+        instance.limiter = self._rate_limiter
+
     async def _close_instances(self, instances: list[ModelInstance]) -> None:
         for instance in instances:
+            if instance.limiter is not None:
+                instance.limiter.unregister(instance)
             try:
                 await instance.thread.run(instance.backend.close)
             except Exception:

@@ -22,17 +22,24 @@ from sonic.server.instance_thread import InstanceThread
 from sonic.server.runtime.policy import BatchPolicy, choose_batch
 from sonic.server.runtime.queues import RequestQueues
 from sonic.server.runtime.ragged import RaggedPlan
+from sonic.server.runtime.rate_limiter import RateLimiter
 from sonic.server.runtime.tensors import BatchResult, run_batch
 from sonic.server.runtime.work import WorkItem
 
 
 @dataclass(eq=False)
 class ModelInstance:
-    """A backend object and the single thread that owns it."""
+    """A backend object and the single thread that owns it.
+
+    ``passive`` (Triton's ``instance_group.passive``): loaded and warmed up, never given requests.
+    ``limiter``: the server's rate limiter, when it is on; the instance is registered with it.
+    """
 
     name: str
     backend: Backend
     thread: InstanceThread
+    passive: bool = False
+    limiter: RateLimiter | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -113,7 +120,7 @@ class Executor:
         """Take, run and hand back batches until closed and drained (the instance thread's job)."""
         waker = threading.Lock()
         waker.acquire()  # held while this thread is idle; notify() releases it
-        while (taken := self._take(waker)) is not None:
+        while (taken := self._take(waker, instance)) is not None:
             sequence, batch = taken
             result: BatchResult | None = None
             error: SonicError | None = None
@@ -125,12 +132,31 @@ class Executor:
                 error = exc
             except Exception as exc:  # noqa: BLE001  (any backend failure fails this batch only)
                 error = InternalError(f"model '{self._model}' instance {instance.name} failed: {exc!r}")
+            finally:
+                if instance.limiter is not None:
+                    instance.limiter.release(instance)
             self._finish(Execution(sequence, batch, result, error))
 
-    def _take(self, waker: threading.Lock) -> tuple[int, list[WorkItem]] | None:
+    def _take(self, waker: threading.Lock, instance: ModelInstance) -> tuple[int, list[WorkItem]] | None:
+        limiter = instance.limiter
+        holding = False  # the rate limiter granted this instance its resources
         with self._lock:
             while True:
                 batch, deadline_ns = choose_batch(self._policy, self.queues, time.perf_counter_ns())
+                if batch and limiter is not None and not holding:
+                    # Wait for resources only once a batch is ready, outside the queues' lock; then form
+                    # the batch again, as requests that came meanwhile may join it (or another took it).
+                    self._lock.release()
+                    try:
+                        limiter.acquire(instance)
+                    finally:
+                        self._lock.acquire()
+                    holding = True
+                    continue
+                if holding and not batch:
+                    assert limiter is not None
+                    limiter.release(instance)
+                    holding = False
                 if batch:
                     for item in batch:
                         self.queues.take(item)

@@ -16,6 +16,7 @@ from sonic.protocol.errors import InternalError, UnavailableError
 from sonic.server.runtime.executor import Execution, Executor, ModelInstance
 from sonic.server.runtime.policy import BatchPolicy
 from sonic.server.runtime.ragged import RaggedPlan
+from sonic.server.runtime.rate_limiter import no_active_instance
 from sonic.server.runtime.work import ItemOutputs, ItemState, WorkItem
 from sonic.server.stats import ModelStats, RequestTiming
 
@@ -35,7 +36,7 @@ class Scheduler:
     ) -> None:
         self._model = model_name
         self._policy = policy
-        self._instances = list(instances)
+        self._instances = [instance for instance in instances if not instance.passive]
         self._stats = stats
         self._executor = Executor(
             model_name=model_name,
@@ -64,6 +65,8 @@ class Scheduler:
     async def submit(self, item: WorkItem) -> tuple[ItemOutputs, RequestTiming]:
         if self._closing:
             raise UnavailableError(f"model '{self._model}' is unloading and accepts no new requests")
+        if not self._instances:
+            raise UnavailableError(no_active_instance(self._model))
         level = self._policy.level_for(item.priority)
         queue_policy = self._policy.queue_policies[level]
         timeout_us = queue_policy.timeout_us(item.timeout_us)

@@ -19,6 +19,7 @@ import numpy as np
 
 from sonic.protocol.errors import InternalError, SonicError, UnavailableError
 from sonic.server.runtime.executor import ModelInstance
+from sonic.server.runtime.rate_limiter import call_limited, no_active_instance
 from sonic.server.runtime.sequences import (
     Flags,
     Sequence,
@@ -50,7 +51,7 @@ class SequenceScheduler:
     ) -> None:
         self._model = model_name
         self._policy = policy
-        self._instances = list(instances)
+        self._instances = [instance for instance in instances if not instance.passive]
         self._output_names = (*output_names, *policy.state_outputs)
         self._stats = stats
         self._table = SequenceTable(policy, len(self._instances))
@@ -71,6 +72,8 @@ class SequenceScheduler:
     async def submit(self, item: WorkItem) -> tuple[ItemOutputs, RequestTiming]:
         if self._closing:
             raise UnavailableError(f"model '{self._model}' is unloading and accepts no new requests")
+        if not self._instances:
+            raise UnavailableError(no_active_instance(self._model))
         flags = Flags.from_parameters(self._model, item.parameters)
         item.enqueued_ns = time.perf_counter_ns()
         sequence = self._table.admit(item, flags, item.enqueued_ns)
@@ -132,9 +135,17 @@ class SequenceScheduler:
             inputs |= control_tensors(self._policy, flags, batched)
             inputs |= state_tensors(self._policy, sequence, flags, batched)
             items.append(dataclasses.replace(item, inputs=inputs, output_names=None, output_buffers=None))
-        backend = self._instances[instance].backend
-        future = self._instances[instance].thread.run(
-            run_batch, self._model, backend, items, self._output_names, batched
+        owner = self._instances[instance]
+        future = owner.thread.run(
+            call_limited,
+            owner.limiter,
+            owner,
+            run_batch,
+            self._model,
+            owner.backend,
+            items,
+            self._output_names,
+            batched,
         )
         self._running.add(future)
         future.add_done_callback(functools.partial(self._finished, instance, positions))
