@@ -211,6 +211,11 @@ def _add_security_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="load model folders that are symlinks to places outside the repositories (e.g. CVMFS)",
     )
+    group.add_argument(
+        "--allow-shm-from-other-users",
+        action="store_true",
+        help="register shared memory objects owned by other users (default: the server's user only)",
+    )
 
 
 def _read_tokens(path: Path) -> frozenset[str]:
@@ -261,6 +266,7 @@ def _security_from_args(args: argparse.Namespace) -> dict[str, object]:
         "http_max_connections_per_client": args.http_max_connections_per_client,
         "repository_control": not args.disable_repository_control,
         "allow_model_links_outside": args.allow_model_links_outside,
+        "allow_shm_from_other_users": args.allow_shm_from_other_users,
     }
 
 
