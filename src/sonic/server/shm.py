@@ -111,7 +111,9 @@ class Region:
             else:
                 count = await _off_loop(self.fd, _pread, buffer, position)
         except OSError as exc:
-            raise InvalidArgumentError(f"{where}: reading shared memory region '{self.name}': {exc}") from None
+            raise InvalidArgumentError(
+                f"{where}: reading shared memory region '{self.name}': {exc}"
+            ) from None
         if count < byte_size:
             raise self._shrunk(offset, byte_size, where)
         return buffer
@@ -135,7 +137,9 @@ class Region:
             else:
                 await _off_loop(self.fd, _pwrite, data, position)
         except OSError as exc:  # ENOSPC: /dev/shm is full and the object was sparse
-            raise InvalidArgumentError(f"{where}: writing shared memory region '{self.name}': {exc}") from None
+            raise InvalidArgumentError(
+                f"{where}: writing shared memory region '{self.name}': {exc}"
+            ) from None
 
     def _shrunk(self, offset: int, byte_size: int, where: str) -> InvalidArgumentError:
         current = os.fstat(self.fd).st_size
@@ -217,6 +221,7 @@ class SharedMemoryRegistry:
                 f"{opened.size_bytes} bytes of shared memory object '{key}'"
             )
         self._regions[name] = Region(name, key, offset, byte_size, opened.fd, opened.identity)
+
     def unregister(self, name: str) -> None:
         """Forget one region, or every region when ``name`` is empty (unknown names are not an error)."""
         names = [name] if name else list(self._regions)

@@ -71,6 +71,8 @@ def _why(exc: OSError) -> str:
         return "it is a symbolic link; shared memory objects are opened without following links"
     if exc.errno == errno.EISDIR:
         return "it is a directory, not a shared memory object"
+    if exc.errno == errno.ENXIO:
+        return "it is a socket or a device, not a shared memory object"
     return exc.strerror or str(exc)
 
 

@@ -1,0 +1,124 @@
+"""The server's shared-memory checks: what registration opens, and access to objects that shrink."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sonic.protocol import dtypes
+from sonic.protocol.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+from sonic.protocol.shm_names import pid_namespace
+from sonic.server.shm import OFF_LOOP_BYTES, SharedMemoryRegistry, write_output
+from sonic.server.shm_open import SHM_ROOT, open_object, shm_path
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def fresh() -> Iterator[Callable[[], Path]]:
+    made: list[Path] = []
+
+    def name() -> Path:
+        path = SHM_ROOT / f"sonic_unit_{uuid.uuid4().hex}"
+        made.append(path)
+        return path
+
+    yield name
+    for path in made:
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        else:
+            path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def registry() -> Iterator[SharedMemoryRegistry]:
+    registry = SharedMemoryRegistry()
+    yield registry
+    registry.close()
+
+
+def _segment(path: Path, size: int) -> Path:
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+    return path
+
+
+@pytest.mark.parametrize("key", ["", "/", "/a/b", "/..", "/."])
+def test_key_names(key: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="not a valid POSIX shared memory name"):
+        shm_path(key)
+
+
+def test_open_checks(fresh: Callable[[], Path], tmp_path: Path) -> None:
+    plain = _segment(fresh(), 4096)
+    opened = open_object("r", f"/{plain.name}", allow_other_users=False)
+    try:
+        assert opened.size_bytes == 4096
+        assert opened.identity == (plain.stat().st_dev, plain.stat().st_ino)
+        assert os.get_inheritable(opened.fd) is False  # O_CLOEXEC: not leaked to model subprocesses
+    finally:
+        os.close(opened.fd)
+    with pytest.raises(NotFoundError, match="no shared memory object with key"):
+        open_object("r", f"/{fresh().name}", allow_other_users=False)
+    link = fresh()
+    link.symlink_to(tmp_path)
+    with pytest.raises(InvalidArgumentError, match="symbolic link"):
+        open_object("r", f"/{link.name}", allow_other_users=False)
+    with socket.socket(socket.AF_UNIX) as sock:
+        unix = fresh()
+        sock.bind(str(unix))
+        with pytest.raises(
+            InvalidArgumentError, match="it is a socket or a device, not a shared memory object"
+        ):
+            open_object("r", f"/{unix.name}", allow_other_users=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_owner_rule(fresh: Callable[[], Path]) -> None:
+    path = _segment(fresh(), 64)
+    os.chown(path, 4242, 4242)
+    with pytest.raises(PermissionDeniedError, match="belongs to user 4242, not to the server's user 0"):
+        open_object("r", f"/{path.name}", allow_other_users=False)
+    opened = open_object("r", f"/{path.name}", allow_other_users=True)
+    os.close(opened.fd)
+
+
+@pytest.mark.parametrize("size", [256, OFF_LOOP_BYTES + 4096], ids=["on-loop", "off-loop"])
+async def test_reads_and_writes_of_a_shrunk_object(
+    registry: SharedMemoryRegistry, fresh: Callable[[], Path], size: int
+) -> None:
+    path = _segment(fresh(), 2 * size + 64)
+    data = np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)
+    registry.register("r", f"/{path.name}", 64, 2 * size)
+    region = registry.get("r", "test")
+    await write_output(region, size, size, data, dtypes.from_name("UINT8"), "test")
+    assert bytes(await region.read(size, size, "test")) == data.tobytes()
+    os.truncate(path, size)
+    with pytest.raises(InvalidArgumentError, match=rf"it holds {size} now \(truncated"):
+        await region.read(size, size, "test")
+    with pytest.raises(InvalidArgumentError, match=rf"{size} bytes at offset {size} need"):
+        await write_output(region, size, size, data, dtypes.from_name("UINT8"), "test")
+    assert path.stat().st_size == size
+    with pytest.raises(InvalidArgumentError, match="run past the end"):
+        await region.read(size, size + 1, "test")
+
+
+def test_reclaim_unlinks_only_the_object_of_an_exited_client(
+    registry: SharedMemoryRegistry, fresh: Callable[[], Path]
+) -> None:
+    """A region named as an exited sonic client's must not get any other object unlinked."""
+    victim = _segment(fresh(), 64)
+    dead = f"sonic_999999999_n{pid_namespace()}_dead_1"  # a pid above any pid_max: never running
+    registry.register(dead, f"/{victim.name}", 0, 64)
+    assert registry.reclaim() == [dead]
+    assert victim.exists()
