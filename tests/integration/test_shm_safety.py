@@ -169,9 +169,16 @@ def test_other_users_objects_when_allowed(test_repository: Path, shm_path: Calla
             client.close()
 
 
-def test_truncated_input_region(protocol: tuple[str, Any], shm_path: Callable[[], Path]) -> None:
+# 0600: only the server's user can shrink it, so the server maps it (and checks its size before each
+# access); 0666: anyone could, so the server copies through its descriptor.
+MODES = pytest.mark.parametrize("mode", [0o600, 0o666], ids=["mapped", "copied"])
+
+
+@MODES
+def test_truncated_input_region(protocol: tuple[str, Any], shm_path: Callable[[], Path], mode: int) -> None:
     name, client = protocol
     path = _segment(shm_path())
+    path.chmod(mode)
     with path.open("r+b") as handle:
         handle.write(X.tobytes())
     client.register_system_shared_memory("shrunk", f"/{path.name}", SIZE)
@@ -187,9 +194,11 @@ def test_truncated_input_region(protocol: tuple[str, Any], shm_path: Callable[[]
     _still_serving(name, client)
 
 
-def test_truncated_output_region(protocol: tuple[str, Any], shm_path: Callable[[], Path]) -> None:
+@MODES
+def test_truncated_output_region(protocol: tuple[str, Any], shm_path: Callable[[], Path], mode: int) -> None:
     name, client = protocol
     path = _segment(shm_path())
+    path.chmod(mode)
     client.register_system_shared_memory("shrunk", f"/{path.name}", SIZE)
     os.truncate(path, 300)
     with pytest.raises(InferenceServerException) as info:
@@ -202,12 +211,14 @@ def test_truncated_output_region(protocol: tuple[str, Any], shm_path: Callable[[
     _still_serving(name, client)
 
 
+@MODES
 def test_a_key_replaced_after_registration_changes_nothing(
-    protocol: tuple[str, Any], shm_path: Callable[[], Path], tmp_path: Path
+    protocol: tuple[str, Any], shm_path: Callable[[], Path], tmp_path: Path, mode: int
 ) -> None:
     """The server reads and writes the object it checked, whatever the name points at later."""
     name, client = protocol
     path = _segment(shm_path())
+    path.chmod(mode)
     with path.open("r+b") as handle:
         handle.write(X.tobytes())
     client.register_system_shared_memory("swapped", f"/{path.name}", SIZE)
@@ -223,3 +234,22 @@ def test_a_key_replaced_after_registration_changes_nothing(
         assert os.pread(kept, X.nbytes, 512) == X.tobytes()
     finally:
         os.close(kept)
+
+
+def test_copy_always(test_repository: Path, shm_path: Callable[[], Path]) -> None:
+    """--shm-copy-always: even the server's own user's objects are copied, and shrinking one is an error."""
+    path = _segment(shm_path())
+    path.write_bytes(X.tobytes() + bytes(SIZE - X.nbytes))
+    with ServerProcess.start([test_repository], extra_args=["--shm-copy-always"]) as process:
+        client = grpcclient.InferenceServerClient(process.grpc_address)
+        try:
+            client.register_system_shared_memory("mine", f"/{path.name}", SIZE)
+            np.testing.assert_array_equal(_infer_from_region("grpc", client, "mine").as_numpy("OUTPUT0"), X)
+            _infer_into_region("grpc", client, "mine", offset=512)
+            assert path.read_bytes()[512 : 512 + X.nbytes] == X.tobytes()
+            os.truncate(path, 100)
+            with pytest.raises(InferenceServerException, match="it holds 100 now"):
+                _infer_from_region("grpc", client, "mine")
+            _still_serving("grpc", client)
+        finally:
+            client.close()

@@ -9,12 +9,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from sonic.protocol import dtypes
 from sonic.protocol.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
 from sonic.protocol.shm_names import pid_namespace
-from sonic.server.shm import OFF_LOOP_BYTES, SharedMemoryRegistry, write_output
+from sonic.server.shm import OFF_LOOP_BYTES, Region, SharedMemoryRegistry, write_output
 from sonic.server.shm_open import SHM_ROOT, open_object, shm_path
 
 pytestmark = pytest.mark.unit
@@ -93,14 +94,41 @@ def test_owner_rule(fresh: Callable[[], Path]) -> None:
     os.close(opened.fd)
 
 
+def test_only_objects_nobody_else_can_write_are_mapped(fresh: Callable[[], Path]) -> None:
+    """A mapped object shrunk under a read kills the process (SIGBUS): only the server's user may do that."""
+    path = _segment(fresh(), 64)
+    for mode, copy_always, mapped in (
+        (0o600, False, True),
+        (0o620, False, False),
+        (0o606, False, False),
+        (0o600, True, False),
+    ):
+        path.chmod(mode)
+        registry = SharedMemoryRegistry(copy_always=copy_always)
+        try:
+            registry.register("r", f"/{path.name}", 0, 64)
+            assert (registry.get("r", "test").mapping is not None) == mapped, (oct(mode), copy_always)
+        finally:
+            registry.close()
+
+
 @pytest.mark.parametrize("size", [256, OFF_LOOP_BYTES + 4096], ids=["on-loop", "off-loop"])
+@pytest.mark.parametrize("copy_always", [False, True], ids=["mapped", "copied"])
 async def test_reads_and_writes_of_a_shrunk_object(
-    registry: SharedMemoryRegistry, fresh: Callable[[], Path], size: int
+    fresh: Callable[[], Path], size: int, copy_always: bool
 ) -> None:
     path = _segment(fresh(), 2 * size + 64)
     data = np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)
+    registry = SharedMemoryRegistry(copy_always=copy_always)
     registry.register("r", f"/{path.name}", 64, 2 * size)
     region = registry.get("r", "test")
+    try:
+        await _shrink_under(region, path, data, size)
+    finally:
+        registry.close()
+
+
+async def _shrink_under(region: Region, path: Path, data: npt.NDArray[np.uint8], size: int) -> None:
     await write_output(region, size, size, data, dtypes.from_name("UINT8"), "test")
     assert bytes(await region.read(size, size, "test")) == data.tobytes()
     os.truncate(path, size)
@@ -108,7 +136,7 @@ async def test_reads_and_writes_of_a_shrunk_object(
         await region.read(size, size, "test")
     with pytest.raises(InvalidArgumentError, match=rf"{size} bytes at offset {size} need"):
         await write_output(region, size, size, data, dtypes.from_name("UINT8"), "test")
-    assert path.stat().st_size == size
+    assert os.fstat(region.fd).st_size == size
     with pytest.raises(InvalidArgumentError, match="run past the end"):
         await region.read(size, size + 1, "test")
 

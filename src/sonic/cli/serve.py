@@ -216,6 +216,13 @@ def _add_security_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="register shared memory objects owned by other users (default: the server's user only)",
     )
+    group.add_argument(
+        "--shm-copy-always",
+        action="store_true",
+        help="copy every shared memory tensor by system calls, never map a region: no client can crash the "
+        "server by shrinking its object, even one of the server's user (default: only objects others can "
+        "write are copied)",
+    )
 
 
 def _read_tokens(path: Path) -> frozenset[str]:
@@ -267,6 +274,7 @@ def _security_from_args(args: argparse.Namespace) -> dict[str, object]:
         "repository_control": not args.disable_repository_control,
         "allow_model_links_outside": args.allow_model_links_outside,
         "allow_shm_from_other_users": args.allow_shm_from_other_users,
+        "shm_copy_always": args.shm_copy_always,
     }
 
 

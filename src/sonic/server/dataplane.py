@@ -45,7 +45,9 @@ class DataPlane:
     def __init__(self, config: ServerConfig, models: ModelManager) -> None:
         self._config = config
         self.models = models
-        self.shared_memory = SharedMemoryRegistry(allow_other_users=config.allow_shm_from_other_users)
+        self.shared_memory = SharedMemoryRegistry(
+            allow_other_users=config.allow_shm_from_other_users, copy_always=config.shm_copy_always
+        )
         self.accepting = False  # false before start-up is done and once shutdown began
         # One server-wide cache, used by models whose config says response_cache { enable: true }.
         self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes > 0 else None
@@ -173,12 +175,15 @@ class DataPlane:
 
     async def _infer(self, request: InferRequest) -> InferResponse:
         model = self.models.get(request.model_name, request.model_version)
+        cached = self.cache is not None and model.config.response_cache.enable
         batch = request.inputs[0].shape[0] if request.inputs and request.inputs[0].shape else 0
         for name, wanted in request.output_shm.items():
             # Checked before reading inputs or running the model, so a bad region costs neither.
             where = f"model {quote(request.model_name)} output {quote(name)}"
-            self.shared_memory.get(wanted.region, where).check(wanted.offset, wanted.byte_size, where)
-            buffer = output_buffer(model.spec, batch, name, wanted.byte_size)
+            region = self.shared_memory.get(wanted.region, where)
+            view = region.output_view(wanted.offset, wanted.byte_size, where)
+            # The cache keeps outputs past the request: they must not be views of a client's region.
+            buffer = None if cached else output_buffer(model.spec, batch, name, wanted.byte_size, view)
             if buffer is not None:
                 request.output_buffers[name] = buffer
         for tensor in request.inputs:
@@ -186,7 +191,7 @@ class DataPlane:
                 where = f"model {quote(request.model_name)} input {quote(tensor.name)}"
                 region = self.shared_memory.get(tensor.shm.region, where)
                 tensor.raw = await region.read(tensor.shm.offset, tensor.shm.byte_size, where)
-        if self.cache is not None and model.config.response_cache.enable:
+        if self.cache is not None and cached:
             response = await infer_through_cache(self.cache, model, request)
         else:
             response = await model.infer(request)

@@ -22,7 +22,9 @@ object is unlinked too (a SIGKILL gave it no chance to).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import mmap
 import os
 import resource
 from dataclasses import dataclass
@@ -81,12 +83,15 @@ async def _off_loop(fd: int, function: Any, *args: Any) -> Any:
 
 @dataclass(eq=False)
 class Region:
+    """One registered region. ``mapping`` is None for a shared object (copied through ``fd``)."""
+
     name: str
     key: str
     offset: int
     byte_size: int
     fd: int
     identity: tuple[int, int]  # (st_dev, st_ino) of the object, as opened
+    mapping: mmap.mmap | None
 
     def check(self, offset: int, byte_size: int, where: str) -> None:
         """``byte_size`` bytes at ``offset`` must lie inside the region as registered."""
@@ -100,9 +105,19 @@ class Region:
                 f"'{self.name}' ({self.byte_size} bytes)"
             )
 
+    def _check_object(self, offset: int, byte_size: int, where: str) -> int:
+        """The object must still hold the bytes (a client may have shrunk it); returns their position."""
+        position = self.offset + offset
+        if position + byte_size > os.fstat(self.fd).st_size:
+            raise self._shrunk(offset, byte_size, where)
+        return position
+
     async def read(self, offset: int, byte_size: int, where: str) -> memoryview:
-        """A copy of ``byte_size`` bytes at ``offset`` of the region, in a buffer of the server."""
+        """``byte_size`` bytes at ``offset``: a view of the mapping, or a copy in a buffer of the server."""
         self.check(offset, byte_size, where)
+        if self.mapping is not None:
+            position = self._check_object(offset, byte_size, where)
+            return memoryview(self.mapping)[position : position + byte_size]
         buffer = memoryview(np.empty(byte_size, dtype=np.uint8))  # type: ignore[arg-type]
         position = self.offset + offset
         try:
@@ -114,9 +129,17 @@ class Region:
             raise InvalidArgumentError(
                 f"{where}: reading shared memory region '{self.name}': {exc}"
             ) from None
-        if count < byte_size:
+        if count < byte_size:  # short: the object ends before the region does now
             raise self._shrunk(offset, byte_size, where)
         return buffer
+
+    def output_view(self, offset: int, byte_size: int, where: str) -> memoryview | None:
+        """Where a backend may write an output directly: a view of the mapping; None when copied."""
+        self.check(offset, byte_size, where)
+        if self.mapping is None:
+            return None
+        position = self._check_object(offset, byte_size, where)
+        return memoryview(self.mapping)[position : position + byte_size]
 
     async def write(self, offset: int, capacity: int, data: memoryview, where: str) -> None:
         """Write ``data`` at ``offset``, into the ``capacity`` bytes the request gave it there."""
@@ -126,11 +149,15 @@ class Region:
                 f"{where}: shared memory size specified with the request for output ({capacity} bytes) "
                 f"should be at least {len(data)} bytes to hold the results"
             )
-        position = self.offset + offset
-        # A write past the end would grow the object back, not fail: refuse it. Should the client
-        # shrink it after this check, the write grows it again, within the registered size.
-        if position + len(data) > os.fstat(self.fd).st_size:
-            raise self._shrunk(offset, len(data), where)
+        # Copied: a write past the end would grow the object back, not fail, so it is refused; should
+        # the client shrink it after this check, the write grows it again, within the registered size.
+        position = self._check_object(offset, len(data), where)
+        if self.mapping is not None:
+            target = np.frombuffer(self.mapping, dtype=np.uint8, count=len(data), offset=position)
+            source = np.frombuffer(data, dtype=np.uint8)
+            if source.ctypes.data != target.ctypes.data:  # not already written there by the backend
+                target[:] = source
+            return
         try:
             if len(data) < OFF_LOOP_BYTES:
                 _pwrite(self.fd, data, position)
@@ -150,8 +177,12 @@ class Region:
         )
 
     def close(self) -> None:
-        # Reads and writes off the loop use their own duplicate, so closing never pulls it from under them.
+        # Copies off the loop use their own duplicate descriptor, so closing never pulls it from under
+        # them; a mapping with views still held by a request goes with the last of them.
         os.close(self.fd)
+        if self.mapping is not None:
+            with contextlib.suppress(BufferError):
+                self.mapping.close()
 
 
 def _region_limit() -> int:
@@ -164,10 +195,11 @@ def _region_limit() -> int:
 class SharedMemoryRegistry:
     """Regions by name. Every method is called on the event loop thread."""
 
-    def __init__(self, *, allow_other_users: bool = False) -> None:
+    def __init__(self, *, allow_other_users: bool = False, copy_always: bool = False) -> None:
         self._regions: dict[str, Region] = {}
         self._namespace = pid_namespace()
         self._allow_other_users = allow_other_users
+        self._copy_always = copy_always
         self._limit = _region_limit()
 
     def reclaim(self) -> list[str]:
@@ -220,7 +252,14 @@ class SharedMemoryRegistry:
                 f"shared memory region '{name}': offset {offset} + byte size {byte_size} exceeds the "
                 f"{opened.size_bytes} bytes of shared memory object '{key}'"
             )
-        self._regions[name] = Region(name, key, offset, byte_size, opened.fd, opened.identity)
+        mapping = None
+        if opened.private and not self._copy_always:
+            try:
+                mapping = mmap.mmap(opened.fd, offset + byte_size)
+            except BaseException:
+                os.close(opened.fd)
+                raise
+        self._regions[name] = Region(name, key, offset, byte_size, opened.fd, opened.identity, mapping)
 
     def unregister(self, name: str) -> None:
         """Forget one region, or every region when ``name`` is empty (unknown names are not an error)."""
@@ -249,9 +288,12 @@ class SharedMemoryRegistry:
         self.unregister("")
 
 
-def output_buffer(spec: ModelSpec, batch: int, name: str, capacity: int) -> npt.NDArray[Any] | None:
-    """A buffer of the server shaped as output ``name`` will be, when known before running, for a
-    backend to run into (it is then written to the region in one copy); else None."""
+def output_buffer(
+    spec: ModelSpec, batch: int, name: str, capacity: int, view: memoryview | None
+) -> npt.NDArray[Any] | None:
+    """Where a backend may run output ``name`` into, when its shape is known before running: ``view``
+    (of a mapped region: no copy at all) or else a buffer of the server, written to the region after
+    in one copy. None when the shape is not known or ``capacity`` bytes are too few."""
     out = spec.outputs.get(name)
     if (
         out is None
@@ -261,9 +303,12 @@ def output_buffer(spec: ModelSpec, batch: int, name: str, capacity: int) -> npt.
     ):
         return None
     shape = (batch, *out.dims) if spec.batched else out.dims
-    if dtypes.element_count(shape) * out.datatype.numpy.itemsize > capacity:
+    count = dtypes.element_count(shape)
+    if count * out.datatype.numpy.itemsize > capacity:
         return None  # too small: reported after running, as for every other backend
-    return np.empty(shape, dtype=out.datatype.numpy)
+    if view is None:
+        return np.empty(shape, dtype=out.datatype.numpy)
+    return np.frombuffer(view, dtype=out.datatype.numpy, count=count).reshape(shape)
 
 
 async def write_output(

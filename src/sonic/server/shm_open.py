@@ -38,6 +38,8 @@ class Opened:
     fd: int
     size_bytes: int
     identity: tuple[int, int]  # (st_dev, st_ino): tells whether the key still names this object
+    # Only the server's own user can write it (so shrink it): it may be mapped (see sonic.server.shm).
+    private: bool
 
 
 def shm_path(key: str) -> Path:
@@ -63,7 +65,8 @@ def open_object(name: str, key: str, *, allow_other_users: bool) -> Opened:
     except BaseException:
         os.close(fd)
         raise
-    return Opened(fd, info.st_size, (info.st_dev, info.st_ino))
+    private = info.st_uid == os.geteuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    return Opened(fd, info.st_size, (info.st_dev, info.st_ino), private)
 
 
 def _why(exc: OSError) -> str:

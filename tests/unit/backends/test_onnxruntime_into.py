@@ -47,22 +47,27 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_test_repository(tmp_path_factory.mktemp("repo"), "sonic", MODELS)
 
 
-async def test_outputs_are_written_into_the_given_buffers(repository: Path, tmp_shm: Path) -> None:
+@pytest.mark.parametrize("copy_always", [False, True], ids=["mapped", "copied"])
+async def test_outputs_are_written_into_the_given_buffers(
+    repository: Path, tmp_shm: Path, copy_always: bool
+) -> None:
     backend, spec = _load(repository, "identity")
     x = np.arange(3 * 16, dtype=np.float32).reshape(3, 16)
-    buffer = output_buffer(spec, 3, "OUTPUT0", 4096 - 64)
-    assert buffer is not None
-    assert buffer.shape == (3, 16)
-    assert buffer.dtype == np.float32
-    outputs = backend.execute_into({"INPUT0": x}, ["OUTPUT0"], {"OUTPUT0": buffer})
-    assert outputs["OUTPUT0"] is buffer
-    np.testing.assert_array_equal(buffer, x)
-    # The server then writes the buffer into the region, in one copy, and reports the byte count.
-    registry = SharedMemoryRegistry()
+    registry = SharedMemoryRegistry(copy_always=copy_always)
     try:
         registry.register("r", f"/{tmp_shm.name}", 0, 4096)
         region = registry.get("r", "where")
+        view = region.output_view(64, 4096 - 64, "where")
+        assert (view is None) == copy_always  # mapped: the backend runs straight into the region
+        buffer = output_buffer(spec, 3, "OUTPUT0", 4096 - 64, view)
+        assert buffer is not None
+        assert buffer.shape == (3, 16)
+        assert buffer.dtype == np.float32
+        outputs = backend.execute_into({"INPUT0": x}, ["OUTPUT0"], {"OUTPUT0": buffer})
+        assert outputs["OUTPUT0"] is buffer
+        # Then written into the region (a copy skipped when mapped); the byte count is reported.
         size = await write_output(region, 64, 4096 - 64, buffer, dtypes.from_name("FP32"), "where")
+        del view, buffer, outputs
     finally:
         registry.close()
     assert size == x.nbytes
@@ -91,12 +96,14 @@ def test_unsuitable_buffers_fall_back_to_a_plain_run(repository: Path) -> None:
 
 
 def test_output_buffer_only_when_the_size_is_known(repository: Path) -> None:
+    view = memoryview(bytearray(4096))
     _, variable = _load(repository, "identity_fp16")  # dims [-1]
-    assert output_buffer(variable, 2, "OUTPUT0", 4096) is None
+    assert output_buffer(variable, 2, "OUTPUT0", 4096, view) is None
     _, fixed = _load(repository, "identity")
-    assert output_buffer(fixed, 64, "OUTPUT0", 100) is None  # too small: reported after running
-    assert output_buffer(fixed, 2, "NOPE", 4096) is None
+    assert output_buffer(fixed, 64, "OUTPUT0", 100, view[:100]) is None  # too small: reported after running
+    assert output_buffer(fixed, 2, "NOPE", 4096, None) is None
     _, nobatch = _load(repository, "nobatch")
-    buffer = output_buffer(nobatch, 0, "OUTPUT0", 4096)
-    assert buffer is not None
-    assert buffer.shape == (2, 3)
+    for given in (view, None):  # a view of a mapped region, or a buffer of the server
+        buffer = output_buffer(nobatch, 0, "OUTPUT0", 4096, given)
+        assert buffer is not None
+        assert buffer.shape == (2, 3)
