@@ -150,3 +150,14 @@ def test_reclaim_unlinks_only_the_object_of_an_exited_client(
     registry.register(dead, f"/{victim.name}", 0, 64)
     assert registry.reclaim() == [dead]
     assert victim.exists()
+
+
+def test_mapped_regions_get_their_memory_first(
+    registry: SharedMemoryRegistry, fresh: Callable[[], Path]
+) -> None:
+    """Writing a hole of a mapping when /dev/shm is full is a SIGBUS: the region's pages are allocated at once."""
+    path = _segment(fresh(), 1 << 20)
+    assert path.stat().st_blocks == 0  # ftruncate makes a sparse object
+    registry.register("r", f"/{path.name}", 4096, 8192)
+    assert registry.get("r", "test").mapping is not None
+    assert path.stat().st_blocks * 512 == 8192

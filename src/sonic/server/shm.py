@@ -185,6 +185,21 @@ class Region:
                 self.mapping.close()
 
 
+def _map(name: str, fd: int, offset: int, byte_size: int) -> mmap.mmap:
+    """Map a region, its pages given memory first. A write through a mapping into a hole of a sparse
+    object (what ``ftruncate`` makes) needs a new page there and then, and when /dev/shm is full,
+    which any local user can make it, that is a SIGBUS too; ``posix_fallocate`` fails cleanly instead.
+    Pages a client wrote already cost nothing here."""
+    try:
+        os.posix_fallocate(fd, offset, byte_size)
+    except OSError as exc:
+        raise ResourceExhaustedError(
+            f"shared memory region '{name}': cannot give its {byte_size} bytes memory in /dev/shm: "
+            f"{exc.strerror or exc}"
+        ) from None
+    return mmap.mmap(fd, offset + byte_size)
+
+
 def _region_limit() -> int:
     """Regions one server holds at most: each keeps a descriptor, and half the process's are left
     for connections and model files."""
@@ -255,7 +270,7 @@ class SharedMemoryRegistry:
         mapping = None
         if opened.private and not self._copy_always:
             try:
-                mapping = mmap.mmap(opened.fd, offset + byte_size)
+                mapping = _map(name, opened.fd, offset, byte_size)
             except BaseException:
                 os.close(opened.fd)
                 raise
