@@ -51,15 +51,16 @@ log = logging.getLogger(__name__)
 OFF_LOOP_BYTES = 1 << 18
 
 
-def _pread(fd: int, buffer: memoryview, position: int) -> int:
-    """Read into ``buffer`` from ``position``; returns the bytes read, fewer at the object's end."""
+def _pread(fd: int, buffer: memoryview, position: int) -> int | None:
+    """Fill ``buffer`` from ``position``; None when done, else the object's size (it ends too early)."""
     done = 0
     while done < len(buffer):
         count = os.preadv(fd, [buffer[done:]], position + done)
         if count == 0:
-            break
+            # Measured here, on this descriptor: the region's own may be closed by now (unregistered).
+            return os.fstat(fd).st_size
         done += count
-    return done
+    return None
 
 
 def _pwrite(fd: int, data: memoryview, position: int) -> None:
@@ -108,8 +109,9 @@ class Region:
     def _check_object(self, offset: int, byte_size: int, where: str) -> int:
         """The object must still hold the bytes (a client may have shrunk it); returns their position."""
         position = self.offset + offset
-        if position + byte_size > os.fstat(self.fd).st_size:
-            raise self._shrunk(offset, byte_size, where)
+        current = os.fstat(self.fd).st_size
+        if position + byte_size > current:
+            raise self._shrunk(offset, byte_size, where, current)
         return position
 
     async def read(self, offset: int, byte_size: int, where: str) -> memoryview:
@@ -122,15 +124,15 @@ class Region:
         position = self.offset + offset
         try:
             if byte_size < OFF_LOOP_BYTES:
-                count = _pread(self.fd, buffer, position)
+                short = _pread(self.fd, buffer, position)
             else:
-                count = await _off_loop(self.fd, _pread, buffer, position)
+                short = await _off_loop(self.fd, _pread, buffer, position)
         except OSError as exc:
             raise InvalidArgumentError(
                 f"{where}: reading shared memory region '{self.name}': {exc}"
             ) from None
-        if count < byte_size:  # short: the object ends before the region does now
-            raise self._shrunk(offset, byte_size, where)
+        if short is not None:  # the object ends before the region does now
+            raise self._shrunk(offset, byte_size, where, short)
         return buffer
 
     def output_view(self, offset: int, byte_size: int, where: str) -> memoryview | None:
@@ -168,8 +170,7 @@ class Region:
                 f"{where}: writing shared memory region '{self.name}': {exc}"
             ) from None
 
-    def _shrunk(self, offset: int, byte_size: int, where: str) -> InvalidArgumentError:
-        current = os.fstat(self.fd).st_size
+    def _shrunk(self, offset: int, byte_size: int, where: str, current: int) -> InvalidArgumentError:
         return InvalidArgumentError(
             f"{where}: shared memory region '{self.name}' (key '{self.key}'): {byte_size} bytes at offset "
             f"{offset} need the object to hold {self.offset + offset + byte_size} bytes, it holds {current} "
