@@ -7,11 +7,14 @@ Two parts, each over ``--rounds`` rounds, medians printed and saved to benchmark
 
 - ``access``: one tensor's access in this process, for sizes 4 KiB to 64 MiB: before, a view of the
   mapping (inputs, no copy) and a memcpy into it (outputs); after, ``Region.read`` and ``Region.write``
-  as the server calls them (off the event loop from 256 KiB). For scale, ``touch`` is one pass of
-  numpy over the tensor (``sum``), the least a model does with its input.
+  as the server calls them, for a mapped region (an object only the server's user can write: a size
+  check, then the same view and memcpy) and a copied one (anyone else's, or ``--shm-copy-always``:
+  ``preadv``/``pwritev``, off the event loop from 256 KiB). For scale, ``touch`` is one pass of numpy
+  over the tensor (``sum``), the least a model does with its input.
 - ``requests``: whole requests through ``sonic serve`` from tritonclient (gRPC), input and output in
-  shared memory, identity models from 64 B to 19 MB; the server of this checkout against one of
-  ``--before`` (a commit: its ``src`` is taken with ``git archive``), taking turns within each round.
+  shared memory, identity models from 64 B to 19 MB: a server of ``--before`` (a commit: its ``src``
+  is taken with ``git archive``), this checkout's, and this checkout's with ``--shm-copy-always``,
+  taking turns within each round.
 
     .venv/bin/python -m benchmarks.shm_access [--rounds 5] [--before 4ffe123] [--skip-requests]
 """
@@ -39,7 +42,7 @@ import tritonclient.grpc as grpcclient
 from benchmarks.common import machine, save
 from sonic.launch import ServerProcess
 from sonic.protocol import dtypes
-from sonic.server.shm import SharedMemoryRegistry, write_output
+from sonic.server.shm import Region, SharedMemoryRegistry, write_output
 from sonic.server.shm_open import SHM_ROOT
 from sonic.testing.repository import MODELS, write_test_repository
 
@@ -67,13 +70,11 @@ async def _per_op_async_us(operation: Callable[[], Awaitable[object]], seconds: 
 async def _access(size: int, rounds: int) -> dict[str, float]:
     path = SHM_ROOT / f"sonic_bench_{uuid.uuid4().hex}"
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-    registry = SharedMemoryRegistry()
+    registries = {"mapped": SharedMemoryRegistry(), "copied": SharedMemoryRegistry(copy_always=True)}
     try:
         os.ftruncate(fd, 2 * size)
         os.pwrite(fd, np.random.default_rng(0).bytes(size), 0)
         mapping = mmap.mmap(fd, 2 * size)
-        registry.register("bench", f"/{path.name}", 0, 2 * size)
-        region = registry.get("bench", "bench")
         output = np.random.default_rng(1).random(size // 4, dtype=np.float32)
         fp32 = dtypes.from_name("FP32")
 
@@ -84,26 +85,31 @@ async def _access(size: int, rounds: int) -> dict[str, float]:
             target = np.frombuffer(memoryview(mapping)[size : 2 * size], dtype=np.uint8)
             target[:] = np.frombuffer(dtypes.array_to_bytes(output, fp32), dtype=np.uint8)
 
-        async def read_after() -> object:
-            return np.frombuffer(await region.read(0, size, "bench"), dtype=np.float32)
-
-        async def write_after() -> None:
-            await write_output(region, size, size, output, fp32, "bench")
-
-        figures: dict[str, list[float]] = {
-            k: [] for k in ("read_before", "read_after", "write_before", "write_after", "touch")
-        }
+        figures: dict[str, list[float]] = {}
         for _ in range(rounds):
-            figures["read_before"].append(_per_op_us(view_before))
-            figures["read_after"].append(await _per_op_async_us(read_after))
-            figures["write_before"].append(_per_op_us(write_before))
-            figures["write_after"].append(await _per_op_async_us(write_after))
-            figures["touch"].append(_per_op_us(output.sum))
+            figures.setdefault("read_before", []).append(_per_op_us(view_before))
+            figures.setdefault("write_before", []).append(_per_op_us(write_before))
+            for label, registry in registries.items():
+                registry.register("bench", f"/{path.name}", 0, 2 * size)
+                region = registry.get("bench", "bench")
+
+                async def read_after(region: Region = region) -> object:
+                    return np.frombuffer(await region.read(0, size, "bench"), dtype=np.float32)
+
+                async def write_after(region: Region = region) -> None:
+                    await write_output(region, size, size, output, fp32, "bench")
+
+                figures.setdefault(f"read_{label}", []).append(await _per_op_async_us(read_after))
+                figures.setdefault(f"write_{label}", []).append(await _per_op_async_us(write_after))
+                del read_after, write_after, region
+                registry.unregister("bench")
+            figures.setdefault("touch", []).append(_per_op_us(output.sum))
         del view_before, write_before
         mapping.close()
         return {key: statistics.median(values) for key, values in figures.items()}
     finally:
-        registry.close()
+        for registry in registries.values():
+            registry.close()
         os.close(fd)
         path.unlink(missing_ok=True)
 
@@ -141,10 +147,17 @@ def _requests(before: str, rounds: int) -> dict[str, dict[str, float]]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         repository = write_test_repository(root / "repository", "sonic", MODELS)
-        sources = {"before": _source_of(before, root / "before"), "after": Path(__file__).parents[1] / "src"}
+        after = Path(__file__).parents[1] / "src"
+        variants = {  # label: (source, server arguments)
+            "before": (_source_of(before, root / "before"), []),
+            "mapped": (after, []),
+            "copied": (after, ["--shm-copy-always"]),
+        }
         servers = {
-            label: ServerProcess.start([repository], env={**os.environ, "PYTHONPATH": str(src)})
-            for label, src in sources.items()
+            label: ServerProcess.start(
+                [repository], extra_args=args, env={**os.environ, "PYTHONPATH": str(src)}
+            )
+            for label, (src, args) in variants.items()
         }
         try:
             figures: dict[str, dict[str, list[float]]] = {}
@@ -169,21 +182,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-requests", action="store_true")
     args = parser.parse_args(argv)
     access = {str(size): asyncio.run(_access(size, args.rounds)) for size in SIZES}
-    print("access, median us per tensor:")
-    print(
-        f"{'bytes':>10} {'read before':>12} {'read after':>11} {'write before':>13} {'write after':>12} {'touch':>9}"
+    print("access, median us per tensor (mapped: an object only the server's user can write; copied: others)")
+    columns = (
+        "read_before",
+        "read_mapped",
+        "read_copied",
+        "write_before",
+        "write_mapped",
+        "write_copied",
+        "touch",
     )
+    print(f"{'bytes':>10} " + " ".join(f"{c:>13}" for c in columns))
     for size, f in access.items():
-        print(
-            f"{size:>10} {f['read_before']:>12.2f} {f['read_after']:>11.2f} {f['write_before']:>13.2f} "
-            f"{f['write_after']:>12.2f} {f['touch']:>9.2f}"
-        )
+        print(f"{size:>10} " + " ".join(f"{f[c]:>13.2f}" for c in columns))
     requests: dict[str, dict[str, float]] = {}
     if not args.skip_requests:
         requests = _requests(args.before, args.rounds)
         print("requests (tritonclient gRPC, input and output in shared memory), median us per request:")
         for name, by in requests.items():
-            print(f"  {name:<40} before {by['before']:>9.1f}  after {by['after']:>9.1f}")
+            print(f"  {name:<40} " + "  ".join(f"{k} {v:>9.1f}" for k, v in by.items()))
     path = save(
         "shm_access",
         {
