@@ -12,6 +12,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from sonic.cli import serve
+from sonic.cli.main import build_parser
 from sonic.protocol import dtypes
 from sonic.protocol.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
 from sonic.protocol.shm_names import pid_namespace
@@ -161,3 +163,15 @@ def test_mapped_regions_get_their_memory_first(
     registry.register("r", f"/{path.name}", 4096, 8192)
     assert registry.get("r", "test").mapping is not None
     assert path.stat().st_blocks * 512 == 8192
+
+
+def test_serve_options(tmp_path: Path) -> None:
+    def config(*extra: str) -> tuple[bool, bool]:
+        args = build_parser().parse_args(
+            ["serve", "--model-repository", str(tmp_path), "--gpus", "0", *extra]
+        )
+        made = serve.config_from_args(args)
+        return made.allow_shm_from_other_users, made.shm_copy_always
+
+    assert config() == (False, False)
+    assert config("--allow-shm-from-other-users", "--shm-copy-always") == (True, True)
