@@ -175,10 +175,15 @@ class DataPlane:
 
     async def _infer(self, request: InferRequest) -> InferResponse:
         model = self.models.get(request.model_name, request.model_version)
+        for tensor in request.inputs:
+            if tensor.shm is not None:
+                where = f"model {quote(request.model_name)} input {quote(tensor.name)}"
+                region = self.shared_memory.get(tensor.shm.region, where)
+                tensor.raw = await region.read(tensor.shm.offset, tensor.shm.byte_size, where)
         cached = self.cache is not None and model.config.response_cache.enable
         batch = request.inputs[0].shape[0] if request.inputs and request.inputs[0].shape else 0
         for name, wanted in request.output_shm.items():
-            # Checked before reading inputs or running the model, so a bad region costs neither.
+            # Checked before running the model so a bad region costs no inference.
             where = f"model {quote(request.model_name)} output {quote(name)}"
             region = self.shared_memory.get(wanted.region, where)
             view = region.output_view(wanted.offset, wanted.byte_size, where)
@@ -186,11 +191,6 @@ class DataPlane:
             buffer = None if cached else output_buffer(model.spec, batch, name, wanted.byte_size, view)
             if buffer is not None:
                 request.output_buffers[name] = buffer
-        for tensor in request.inputs:
-            if tensor.shm is not None:
-                where = f"model {quote(request.model_name)} input {quote(tensor.name)}"
-                region = self.shared_memory.get(tensor.shm.region, where)
-                tensor.raw = await region.read(tensor.shm.offset, tensor.shm.byte_size, where)
         if self.cache is not None and cached:
             response = await infer_through_cache(self.cache, model, request)
         else:
