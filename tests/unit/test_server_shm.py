@@ -15,7 +15,12 @@ import pytest
 from sonic.cli import serve
 from sonic.cli.main import build_parser
 from sonic.protocol import dtypes
-from sonic.protocol.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+from sonic.protocol.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+)
 from sonic.protocol.shm_names import pid_namespace
 from sonic.server.shm import OFF_LOOP_BYTES, Region, SharedMemoryRegistry, write_output
 from sonic.server.shm_open import SHM_ROOT, open_object, shm_path
@@ -175,3 +180,16 @@ def test_serve_options(tmp_path: Path) -> None:
 
     assert config() == (False, False)
     assert config("--allow-shm-from-other-users", "--shm-copy-always") == (True, True)
+
+
+def test_regions_are_bounded(fresh: Callable[[], Path]) -> None:
+    path = _segment(fresh(), 64)
+    registry = SharedMemoryRegistry(max_regions=1)
+    try:
+        registry.register("first", f"/{path.name}", 0, 64)
+        with pytest.raises(ResourceExhaustedError, match="holds 1 regions, its most"):
+            registry.register("second", f"/{path.name}", 0, 64)
+        registry.unregister("first")
+        registry.register("second", f"/{path.name}", 0, 64)
+    finally:
+        registry.close()

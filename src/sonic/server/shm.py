@@ -211,12 +211,15 @@ def _region_limit() -> int:
 class SharedMemoryRegistry:
     """Regions by name. Every method is called on the event loop thread."""
 
-    def __init__(self, *, allow_other_users: bool = False, copy_always: bool = False) -> None:
+    def __init__(
+        self, *, allow_other_users: bool = False, copy_always: bool = False, max_regions: int | None = None
+    ) -> None:
+        """``max_regions``: None for half the process's file descriptor limit."""
         self._regions: dict[str, Region] = {}
         self._namespace = pid_namespace()
         self._allow_other_users = allow_other_users
         self._copy_always = copy_always
-        self._limit = _region_limit()
+        self._limit = _region_limit() if max_regions is None else max_regions
 
     def reclaim(self) -> list[str]:
         """Forget regions whose object is gone or whose client exited (unlinking the latter's object);
@@ -259,7 +262,7 @@ class SharedMemoryRegistry:
         if len(self._regions) >= self._limit:
             raise ResourceExhaustedError(
                 f"shared memory region '{name}': this server holds {len(self._regions)} regions, its most "
-                "(half its file descriptor limit); unregister some first"
+                "(each keeps a file descriptor open); unregister some first"
             )
         opened = open_object(name, key, allow_other_users=self._allow_other_users)
         if offset + byte_size > opened.size_bytes:

@@ -79,8 +79,11 @@ def test_triton_with_hostile_shared_memory(tmp_path: Path, names: list[Path]) ->
     )  # the stub's python
     address = f"127.0.0.1:{ports['grpc']}"
     prefix = f"sonic_triton_shm_{uuid.uuid4().hex[:8]}"
-    link, fifo, segment = (SHM_ROOT / f"{prefix}_{kind}" for kind in ("link", "fifo", "segment"))
-    names.extend((link, fifo, segment))
+    link, fifo, segment, hard = (
+        SHM_ROOT / f"{prefix}_{kind}" for kind in ("link", "fifo", "segment", "hard")
+    )
+    directory = SHM_ROOT / f"{prefix}_directory"
+    names.extend((link, fifo, segment, hard))
     secret = tmp_path / "secret"
     secret.write_bytes(bytes(64))
     link.symlink_to(secret)
@@ -88,6 +91,8 @@ def test_triton_with_hostile_shared_memory(tmp_path: Path, names: list[Path]) ->
     fd = os.open(segment, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
         os.ftruncate(fd, 8192)
+        os.link(segment, hard)
+        directory.mkdir()
         with (
             triton.TritonProcess.launch(
                 command, address, ["add_sub"], 120.0, env, workdir / "triton.log"
@@ -100,6 +105,10 @@ def test_triton_with_hostile_shared_memory(tmp_path: Path, names: list[Path]) ->
             with pytest.raises(InferenceServerException, match="invalid args") as info:
                 client.register_system_shared_memory("fifo", f"/{fifo.name}", 64)
             assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+            with pytest.raises(InferenceServerException, match="Unable to open shared memory region"):
+                client.register_system_shared_memory("directory", f"/{directory.name}", 64)
+            client.register_system_shared_memory("hard", f"/{hard.name}", 64)  # a hard link is taken
+            client.unregister_system_shared_memory("hard")
             if os.geteuid() == 0:  # no owner rule: another user's object is taken
                 os.fchown(fd, 4242, 4242)
             client.register_system_shared_memory("segment", f"/{segment.name}", 8192)
@@ -113,3 +122,4 @@ def test_triton_with_hostile_shared_memory(tmp_path: Path, names: list[Path]) ->
             assert server.process.wait(timeout=30) == -signal.SIGBUS
     finally:
         os.close(fd)
+        directory.rmdir()
