@@ -105,8 +105,9 @@ def test_triton_with_hostile_shared_memory(tmp_path: Path, names: list[Path]) ->
             with pytest.raises(InferenceServerException, match="invalid args") as info:
                 client.register_system_shared_memory("fifo", f"/{fifo.name}", 64)
             assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
-            with pytest.raises(InferenceServerException, match="Unable to open shared memory region"):
+            with pytest.raises(InferenceServerException, match="Unable to open shared memory region") as info:
                 client.register_system_shared_memory("directory", f"/{directory.name}", 64)
+            assert info.value.status() == "StatusCode.INTERNAL"
             client.register_system_shared_memory("hard", f"/{hard.name}", 64)  # a hard link is taken
             client.unregister_system_shared_memory("hard")
             if os.geteuid() == 0:  # no owner rule: another user's object is taken
