@@ -7,6 +7,7 @@ truncated after registration gives INVALID_ARGUMENT for inputs and outputs, and 
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -253,3 +254,41 @@ def test_copy_always(test_repository: Path, shm_path: Callable[[], Path]) -> Non
             _still_serving("grpc", client)
         finally:
             client.close()
+
+
+def _hammer(path: Path, stop: threading.Event) -> None:
+    """A hostile client: shrinks and restores its object as fast as it can, until told to stop."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        while not stop.is_set():
+            os.ftruncate(fd, 0)
+            os.ftruncate(fd, SIZE)
+    finally:
+        os.close(fd)
+
+
+def test_copied_regions_survive_shrinking_during_requests(
+    protocol: tuple[str, Any], shm_path: Callable[[], Path]
+) -> None:
+    """Truncations racing the accesses themselves: every answer is a result or INVALID_ARGUMENT."""
+    name, client = protocol
+    path = _segment(shm_path())
+    path.chmod(0o666)  # writable by others: copied, never mapped
+    client.register_system_shared_memory("racing", f"/{path.name}", SIZE)
+    stop = threading.Event()
+    hammer = threading.Thread(target=_hammer, args=(path, stop))
+    hammer.start()
+    answers: list[str] = []
+    try:
+        for _ in range(200):
+            try:
+                _infer_from_region(name, client, "racing", offset=256)
+                _infer_into_region(name, client, "racing", offset=512)
+                answers.append("ok")
+            except InferenceServerException as exc:
+                answers.append(str(exc.status()) if exc.status() == STATUS[name]["invalid"] else str(exc))
+    finally:
+        stop.set()
+        hammer.join()
+    assert set(answers) <= {"ok", STATUS[name]["invalid"]}, set(answers)
+    _still_serving(name, client)
