@@ -4,14 +4,17 @@ A client creates a POSIX shared-memory object (``shm_open(key)``; on Linux a fil
 registers ``(name, key, offset, byte_size)`` with the server, and then names the region in requests
 instead of sending tensor bytes. The object is opened once, at registration, and checked
 (:mod:`sonic.server.shm_open`: no links, a regular file of the server's user); the server then reads
-and writes it only through that descriptor.
+and writes it only through that descriptor, or a mapping of it.
 
-Access is by ``preadv``/``pwritev``, never through a mapping: a client can truncate its object at any
-time, and touching a mapped page past the new end kills the process (SIGBUS), which no check made
-before the access can rule out (the client may truncate between the check and the copy). A system
-call on a shrunk object instead reads short, which becomes a clear INVALID_ARGUMENT, and the server
-keeps serving. The price is one copy of each input into a buffer of the server (measured in
-benchmarks/shm_access.py); outputs cost one copy as before. Large copies run off the event loop.
+A client can truncate its object at any time, and touching a mapped page past the new end kills the
+process (SIGBUS), which no check made before the access rules out (the truncation may come between the
+check and the copy, or while a backend reads or writes a view on its instance thread). So an object is
+mapped (zero copy; its size checked with ``fstat`` before each access, its pages allocated at
+registration) only when nobody but the server's own user can write it, who could stop the server by
+other means too. Any other object, and every object under ``--shm-copy-always``, is copied with
+``preadv``/``pwritev`` (off the event loop from 256 KiB): a system call on a shrunk object reads short,
+which is a clear INVALID_ARGUMENT, and the server keeps serving. Costs: benchmarks/shm_access.py;
+the whole argument and what remains: docs/security.md, "Other local users: shared memory".
 
 Regions nobody will unregister are reclaimed (:meth:`SharedMemoryRegistry.reclaim`, run before each
 register and status call): those whose shared-memory object is gone, and those of a ``sonic.client``
