@@ -3,8 +3,9 @@
 A thin adapter like the gRPC one: route, call the data plane, render JSON, map errors through the one
 status table (bodies are ``{"error": "..."}``). aiohttp's low-level ``web.Server`` is used without
 its router or middlewares: the path is split once and matched by hand, which keeps the per-request
-cost to parsing (llhttp, in C) plus our own work. Request bodies are written chunk by chunk into one
-buffer and binary tensors are sliced out of it without copies. Every body is bounded: a Content-Length
+cost to parsing (llhttp, in C) plus our own work. Request bodies grow chunk by chunk as they arrive,
+charged to the server's request-buffer budget (:mod:`sonic.server.budget`) until the request is answered,
+and binary tensors are sliced out of them without copies. Every body is bounded: a Content-Length
 over ``max_message_bytes`` is answered 413 before a byte is read, gzip/deflate bodies are inflated
 (off the loop when large) up to ``max_decompressed_bytes``, and large JSON is parsed in a thread; JSON
 that cannot be parsed, however it fails (nesting included), is a 400 that says why.
@@ -18,7 +19,6 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
 
@@ -28,16 +28,18 @@ from sonic.protocol import http_json
 from sonic.protocol.errors import (
     InvalidArgumentError,
     NotFoundError,
+    RequestBufferBusyError,
     ResourceExhaustedError,
     UnimplementedError,
     http_status,
 )
+from sonic.server.budget import BudgetHold, RequestBudget
 from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES, TlsConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.aiohttp_listener import AiohttpListener
 from sonic.server.frontends.base import Frontend
 from sonic.server.frontends.gate import CallGate, as_sonic_error
-from sonic.server.frontends.http_body import PayloadTooLargeError, read_body
+from sonic.server.frontends.http_body import PayloadTooLargeError, read_body, refuse_body
 from sonic.server.guard import CallKind
 from sonic.server.tls import http_ssl_context
 
@@ -64,16 +66,6 @@ def _error_response(exc: Exception) -> web.Response:
 def _health(ok: bool) -> web.Response:
     # Triton answers 200 or 400 with an empty body; tritonclient only looks at the status.
     return web.Response(status=200 if ok else 400)
-
-
-async def _refuse_body(request: web.BaseRequest, exc: PayloadTooLargeError) -> web.StreamResponse:
-    """413, then close: aiohttp would otherwise read (and drop) the rest of the body for up to 10 s."""
-    response = _json_response({"error": exc.message}, HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
-    response.force_close()
-    await response.prepare(request)
-    await response.write_eof()
-    request.protocol.force_close()  # closes once the response is written; nothing more is read
-    return response
 
 
 async def _cuda_status(dp: DataPlane, name: str) -> web.StreamResponse:
@@ -135,8 +127,10 @@ class HttpFrontend(Frontend):
         tls: TlsConfig | None = None,
         max_connections_per_client: int | None = None,
         max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES,
+        budget: RequestBudget,
     ) -> None:
         self._dataplane = dataplane
+        self._budget = budget
         self._max_decompressed_bytes = max_decompressed_bytes
         self._gate = gate
         self.host = host
@@ -179,24 +173,27 @@ class HttpFrontend(Frontend):
             )
             response.force_close()
             return response
+        hold = BudgetHold(self._budget)
         try:
             parts = [unquote(p) for p in request.raw_path.split("?", 1)[0].split("/")[1:]]
             if parts and parts[-1] == "":
                 parts.pop()
-            kind, handler = self._route(request.method, parts, request, received_ns)
+            kind, handler = self._route(request.method, parts, request, received_ns, hold)
             if self._gate.guard is not None:
                 peer = request.transport.get_extra_info("peername") if request.transport else None
                 address = str(peer[0]) if peer else "unknown"
                 client = f"{address}:{peer[1]}" if peer else "unknown"
                 self._gate.admit(kind, request.headers.get("Authorization"), client, address)
             return await handler()
-        except PayloadTooLargeError as exc:
-            return await _refuse_body(request, exc)
+        except (PayloadTooLargeError, RequestBufferBusyError) as exc:
+            return await refuse_body(request, exc)
         except Exception as exc:  # noqa: BLE001  (mapped to a status by the one table)
             return _error_response(exc)
+        finally:
+            hold.release()  # the body (and what was decoded from it as views) is no longer ours
 
     def _route(
-        self, method: str, parts: list[str], request: web.BaseRequest, received_ns: int
+        self, method: str, parts: list[str], request: web.BaseRequest, received_ns: int, hold: BudgetHold
     ) -> tuple[CallKind, Callable[[], Awaitable[web.StreamResponse]]]:
         if not parts or parts[0] != "v2":
             raise NotFoundError(f"no such endpoint: {request.method} {request.path}")
@@ -251,16 +248,16 @@ class HttpFrontend(Frontend):
                 )
             if action == "infer":
                 _expect(method, "POST", request)
-                return CallKind.INFER, lambda: self._infer(request, name, version, received_ns)
+                return CallKind.INFER, lambda: self._infer(request, name, version, received_ns, hold)
         if head == "repository":
             if parts[1:] == ["index"]:
                 _expect(method, "POST", request)
-                return CallKind.INDEX, lambda: self._repository_index(request)
+                return CallKind.INDEX, lambda: self._repository_index(request, hold)
             if len(parts) == 4 and parts[1] == "models" and parts[3] in {"load", "unload"}:
                 _expect(method, "POST", request)
-                return CallKind.CONTROL, lambda: self._repository_action(request, parts[2], parts[3])
+                return CallKind.CONTROL, lambda: self._repository_action(request, parts[2], parts[3], hold)
         if head == "systemsharedmemory":
-            return self._route_shm(method, parts[1:], request)
+            return self._route_shm(method, parts[1:], request, hold)
         if head == "cudasharedmemory" and parts[-1] in {
             "status",
             "unregister",
@@ -275,7 +272,7 @@ class HttpFrontend(Frontend):
         raise NotFoundError(f"no such endpoint: {request.method} {request.path}")
 
     def _route_shm(
-        self, method: str, parts: list[str], request: web.BaseRequest
+        self, method: str, parts: list[str], request: web.BaseRequest, hold: BudgetHold
     ) -> tuple[CallKind, Callable[[], Awaitable[web.StreamResponse]]]:
         """``[region/NAME/](status|register|unregister)`` under ``/v2/systemsharedmemory``."""
         name = ""
@@ -295,7 +292,7 @@ class HttpFrontend(Frontend):
             _expect(method, "POST", request)
 
             async def register() -> web.StreamResponse:
-                payload = await self._json_body(request)
+                payload = await self._json_body(request, hold)
                 key, offset, size = payload.get("key"), payload.get("offset", 0), payload.get("byte_size")
                 if not isinstance(key, str) or not isinstance(offset, int) or not isinstance(size, int):
                     raise InvalidArgumentError(
@@ -318,8 +315,8 @@ class HttpFrontend(Frontend):
 
     # --- handlers -------------------------------------------------------------------------------------
 
-    async def _json_body(self, request: web.BaseRequest) -> dict[str, Any]:
-        body = await read_body(request, self._max_message_bytes, self._max_decompressed_bytes)
+    async def _json_body(self, request: web.BaseRequest, hold: BudgetHold) -> dict[str, Any]:
+        body = await read_body(request, self._max_message_bytes, self._max_decompressed_bytes, hold)
         if not body.strip():
             return {}
         if len(body) < OFF_LOOP_BYTES:
@@ -332,9 +329,9 @@ class HttpFrontend(Frontend):
         return payload
 
     async def _infer(
-        self, request: web.BaseRequest, name: str, version: str, received_ns: int
+        self, request: web.BaseRequest, name: str, version: str, received_ns: int, hold: BudgetHold
     ) -> web.StreamResponse:
-        body = await read_body(request, self._max_message_bytes, self._max_decompressed_bytes)
+        body = await read_body(request, self._max_message_bytes, self._max_decompressed_bytes, hold)
         header_length = request.headers.get(http_json.HEADER_LENGTH)
         try:
             length = int(header_length) if header_length is not None else None
@@ -359,8 +356,8 @@ class HttpFrontend(Frontend):
             headers={http_json.HEADER_LENGTH: str(json_length)},
         )
 
-    async def _repository_index(self, request: web.BaseRequest) -> web.StreamResponse:
-        payload = await self._json_body(request)
+    async def _repository_index(self, request: web.BaseRequest, hold: BudgetHold) -> web.StreamResponse:
+        payload = await self._json_body(request, hold)
         index = self._dataplane.repository_index(bool(payload.get("ready", False)))
         rows = [http_json.message_to_json(row) for row in index.models]
         for row in rows:  # Triton leaves empty fields out of index rows
@@ -370,9 +367,9 @@ class HttpFrontend(Frontend):
         return _json_response(rows)
 
     async def _repository_action(
-        self, request: web.BaseRequest, name: str, action: str
+        self, request: web.BaseRequest, name: str, action: str, hold: BudgetHold
     ) -> web.StreamResponse:
-        payload = await self._json_body(request)
+        payload = await self._json_body(request, hold)
         parameters = payload.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise InvalidArgumentError(f"{action} of '{name}': 'parameters' must be an object")
