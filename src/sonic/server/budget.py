@@ -90,11 +90,12 @@ class RequestBudget:
 class BudgetHold:
     """What one request has charged; :meth:`release` gives it all back (idempotent)."""
 
-    __slots__ = ("_budget", "held")
+    __slots__ = ("_budget", "_room", "held")
 
     def __init__(self, budget: RequestBudget) -> None:
         self._budget = budget
         self.held = 0
+        self._room: asyncio.Future[None] | None = None  # while waiting in :meth:`room`
 
     @property
     def capacity_bytes(self) -> int:
@@ -121,9 +122,16 @@ class BudgetHold:
                 room.set_result(None)
 
         budget.when_room(room, wake)
+        self._room = room
         try:
             await asyncio.wait_for(room, budget.wait_s)
         except TimeoutError:
             raise budget.busy_error(what) from None
         finally:
+            self._room = None
             budget.forget(room)
+
+    def abandon(self) -> None:
+        """The request's connection is gone: a wait in :meth:`room` ends with ConnectionResetError."""
+        if self._room is not None and not self._room.done():
+            self._room.set_exception(ConnectionResetError("the connection closed while its body waited"))

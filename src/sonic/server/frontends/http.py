@@ -78,22 +78,28 @@ async def _cuda_unregister(dp: DataPlane, name: str) -> web.StreamResponse:
     return web.Response(status=200)
 
 
-class _ConnectionLimitedServer(web.Server):
-    """aiohttp's low-level server, counting open connections per client address.
+class _Server(web.Server):
+    """aiohttp's low-level server, counting open connections per client address, and telling a request
+    that waits for room in the request buffer budget that its connection is gone (aiohttp does not
+    cancel handlers): at shutdown, or a close seen while reading. A connection paused for lack of room
+    is not read, so its client's close is seen only when the wait ends (its bound, or room).
 
     Connections over ``max_per_client`` are accepted but every request on them is answered 429 and
     the connection closed, so the client learns why instead of seeing a reset.
     """
 
-    def __init__(self, handler: Any, *, max_per_client: int, **kwargs: Any) -> None:
+    def __init__(self, handler: Any, *, max_per_client: int | None, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self._max_per_client = max_per_client
         self._open: dict[str, int] = {}
         self._hosts: dict[object, str] = {}
         self.refused: set[object] = set()  # transports over the limit
+        self.holds: dict[object, BudgetHold] = {}  # by connection (aiohttp's handler), its request's
 
     def connection_made(self, handler: Any, transport: Any) -> None:
         super().connection_made(handler, transport)
+        if self._max_per_client is None:
+            return
         peer = transport.get_extra_info("peername")
         host = str(peer[0]) if peer else "unknown"
         self._hosts[transport] = host
@@ -102,6 +108,9 @@ class _ConnectionLimitedServer(web.Server):
             self.refused.add(transport)
 
     def connection_lost(self, handler: Any, exc: BaseException | None = None) -> None:
+        hold = self.holds.pop(handler, None)
+        if hold is not None:
+            hold.abandon()
         transport = handler.transport
         host = self._hosts.pop(transport, None)
         if host is not None:
@@ -136,7 +145,7 @@ class HttpFrontend(Frontend):
         self.host = host
         self.port = port
         self._max_connections_per_client = max_connections_per_client
-        self._limited: _ConnectionLimitedServer | None = None
+        self._server: _Server | None = None
         self._max_message_bytes = max_message_bytes
         self._ssl_context = http_ssl_context(tls) if tls is not None else None
         self._listener = AiohttpListener()
@@ -144,17 +153,13 @@ class HttpFrontend(Frontend):
     # --- lifecycle ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        server: web.Server
-        if self._max_connections_per_client is not None:
-            server = self._limited = _ConnectionLimitedServer(
-                self._handle,
-                max_per_client=self._max_connections_per_client,
-                access_log=None,
-                auto_decompress=False,
-            )
-        else:
-            # auto_decompress off: aiohttp would inflate on the loop with no cap; read_body does it bounded.
-            server = web.Server(self._handle, access_log=None, auto_decompress=False)
+        # auto_decompress off: aiohttp would inflate on the loop with no cap; read_body does it bounded.
+        server = self._server = _Server(
+            self._handle,
+            max_per_client=self._max_connections_per_client,
+            access_log=None,
+            auto_decompress=False,
+        )
         self.port = await self._listener.start(server, self.host, self.port, self._ssl_context)
 
     async def stop(self, grace_s: float) -> None:
@@ -164,7 +169,9 @@ class HttpFrontend(Frontend):
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         received_ns = time.perf_counter_ns()
-        if self._limited is not None and request.transport in self._limited.refused:
+        server = self._server
+        assert server is not None  # requests come only once the server started
+        if request.transport in server.refused:
             response = _error_response(
                 ResourceExhaustedError(
                     f"more than {self._max_connections_per_client} concurrent HTTP connections from this "
@@ -173,7 +180,7 @@ class HttpFrontend(Frontend):
             )
             response.force_close()
             return response
-        hold = BudgetHold(self._budget)
+        hold = server.holds[request.protocol] = BudgetHold(self._budget)
         try:
             parts = [unquote(p) for p in request.raw_path.split("?", 1)[0].split("/")[1:]]
             if parts and parts[-1] == "":
@@ -191,6 +198,7 @@ class HttpFrontend(Frontend):
             return _error_response(exc)
         finally:
             hold.release()  # the body (and what was decoded from it as views) is no longer ours
+            server.holds.pop(request.protocol, None)
 
     def _route(
         self, method: str, parts: list[str], request: web.BaseRequest, received_ns: int, hold: BudgetHold
