@@ -292,7 +292,7 @@ def grpc_slow_uploads(
             while any(left):
                 while window < min(1 << 14, left[turn]):
                     read()
-                frames = []
+                frames: list[bytes] = []
                 while window and left[turn] and len(frames) < 64:
                     size = min(1 << 14, left[turn], window)
                     frames.append(data_frame(2 * turn + 1, bytes(size)))
