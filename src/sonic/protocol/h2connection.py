@@ -10,7 +10,9 @@ that output is waiting from :meth:`_output_ready`. Roles fill in what differs: w
 Written for the request rates of small inference calls: a frame is parsed in place from the received
 bytes, a DATA payload goes straight to its stream, header blocks that leave the HPACK table alone are
 decoded once and remembered (bounded: :class:`~sonic.protocol.http2.HeaderDecoder`), and everything
-queued between two :meth:`data_to_send` calls leaves together. Every per-frame cost is O(1): flow
+queued between two :meth:`data_to_send` calls leaves together. Receive windows are given back as DATA
+arrives, or, with ``acknowledges_on_receipt`` off (the server under its request buffer budget), only as the
+application calls :meth:`acknowledge_received_data`. Every per-frame cost is O(1): flow
 control revisits only streams whose window opened (:mod:`sonic.protocol.h2output`), and floods of frames
 that cost work without progress are counted against :class:`~sonic.protocol.h2limits.Http2Limits`
 (control frames and the counters: :mod:`sonic.protocol.h2control`).
