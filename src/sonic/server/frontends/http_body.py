@@ -101,16 +101,21 @@ async def receive(request: web.BaseRequest, limit: int, hold: BudgetHold) -> byt
     if length is not None and len(first) == length:
         return first  # a small body arrives whole: no copy
     most = min(limit, capacity)  # for chunked bodies, checked as they grow (a Content-Length was above)
-    body = bytearray(first)
+    # Chunks kept as they come and joined once: one copy in all (a bytearray grown by += is copied again
+    # at each of its ~12 % steps, ~8 copies of a large body; one allocated from the announced length
+    # would let a client reserve memory it never sends).
+    chunks = [first]
+    size = len(first)
     del first
-    while len(body) <= most:
+    while size <= most:
         if request.content.at_eof():
-            return body  # no room needed to learn that the body is whole
+            return b"".join(chunks)  # no room needed to learn that the body is whole
         await hold.room("the request body")
         chunk = await request.content.readany()
         if not chunk:
-            return body
+            return b"".join(chunks)
         hold.charge(len(chunk))
-        body += chunk
-    which = "limit" if len(body) > limit else "request buffer budget (--request-buffer-budget-mb)"
+        chunks.append(chunk)
+        size += len(chunk)
+    which = "limit" if size > limit else "request buffer budget (--request-buffer-budget-mb)"
     raise PayloadTooLargeError(f"request body (chunked) is over the server {which} of {most} bytes")
