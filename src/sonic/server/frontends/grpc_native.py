@@ -283,11 +283,12 @@ class GrpcConnection(Http2Connection):
         self.release_data(held)
 
     def budget_wait_over(self) -> None:
-        """Calls still receiving their request end with RESOURCE_EXHAUSTED; their bytes are released."""
+        """Calls holding bytes of a request not yet whole end with RESOURCE_EXHAUSTED, releasing them
+        (a ModelStreamInfer stream between two messages holds none and goes on)."""
         budget = self._frontend.budget
         for stream in list(self.streams.values()):
             call: Call | None = stream.call
-            if call is not None and not call.input_done and not stream.local_closed:
+            if call is not None and call.held and not call.input_done and not stream.local_closed:
                 self._fail(stream, grpc.StatusCode.RESOURCE_EXHAUSTED, budget.busy_error(call.method).message)
 
     def _fail(self, stream: Stream, code: grpc.StatusCode, message: str) -> None:

@@ -109,11 +109,11 @@ async def receive(request: web.BaseRequest, limit: int, hold: BudgetHold) -> byt
     del first
     while size <= most:
         if request.content.at_eof():
-            return b"".join(chunks)  # no room needed to learn that the body is whole
+            return bytearray().join(chunks)  # no room needed to learn that the body is whole
         await hold.room("the request body")
         chunk = await request.content.readany()
         if not chunk:
-            return b"".join(chunks)
+            return bytearray().join(chunks)
         hold.charge(len(chunk))
         chunks.append(chunk)
         size += len(chunk)
