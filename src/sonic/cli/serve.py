@@ -17,6 +17,7 @@ from sonic.logs import configure_logging
 from sonic.protocol.errors import SonicError
 from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits
 from sonic.protocol.wire import MAX_MESSAGE_BYTES
+from sonic.server.budget import DEFAULT_WAIT_S
 from sonic.server.config import (
     MAX_GRPC_DECOMPRESSED_BYTES,
     AdmissionConfig,
@@ -203,6 +204,10 @@ def _add_security_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--http-max-connections-per-client", type=int, default=None, help="open HTTP connections per address"
     )
+    budget_help = "MiB of request bodies all connections may buffer (default: 1/4 of memory, 64 MiB-16 GiB)"
+    group.add_argument("--request-buffer-budget-mb", type=int, default=None, help=budget_help)
+    wait_help = "longest wait for room in that budget, then 503 / RESOURCE_EXHAUSTED"
+    group.add_argument("--request-buffer-wait-secs", type=float, default=DEFAULT_WAIT_S, help=wait_help)
     group.add_argument(
         "--disable-repository-control", action="store_true", help="refuse model load/unload requests"
     )
@@ -275,7 +280,15 @@ def _security_from_args(args: argparse.Namespace) -> dict[str, object]:
         "allow_model_links_outside": args.allow_model_links_outside,
         "allow_shm_from_other_users": args.allow_shm_from_other_users,
         "shm_copy_always": args.shm_copy_always,
+        "request_buffer_wait_s": args.request_buffer_wait_secs,
+        **_budget(args.request_buffer_budget_mb),
     }
+
+
+def _budget(mib: int | None) -> dict[str, int]:
+    if mib is not None and mib < 1:
+        raise ValueError(f"--request-buffer-budget-mb must be at least 1, got {mib}")
+    return {} if mib is None else {"request_buffer_budget_bytes": mib << 20}
 
 
 def _http2_limits(args: argparse.Namespace) -> Http2Limits:
