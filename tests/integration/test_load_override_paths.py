@@ -220,3 +220,19 @@ def test_links_outside_are_followed_only_with_the_option(layout: Layout) -> None
                 )
             assert VARIANTS[variant] in info.value.message()
     assert not layout.marker.exists()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_file_overrides_are_refused(server: ServerProcess, layout: Layout, protocol: str) -> None:
+    # Triton writes `file:` parameters into a temporary model folder; sonic loads from the repository only.
+    files = {"file:1/model.py": IDENTITY.encode()}
+    with pytest.raises(InferenceServerException) as info:
+        if protocol == "grpc":
+            with grpcclient.InferenceServerClient(server.grpc_address) as client:
+                client.load_model("victim", config=_override(FIELDS[0], "model.py"), files=files)
+        else:
+            with httpclient.InferenceServerClient(server.http_address) as client:
+                client.load_model("victim", config=_override(FIELDS[0], "model.py"), files=files)
+    assert info.value.status() == ("StatusCode.INVALID_ARGUMENT" if protocol == "grpc" else "400")
+    assert "model file overrides ('file:1/model.py') are not supported" in info.value.message()
+    assert not layout.marker.exists()
