@@ -148,13 +148,15 @@ def _override(field: Field, name: str) -> str:
     return json.dumps({"backend": "python", **TENSORS, **field.override(name)})
 
 
-def _load(protocol: str, address: str, model: str, config: str) -> None:
+def _load(
+    protocol: str, address: str, model: str, config: str, files: dict[str, bytes] | None = None
+) -> None:
     if protocol == "grpc":
         with grpcclient.InferenceServerClient(address) as client:
-            client.load_model(model, config=config)
+            client.load_model(model, config=config, files=files)
     else:
         with httpclient.InferenceServerClient(address) as client:
-            client.load_model(model, config=config)
+            client.load_model(model, config=config, files=files)
 
 
 @pytest.fixture(scope="module")
@@ -226,13 +228,9 @@ def test_links_outside_are_followed_only_with_the_option(layout: Layout) -> None
 def test_file_overrides_are_refused(server: ServerProcess, layout: Layout, protocol: str) -> None:
     # Triton writes `file:` parameters into a temporary model folder; sonic loads from the repository only.
     files = {"file:1/model.py": IDENTITY.encode()}
+    config = _override(FIELDS[0], "model.py")
     with pytest.raises(InferenceServerException) as info:
-        if protocol == "grpc":
-            with grpcclient.InferenceServerClient(server.grpc_address) as client:
-                client.load_model("victim", config=_override(FIELDS[0], "model.py"), files=files)
-        else:
-            with httpclient.InferenceServerClient(server.http_address) as client:
-                client.load_model("victim", config=_override(FIELDS[0], "model.py"), files=files)
+        _load(protocol, _address(server, protocol), "victim", config, files)
     assert info.value.status() == ("StatusCode.INVALID_ARGUMENT" if protocol == "grpc" else "400")
     assert "model file overrides ('file:1/model.py') are not supported" in info.value.message()
     assert not layout.marker.exists()

@@ -113,7 +113,7 @@ def model(tmp_path: Path) -> ModelFiles:
 )
 def test_refusals_name_model_field_and_rule(model: ModelFiles, name: str, why: str) -> None:
     with pytest.raises(InvalidArgumentError, match=why) as info:
-        model.version_file(1, "default_model_filename", name)
+        model.path("default_model_filename", name, "1")
     message = str(info.value)
     assert "model 'm'" in message
     assert "default_model_filename" in message
@@ -132,6 +132,7 @@ def test_outside_and_missing_read_alike(model: ModelFiles) -> None:
 
 
 def test_inside_names_resolve(model: ModelFiles) -> None:
+    assert model.version_file(1, "f", "") == Path(os.path.realpath(model.folder / "1"))  # ensembles: no file
     assert model.version_file(1, "f", "model.py") == Path(os.path.realpath(model.folder / "1" / "model.py"))
     assert model.version_file(1, "f", "inner.py").name == "model.py"  # links resolved once
     assert model.version_file(1, "f", "missing.py").name == "missing.py"  # the backend says it is missing

@@ -46,6 +46,7 @@ class ModelEntry:
     reason: str = ""
     config: model_config_pb2.ModelConfig | None = None
     fingerprint: tuple[object, ...] = ()
+    override: model_config_pb2.ModelConfig | None = None  # the load override serving now, if any
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -155,6 +156,10 @@ class ModelManager:
     async def _load_locked(
         self, entry: ModelEntry, location: ModelLocation, override: model_config_pb2.ModelConfig | None
     ) -> None:
+        if override is None and entry.override is not None and self.ready_versions(entry.name):
+            current = await asyncio.to_thread(fingerprint, location.path)
+            if current == entry.fingerprint:  # as Triton: files unchanged, the override keeps serving
+                override = entry.override
         prepared = await asyncio.to_thread(
             prepare_config,
             location,
@@ -196,6 +201,7 @@ class ModelManager:
             if version not in old:
                 entry.versions[version] = VersionState(UNAVAILABLE, reason)
         entry.config, entry.state, entry.reason = config, READY, ""
+        entry.override = override
         entry.fingerprint = await asyncio.to_thread(fingerprint, location.path)
         for version, state in old.items():
             if version in failures:

@@ -82,7 +82,8 @@ class ModelFiles:
         return resolved
 
     def version_file(self, version: int, field: str, name: str) -> Path:
-        return self.path(field, name, str(version))
+        """``name`` in a version folder; an empty name (an ensemble has no model file) is the folder."""
+        return self.path(field, name or ".", str(version))
 
 
 def config_file_names(config: model_config_pb2.ModelConfig) -> Iterator[tuple[str, str, str]]:

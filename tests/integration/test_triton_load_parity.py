@@ -40,6 +40,11 @@ CONFIG = """backend: "python"
 input [ { name: "A" data_type: TYPE_FP32 dims: [ 2 ] } ]
 output [ { name: "B" data_type: TYPE_FP32 dims: [ 2 ] } ]
 """
+ORIGINAL = {
+    "backend": "python",
+    "input": [{"name": "A", "data_type": "TYPE_FP32", "dims": [2]}],
+    "output": [{"name": "B", "data_type": "TYPE_FP32", "dims": [2]}],
+}
 BAD_VERSION = (
     "failed to get model version from specified version string 'wrong_specification' (details: stol), "
     "version should be an integral value > 0"
@@ -119,8 +124,10 @@ def test_override_replaces_the_whole_configuration(server: Endpoint, protocol: s
         assert "output" not in config
         assert config["backend"] == "python"
         assert config["default_model_filename"] == "model.py"
+        _load(server, protocol)  # the files have not changed: the override keeps serving
+        assert _config(server)["max_batch_size"] == 16
     finally:
-        _load(server, protocol)  # a load without override reads config.pbtxt again
+        _load(server, protocol, json.dumps(ORIGINAL))  # back to config.pbtxt's content
     assert [i["name"] for i in _config(server)["input"]] == ["A"]
 
 
@@ -178,7 +185,7 @@ def test_grpc_version_strings(server: Endpoint, call: str, version: str, message
 @pytest.mark.parametrize("version", ["wrong_specification", "-1", "+1"])
 def test_http_version_segment_must_be_digits(server: Endpoint, suffix: str, version: str) -> None:
     with httpclient.InferenceServerClient(server.http) as client:
-        response = client._get(f"v2/models/plain/versions/{version}{suffix}", None, None)  # noqa: SLF001
+        response = client._get(f"v2/models/plain/versions/{version}{suffix}", None, None)
         assert response.status_code == 404
-        good = client._get(f"v2/models/plain/versions/00001{suffix}", None, None)  # noqa: SLF001
+        good = client._get(f"v2/models/plain/versions/00001{suffix}", None, None)
         assert good.status_code == 200
