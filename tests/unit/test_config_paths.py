@@ -17,8 +17,10 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from tritonclient.grpc import model_config_pb2
 
 import sonic.server
-from sonic.protocol.errors import InvalidArgumentError
-from sonic.protocol.model_config import parse_config_text
+from sonic.protocol.errors import InvalidArgumentError, ModelConfigError
+from sonic.protocol.model_config import parse_config_text, validate_config
+from sonic.server.backends.base import InstanceContext
+from sonic.server.backends.hls4ml import Hls4mlBackend
 from sonic.server.paths import FILE_FIELDS, ModelFiles, check_config_paths, config_file_names
 from sonic.server.repository import parse_version
 
@@ -242,3 +244,20 @@ def test_the_scan_sees_a_bypass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     )
     monkeypatch.setattr(__name__ + ".SERVER", tmp_path)
     assert _bypasses() == ["backends/old.py:1 load reads ['default_model_filename']"]
+
+
+def test_hls4ml_cache_dir_is_not_a_configurations_choice(tmp_path: Path) -> None:
+    # A folder the server writes to and loads a library from: only --backend-config sets it.
+    config = parse_config_text(
+        'name: "h" backend: "hls4ml" input [{name: "x" data_type: TYPE_FP32 dims: [4]}] '
+        'output [{name: "y" data_type: TYPE_FP32 dims: [2]}] '
+        f'parameters {{ key: "cache_dir" value: {{ string_value: "{tmp_path}" }} }}',
+        "h",
+    )
+    version_dir = tmp_path / "h" / "1"
+    context = InstanceContext(
+        config, validate_config(config), 1, version_dir, version_dir / "x", "h_0", "cpu", 0
+    )
+    with pytest.raises(ModelConfigError, match="--backend-config hls4ml,cache_dir=DIR"):
+        Hls4mlBackend(context)
+    assert list(tmp_path.iterdir()) == []  # nothing written there
