@@ -236,6 +236,8 @@ class HttpFrontend(Frontend):
             version = ""
             if len(rest) >= 2 and rest[0] == "versions":
                 version, rest = rest[1], rest[2:]
+                if not (version.isascii() and version.isdigit()):  # Triton's routes take digits only: 404
+                    raise NotFoundError(f"no such endpoint: {request.method} {request.path}")
             action = rest[0] if len(rest) == 1 else ("" if not rest else None)
             if action == "":
                 return get(
