@@ -2,13 +2,13 @@
 
 Loading (reading files, creating sessions) runs in worker threads; the event loop keeps serving
 other models meanwhile. A model that fails to load stays listed as UNAVAILABLE with the reason.
+An ensemble loads with its step models and is unloaded with them (``server/ensemble_steps.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2
 
@@ -25,8 +25,18 @@ from sonic.server import backends
 from sonic.server.backends.base import InstanceContext, RequestBackend
 from sonic.server.calls import ServerModelCaller
 from sonic.server.config import ServerConfig
+from sonic.server.ensemble_steps import StepGraph, StepState, step_models
 from sonic.server.instance_thread import InstanceThread
 from sonic.server.model import ModelVersion
+from sonic.server.model_entries import (
+    LOADING,
+    READY,
+    UNAVAILABLE,
+    UNLOADING,
+    IndexRow,
+    ModelEntry,
+    VersionState,
+)
 from sonic.server.repository import (
     ModelLocation,
     Repository,
@@ -38,34 +48,6 @@ from sonic.server.runtime.executor import ModelInstance
 from sonic.server.warmup import run_warmup, warmup_samples
 
 log = logging.getLogger(__name__)
-
-READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
-
-
-@dataclass(eq=False)
-class VersionState:
-    state: str
-    reason: str = ""
-    model: ModelVersion | None = None
-
-
-@dataclass(eq=False)
-class ModelEntry:
-    name: str
-    versions: dict[int, VersionState] = field(default_factory=dict)
-    state: str = UNAVAILABLE  # model-level, for failures before any version exists
-    reason: str = ""
-    config: model_config_pb2.ModelConfig | None = None
-    fingerprint: tuple[object, ...] = ()
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-
-@dataclass(frozen=True)
-class IndexRow:
-    name: str
-    version: str
-    state: str
-    reason: str
 
 
 def _prepare_config(
@@ -120,6 +102,7 @@ class ModelManager:
             config.model_repositories, allow_links_outside=config.allow_model_links_outside
         )
         self._entries: dict[str, ModelEntry] = {}
+        self._steps = StepGraph()  # ensembles and their step models (server/ensemble_steps.py)
 
     def _entry(self, name: str) -> ModelEntry:
         if name not in self._entries:
@@ -150,7 +133,7 @@ class ModelManager:
             return state.model
         ready = [v for v, s in entry.versions.items() if s.state == READY and s.model is not None]
         if not ready:
-            reason = entry.reason or next((s.reason for s in entry.versions.values() if s.reason), "")
+            reason = entry.why_not_ready()
             # Triton's status here is NOT_FOUND (404), unlike a named version that is not ready.
             raise NotFoundError(
                 f"Request for unknown model: {quote(name)} has no available versions"
@@ -168,11 +151,13 @@ class ModelManager:
 
     def ready_versions(self, name: str) -> list[ModelVersion]:
         entry = self._entries.get(name)
+        return entry.ready_models() if entry is not None else []
+
+    def _step_state(self, name: str) -> StepState:
+        entry = self._entries.get(name)
         if entry is None:
-            return []
-        return [
-            s.model for _, s in sorted(entry.versions.items()) if s.state == READY and s.model is not None
-        ]
+            return StepState(known=False, ready=False)
+        return StepState(known=True, ready=bool(entry.ready_models()), reason=entry.why_not_ready())
 
     def loaded_models(self) -> list[str]:
         return [name for name in self._entries if self.ready_versions(name)]
@@ -198,25 +183,36 @@ class ModelManager:
 
     # --- load / unload ----------------------------------------------------------------------------------
 
-    async def load(self, name: str, override: model_config_pb2.ModelConfig | None = None) -> None:
-        """Load (or reload) a model; raises the load error after recording it in the index."""
+    async def load(
+        self, name: str, override: model_config_pb2.ModelConfig | None = None, chain: tuple[str, ...] = ()
+    ) -> None:
+        """Load (or reload) a model; raises the load error after recording it in the index.
+
+        ``chain``: the ensembles that load it as a step model, outermost first.
+        """
         location = self.repository.locate(name)
         entry = self._entry(name)
         async with entry.lock:
             try:
-                await self._load_locked(entry, location, override)
+                await self._load_locked(entry, location, override, (*chain, name))
             except SonicError as exc:
                 if not self.ready_versions(name):  # a failed reload leaves the serving versions serving
                     entry.state, entry.reason = UNAVAILABLE, str(exc)
                 log.error("model %s failed to load: %s", name, exc)  # noqa: TRY400  (message says it all)
                 raise
+        await self._steps.load_waiting(name, chain, self.load, self._step_state)
 
     async def _load_locked(
-        self, entry: ModelEntry, location: ModelLocation, override: model_config_pb2.ModelConfig | None
+        self,
+        entry: ModelEntry,
+        location: ModelLocation,
+        override: model_config_pb2.ModelConfig | None,
+        chain: tuple[str, ...],
     ) -> None:
         config, spec, backend_cls, selected = await asyncio.to_thread(
             _prepare_config, location, override, self._config.gpu_count, self._config.auto_complete_config
         )
+        await self._steps.load_steps(chain, step_models(config), self.load, self._step_state)
         new_models: dict[int, ModelVersion] = {}
         failures: dict[int, str] = {}
         for version in selected:
@@ -242,6 +238,7 @@ class ModelManager:
             if version not in old:
                 entry.versions[version] = VersionState(UNAVAILABLE, reason)
         entry.config, entry.state, entry.reason = config, READY, ""
+        self._steps.loaded(location.name, step_models(config))
         entry.fingerprint = await asyncio.to_thread(fingerprint, location.path)
         for version, state in old.items():
             if version in failures:
@@ -339,6 +336,10 @@ class ModelManager:
         await self._close_instances(model.instances)
 
     async def unload(self, name: str) -> None:
+        self._steps.forget(name)
+        await self._unload(name)
+
+    async def _unload(self, name: str) -> None:
         entry = self._entries.get(name)
         if entry is None:
             self.repository.locate(name)  # NOT_FOUND for names that are nowhere
@@ -353,6 +354,7 @@ class ModelManager:
                 entry.versions[version] = VersionState(UNAVAILABLE, "unloaded")
             entry.state, entry.reason = UNAVAILABLE, "unloaded"
             log.info("model %s unloaded", name)
+        await self._steps.unload_dependents(name, self._unload)
 
     async def load_all(self) -> None:
         found, conflicts = self.repository.scan()
@@ -360,6 +362,8 @@ class ModelManager:
             entry = self._entry(name)
             entry.state, entry.reason = UNAVAILABLE, reason
         for name in found:
+            if name in self._entries:
+                continue  # loaded already as the step model of an ensemble
             try:
                 await self.load(name)
             except SonicError:

@@ -6,7 +6,7 @@ import pytest
 
 from sonic.protocol.errors import ModelConfigError
 from sonic.protocol.model_config import parse_config_text
-from sonic.server.backends.ensemble import EnsemblePlan
+from sonic.server.runtime.ensemble import EnsemblePlan
 
 pytestmark = pytest.mark.unit
 
