@@ -9,7 +9,9 @@ other requests for its model. Intermediate tensors stay numpy arrays in this pro
 As Triton's ensemble scheduler, every step request carries the ensemble request's parameters: the
 sequence id and start/end flags (a sequence-batched step, such as a streaming "snapshotter", keeps
 each sequence's implicit state across the ensemble's requests), priority, timeout and the custom
-parameters (:func:`step_parameters`).
+parameters (:func:`step_parameters`). Beyond Triton, the requests of one sequence enter every step in
+the order they reached the ensemble (:class:`SequenceOrder`), so a later update cannot overtake an
+earlier one at a stateful step behind a stateless step with several instances.
 
 The graph is checked when the ensemble loads (every tensor produced once, every input available,
 no cycle). The manager loads an ensemble only when every step model has a ready version and unloads
@@ -52,6 +54,47 @@ class StepCaller(Protocol):
         request_id: str = "",
         parameters: Mapping[str, object] | None = None,
     ) -> dict[str, npt.NDArray[Any]]: ...
+
+
+class SequenceOrder:
+    """Requests of one sequence enter each step in the order they reached the ensemble.
+
+    Each request of a sequence gets one event per step, set once it has entered that step (or never
+    will: it failed); the next request of the sequence waits for it before entering the same step.
+    Entering is synchronous up to the step's queue (``submit`` admits before it first waits), so the
+    waiter, woken by the event, always finds its predecessor admitted. Only the last request of each
+    sequence in flight is remembered.
+    """
+
+    def __init__(self, steps: int) -> None:
+        self._steps = steps
+        self._last: dict[object, tuple[asyncio.Event, ...]] = {}
+
+    def join(
+        self, correlation_id: object
+    ) -> tuple[tuple[asyncio.Event, ...] | None, tuple[asyncio.Event, ...]]:
+        """(the turns of the request before, this request's own)."""
+        own = tuple(asyncio.Event() for _ in range(self._steps))
+        previous = self._last.get(correlation_id)
+        self._last[correlation_id] = own
+        return previous, own
+
+    def leave(self, correlation_id: object, own: tuple[asyncio.Event, ...]) -> None:
+        for event in own:
+            event.set()  # a step it never entered: the next request need not wait for it
+        if self._last.get(correlation_id) is own:
+            del self._last[correlation_id]
+
+
+def correlation_id(parameters: Mapping[str, object]) -> int | str | None:
+    """The request's sequence id; None when it belongs to no sequence."""
+    value = parameters.get("sequence_id")
+    if isinstance(value, bool) or not isinstance(value, int | str) or value in (0, ""):
+        return None
+    return value
+
+
+Turns = tuple[tuple[asyncio.Event, ...] | None, tuple[asyncio.Event, ...]]
 
 
 def step_parameters(parameters: Mapping[str, object]) -> dict[str, object]:
@@ -153,8 +196,11 @@ class EnsemblePlan:
         inputs: Mapping[str, npt.NDArray[Any]],
         request_id: str,
         parameters: Mapping[str, object] | None = None,
+        turns: Turns | None = None,
     ) -> Arrays:
+        """Run one request; ``turns`` (from :meth:`SequenceOrder.join`) orders it in its sequence."""
         loop = asyncio.get_running_loop()
+        previous, own = turns if turns is not None else (None, None)
         forwarded = step_parameters(parameters or {})
         tensors: dict[str, asyncio.Future[npt.NDArray[Any]]] = {}
         for step in self.steps:
@@ -166,6 +212,10 @@ class EnsemblePlan:
 
         async def run_step(step: Step) -> None:
             step_inputs = {key: await tensors[value] for key, value in step.input_map.items()}
+            if previous is not None:
+                await previous[step.index].wait()
+            if own is not None:
+                own[step.index].set()  # the caller below reaches the step's queue before a waiter runs
             try:
                 outputs = await caller.infer(
                     step.model_name,
@@ -201,6 +251,7 @@ class EnsembleScheduler:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closing = False
+        self._order = SequenceOrder(len(plan.steps))
 
     @property
     def queued(self) -> int:
@@ -215,9 +266,13 @@ class EnsembleScheduler:
         self._running += 1
         self._idle.clear()
         started = time.perf_counter_ns()
+        sequence = correlation_id(item.parameters)
+        turns = self._order.join(sequence) if sequence is not None else None
         try:
-            outputs = await self._plan.run(self._caller, item.inputs, item.request_id, item.parameters)
+            outputs = await self._plan.run(self._caller, item.inputs, item.request_id, item.parameters, turns)
         finally:
+            if sequence is not None and turns is not None:
+                self._order.leave(sequence, turns[1])
             self._running -= 1
             if not self._running:
                 self._idle.set()
