@@ -58,7 +58,7 @@ def stream(address: str, plan: list[Update]) -> dict[str, npt.NDArray[np.float32
                 model_version="1",
                 inputs=[tensor],
                 request_id=f"{index}_{sequence}",
-                sequence_id=sequence,  # type: ignore[arg-type]  (tritonclient takes string ids too)
+                sequence_id=sequence,  # int or str: tritonclient sends either
                 sequence_start=start,
                 sequence_end=end,
                 timeout=60,
