@@ -56,6 +56,10 @@ class StepCaller(Protocol):
     ) -> dict[str, npt.NDArray[Any]]: ...
 
 
+# One request's place in its sequence: the events of the request before it (None: first in flight), its own.
+Turns = tuple[tuple[asyncio.Event, ...] | None, tuple[asyncio.Event, ...]]
+
+
 class SequenceOrder:
     """Requests of one sequence enter each step in the order they reached the ensemble.
 
@@ -70,10 +74,8 @@ class SequenceOrder:
         self._steps = steps
         self._last: dict[object, tuple[asyncio.Event, ...]] = {}
 
-    def join(
-        self, correlation_id: object
-    ) -> tuple[tuple[asyncio.Event, ...] | None, tuple[asyncio.Event, ...]]:
-        """(the turns of the request before, this request's own)."""
+    def join(self, correlation_id: object) -> Turns:
+        """A new request of the sequence ``correlation_id``: it comes after the last one in flight."""
         own = tuple(asyncio.Event() for _ in range(self._steps))
         previous = self._last.get(correlation_id)
         self._last[correlation_id] = own
@@ -92,9 +94,6 @@ def correlation_id(parameters: Mapping[str, object]) -> int | str | None:
     if isinstance(value, bool) or not isinstance(value, int | str) or value in (0, ""):
         return None
     return value
-
-
-Turns = tuple[tuple[asyncio.Event, ...] | None, tuple[asyncio.Event, ...]]
 
 
 def step_parameters(parameters: Mapping[str, object]) -> dict[str, object]:
