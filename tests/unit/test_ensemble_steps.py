@@ -19,6 +19,14 @@ class Models:
         self.loadable = loadable
         self.known = known if known is not None else ready | loadable
         self.loads: list[tuple[str, tuple[str, ...]]] = []
+        self.unloads: list[str] = []
+        self.graph: StepGraph | None = None
+
+    async def unload(self, name: str) -> None:
+        self.unloads.append(name)
+        self.ready.discard(name)
+        assert self.graph is not None
+        await self.graph.unload_dependents(name)
 
     async def load(self, name: str, *, chain: tuple[str, ...]) -> None:
         self.loads.append((name, chain))
@@ -35,6 +43,11 @@ class Models:
         )
 
 
+def graph(models: Models) -> StepGraph:
+    models.graph = StepGraph(models.load, models.unload, models.state)
+    return models.graph
+
+
 def test_step_models_of_an_ensemble_each_once() -> None:
     config = parse_config_text(
         'name: "e" platform: "ensemble" ensemble_scheduling { step [ '
@@ -47,14 +60,14 @@ def test_step_models_of_an_ensemble_each_once() -> None:
 
 async def test_loading_an_ensemble_loads_the_steps_that_are_not_ready() -> None:
     models = Models(ready={"a"}, loadable={"b"})
-    await StepGraph().load_steps(("e",), ("a", "b"), models.load, models.state)
+    await graph(models).load_steps(("e",), ("a", "b"))
     assert models.loads == [("b", ("e",))]
 
 
 async def test_a_step_that_stays_unloaded_fails_the_ensemble_in_tritons_words() -> None:
     models = Models(ready=set(), loadable=set(), known={"gpu_step"})
     with pytest.raises(ModelConfigError) as info:
-        await StepGraph().load_steps(("e",), ("gpu_step",), models.load, models.state)
+        await graph(models).load_steps(("e",), ("gpu_step",))
     assert str(info.value) == (
         "ensemble 'e' depends on 'gpu_step' which has no loaded version. "
         "Model 'gpu_step' loading failed with error: RuntimeError: no GPU"
@@ -62,7 +75,7 @@ async def test_a_step_that_stays_unloaded_fails_the_ensemble_in_tritons_words() 
     with pytest.raises(
         ModelConfigError, match=r"^ensemble e contains models that are not available or ambiguous: x$"
     ):
-        await StepGraph().load_steps(("e",), ("x",), models.load, models.state)
+        await graph(models).load_steps(("e",), ("x",))
 
 
 async def test_an_ensemble_calling_itself_back_is_a_cycle() -> None:
@@ -70,39 +83,34 @@ async def test_an_ensemble_calling_itself_back_is_a_cycle() -> None:
     with pytest.raises(
         ModelConfigError, match=r"its step model 'outer' needs it back \(outer -> inner -> outer"
     ):
-        await StepGraph().load_steps(("outer", "inner"), ("outer",), models.load, models.state)
+        await graph(models).load_steps(("outer", "inner"), ("outer",))
     assert models.loads == []
 
 
 async def test_unloading_a_step_unloads_its_ensembles_and_loading_it_brings_them_back() -> None:
-    graph = StepGraph()
-    graph.loaded("a", ())
-    graph.loaded("e1", ("a", "b"))
-    graph.loaded("e2", ("e1",))  # an ensemble of an ensemble
-    graph.loaded("other", ("b",))
-    unloaded: list[str] = []
-
-    async def unload(name: str) -> None:
-        unloaded.append(name)
-        await graph.unload_dependents(name, unload)
-
-    await unload("a")
-    assert unloaded == ["a", "e1", "e2"]
-    assert graph.waiting_for("a") == {"e1": ("a", "b")}
-    models = Models(ready={"a", "b"}, loadable={"e1", "e2"})
-    await graph.load_waiting("a", (), models.load, models.state)
-    assert models.loads == [("e1", ())]
+    models = Models(ready={"b"}, loadable={"a", "e1", "e2"})
+    steps = graph(models)
+    steps.loaded("a", ())
+    steps.loaded("e1", ("a", "b"))
+    steps.loaded("e2", ("e1",))  # an ensemble of an ensemble
+    steps.loaded("other", ("b",))
+    await models.unload("a")
+    assert models.unloads == ["a", "e1", "e2"]
+    assert steps.waiting_for("a") == {"e1": ("a", "b")}
+    await models.load("a", chain=())
+    await steps.load_waiting("a", ())
+    assert models.loads == [("a", ()), ("e1", ())]
 
 
 async def test_an_ensemble_unloaded_on_purpose_no_longer_waits_and_its_steps_stay() -> None:
-    graph = StepGraph()
-    graph.loaded("e", ("a",))
-    graph.forget("e")
-    assert graph.dependents("a") == []
-    graph.loaded("e", ("a",))
-    assert graph.dependents("a") == ["e"]
-    graph.forget("e")  # unloaded while waiting for its step
-    assert graph.waiting_for("a") == {}
+    steps = graph(Models(ready={"a"}, loadable=set()))
+    steps.loaded("e", ("a",))
+    steps.forget("e")
+    assert steps.dependents("a") == []
+    steps.loaded("e", ("a",))
+    assert steps.dependents("a") == ["e"]
+    steps.forget("e")  # unloaded while waiting for its step
+    assert steps.waiting_for("a") == {}
 
 
 def test_missing_step_error_without_a_reason() -> None:

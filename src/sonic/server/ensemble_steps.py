@@ -74,8 +74,14 @@ def cycle_error(chain: tuple[str, ...], step: str) -> ModelConfigError:
 
 @dataclass
 class StepGraph:
-    """Which loaded ensembles call which models, and which ensembles wait for a step to load again."""
+    """Which loaded ensembles call which models, and which ensembles wait for a step to load again.
 
+    ``load``, ``unload`` and ``state`` are the manager's: how to load and unload a model, and where a
+    model stands."""
+
+    load: Load
+    unload: Callable[[str], Awaitable[None]]
+    state: Callable[[str], StepState]
     calls: dict[str, tuple[str, ...]] = field(default_factory=dict)  # loaded ensemble -> its step models
     waiting: dict[str, tuple[str, ...]] = field(default_factory=dict)  # unloaded with a step -> steps
 
@@ -103,32 +109,28 @@ class StepGraph:
         """The ensembles unloaded with their step ``name`` (and all their steps), to load again with it."""
         return {ensemble: steps for ensemble, steps in self.waiting.items() if name in steps}
 
-    async def load_steps(
-        self, chain: tuple[str, ...], steps: tuple[str, ...], load: Load, state: Callable[[str], StepState]
-    ) -> None:
+    async def load_steps(self, chain: tuple[str, ...], steps: tuple[str, ...]) -> None:
         """Before the ensemble ``chain[-1]`` loads: load its steps that have no ready version, and fail
         with Triton's words when one stays so."""
         for step in steps:
             if step in chain:
                 raise cycle_error(chain, step)
-            if not state(step).ready:
+            if not self.state(step).ready:
                 with contextlib.suppress(SonicError):  # the check below reports it
-                    await load(step, chain=chain)
-            now = state(step)
+                    await self.load(step, chain=chain)
+            now = self.state(step)
             if not now.ready:
                 raise missing_step_error(chain[-1], step, now.known, now.reason)
 
-    async def load_waiting(
-        self, name: str, chain: tuple[str, ...], load: Load, state: Callable[[str], StepState]
-    ) -> None:
+    async def load_waiting(self, name: str, chain: tuple[str, ...]) -> None:
         """``name`` loaded: load again the ensembles that were unloaded with it, once all their steps are."""
         for ensemble, steps in self.waiting_for(name).items():
-            if ensemble not in chain and all(state(step).ready for step in steps):
+            if ensemble not in chain and all(self.state(step).ready for step in steps):
                 with contextlib.suppress(SonicError):  # recorded in the index
-                    await load(ensemble, chain=chain)
+                    await self.load(ensemble, chain=chain)
 
-    async def unload_dependents(self, name: str, unload: Callable[[str], Awaitable[None]]) -> None:
+    async def unload_dependents(self, name: str) -> None:
         """``name`` was unloaded: unload the ensembles that call it (and theirs), as Triton does."""
         for ensemble in self.dependents(name):
             log.warning("%s", missing_step_error(ensemble, name, known=False, reason=""))
-            await unload(ensemble)
+            await self.unload(ensemble)

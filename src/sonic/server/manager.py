@@ -25,7 +25,7 @@ from sonic.server import backends
 from sonic.server.backends.base import InstanceContext, RequestBackend
 from sonic.server.calls import ServerModelCaller
 from sonic.server.config import ServerConfig
-from sonic.server.ensemble_steps import StepGraph, StepState, step_models
+from sonic.server.ensemble_steps import StepGraph, step_models
 from sonic.server.instance_thread import InstanceThread
 from sonic.server.model import ModelVersion
 from sonic.server.model_entries import (
@@ -36,6 +36,7 @@ from sonic.server.model_entries import (
     IndexRow,
     ModelEntry,
     VersionState,
+    step_state,
 )
 from sonic.server.repository import (
     ModelLocation,
@@ -102,7 +103,8 @@ class ModelManager:
             config.model_repositories, allow_links_outside=config.allow_model_links_outside
         )
         self._entries: dict[str, ModelEntry] = {}
-        self._steps = StepGraph()  # ensembles and their step models (server/ensemble_steps.py)
+        # Ensembles and their step models (server/ensemble_steps.py).
+        self._steps = StepGraph(self.load, self._unload, lambda name: step_state(self._entries.get(name)))
 
     def _entry(self, name: str) -> ModelEntry:
         if name not in self._entries:
@@ -153,12 +155,6 @@ class ModelManager:
         entry = self._entries.get(name)
         return entry.ready_models() if entry is not None else []
 
-    def _step_state(self, name: str) -> StepState:
-        entry = self._entries.get(name)
-        if entry is None:
-            return StepState(known=False, ready=False)
-        return StepState(known=True, ready=bool(entry.ready_models()), reason=entry.why_not_ready())
-
     def loaded_models(self) -> list[str]:
         return [name for name in self._entries if self.ready_versions(name)]
 
@@ -187,9 +183,7 @@ class ModelManager:
         self, name: str, override: model_config_pb2.ModelConfig | None = None, chain: tuple[str, ...] = ()
     ) -> None:
         """Load (or reload) a model; raises the load error after recording it in the index.
-
-        ``chain``: the ensembles that load it as a step model, outermost first.
-        """
+        ``chain``: the ensembles that load it as a step model, outermost first."""
         location = self.repository.locate(name)
         entry = self._entry(name)
         async with entry.lock:
@@ -200,7 +194,7 @@ class ModelManager:
                     entry.state, entry.reason = UNAVAILABLE, str(exc)
                 log.error("model %s failed to load: %s", name, exc)  # noqa: TRY400  (message says it all)
                 raise
-        await self._steps.load_waiting(name, chain, self.load, self._step_state)
+        await self._steps.load_waiting(name, chain)
 
     async def _load_locked(
         self,
@@ -212,7 +206,7 @@ class ModelManager:
         config, spec, backend_cls, selected = await asyncio.to_thread(
             _prepare_config, location, override, self._config.gpu_count, self._config.auto_complete_config
         )
-        await self._steps.load_steps(chain, step_models(config), self.load, self._step_state)
+        await self._steps.load_steps(chain, step_models(config))
         new_models: dict[int, ModelVersion] = {}
         failures: dict[int, str] = {}
         for version in selected:
@@ -354,7 +348,7 @@ class ModelManager:
                 entry.versions[version] = VersionState(UNAVAILABLE, "unloaded")
             entry.state, entry.reason = UNAVAILABLE, "unloaded"
             log.info("model %s unloaded", name)
-        await self._steps.unload_dependents(name, self._unload)
+        await self._steps.unload_dependents(name)
 
     async def load_all(self) -> None:
         found, conflicts = self.repository.scan()

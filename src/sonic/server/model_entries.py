@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2
 
+from sonic.server.ensemble_steps import StepState
 from sonic.server.model import ModelVersion
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
@@ -43,3 +44,10 @@ class IndexRow:
     version: str
     state: str
     reason: str
+
+
+def step_state(entry: ModelEntry | None) -> StepState:
+    """What an ensemble needs to know of a step model (``entry`` None: never seen)."""
+    if entry is None:
+        return StepState(known=False, ready=False)
+    return StepState(known=True, ready=bool(entry.ready_models()), reason=entry.why_not_ready())
