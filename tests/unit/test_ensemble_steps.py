@@ -117,3 +117,19 @@ def test_missing_step_error_without_a_reason() -> None:
     assert str(missing_step_error("e", "s", known=True, reason="")) == (
         "ensemble 'e' depends on 's' which has no loaded version."
     )
+
+
+def test_unused_steps_are_those_no_loaded_ensemble_calls() -> None:
+    steps = graph(Models(ready=set(), loadable=set()))
+    steps.loaded("e1", ("a", "b"))
+    steps.loaded("e2", ("b",))
+    steps.forget("e1")
+    assert steps.unused(("a", "b")) == ["a"]
+
+
+def test_steps_loaded_on_request_are_never_unused() -> None:
+    steps = graph(Models(ready=set(), loadable=set()))
+    steps.requested.add("a")
+    assert steps.unused(("a", "b")) == ["b"]
+    steps.forget("a")  # unloaded on request
+    assert steps.unused(("a", "b")) == ["a", "b"]

@@ -7,7 +7,9 @@ What Triton 2.51 does, and the manager does with this module:
   Triton's words when one stays unloaded (:func:`missing_step_error`);
 - unloading a step model unloads the ensembles that call it (their reason: "unloaded"); when that
   step model loads again, those ensembles load again (:class:`StepGraph` remembers them);
-- unloading an ensemble leaves its step models loaded.
+- unloading an ensemble leaves its step models loaded, unless asked to unload its dependents
+  (``unload_dependents``): then its step models that were loaded only as its steps (not on request)
+  and that no other loaded ensemble calls unload too.
 
 :class:`StepGraph` does no I/O itself: the manager hands it its own ``load``/``unload`` and the state
 of a model (:class:`StepState`), so the rules read in one place and the manager stays the lifecycle.
@@ -84,6 +86,7 @@ class StepGraph:
     state: Callable[[str], StepState]
     calls: dict[str, tuple[str, ...]] = field(default_factory=dict)  # loaded ensemble -> its step models
     waiting: dict[str, tuple[str, ...]] = field(default_factory=dict)  # unloaded with a step -> steps
+    requested: set[str] = field(default_factory=set)  # loaded on request, not only as a step
 
     def loaded(self, name: str, steps: tuple[str, ...]) -> None:
         """``name`` loaded (``steps`` () for a model that is no ensemble)."""
@@ -97,6 +100,7 @@ class StepGraph:
         """``name`` is unloaded on purpose: it no longer waits for its steps."""
         self.calls.pop(name, None)
         self.waiting.pop(name, None)
+        self.requested.discard(name)
 
     def dependents(self, name: str) -> list[str]:
         """The loaded ensembles that call ``name``, now waiting for it: unload them with it."""
@@ -104,6 +108,11 @@ class StepGraph:
         for ensemble in found:
             self.waiting[ensemble] = self.calls.pop(ensemble)
         return found
+
+    def unused(self, steps: tuple[str, ...]) -> list[str]:
+        """Those of ``steps`` that were loaded only as steps and that no loaded ensemble calls."""
+        called = {step for steps in self.calls.values() for step in steps}
+        return [step for step in steps if step not in called and step not in self.requested]
 
     def waiting_for(self, name: str) -> dict[str, tuple[str, ...]]:
         """The ensembles unloaded with their step ``name`` (and all their steps), to load again with it."""

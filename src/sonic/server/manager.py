@@ -186,6 +186,8 @@ class ModelManager:
         ``chain``: the ensembles that load it as a step model, outermost first."""
         location = self.repository.locate(name)
         entry = self._entry(name)
+        if not chain:
+            self._steps.requested.add(name)
         async with entry.lock:
             try:
                 await self._load_locked(entry, location, override, (*chain, name))
@@ -329,9 +331,12 @@ class ModelManager:
         await model.scheduler.close(self._config.exit_timeout_s)
         await self._close_instances(model.instances)
 
-    async def unload(self, name: str) -> None:
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        steps = self._steps.calls.get(name, ()) if unload_dependents else ()
         self._steps.forget(name)
         await self._unload(name)
+        for step in self._steps.unused(steps):  # Triton's unload_dependents: an ensemble's own steps
+            await self.unload(step, unload_dependents=True)
 
     async def _unload(self, name: str) -> None:
         entry = self._entries.get(name)

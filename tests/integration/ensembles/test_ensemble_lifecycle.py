@@ -80,7 +80,13 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _model(repo, "broken", ECHO_CONFIG.replace("echo_parameters", "broken"), PYTHON_MODELS / "broken.py")
     bls = ECHO_CONFIG.replace("echo_parameters", "bls_forward")
     _model(repo, "bls_forward", bls, PYTHON_MODELS / "bls_forward.py")
-    for name, step in (("echo_ens", "echo_parameters"), ("broken_ens", "broken"), ("missing_ens", "nowhere")):
+    ensembles = (
+        ("echo_ens", "echo_parameters"),
+        ("echo_ens2", "echo_parameters"),
+        ("broken_ens", "broken"),
+        ("missing_ens", "nowhere"),
+    )
+    for name, step in ensembles:
         _model(repo, name, ENSEMBLE_CONFIG.format(name=name, step=step))
     return repo
 
@@ -211,6 +217,28 @@ def test_a_step_unloads_and_reloads_its_ensemble(server: Endpoint) -> None:
         client.unload_model("echo_ens")
         assert client.is_model_ready("echo_parameters")  # the step stays
         assert not client.is_model_ready("echo_ens")
+
+
+def test_unloading_an_ensemble_with_its_dependents_keeps_the_steps_another_one_calls(
+    server: Endpoint,
+) -> None:
+    with grpcclient.InferenceServerClient(server.grpc) as client:
+        client.unload_model("echo_parameters")  # from now on loaded only as a step of the ensembles
+        client.load_model("echo_ens")
+        client.load_model("echo_ens2")
+        client.unload_model("echo_ens", unload_dependents=True)
+        assert client.is_model_ready("echo_parameters")  # echo_ens2 still calls it
+        assert client.is_model_ready("echo_ens2")
+        client.unload_model("echo_ens2", unload_dependents=True)
+        assert not client.is_model_ready("echo_ens2")
+        # Triton answers before its step has finished unloading (UNLOADING); sonic once it has.
+        assert _state(client, "echo_parameters")[0] in {"UNLOADING", "UNAVAILABLE"}
+
+        client.load_model("echo_parameters")  # on request: stays when its ensemble goes with its dependents
+        client.load_model("echo_ens")
+        client.unload_model("echo_ens", unload_dependents=True)
+        assert client.is_model_ready("echo_parameters")
+        assert _state(client, "echo_parameters") == ("READY", "")
 
 
 def test_at_start_up_an_ensemble_is_ready_only_with_its_steps(repository: Path) -> None:
