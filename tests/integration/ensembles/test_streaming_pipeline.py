@@ -6,11 +6,20 @@ updates over one gRPC stream to the ensemble, as hermes' ``InferenceClient`` doe
 ``async_stream_infer`` with ``request_id`` ``"<n>_<sequence>"``, ``sequence_id``, ``sequence_start`` on
 the first update, ``sequence_end`` on the last and ``timeout=60``. Every answer must equal the chain
 run directly with onnxruntime (:class:`~sonic.models.streaming.DirectStreaming`).
+
+Real Triton 2.51 (the nvidia-pytriton binary, Python backend only here) serves the same ensemble with
+Python steps (``python_models/stream_state.py`` keeps each sequence's state itself, since Triton's Python
+backend feeds implicit state its initial value on every request; ``stream_network.py`` runs the same
+ONNX file): it must answer the same, and so must sonic serving those Python steps.
 """
 
 from __future__ import annotations
 
+import os
 import queue
+import shutil
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +30,17 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from sonic.launch import ServerProcess
-from sonic.models.streaming import ENSEMBLE, DirectStreaming, StreamShape, write_streaming_pipeline
+from sonic.launch.process import free_port
+from sonic.models.streaming import (
+    AGGREGATOR,
+    ENSEMBLE,
+    NETWORK,
+    SNAPSHOTTER,
+    DirectStreaming,
+    StreamShape,
+    ensemble_config,
+    write_streaming_pipeline,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -45,8 +64,11 @@ def updates(rng: np.random.Generator, count: int) -> list[npt.NDArray[np.float32
     return [rng.normal(size=shape).astype(np.float32) for _ in range(count)]
 
 
-def stream(address: str, plan: list[Update]) -> dict[str, npt.NDArray[np.float32]]:
-    """Send ``plan`` over one stream, hermes' way; the answers by request id."""
+def stream(
+    address: str, plan: list[Update], timeout_us: int | None = 60
+) -> dict[str, npt.NDArray[np.float32]]:
+    """Send ``plan`` over one stream, hermes' way (``timeout_us``: the request parameter ``timeout``, 60
+    as hermes sends it); the answers by request id."""
     answers: queue.Queue[Any] = queue.Queue()
     with grpcclient.InferenceServerClient(address) as client:
         client.start_stream(callback=lambda result, error: answers.put(error or result))
@@ -61,7 +83,7 @@ def stream(address: str, plan: list[Update]) -> dict[str, npt.NDArray[np.float32
                 sequence_id=sequence,  # int or str: tritonclient sends either
                 sequence_start=start,
                 sequence_end=end,
-                timeout=60,
+                timeout=timeout_us,
             )
         results = [answers.get(timeout=60) for _ in plan]
         client.stop_stream()
@@ -135,3 +157,100 @@ def test_update_without_start_is_refused_with_tritons_words(server: ServerProces
     samples = updates(np.random.default_rng(5), 1)[0]
     with pytest.raises(Exception, match=r"must specify the START flag on the first request of the sequence"):
         stream(server.grpc_address, [(4001, samples, False, False)])
+
+
+# --- the same ensemble with Python steps, on real Triton 2.51 and on sonic ---
+
+PYTHON_MODELS = Path(__file__).parent.parent / "backends" / "python_models"
+
+
+def _python_step(role: str, inputs: str, outputs: str, sequence: bool) -> str:
+    parameters = {
+        "role": role,
+        "window_samples": SHAPE.window_samples,
+        "update_samples": SHAPE.update_samples,
+    }
+    entries = ", ".join(f'{{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in parameters.items())
+    batcher = "sequence_batching { max_sequence_idle_microseconds: 10000000 direct { } }" if sequence else ""
+    return f"""
+name: "{role}"
+backend: "python"
+max_batch_size: 0
+input [ {inputs} ]
+output [ {outputs} ]
+{batcher}
+parameters [ {entries} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+"""
+
+
+@pytest.fixture(scope="module")
+def python_repo(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("streaming_python") / "models"
+    c, u, s = SHAPE.channels, SHAPE.update_samples, SHAPE.window_samples
+
+    def tensor(name: str, dims: list[int]) -> str:
+        return f'{{ name: "{name}" data_type: TYPE_FP32 dims: {dims} }}'
+
+    configs = {
+        SNAPSHOTTER: _python_step(
+            SNAPSHOTTER,
+            tensor("snapshot_update", [1, c, u]),
+            tensor("network.witness_snapshot", [1, c, s]),
+            True,
+        ),
+        NETWORK: _python_step(NETWORK, tensor("witness", [1, c, s]), tensor("prediction", [1, s]), False),
+        AGGREGATOR: _python_step(AGGREGATOR, tensor("update", [1, s]), tensor("output_stream", [1, u]), True),
+    }
+    for name, config in configs.items():
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(config)
+        source = "stream_network.py" if name == NETWORK else "stream_state.py"
+        shutil.copy(PYTHON_MODELS / source, root / name / "1" / "model.py")
+    shutil.copy(repo / NETWORK / "1" / "model.onnx", root / NETWORK / "1" / "model.onnx")
+    (root / ENSEMBLE / "1").mkdir(parents=True)
+    (root / ENSEMBLE / "config.pbtxt").write_text(ensemble_config(SHAPE))
+    return root
+
+
+def _triton(python_repo: Path) -> Iterator[str]:
+    triton = pytest.importorskip("sonic.launch.triton")
+    try:
+        workdir = Path(tempfile.mkdtemp(prefix="sonic-triton-streaming-"))
+        backends = triton.prepare_backend_directory(workdir)
+    except triton.TritonStartError as exc:
+        pytest.skip(str(exc))
+    ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
+    command = triton.tritonserver_command([python_repo], ports, backend_directory=backends)
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (env.get("LD_LIBRARY_PATH"), str(triton.libs_path())) if p
+    )
+    # The stub runs the interpreter found on PATH: this one, with numpy and onnxruntime installed.
+    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
+    grpc_address = f"127.0.0.1:{ports['grpc']}"
+    with triton.TritonProcess.launch(command, grpc_address, [ENSEMBLE], 120.0, env, workdir / "triton.log"):
+        yield grpc_address
+
+
+@pytest.fixture(scope="module", params=["sonic", pytest.param("triton", marks=pytest.mark.triton)])
+def python_server(request: pytest.FixtureRequest, python_repo: Path) -> Iterator[str]:
+    if request.param == "triton":
+        yield from _triton(python_repo)
+        return
+    with ServerProcess.start([python_repo]) as process:
+        yield process.grpc_address
+
+
+def test_python_steps_answer_the_same_on_triton_and_sonic(python_server: str, repo: Path) -> None:
+    rng = np.random.default_rng(6)
+    first, second = updates(rng, 6), updates(rng, 6)
+    plan: list[Update] = []
+    for i in range(6):
+        plan.append((5001, first[i], i == 0, i == 5))
+        plan.append(("V1-run", second[i], i == 0, i == 5))
+    plan += [(5001, x, i == 0, i == 2) for i, x in enumerate(updates(rng, 3))]  # the id again, from zero
+    # No request timeout here: Triton's sequence batcher rejects a request that waited longer than it
+    # ("timeout of the corresponding sequence has been expired"), and hermes' 60 us is shorter than
+    # a Python step takes; sonic's sequence batcher does not apply request timeouts.
+    check(stream(python_server, plan, timeout_us=None), expected(repo, plan))
