@@ -2,6 +2,9 @@
 
 A call goes through the called model's own validation and scheduler, so it is batched with client
 requests for that model, but its tensors stay numpy arrays in this process: nothing is serialized.
+``parameters`` are request parameters as a client sends them (``sequence_id``, ``sequence_start``,
+``sequence_end``, ``priority``, ``timeout`` and custom ones): an ensemble step gets its ensemble
+request's, a BLS call those its ``pb_utils.InferenceRequest`` was built with.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import numpy.typing as npt
 
 from sonic.protocol import dtypes
 from sonic.protocol.errors import FailedPreconditionError
-from sonic.protocol.types import InferRequest, InputTensor
+from sonic.protocol.types import InferRequest, InputTensor, check_parameters
 from sonic.server.model import ModelVersion
 
 
@@ -33,8 +36,11 @@ class ServerModelCaller:
         inputs: Mapping[str, npt.NDArray[Any]],
         output_names: Sequence[str] | None = None,
         request_id: str = "",
+        parameters: Mapping[str, object] | None = None,
     ) -> dict[str, npt.NDArray[Any]]:
         model = self._lookup(model_name, model_version)
+        if parameters:
+            check_parameters(parameters, f"call of model '{model_name}'")
         tensors = []
         for name, array in inputs.items():
             # BYTES tensors are object arrays inside the server, whatever numpy string type came in.
@@ -47,6 +53,7 @@ class ServerModelCaller:
             inputs=tensors,
             request_id=request_id,
             outputs=list(output_names) if output_names is not None else None,
+            parameters=dict(parameters) if parameters else {},
         )
         response = await model.infer(request)
         return {tensor.name: tensor.array for tensor in response.outputs}
@@ -58,6 +65,7 @@ class ServerModelCaller:
         inputs: Mapping[str, npt.NDArray[Any]],
         output_names: Sequence[str] | None = None,
         request_id: str = "",
+        parameters: Mapping[str, object] | None = None,
     ) -> dict[str, npt.NDArray[Any]]:
         try:
             running = asyncio.get_running_loop()
@@ -68,6 +76,6 @@ class ServerModelCaller:
             msg = f"call of model '{model_name}' from the event loop thread: use the async infer()"
             raise FailedPreconditionError(msg)
         future = asyncio.run_coroutine_threadsafe(
-            self.infer(model_name, model_version, inputs, output_names, request_id), self._loop
+            self.infer(model_name, model_version, inputs, output_names, request_id, parameters), self._loop
         )
         return future.result()

@@ -151,9 +151,21 @@ class DataPlane:
                 raise InvalidArgumentError(f"load of {quote(name)}: unknown parameter {quote(key)}")
         await self.models.load(name, override)
 
-    async def unload_model(self, name: str) -> None:
+    async def unload_model(self, name: str, parameters: dict[str, object] | None = None) -> None:
+        """``unload_dependents`` true: an ensemble's step models too, unless another ensemble calls them."""
         self._check_explicit("unload")
-        await self.models.unload(name)
+        dependents = False
+        for key, value in (parameters or {}).items():
+            if key != "unload_dependents":
+                raise InvalidArgumentError(
+                    f"unload of {quote(name)}: unknown parameter {quote(key)} (known: 'unload_dependents')"
+                )
+            if not isinstance(value, bool):
+                raise InvalidArgumentError(
+                    f"unload of {quote(name)}: parameter 'unload_dependents' must be a boolean, got {value!r}"
+                )
+            dependents = value
+        await self.models.unload(name, unload_dependents=dependents)
 
     # --- inference ------------------------------------------------------------------------------------
 

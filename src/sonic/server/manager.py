@@ -2,13 +2,13 @@
 
 Loading (reading files, creating sessions) runs in worker threads; the event loop keeps serving
 other models meanwhile. A model that fails to load stays listed as UNAVAILABLE with the reason.
+An ensemble loads with its step models and is unloaded with them (``server/ensemble_steps.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2
 
@@ -18,45 +18,32 @@ from sonic.server import backends
 from sonic.server.backends.base import InstanceContext, RequestBackend
 from sonic.server.calls import ServerModelCaller
 from sonic.server.config import ServerConfig
+from sonic.server.ensemble_steps import StepGraph, step_models
 from sonic.server.instance_thread import InstanceThread
 from sonic.server.load_config import prepare_config
 from sonic.server.model import ModelVersion
+from sonic.server.model_entries import (
+    LOADING,
+    READY,
+    UNAVAILABLE,
+    UNLOADING,
+    IndexRow,
+    ModelEntry,
+    VersionState,
+    step_state,
+)
 from sonic.server.paths import ModelFiles
-from sonic.server.repository import ModelLocation, Repository, fingerprint, parse_version
+from sonic.server.repository import (
+    ModelLocation,
+    Repository,
+    fingerprint,
+    parse_version,
+)
 from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.rate_limiter import CPU_DEVICE, InstanceLimits, RateLimiter
 from sonic.server.warmup import run_warmup, warmup_samples
 
 log = logging.getLogger(__name__)
-
-READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
-
-
-@dataclass(eq=False)
-class VersionState:
-    state: str
-    reason: str = ""
-    model: ModelVersion | None = None
-
-
-@dataclass(eq=False)
-class ModelEntry:
-    name: str
-    versions: dict[int, VersionState] = field(default_factory=dict)
-    state: str = UNAVAILABLE  # model-level, for failures before any version exists
-    reason: str = ""
-    config: model_config_pb2.ModelConfig | None = None
-    fingerprint: tuple[object, ...] = ()
-    override: model_config_pb2.ModelConfig | None = None  # the load override serving now, if any
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-
-@dataclass(frozen=True)
-class IndexRow:
-    name: str
-    version: str
-    state: str
-    reason: str
 
 
 class ModelManager:
@@ -68,6 +55,8 @@ class ModelManager:
         self._entries: dict[str, ModelEntry] = {}
         limits = config.rate_limit
         self._rate_limiter = RateLimiter(limits.resources) if limits is not None else None
+        # Ensembles and their step models (server/ensemble_steps.py).
+        self._steps = StepGraph(self.load, self._unload, lambda name: step_state(self._entries.get(name)))
 
     def _entry(self, name: str) -> ModelEntry:
         if name not in self._entries:
@@ -95,7 +84,7 @@ class ModelManager:
             return state.model
         ready = [v for v, s in entry.versions.items() if s.state == READY and s.model is not None]
         if not ready:
-            reason = entry.reason or next((s.reason for s in entry.versions.values() if s.reason), "")
+            reason = entry.why_not_ready()
             # Triton's status here is NOT_FOUND (404), unlike a named version that is not ready.
             raise NotFoundError(
                 f"Request for unknown model: {quote(name)} has no available versions"
@@ -113,11 +102,7 @@ class ModelManager:
 
     def ready_versions(self, name: str) -> list[ModelVersion]:
         entry = self._entries.get(name)
-        if entry is None:
-            return []
-        return [
-            s.model for _, s in sorted(entry.versions.items()) if s.state == READY and s.model is not None
-        ]
+        return entry.ready_models() if entry is not None else []
 
     def loaded_models(self) -> list[str]:
         return [name for name in self._entries if self.ready_versions(name)]
@@ -143,21 +128,31 @@ class ModelManager:
 
     # --- load / unload ----------------------------------------------------------------------------------
 
-    async def load(self, name: str, override: model_config_pb2.ModelConfig | None = None) -> None:
-        """Load (or reload) a model; raises the load error after recording it in the index."""
+    async def load(
+        self, name: str, override: model_config_pb2.ModelConfig | None = None, chain: tuple[str, ...] = ()
+    ) -> None:
+        """Load (or reload) a model; raises the load error after recording it in the index.
+        ``chain``: the ensembles that load it as a step model, outermost first."""
         location = self.repository.locate(name)
         entry = self._entry(name)
+        if not chain:
+            self._steps.requested.add(name)
         async with entry.lock:
             try:
-                await self._load_locked(entry, location, override)
+                await self._load_locked(entry, location, override, (*chain, name))
             except SonicError as exc:
                 if not self.ready_versions(name):  # a failed reload leaves the serving versions serving
                     entry.state, entry.reason = UNAVAILABLE, str(exc)
                 log.error("model %s failed to load: %s", name, exc)  # noqa: TRY400  (message says it all)
                 raise
+        await self._steps.load_waiting(name, chain)
 
     async def _load_locked(
-        self, entry: ModelEntry, location: ModelLocation, override: model_config_pb2.ModelConfig | None
+        self,
+        entry: ModelEntry,
+        location: ModelLocation,
+        override: model_config_pb2.ModelConfig | None,
+        chain: tuple[str, ...],
     ) -> None:
         if override is None and entry.override is not None and self.ready_versions(entry.name):
             current = await asyncio.to_thread(fingerprint, location.path)
@@ -177,6 +172,7 @@ class ModelManager:
             prepared.backend_cls,
             prepared.versions,
         )
+        await self._steps.load_steps(chain, step_models(config))
         new_models: dict[int, ModelVersion] = {}
         failures: dict[int, str] = {}
         for version in selected:
@@ -205,6 +201,7 @@ class ModelManager:
                 entry.versions[version] = VersionState(UNAVAILABLE, reason)
         entry.config, entry.state, entry.reason = config, READY, ""
         entry.override = override
+        self._steps.loaded(location.name, step_models(config))
         entry.fingerprint = await asyncio.to_thread(fingerprint, location.path)
         for version, state in old.items():
             if version in failures:
@@ -315,7 +312,14 @@ class ModelManager:
         await model.scheduler.close(self._config.exit_timeout_s)
         await self._close_instances(model.instances)
 
-    async def unload(self, name: str) -> None:
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        steps = self._steps.calls.get(name, ()) if unload_dependents else ()
+        self._steps.forget(name)
+        await self._unload(name)
+        for step in self._steps.unused(steps):  # Triton's unload_dependents: an ensemble's own steps
+            await self.unload(step, unload_dependents=True)
+
+    async def _unload(self, name: str) -> None:
         entry = self._entries.get(name)
         if entry is None:
             self.repository.locate(name)  # NOT_FOUND for names that are nowhere
@@ -330,6 +334,7 @@ class ModelManager:
                 entry.versions[version] = VersionState(UNAVAILABLE, "unloaded")
             entry.state, entry.reason = UNAVAILABLE, "unloaded"
             log.info("model %s unloaded", name)
+        await self._steps.unload_dependents(name)
 
     async def load_all(self) -> None:
         found, conflicts = self.repository.scan()
@@ -337,6 +342,8 @@ class ModelManager:
             entry = self._entry(name)
             entry.state, entry.reason = UNAVAILABLE, reason
         for name in found:
+            if name in self._entries:
+                continue  # loaded already as the step model of an ensemble
             try:
                 await self.load(name)
             except SonicError:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
+from collections.abc import Mapping
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -11,6 +14,7 @@ from tritonclient.grpc import model_config_pb2
 
 import triton_python_backend_utils as pb_utils
 from sonic.protocol.model_config import parse_config_text
+from sonic.server.backends import pb_utils as bls
 from sonic.server.backends.python import config_to_dict
 
 pytestmark = pytest.mark.unit
@@ -83,3 +87,66 @@ def test_bls_outside_a_model_thread_is_a_clear_error() -> None:
     request = pb_utils.InferenceRequest(model_name="x", inputs=[], requested_output_names=[])
     with pytest.raises(pb_utils.TritonModelException, match="no server to call"):
         request.exec()
+
+
+class _BlockingRecorder:
+    """The server's caller as a BLS request sees it: records what a call carried."""
+
+    def __init__(self) -> None:
+        self.parameters: dict[str, object] | None = None
+
+    async def infer(self, *args: object, **kwargs: object) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
+        raise AssertionError("BLS calls from a model thread block")
+
+    def infer_blocking(
+        self,
+        model_name: str,
+        model_version: str,
+        inputs: object,
+        output_names: object = None,
+        request_id: str = "",
+        parameters: Mapping[str, object] | None = None,
+    ) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
+        self.parameters = dict(parameters or {})
+        return {"Y": np.zeros(1, np.float32)}
+
+
+def _bls(**options: Any) -> tuple[pb_utils.InferenceResponse, _BlockingRecorder]:
+    recorder = _BlockingRecorder()
+
+    def call() -> pb_utils.InferenceResponse:
+        bls.current_caller.set(recorder)
+        request = pb_utils.InferenceRequest(
+            model_name="m", inputs=[], requested_output_names=["Y"], **options
+        )
+        return request.exec()
+
+    return contextvars.copy_context().run(call), recorder
+
+
+def test_bls_request_carries_sequence_flags_timeout_and_parameters() -> None:
+    flags = (
+        pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START | pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+    )
+    response, recorder = _bls(correlation_id="run-7", flags=flags, timeout=10, parameters={"a": 1})
+    assert not response.has_error()
+    assert recorder.parameters == {
+        "a": 1,
+        "sequence_id": "run-7",
+        "sequence_start": True,
+        "sequence_end": True,
+        "timeout": 10,
+    }
+    _, recorder = _bls(correlation_id=5, parameters='{"b": true}')
+    assert recorder.parameters == {"b": True, "sequence_id": 5}
+    _, recorder = _bls()
+    assert recorder.parameters == {}
+
+
+def test_bls_parameters_that_are_no_json_object_fail_the_call() -> None:
+    response, recorder = _bls(parameters="not json")
+    assert response.has_error()
+    assert "parameters 'not json' are not JSON" in str(response.error())
+    response, _ = _bls(parameters="[1, 2]")
+    assert "must be a JSON object" in str(response.error())
+    assert recorder.parameters is None

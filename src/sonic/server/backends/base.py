@@ -49,8 +49,10 @@ class ModelCaller(Protocol):
         inputs: Mapping[str, npt.NDArray[Any]],
         output_names: Sequence[str] | None = None,
         request_id: str = "",
+        parameters: Mapping[str, object] | None = None,
     ) -> dict[str, npt.NDArray[Any]]:
-        """From the event loop. ``output_names`` None: every output of the model."""
+        """From the event loop. ``output_names`` None: every output of the model; ``parameters``: the
+        request parameters, as a client sends them (sequence id and flags, priority, timeout, custom)."""
         ...
 
     def infer_blocking(
@@ -60,6 +62,7 @@ class ModelCaller(Protocol):
         inputs: Mapping[str, npt.NDArray[Any]],
         output_names: Sequence[str] | None = None,
         request_id: str = "",
+        parameters: Mapping[str, object] | None = None,
     ) -> dict[str, npt.NDArray[Any]]:
         """From an instance thread (never the event loop's): waits for :meth:`infer`."""
         ...

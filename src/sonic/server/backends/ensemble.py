@@ -1,193 +1,22 @@
-"""Ensemble backend (Triton's ``platform: "ensemble"``): a graph of other loaded models.
+"""The ``ensemble`` platform's entry in the backend registry.
 
-An ensemble has no instance and no batcher of its own: its :class:`EnsembleScheduler` runs each
-request on the event loop. Every step is a task that waits for the tensors its ``input_map``
-names and then calls its model through the server's :class:`ModelCaller`, so steps run as soon as
-their inputs exist, independent steps run at the same time, and each step is batched with the
-other requests for its model. Intermediate tensors stay numpy arrays in this process.
-
-The graph is checked when the ensemble loads (every tensor produced once, every input available,
-no cycle); step models are looked up per request, so load order does not matter and a step model
-that is not ready fails the request with that model's own UNAVAILABLE/NOT_FOUND error.
+An ensemble is a scheduler, not a backend: :mod:`sonic.server.runtime.ensemble` runs it. This class
+only gives the registry what every platform needs (no model file, a config check at load) and hands
+the manager that scheduler instead of instances.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
-from sonic.protocol.errors import InternalError, ModelConfigError, SonicError, UnavailableError
-from sonic.server.backends.base import Backend, InstanceContext, ModelCaller
-from sonic.server.runtime.work import ItemOutputs, WorkItem
-from sonic.server.stats import RequestTiming
-
-Arrays = dict[str, npt.NDArray[Any]]
-
-
-@dataclass(frozen=True)
-class Step:
-    index: int
-    model_name: str
-    model_version: str  # "": the latest ready version (Triton's -1)
-    input_map: Mapping[str, str]  # step model input -> ensemble tensor
-    output_map: Mapping[str, str]  # step model output -> ensemble tensor
-
-    def describe(self, ensemble: str) -> str:
-        return f"ensemble '{ensemble}' step {self.index} (model '{self.model_name}')"
-
-
-@dataclass(frozen=True)
-class EnsemblePlan:
-    name: str
-    steps: tuple[Step, ...]
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-
-    @classmethod
-    def from_config(cls, config: model_config_pb2.ModelConfig) -> EnsemblePlan:
-        name = config.name
-        if not config.HasField("ensemble_scheduling") or not config.ensemble_scheduling.step:
-            raise ModelConfigError(f"ensemble '{name}': ensemble_scheduling declares no step")
-        inputs = tuple(tensor.name for tensor in config.input)
-        outputs = tuple(tensor.name for tensor in config.output)
-        producer: dict[str, int] = {}
-        steps = []
-        for index, proto in enumerate(config.ensemble_scheduling.step):
-            if not proto.model_name:
-                raise ModelConfigError(f"ensemble '{name}': step {index} has no model_name")
-            if proto.model_name == name:
-                raise ModelConfigError(f"ensemble '{name}': step {index} calls the ensemble itself")
-            step = Step(
-                index,
-                proto.model_name,
-                "" if proto.model_version < 0 else str(proto.model_version),
-                dict(proto.input_map),
-                dict(proto.output_map),
-            )
-            if not step.output_map:
-                raise ModelConfigError(f"{step.describe(name)}: output_map is empty")
-            for tensor in step.output_map.values():
-                if tensor in inputs:
-                    raise ModelConfigError(f"{step.describe(name)} writes '{tensor}', an ensemble input")
-                if tensor in producer:
-                    raise ModelConfigError(
-                        f"{step.describe(name)} writes '{tensor}', which step {producer[tensor]} writes too"
-                    )
-                producer[tensor] = index
-            steps.append(step)
-        for step in steps:
-            for tensor in step.input_map.values():
-                if tensor not in inputs and tensor not in producer:
-                    raise ModelConfigError(
-                        f"{step.describe(name)} reads '{tensor}', which is neither an ensemble input "
-                        f"{list(inputs)} nor written by any step"
-                    )
-        missing = [tensor for tensor in outputs if tensor not in producer]
-        if missing:
-            raise ModelConfigError(f"ensemble '{name}': no step writes the ensemble output(s) {missing}")
-        plan = cls(name, tuple(steps), inputs, outputs)
-        plan._check_acyclic(producer)
-        return plan
-
-    def _check_acyclic(self, producer: Mapping[str, int]) -> None:
-        depends = {
-            step.index: {producer[t] for t in step.input_map.values() if t in producer} for step in self.steps
-        }
-        done: set[int] = set()
-        while len(done) < len(self.steps):
-            ready = [i for i, needs in depends.items() if i not in done and needs <= done]
-            if not ready:
-                stuck = sorted(set(depends) - done)
-                raise ModelConfigError(
-                    f"ensemble '{self.name}': steps {stuck} depend on each other (a cycle)"
-                )
-            done.update(ready)
-
-    async def run(
-        self, caller: ModelCaller, inputs: Mapping[str, npt.NDArray[Any]], request_id: str
-    ) -> Arrays:
-        loop = asyncio.get_running_loop()
-        tensors: dict[str, asyncio.Future[npt.NDArray[Any]]] = {}
-        for step in self.steps:
-            for tensor in step.output_map.values():
-                tensors[tensor] = loop.create_future()
-        for name, array in inputs.items():
-            tensors[name] = loop.create_future()
-            tensors[name].set_result(array)
-
-        async def run_step(step: Step) -> None:
-            step_inputs = {key: await tensors[value] for key, value in step.input_map.items()}
-            try:
-                outputs = await caller.infer(
-                    step.model_name, step.model_version, step_inputs, list(step.output_map), request_id
-                )
-            except SonicError as exc:
-                raise type(exc)(f"{step.describe(self.name)}: {exc}") from None
-            for key, value in step.output_map.items():
-                tensors[value].set_result(outputs[key])
-
-        try:
-            async with asyncio.TaskGroup() as group:
-                for step in self.steps:
-                    group.create_task(run_step(step), name=f"{self.name}:step{step.index}")
-        except* SonicError as errors:
-            raise errors.exceptions[0] from None
-        except* Exception as errors:  # noqa: BLE001  (a bug, not a model error: still one clear INTERNAL status)
-            raise InternalError(f"ensemble '{self.name}': {errors.exceptions[0]!r}") from None
-        return {name: tensors[name].result() for name in self.outputs}
-
-
-class EnsembleScheduler:
-    """Runs ensemble requests as they come (no queue: the step models queue and batch)."""
-
-    def __init__(self, plan: EnsemblePlan, caller: ModelCaller) -> None:
-        self._plan = plan
-        self._caller = caller
-        self._running = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._closing = False
-
-    @property
-    def queued(self) -> int:
-        return 0
-
-    def start(self) -> None:
-        """Nothing to start: requests run in their callers' tasks."""
-
-    async def submit(self, item: WorkItem) -> tuple[ItemOutputs, RequestTiming]:
-        if self._closing:
-            raise UnavailableError(f"ensemble '{self._plan.name}' is unloading and accepts no new requests")
-        self._running += 1
-        self._idle.clear()
-        started = time.perf_counter_ns()
-        try:
-            outputs = await self._plan.run(self._caller, item.inputs, item.request_id)
-        finally:
-            self._running -= 1
-            if not self._running:
-                self._idle.set()
-        timing = RequestTiming(
-            queue_ns=0,
-            compute_input_ns=0,
-            compute_infer_ns=time.perf_counter_ns() - started,
-            compute_output_ns=0,
-        )
-        return outputs, timing
-
-    async def close(self, timeout_s: float) -> None:
-        """Stop intake and give running requests ``timeout_s`` to finish (their callers own them)."""
-        self._closing = True
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
+from sonic.protocol.errors import InternalError, ModelConfigError
+from sonic.server.backends.base import Backend, InstanceContext
+from sonic.server.runtime.ensemble import EnsemblePlan, EnsembleScheduler
 
 
 class EnsembleBackend(Backend):

@@ -280,6 +280,31 @@ class InferenceRequest:
     def is_cancelled(self) -> bool:
         return False
 
+    def _call_parameters(self) -> dict[str, object]:
+        """The request parameters of a BLS call, as a client would send them: the custom parameters,
+        then the correlation id, the sequence flags and the timeout (so a sequence-batched model called
+        by BLS sees the sequence the model named)."""
+        try:
+            custom = json.loads(self._parameters) if self._parameters else {}
+        except json.JSONDecodeError as exc:
+            raise TritonModelException(
+                f"BLS call of model '{self.model_name}': parameters {self._parameters!r} are not JSON ({exc})"
+            ) from None
+        if not isinstance(custom, dict):
+            raise TritonModelException(
+                f"BLS call of model '{self.model_name}': parameters must be a JSON object, got {self._parameters!r}"
+            )
+        parameters: dict[str, object] = dict(custom)
+        if self._correlation_id not in (0, ""):
+            parameters["sequence_id"] = self._correlation_id
+        if self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:
+            parameters["sequence_start"] = True
+        if self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
+            parameters["sequence_end"] = True
+        if self._timeout:
+            parameters["timeout"] = self._timeout
+        return parameters
+
     def get_response_sender(self) -> Any:
         msg = "decoupled models (response senders) are not supported by sonic's Python backend"
         raise TritonModelException(msg)
@@ -298,7 +323,12 @@ class InferenceRequest:
         inputs = {tensor.name(): tensor.as_numpy() for tensor in self._inputs}
         try:
             outputs = caller.infer_blocking(
-                self.model_name, version, inputs, self._requested or None, self._request_id
+                self.model_name,
+                version,
+                inputs,
+                self._requested or None,
+                self._request_id,
+                self._call_parameters(),
             )
         except Exception as exc:  # noqa: BLE001  (BLS reports failures in the response, as Triton does)
             return InferenceResponse([], TritonError(str(exc)))

@@ -77,7 +77,11 @@ class GrpcMethods:
             return pb.RepositoryModelLoadResponse()
 
         async def repository_unload(r: Any) -> Any:
-            await dp.unload_model(r.model_name)
+            parameters: dict[str, object] = {}
+            for key, param in r.parameters.items():
+                which = param.WhichOneof("parameter_choice")
+                parameters[key] = getattr(param, which) if which else None
+            await dp.unload_model(r.model_name, parameters)
             return pb.RepositoryModelUnloadResponse()
 
         async def shm_register(r: Any) -> Any:

@@ -386,7 +386,7 @@ class HttpFrontend(Frontend):
         if action == "load":
             await self._dataplane.load_model(name, parameters)
         else:
-            await self._dataplane.unload_model(name)
+            await self._dataplane.unload_model(name, parameters)
         return web.Response(status=200)
 
 

@@ -7,6 +7,8 @@
 - :mod:`.tensors`: merge of a batch's inputs, execution call, split of its outputs (instance thread side);
 - :mod:`.executor`: the loop each instance thread runs: take a batch, execute it, hand the results back;
 - :mod:`.scheduler`: the dynamic batcher tying those together.
+- :mod:`.sequences` / :mod:`.sequence_scheduler`: the sequence batcher (stateful models);
+- :mod:`.ensemble`: the ensemble scheduler, which runs a graph of other models' requests on the loop.
 
 Nothing here is imported by this file: each module is imported by name.
 """

@@ -1,0 +1,54 @@
+"""What the model manager records of each model: its versions' states and reasons, as the index shows them."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from tritonclient.grpc import model_config_pb2
+
+from sonic.server.ensemble_steps import StepState
+from sonic.server.model import ModelVersion
+
+READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
+
+
+@dataclass(eq=False)
+class VersionState:
+    state: str
+    reason: str = ""
+    model: ModelVersion | None = None
+
+
+@dataclass(eq=False)
+class ModelEntry:
+    name: str
+    versions: dict[int, VersionState] = field(default_factory=dict)
+    state: str = UNAVAILABLE  # model-level, for failures before any version exists
+    reason: str = ""
+    config: model_config_pb2.ModelConfig | None = None
+    fingerprint: tuple[object, ...] = ()
+    override: model_config_pb2.ModelConfig | None = None  # the load override serving now, if any
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def ready_models(self) -> list[ModelVersion]:
+        return [s.model for _, s in sorted(self.versions.items()) if s.state == READY and s.model is not None]
+
+    def why_not_ready(self) -> str:
+        """The model's reason, else the first version's that has one ("" when none does)."""
+        return self.reason or next((s.reason for s in self.versions.values() if s.reason), "")
+
+
+@dataclass(frozen=True)
+class IndexRow:
+    name: str
+    version: str
+    state: str
+    reason: str
+
+
+def step_state(entry: ModelEntry | None) -> StepState:
+    """What an ensemble needs to know of a step model (``entry`` None: never seen)."""
+    if entry is None:
+        return StepState(known=False, ready=False)
+    return StepState(known=True, ready=bool(entry.ready_models()), reason=entry.why_not_ready())
