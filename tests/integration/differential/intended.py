@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.integration.differential.calls import Call, HttpCall, Outcome
+from tests.integration.differential.strategies import AFTER_CONTROL
 
 CLIENT_ERRORS = {"INVALID_ARGUMENT", "NOT_FOUND", "400", "404"}
 
@@ -92,7 +93,12 @@ def _unloaded(entries: Any) -> Any:
     ]
 
 
-def _unloading(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+def _unloading(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    if call.what == AFTER_CONTROL:  # Triton is not ready while a model is UNLOADING
+        return (triton.code, triton.answer, sonic.code, sonic.answer) in [
+            ("OK", {}, "OK", {"ready": True}),
+            ("400", None, "200", None),
+        ]
     if triton.code != sonic.code:
         return False
     if isinstance(triton.answer, dict) and "models" in triton.answer:  # gRPC RepositoryIndex
@@ -185,8 +191,9 @@ INTENDED: tuple[Intended, ...] = (
     ),
     Intended(
         "unload-in-progress",
-        "The repository index right after an unload: Triton may still list the model as UNLOADING; "
-        "sonic lists it UNAVAILABLE, reason `unloaded`.",
+        "Right after an unload: Triton may still list the model as UNLOADING in the repository index "
+        "and answer server readiness `false` meanwhile; sonic lists it UNAVAILABLE, reason `unloaded`, "
+        "and stays ready.",
         "sonic's unload call returns when the model is unloaded; Triton finishes the Python backend's "
         "stub in the background. Both reach the same state.",
         _unloading,

@@ -141,6 +141,7 @@ def sequence_request(case: SequenceCase, number: int, step: int) -> InferCase:
 # --- model control, shared memory, metadata: each case a list of calls made in order -------------------
 
 CONTROL_NAMES = (SPARE.name, SPARE.name, "no_such_model", "")
+AFTER_CONTROL = "server readiness right after a model-control call"
 
 
 def _grpc(method: str, message: Message) -> GrpcCall:
@@ -180,6 +181,8 @@ def control_cases(draw: st.DrawFn) -> list[Call]:
         _http("POST", "/v2/repository/index", {"ready": ready}),
         _grpc("ModelReady", service_pb2.ModelReadyRequest(name=SPARE.name)),
         _http("GET", f"/v2/models/{SPARE.name}/ready"),
+        GrpcCall("ServerReady", b"", what=AFTER_CONTROL),
+        HttpCall("GET", "/v2/health/ready", what=AFTER_CONTROL),
         # Loaded again, so every case (and the tests after these) starts with all models ready.
         _grpc("RepositoryModelLoad", service_pb2.RepositoryModelLoadRequest(model_name=SPARE.name)),
     ]
