@@ -119,6 +119,13 @@ def _empty_name(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     return route and triton.code == "404" and sonic.code == "400"
 
 
+def _unaligned(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    refused = (
+        triton.code in {"INVALID_ARGUMENT", "400"} and "unable to process address space" in triton.message
+    )
+    return refused and sonic.code in {"OK", "200"}
+
+
 INTENDED: tuple[Intended, ...] = (
     Intended(
         "error-context",
@@ -206,6 +213,15 @@ INTENDED: tuple[Intended, ...] = (
         "A client that reads the extensions learns what it can use; a version that claimed Triton's "
         "would make bug reports point at the wrong server.",
         _server_metadata,
+    ),
+    Intended(
+        "shm-unaligned-offset",
+        "Registering system shared memory at an offset that is not a multiple of the page size "
+        "(4096 bytes): Triton refuses it (`unable to process address spaceInvalid argument`, it maps "
+        "the region at that offset); sonic registers it.",
+        "Any offset inside the region is valid by the protocol; sonic maps the region from its start "
+        "and serves the offset as a view. Clients that pack several tensors in one region work.",
+        _unaligned,
     ),
     Intended(
         "empty-model-name-route",

@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.triton]
 
 EXAMPLES_ENV = "SONIC_DIFFERENTIAL_EXAMPLES"
 REPORT_ENV = "SONIC_DIFFERENTIAL_REPORT"
-SHM_BYTES = 64
+SHM_BYTES = 8192  # two pages: an offset of one page is valid on both servers
 
 
 def budget(ci_examples: int) -> settings:
