@@ -126,6 +126,29 @@ def _unaligned(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     return refused and sonic.code in {"OK", "200"}
 
 
+def _extra_raw(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    extra = "raw_input_contents has" in sonic.message and "entries for" in sonic.message
+    return extra and triton.code == "OK" and sonic.code == "INVALID_ARGUMENT"
+
+
+EMPTY_NAME = "shared memory region name must not be empty"
+
+
+def _without_empty_region(answer: Any) -> Any:
+    if isinstance(answer, dict) and "regions" in answer:  # gRPC status
+        regions = {k: v for k, v in answer["regions"].items() if k != ""}
+        return {"regions": regions} if regions else {}
+    if isinstance(answer, list):  # HTTP status
+        return [r for r in answer if not (isinstance(r, dict) and r.get("name") == "")]
+    return answer
+
+
+def _shm_empty_name(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    if sonic.message == EMPTY_NAME:
+        return sonic.code in {"INVALID_ARGUMENT", "400"}
+    return triton.code == sonic.code and _without_empty_region(triton.answer) == sonic.answer
+
+
 INTENDED: tuple[Intended, ...] = (
     Intended(
         "error-context",
@@ -222,6 +245,22 @@ INTENDED: tuple[Intended, ...] = (
         "Any offset inside the region is valid by the protocol; sonic maps the region from its start "
         "and serves the offset as a view. Clients that pack several tensors in one region work.",
         _unaligned,
+    ),
+    Intended(
+        "extra-raw-contents",
+        "More `raw_input_contents` entries than inputs: Triton ignores the extra ones and runs the "
+        "request; sonic refuses it (INVALID_ARGUMENT) and says how many entries came for how many inputs.",
+        "Raw contents are matched to inputs by position: an extra entry means the client's inputs and "
+        "tensors are out of step, and the tensors used may not be the ones meant.",
+        _extra_raw,
+    ),
+    Intended(
+        "shm-empty-name",
+        "Registering system shared memory under an empty name over gRPC: Triton registers it (and "
+        "lists it in status); sonic refuses the name (INVALID_ARGUMENT).",
+        "A region with an empty name cannot be addressed by the HTTP API (`/v2/systemsharedmemory/region//...` "
+        "has no route), and an empty name in unregister means every region.",
+        _shm_empty_name,
     ),
     Intended(
         "empty-model-name-route",
