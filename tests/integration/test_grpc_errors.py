@@ -71,7 +71,7 @@ def test_unknown_model_and_version(client: grpcclient.InferenceServerClient) -> 
                 ("INPUT0", np.ones((1, 15), np.int32), "INT32"),
                 ("INPUT1", np.ones((1, 15), np.int32), "INT32"),
             ],
-            "Expected [-1, 16], got [1, 15]",
+            "Expected [-1,16], got [1,15]",
         ),
         (
             [
@@ -86,7 +86,7 @@ def test_unknown_model_and_version(client: grpcclient.InferenceServerClient) -> 
         ),
         (
             [("INPUT0", np.ones(16, np.int32), "INT32"), ("INPUT1", np.ones(16, np.int32), "INT32")],
-            "Expected [-1, 16], got [16]",
+            "Expected [-1,16], got [16]",
         ),
     ],
     ids=["missing", "unexpected", "dtype", "shape", "batch-too-big", "batch-mismatch", "no-batch-dim"],

@@ -43,7 +43,7 @@ def test_health_and_server_metadata(client: grpcclient.InferenceServerClient) ->
     assert client.is_server_live()
     assert client.is_server_ready()
     metadata = client.get_server_metadata()
-    assert metadata.name == "sonic"
+    assert metadata.name == "triton"  # Triton's --id default
     assert "model_repository" in metadata.extensions
     assert "statistics" in metadata.extensions
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tritonclient.grpc import service_pb2
 
 from sonic.protocol.errors import InvalidArgumentError
 from sonic.protocol.grpc_codec import decode_infer_request, encode_request
@@ -68,3 +69,12 @@ def test_parameters_of_the_wrong_type_are_refused(parameters: dict[str, object],
     with pytest.raises(InvalidArgumentError) as error:
         _round_trip(request)
     assert error.value.message == f"model 'm': {message}"
+
+
+def test_typed_contents_with_a_negative_dimension_is_invalid_argument() -> None:
+    # Found by the differential tests: a BYTES input shaped [-1] reached numpy (an internal error).
+    request = service_pb2.ModelInferRequest(model_name="m")
+    tensor = request.inputs.add(name="TEXT", datatype="BYTES", shape=[-1])
+    tensor.contents.bytes_contents.append(b"a")
+    with pytest.raises(InvalidArgumentError, match=r"shape \[-1\] has a negative dimension"):
+        decode_infer_request(request.SerializeToString(), 0)

@@ -31,7 +31,7 @@ ROWS = [
     (
         errors.AlreadyExistsError,
         grpc.StatusCode.ALREADY_EXISTS,
-        HTTPStatus.CONFLICT,
+        HTTPStatus.BAD_REQUEST,  # as Triton 2.51
         client.InvalidRequestError,
     ),
     (

@@ -76,7 +76,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _add_frontend_arguments(parser)
     add_security_arguments(parser)
     add_triton_arguments(parser)
-    parser.set_defaults(run=run, server_name="sonic")
+    parser.set_defaults(run=run, server_name="triton")  # --id, as Triton's default
 
 
 def _add_frontend_arguments(parser: argparse.ArgumentParser) -> None:

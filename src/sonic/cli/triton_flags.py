@@ -37,7 +37,7 @@ class TritonFlag:
 
 TRITON_FLAGS: dict[str, TritonFlag] = {
     "--model-store": TritonFlag(IMPLEMENTED, "list", "same as --model-repository"),
-    "--id": TritonFlag(IMPLEMENTED, "str", "server name in ServerMetadata"),
+    "--id": TritonFlag(IMPLEMENTED, "str", "server name in ServerMetadata (default triton, as Triton)"),
     "--log-verbose": TritonFlag(IMPLEMENTED, "int", "> 0: DEBUG logs"),
     "--log-info": TritonFlag(IMPLEMENTED, "bool", "false: WARNING and up"),
     "--log-warning": TritonFlag(IMPLEMENTED, "bool", "false: ERROR and up"),

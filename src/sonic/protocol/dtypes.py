@@ -173,6 +173,8 @@ def array_from_contents(
     values: object, datatype: Datatype, shape: tuple[int, ...], where: str
 ) -> npt.NDArray[Any]:
     """Array from typed contents (gRPC ``InferTensorContents``, HTTP JSON ``data``)."""
+    if any(dim < 0 for dim in shape):  # a negative count would reach numpy (an internal error)
+        raise InvalidArgumentError(f"{where}: shape {list(shape)} has a negative dimension")
     count = element_count(shape)
     if datatype.name == "BYTES":
         items = np.empty(count, dtype=np.object_)

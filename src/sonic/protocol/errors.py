@@ -6,7 +6,7 @@ The tree::
     ├── InvalidArgumentError        bad request: inputs, shapes, dtypes, sizes, parameters   (INVALID_ARGUMENT / 400)
     ├── NotFoundError               unknown model, version, input or region                  (NOT_FOUND / 404)
     ├── UnavailableError            model not ready, queue full, request timed out, draining (UNAVAILABLE / 503)
-    ├── AlreadyExistsError          a name that is already registered                       (ALREADY_EXISTS / 409)
+    ├── AlreadyExistsError          a name that is already registered                       (ALREADY_EXISTS / 400)
     ├── FailedPreconditionError     operation not allowed in the current mode               (FAILED_PRECONDITION / 400)
     ├── UnimplementedError          a feature this server does not offer                    (UNIMPLEMENTED / 501)
     ├── ModelConfigError            config.pbtxt that cannot be parsed or is inconsistent    (INVALID_ARGUMENT / 400)
@@ -72,7 +72,8 @@ class Status(NamedTuple):
 STATUSES: dict[GrpcCode, Status] = {
     GrpcCode.INVALID_ARGUMENT: Status(HTTPStatus.BAD_REQUEST, Retry.NEVER),
     GrpcCode.NOT_FOUND: Status(HTTPStatus.NOT_FOUND, Retry.NEVER),
-    GrpcCode.ALREADY_EXISTS: Status(HTTPStatus.CONFLICT, Retry.NEVER),
+    # Triton 2.51's HTTP answers ALREADY_EXISTS (a region name registered twice) with 400, not 409.
+    GrpcCode.ALREADY_EXISTS: Status(HTTPStatus.BAD_REQUEST, Retry.NEVER),
     GrpcCode.FAILED_PRECONDITION: Status(HTTPStatus.BAD_REQUEST, Retry.NEVER),
     GrpcCode.UNIMPLEMENTED: Status(HTTPStatus.NOT_IMPLEMENTED, Retry.NEVER),
     GrpcCode.UNAUTHENTICATED: Status(HTTPStatus.UNAUTHORIZED, Retry.NEVER),

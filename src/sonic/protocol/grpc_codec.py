@@ -151,6 +151,14 @@ def decode_infer_request(data: bytes | bytearray | memoryview, received_ns: int)
         else None
         for t in head.inputs
     ]
+    if raw:
+        # Triton checks each input for typed contents beside raw ones before it counts the raw entries.
+        for tensor, ref in zip(head.inputs, shm, strict=True):
+            if ref is None and tensor.HasField("contents"):
+                raise InvalidArgumentError(
+                    f"contents field must not be specified when using raw_input_contents for "
+                    f"{quote(tensor.name)} for {model}"
+                )
     # As in Triton, inputs in shared memory take no raw_input_contents entry.
     expected_raw = sum(ref is None for ref in shm)
     if raw and len(raw) != expected_raw:
@@ -166,11 +174,6 @@ def decode_infer_request(data: bytes | bytearray | memoryview, received_ns: int)
             inputs.append(InputTensor(tensor.name, tensor.datatype, shape, shm=ref))
             continue
         if raw:
-            if tensor.HasField("contents"):
-                raise InvalidArgumentError(
-                    f"contents field must not be specified when using raw_input_contents for "
-                    f"{quote(tensor.name)} for {model}"
-                )
             inputs.append(InputTensor(tensor.name, tensor.datatype, shape, raw=raw[raw_index]))
             raw_index += 1
             continue

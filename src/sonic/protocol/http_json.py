@@ -28,9 +28,9 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 # --- protobuf messages as Triton's HTTP JSON ------------------------------------------------------------
 
 
-def _scalar(field: Any, value: Any) -> Any:
+def _scalar(field: Any, value: Any, empty_maps: bool = False) -> Any:
     if field.type == FieldDescriptor.TYPE_MESSAGE:
-        return message_to_json(value)
+        return message_to_json(value, empty_maps=empty_maps)
     if field.type == FieldDescriptor.TYPE_ENUM:
         enum_value = field.enum_type.values_by_number.get(value)
         return enum_value.name if enum_value is not None else value
@@ -39,25 +39,29 @@ def _scalar(field: Any, value: Any) -> Any:
     return value
 
 
-def message_to_json(message: Message) -> dict[str, Any]:
+def message_to_json(message: Message, *, empty_maps: bool | None = None) -> dict[str, Any]:
     """A protobuf message as Triton's HTTP server writes it.
 
     Unlike ``json_format``, 64-bit integers stay numbers (``"dims": [16]``, counts in statistics)
     and zero-valued scalars are kept, so clients can read every statistic without defaults.
+    ``empty_maps`` (default: for a model config) keeps empty map fields as ``{}``, as Triton's config
+    JSON has them (``"parameters": {}``); its hand-written statistics JSON leaves them out.
     """
+    if empty_maps is None:
+        empty_maps = message.DESCRIPTOR.full_name == "inference.ModelConfig"
     out: dict[str, Any] = {}
     field: Any  # protobuf's pure-Python and upb descriptors have different stubs
     for field in message.DESCRIPTOR.fields:
         value = getattr(message, field.name)
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
             value_field = field.message_type.fields_by_name["value"]
-            if value:
-                out[field.name] = {str(k): _scalar(value_field, v) for k, v in value.items()}
+            if value or empty_maps:
+                out[field.name] = {str(k): _scalar(value_field, v, empty_maps) for k, v in value.items()}
         elif field.label == FieldDescriptor.LABEL_REPEATED:
-            out[field.name] = [_scalar(field, v) for v in value]
+            out[field.name] = [_scalar(field, v, empty_maps) for v in value]
         elif field.containing_oneof is not None or field.type == FieldDescriptor.TYPE_MESSAGE:
             if message.HasField(field.name):
-                out[field.name] = _scalar(field, value)
+                out[field.name] = _scalar(field, value, empty_maps)
         else:
             out[field.name] = _scalar(field, value)
     return out
@@ -162,6 +166,21 @@ def decode_infer_request(
         input_parameters = item.get("parameters") or {}
         if not isinstance(input_parameters, dict):
             raise InvalidArgumentError(f"{where}: 'parameters' must be an object")
+        given = [
+            field
+            for field, present in (
+                ("data", "data" in item),
+                ("binary_data_size", "binary_data_size" in input_parameters),
+                ("shared_memory_region", "shared_memory_region" in input_parameters),
+            )
+            if present
+        ]
+        if len(given) > 1:  # Triton's words, checked where Triton checks it: before the data is read
+            raise InvalidArgumentError(
+                f"{where}: Input must set only one of the following fields: 'data', 'binary_data_size' in "
+                f"'parameters', 'shared_memory_region' in 'parameters'. But set "
+                + " ".join(quote(field) for field in given)
+            )
         shm = _shm_ref(input_parameters, where)
         if shm is not None:
             inputs.append(InputTensor(name, datatype_name, shape, shm=shm))

@@ -94,7 +94,7 @@ class ServerConfig:
     gpu_count: int = 0
     backend_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     grpc_max_message_bytes: int = MAX_MESSAGE_BYTES  # Triton's: the same requests fit both servers
-    server_name: str = "sonic"
+    server_name: str = "triton"  # Triton's --id default: clients check ServerMetadata.name
     http_port: int | None = None  # None: no HTTP/REST frontend; 0 picks a free port
     metrics_port: int | None = None  # None: no Prometheus endpoint; 0 picks a free port
     metrics_histograms: bool = True  # per-request latency histograms (needs metrics_port)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,11 @@ def failure_reason(exc: BaseException) -> str:
     if isinstance(exc, InternalError):
         return "BACKEND"
     return "OTHER"
+
+
+def _dims(dims: Sequence[int]) -> str:
+    """A shape as Triton writes it in messages: ``[-1,3]``."""
+    return "[" + ",".join(map(str, dims)) + "]"
 
 
 def _shape_matches(given: tuple[int, ...], expected: tuple[int, ...]) -> bool:
@@ -125,7 +131,7 @@ class ModelVersion:
             expected = [-1, *spec.dims] if self.spec.batched else list(spec.dims)
             return InvalidArgumentError(
                 f"{where()}: unexpected shape for input {quote(tensor.name)} for model '{self.name}'. "
-                f"Expected {expected}, got {list(shape)}"
+                f"Expected {_dims(expected)}, got {_dims(shape)}"
             )
 
         if len(shape) != len(spec.dims) + self.spec.batched:
@@ -168,7 +174,7 @@ class ModelVersion:
         for tensor in request.inputs:
             if tensor.name in arrays:
                 raise InvalidArgumentError(
-                    f"{self._where(request, tensor.name)}: input {quote(tensor.name)} is given more than once"
+                    f"{self._where(request, tensor.name)}: input {quote(tensor.name)} already exists in request"
                 )
             arrays[tensor.name] = self.backend.convert_input(
                 self.name, tensor.name, self._decode_input(request, tensor)

@@ -297,3 +297,27 @@ def test_cuda_shared_memory_status_and_unregister_answer_without_a_gpu(server: E
     with grpcclient.InferenceServerClient(server.grpc) as client:
         client.unregister_cuda_shared_memory()  # perf_analyzer does this when it finishes
         assert list(client.get_cuda_shared_memory_status().regions) == []
+
+
+def test_typed_contents_beside_raw_is_refused_per_input_before_the_raw_count(server: Endpoint) -> None:
+    # INPUT0 raw, INPUT1 typed: one raw entry for two inputs, and typed contents beside raw ones.
+    request = service_pb2.ModelInferRequest(model_name="add_sub")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[4])
+    typed = request.inputs.add(name="INPUT1", datatype="FP32", shape=[4])
+    typed.contents.fp32_contents.extend([1.0] * 4)
+    request.raw_input_contents.append(np.ones(4, np.float32).tobytes())
+    error = _grpc_error(server, lambda stub: stub.ModelInfer(request))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details() == (
+        "contents field must not be specified when using raw_input_contents for 'INPUT1' for model 'add_sub'"
+    )
+
+
+def test_server_metadata_name_is_triton_by_default(server: Endpoint) -> None:
+    with grpcclient.InferenceServerClient(server.grpc) as client:
+        assert client.get_server_metadata().name == "triton"
+    http = httpclient.InferenceServerClient(server.http)
+    try:
+        assert http.get_server_metadata()["name"] == "triton"
+    finally:
+        http.close()

@@ -130,7 +130,7 @@ def test_tls_without_client_certificates(test_repository: Path, pki) -> None:  #
             process.grpc_address, ssl=True, root_certificates=str(pki.ca)
         )
         try:
-            assert client.get_server_metadata().name == "sonic"
+            assert client.get_server_metadata().name == "triton"
         finally:
             client.close()
 

@@ -195,10 +195,19 @@ class SequenceTable:
 
     def admit(self, item: WorkItem, flags: Flags, now_ns: int) -> Sequence:
         """Queue a request on its sequence (InvalidArgumentError when it needs START and has none)."""
+        if isinstance(flags.correlation_id, str):
+            # Refused here, before queueing: found while building the batch it would leave the caller
+            # waiting forever (Triton passes the string's bytes on as the number).
+            for control in self.policy.controls:
+                if control.kind == CORRID and control.dtype != np.object_:
+                    raise InvalidArgumentError(
+                        f"model '{self.policy.model}': sequence id {flags.correlation_id!r} is a string, but "
+                        f"control input '{control.name}' takes {control.dtype} correlation ids"
+                    )
         sequence = self.sequences.get(flags.correlation_id)
         if (sequence is None or not sequence.open) and not flags.start:
             raise InvalidArgumentError(
-                f"inference request for sequence {flags.correlation_id!r} to model '{self.policy.model}' must "
+                f"inference request for sequence {flags.correlation_id} to model '{self.policy.model}' must "
                 f"specify the START flag on the first request of the sequence"
             )
         if sequence is None:

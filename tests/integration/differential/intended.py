@@ -1,0 +1,280 @@
+"""The intended differences between sonic and real Triton 2.51: the one table the differential tests read.
+
+``docs/triton-differences.md`` lists the same rows (id, what differs, why) in the same order; a unit
+test checks that the doc and this table agree. A difference matched by no row fails the harness.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tests.integration.differential.calls import Call, HttpCall, Outcome
+from tests.integration.differential.strategies import AFTER_CONTROL
+
+CLIENT_ERRORS = {"INVALID_ARGUMENT", "NOT_FOUND", "400", "404"}
+
+
+@dataclass(frozen=True)
+class Intended:
+    id: str
+    what: str  # what differs (the doc's second column)
+    why: str  # the reason (the doc's third column)
+    # (call, Triton's outcome, sonic's outcome) -> whether this row explains the difference
+    matches: Callable[[Call, Outcome, Outcome], bool]
+
+
+def _core(message: str) -> str:
+    """Triton's message without its ``[request id: ...]`` prefix and its trailing ``. `` or ``. NOTE: ...``."""
+    message = re.sub(r"^\[request id: [^\]]*\] ", "", message)
+    return re.sub(r"\. (NOTE: .*)?$", "", message, flags=re.DOTALL)
+
+
+def _context(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    return triton.code == sonic.code and bool(triton.message) and _core(triton.message) in sonic.message
+
+
+def _order(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    return call.faults >= 2 and triton.code == sonic.code and triton.code in CLIENT_ERRORS
+
+
+def _lookup(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    unknown = triton.code in {"NOT_FOUND", "404"} and triton.message.startswith("Request for unknown model")
+    return unknown and sonic.code in {"INVALID_ARGUMENT", "400"}
+
+
+def _internal(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    return triton.code in {"INTERNAL", "500"} and sonic.code in CLIENT_ERRORS
+
+
+WORDING = (
+    r"^Unable to parse request$",  # gRPC: unparseable protobuf
+    r"^inference header size should be in range",  # HTTP: Inference-Header-Content-Length
+    r"^failed to register shared memory region '': invalid args$",
+    r"^Not Found$",  # HTTP: no such route
+)
+
+
+def _wording(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    return triton.code == sonic.code and any(re.search(p, triton.message) for p in WORDING)
+
+
+def _fp16_json(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    return triton.message.startswith("sending FP16 data via JSON is not supported") and sonic.code == "200"
+
+
+def _string_sequence_id(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    return sonic.code in CLIENT_ERRORS and "is a string, but control input" in sonic.message
+
+
+def _without_empty_bytes(answer: Any) -> Any:
+    """A gRPC answer with the raw contents of empty BYTES outputs blanked."""
+    if not isinstance(answer, dict) or "raw_output_contents" not in answer:
+        return answer
+    raw = list(answer["raw_output_contents"])
+    for index, output in enumerate(answer.get("outputs", [])):
+        if output.get("datatype") == "BYTES" and "0" in output.get("shape", []) and index < len(raw):
+            raw[index] = ""
+    return {**answer, "raw_output_contents": raw}
+
+
+def _empty_bytes(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    return triton.code == sonic.code == "OK" and _without_empty_bytes(triton.answer) == sonic.answer
+
+
+def _unloaded(entries: Any) -> Any:
+    if not isinstance(entries, list):
+        return entries
+    return [
+        {**e, "state": "UNAVAILABLE", "reason": "unloaded"} if e.get("state") == "UNLOADING" else e
+        for e in entries
+    ]
+
+
+def _unloading(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    if call.what == AFTER_CONTROL:  # Triton is not ready while a model is UNLOADING
+        return (triton.code, triton.answer, sonic.code, sonic.answer) in [
+            ("OK", {}, "OK", {"ready": True}),
+            ("400", None, "200", None),
+        ]
+    if triton.code != sonic.code:
+        return False
+    if isinstance(triton.answer, dict) and "models" in triton.answer:  # gRPC RepositoryIndex
+        return bool({"models": _unloaded(triton.answer["models"])} == sonic.answer)
+    return bool(_unloaded(triton.answer) == sonic.answer)
+
+
+def _server_metadata(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    keys = {"name", "version", "extensions"}
+    both = (triton.answer, sonic.answer)
+    if not all(isinstance(a, dict) and set(a) == keys for a in both):
+        return False
+    return triton.code == sonic.code and triton.answer["name"] == sonic.answer["name"]
+
+
+def _empty_name(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    route = isinstance(call, HttpCall) and "/models//" in call.path
+    return route and triton.code == "404" and sonic.code == "400"
+
+
+def _unaligned(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    refused = (
+        triton.code in {"INVALID_ARGUMENT", "400"} and "unable to process address space" in triton.message
+    )
+    return refused and sonic.code in {"OK", "200"}
+
+
+def _extra_raw(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    extra = "raw_input_contents has" in sonic.message and "entries for" in sonic.message
+    return extra and triton.code == "OK" and sonic.code == "INVALID_ARGUMENT"
+
+
+EMPTY_NAME = "shared memory region name must not be empty"
+
+
+def _without_empty_region(answer: Any) -> Any:
+    if isinstance(answer, dict) and "regions" in answer:  # gRPC status
+        regions = {k: v for k, v in answer["regions"].items() if k != ""}
+        return {"regions": regions} if regions else {}
+    if isinstance(answer, list):  # HTTP status
+        return [r for r in answer if not (isinstance(r, dict) and r.get("name") == "")]
+    return answer
+
+
+def _shm_empty_name(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    if sonic.message == EMPTY_NAME:
+        return sonic.code in {"INVALID_ARGUMENT", "400"}
+    return triton.code == sonic.code and _without_empty_region(triton.answer) == sonic.answer
+
+
+INTENDED: tuple[Intended, ...] = (
+    Intended(
+        "error-context",
+        "Validation errors: sonic's message starts with where the fault is (model, version, input) "
+        "where Triton's starts with `[request id: <id_unknown>]`; Triton's own text follows, without "
+        "the trailing `. NOTE: ...` hint on batch dimensions.",
+        "House rule: every error names what was given, what was expected and which model and input. "
+        "The status code and Triton's wording are kept, so clients that match on either still work.",
+        _context,
+    ),
+    Intended(
+        "validation-order",
+        "A request with two or more faults: both refuse it with the same status, but may name a "
+        "different fault (Triton checks the requested outputs, then the input count, then inputs in "
+        "name order; sonic checks inputs in request order, then the count, then outputs).",
+        "Either answer is right and the client has to fix every fault anyway; matching Triton's order "
+        "exactly would mean re-sorting inputs on the hot path.",
+        _order,
+    ),
+    Intended(
+        "decode-before-lookup",
+        "An inference request that cannot be decoded (raw/typed contents, byte counts, JSON data) and "
+        "also names an unknown model or version: Triton answers NOT_FOUND/404 (it looks the model up "
+        "first), sonic INVALID_ARGUMENT/400 (it decodes the message first).",
+        "sonic's front ends decode a message completely before any server state is read, so a "
+        "malformed message costs no model lookup; both answers are client errors.",
+        _lookup,
+    ),
+    Intended(
+        "client-fault-not-internal",
+        "Triton answers INTERNAL/500 for a client's fault: unparseable protobuf or JSON, JSON `shape` "
+        "with a negative number, JSON `data` that does not fill `shape`, a shared-memory key that does "
+        "not exist or is empty, a load of a model that is not in the repository. sonic answers "
+        "INVALID_ARGUMENT/400 or NOT_FOUND/404 with what was wrong.",
+        "A 5xx tells clients and load balancers (Envoy outlier detection, the sonic client's "
+        "failover) that the server is at fault and invites a retry elsewhere; these are the client's "
+        "faults and a retry gives the same answer.",
+        _internal,
+    ),
+    Intended(
+        "wording",
+        "Same status, other words, where Triton's message names no input: unparseable protobuf, "
+        "`Inference-Header-Content-Length` past the body, registering shared memory under an empty "
+        "name, an HTTP route that does not exist.",
+        "sonic's message says what was given and what was expected (byte counts, the parser's "
+        "position, the route).",
+        _wording,
+    ),
+    Intended(
+        "fp16-json-output",
+        "An FP16 output asked for as JSON: Triton runs the model, then answers 400 `sending FP16 data "
+        "via JSON is not supported`; sonic answers the values as JSON numbers.",
+        "Every FP16 value is exact as a JSON number, and Triton accepts FP16 JSON input; refusing "
+        "after the model ran wastes the inference.",
+        _fp16_json,
+    ),
+    Intended(
+        "string-sequence-id",
+        "A string `sequence_id` for a model whose CORRID control is a number (TYPE_UINT64): Triton runs "
+        "it and passes the string's bytes on as the number; sonic refuses it (400) and says why.",
+        "The model would see a correlation id that is neither the client's string nor any number it sent.",
+        _string_sequence_id,
+    ),
+    Intended(
+        "empty-bytes-output",
+        "An empty BYTES output (shape with a 0) over gRPC: Triton's raw_output_contents entry holds 8 "
+        "stray bytes; sonic's is empty.",
+        "An empty tensor has no bytes; Triton's are uninitialised memory of its Python backend.",
+        _empty_bytes,
+    ),
+    Intended(
+        "unload-in-progress",
+        "Right after an unload: Triton may still list the model as UNLOADING in the repository index "
+        "and answer server readiness `false` meanwhile; sonic lists it UNAVAILABLE, reason `unloaded`, "
+        "and stays ready.",
+        "sonic's unload call returns when the model is unloaded; Triton finishes the Python backend's "
+        "stub in the background. Both reach the same state.",
+        _unloading,
+    ),
+    Intended(
+        "server-metadata",
+        "ServerMetadata (`GET /v2`): `version` is sonic's own, not `2.51.0`; `extensions` lists what "
+        "sonic implements (no `classification`, `cuda_shared_memory`, `logging`, `trace`). `name` is "
+        "the same: `triton` unless `--id` says otherwise.",
+        "A client that reads the extensions learns what it can use; a version that claimed Triton's "
+        "would make bug reports point at the wrong server.",
+        _server_metadata,
+    ),
+    Intended(
+        "shm-unaligned-offset",
+        "Registering system shared memory at an offset that is not a multiple of the page size "
+        "(4096 bytes): Triton refuses it (`unable to process address spaceInvalid argument`, it maps "
+        "the region at that offset); sonic registers it.",
+        "Any offset inside the region is valid by the protocol; sonic maps the region from its start "
+        "and serves the offset as a view. Clients that pack several tensors in one region work.",
+        _unaligned,
+    ),
+    Intended(
+        "extra-raw-contents",
+        "More `raw_input_contents` entries than inputs: Triton ignores the extra ones and runs the "
+        "request; sonic refuses it (INVALID_ARGUMENT) and says how many entries came for how many inputs.",
+        "Raw contents are matched to inputs by position: an extra entry means the client's inputs and "
+        "tensors are out of step, and the tensors used may not be the ones meant.",
+        _extra_raw,
+    ),
+    Intended(
+        "shm-empty-name",
+        "Registering system shared memory under an empty name over gRPC: Triton registers it (and "
+        "lists it in status); sonic refuses the name (INVALID_ARGUMENT).",
+        "A region with an empty name cannot be addressed by the HTTP API (`/v2/systemsharedmemory/region//...` "
+        "has no route), and an empty name in unregister means every region.",
+        _shm_empty_name,
+    ),
+    Intended(
+        "empty-model-name-route",
+        "HTTP model-control calls with an empty model name (`/v2/repository/models//load`): Triton has "
+        "no route for them (404 `Not Found`); sonic routes them and refuses the name (400).",
+        "The answer says the name is the fault, not the path.",
+        _empty_name,
+    ),
+)
+
+
+def explain(call: Call, triton: Outcome, sonic: Outcome) -> str | None:
+    """The id of the row that explains a difference, or None."""
+    for row in INTENDED:
+        if row.matches(call, triton, sonic):
+            return row.id
+    return None

@@ -1,0 +1,144 @@
+"""sonic against real Triton 2.51: the same generated requests to both, the same answers expected.
+
+Each case is sent to Triton and to sonic (gRPC as serialized bytes, HTTP as raw requests) and their
+outcomes are compared: status, error message and the normalised answer. A difference fails the test
+unless a row of ``intended.INTENDED`` (mirrored in docs/triton-differences.md) explains it.
+
+CI runs a fixed, seeded number of examples per test. ``SONIC_DIFFERENTIAL_EXAMPLES=N`` runs N examples
+per test with fresh random seeds instead (a longer run for people); ``SONIC_DIFFERENTIAL_REPORT=PATH``
+appends every unexplained difference to PATH as JSON lines instead of stopping at the first.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import tritonclient.utils.shared_memory as shm
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.integration.differential.calls import Call, Caller, Outcome, Pair
+from tests.integration.differential.intended import explain
+from tests.integration.differential.requests import InferCase, infer_grpc, infer_http
+from tests.integration.differential.strategies import (
+    SequenceCase,
+    control_cases,
+    infer_cases,
+    malformed_calls,
+    metadata_calls,
+    sequence_cases,
+    sequence_request,
+    shm_cases,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.triton]
+
+EXAMPLES_ENV = "SONIC_DIFFERENTIAL_EXAMPLES"
+REPORT_ENV = "SONIC_DIFFERENTIAL_REPORT"
+SHM_BYTES = 8192  # two pages: an offset of one page is valid on both servers
+
+
+def budget(ci_examples: int) -> settings:
+    """CI: ``ci_examples``, derandomized (the same cases every run); people: the env var's count, random."""
+    chosen = int(os.environ.get(EXAMPLES_ENV, "0"))
+    return settings(
+        max_examples=chosen or ci_examples,
+        derandomize=not chosen,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+@dataclass
+class Both:
+    triton: Caller
+    sonic: Caller
+
+    def compare(self, call: Call) -> Outcome:
+        """Send ``call`` to both; fail on a difference no intended row explains. Returns Triton's outcome."""
+        triton, sonic = self.triton(call), self.sonic(call)
+        if triton != sonic and explain(call, triton, sonic) is None:
+            report = os.environ.get(REPORT_ENV)
+            record = {"call": call.what or repr(call), "triton": repr(triton), "sonic": repr(sonic)}
+            if not report:
+                pytest.fail("sonic differs from Triton:\n" + json.dumps(record, indent=1))
+            with Path(report).open("a") as file:
+                file.write(json.dumps(record) + "\n")
+        return triton
+
+
+@pytest.fixture(scope="module")
+def both(pair: Pair) -> Iterator[Both]:
+    callers = Both(Caller(pair.triton), Caller(pair.sonic))
+    try:
+        yield callers
+    finally:
+        callers.triton.close()
+        callers.sonic.close()
+
+
+@pytest.fixture(scope="module")
+def shm_key() -> Iterator[str]:
+    key = f"/sonic_differential_{os.getpid()}"
+    handle = shm.create_shared_memory_region("differential", key, SHM_BYTES)
+    try:
+        yield key
+    finally:
+        shm.destroy_shared_memory_region(handle)
+
+
+@pytest.fixture(scope="module")
+def sequence_numbers() -> Iterator[int]:
+    return itertools.count(1000)
+
+
+@budget(60)
+@given(case=infer_cases(), binary=st.booleans())
+def test_infer(both: Both, case: InferCase, binary: bool) -> None:
+    both.compare(infer_grpc(case))
+    both.compare(infer_http(case, binary_output=binary))
+
+
+@budget(25)
+@given(case=sequence_cases())
+def test_sequences(both: Both, sequence_numbers: Iterator[int], case: SequenceCase) -> None:
+    # One sequence after the other, never interleaved: the model has one slot, and a second sequence
+    # would wait for it (until the first ENDs or expires), timing that the two servers need not share.
+    number = next(sequence_numbers)
+    for step in range(len(case.steps)):
+        both.compare(infer_grpc(sequence_request(case, number, step)))
+    number = next(sequence_numbers)
+    for step in range(len(case.steps)):
+        both.compare(infer_http(sequence_request(case, number, step), binary_output=False))
+
+
+@budget(5)  # each load starts a Python-backend stub on Triton: seconds apiece
+@given(calls=control_cases())
+def test_model_control(both: Both, calls: list[Call]) -> None:
+    for call in calls:
+        both.compare(call)
+
+
+@budget(25)
+@given(data=st.data())
+def test_shared_memory(both: Both, shm_key: str, data: st.DataObject) -> None:
+    for call in data.draw(shm_cases(shm_key, SHM_BYTES)):
+        both.compare(call)
+
+
+@budget(30)
+@given(call=metadata_calls())
+def test_metadata(both: Both, call: Call) -> None:
+    both.compare(call)
+
+
+@budget(40)
+@given(call=malformed_calls())
+def test_malformed(both: Both, call: Call) -> None:
+    both.compare(call)
