@@ -28,7 +28,6 @@ pytestmark = pytest.mark.unit
 # One config per unimplemented section, each setting only that section.
 SECTION_SNIPPETS = {
     "instance_group.rate_limiter": "instance_group [ { kind: KIND_CPU rate_limiter { priority: 1 } } ]",
-    "model_transaction_policy.decoupled": "model_transaction_policy { decoupled: true }",
     "instance_group.passive": "instance_group [ { kind: KIND_CPU passive: true } ]",
     "instance_group.secondary_devices": (
         "instance_group [ { kind: KIND_CPU secondary_devices [ { kind: KIND_NVDLA device_id: 0 } ] } ]"

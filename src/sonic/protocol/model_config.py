@@ -47,7 +47,6 @@ _GROUP_KIND = model_config_pb2.ModelInstanceGroup
 # one would be served with other answers than Triton's: its load is refused, naming the section.
 UNIMPLEMENTED_SECTIONS: dict[str, Callable[[model_config_pb2.ModelConfig], bool]] = {
     "instance_group.rate_limiter": lambda c: any(g.HasField("rate_limiter") for g in c.instance_group),
-    "model_transaction_policy.decoupled": lambda c: c.model_transaction_policy.decoupled,
     "instance_group.passive": lambda c: any(g.passive for g in c.instance_group),
     "instance_group.secondary_devices": lambda c: any(g.secondary_devices for g in c.instance_group),
 }

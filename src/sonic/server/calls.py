@@ -7,7 +7,7 @@ requests for that model, but its tensors stay numpy arrays in this process: noth
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,7 +16,9 @@ import numpy.typing as npt
 from sonic.protocol import dtypes
 from sonic.protocol.errors import FailedPreconditionError
 from sonic.protocol.types import InferRequest, InputTensor
+from sonic.server.calls_decoupled import stream_blocking
 from sonic.server.model import ModelVersion
+from sonic.server.runtime.responses import Streamed
 
 
 class ServerModelCaller:
@@ -71,3 +73,16 @@ class ServerModelCaller:
             self.infer(model_name, model_version, inputs, output_names, request_id), self._loop
         )
         return future.result()
+
+    def infer_stream_blocking(
+        self,
+        model_name: str,
+        model_version: str,
+        inputs: Mapping[str, npt.NDArray[Any]],
+        output_names: Sequence[str] | None = None,
+        request_id: str = "",
+    ) -> Iterator[Streamed]:
+        """BLS ``exec(decoupled=True)``: :mod:`sonic.server.calls_decoupled`."""
+        return stream_blocking(
+            self._lookup, self._loop, model_name, model_version, inputs, output_names, request_id
+        )

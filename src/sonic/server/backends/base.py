@@ -21,7 +21,7 @@ Backends that call other loaded models (ensembles, Python models doing BLS) get 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -31,6 +31,7 @@ from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.errors import ModelConfigError
 from sonic.protocol.model_config import ModelSpec
+from sonic.server.runtime.responses import ResponseChannel, Streamed
 from sonic.server.runtime.work import RequestScheduler
 
 
@@ -57,6 +58,17 @@ class ModelCaller(Protocol):
         request_id: str = "",
     ) -> dict[str, npt.NDArray[Any]]:
         """From an instance thread (never the event loop's): waits for :meth:`infer`."""
+        ...
+
+    def infer_stream_blocking(
+        self,
+        model_name: str,
+        model_version: str,
+        inputs: Mapping[str, npt.NDArray[Any]],
+        output_names: Sequence[str] | None = None,
+        request_id: str = "",
+    ) -> Iterator[Streamed]:
+        """From an instance thread: each response of the model (a decoupled one's several), the last final."""
         ...
 
 
@@ -102,6 +114,8 @@ class Backend(ABC):
 
     name: ClassVar[str]
     default_filename: ClassVar[str]
+    # Whether the backend can serve decoupled models (it sends through ``Request.responses``).
+    supports_decoupled: ClassVar[bool] = False
 
     @classmethod  # noqa: B027  (optional hook with a do-nothing default)
     def auto_complete_config(cls, config: model_config_pb2.ModelConfig, model_path: Path) -> None:
@@ -170,6 +184,9 @@ class Request:
     output_names: Sequence[str]  # what the client asked for (every output when it named none)
     request_id: str = ""
     parameters: Mapping[str, object] = field(default_factory=dict)
+    # Set for a decoupled model (``model_transaction_policy { decoupled: true }``): the request's
+    # responses go here, sent by the backend, and its result from execute_requests is ignored.
+    responses: ResponseChannel | None = None
 
 
 @dataclass(frozen=True)
