@@ -59,7 +59,7 @@ class _Stream:
         if self._call is None:  # a model with one response per request
             response = await self._model.infer(self._request)
             return Streamed({tensor.name: tensor.array for tensor in response.outputs}, final=True)
-        answer = await self._call.next()
+        (answer,) = await self._call.next(most=1)
         if answer.response is None:
             return Streamed(None, answer.error, answer.final)
         outputs = {tensor.name: tensor.array for tensor in answer.response.outputs}

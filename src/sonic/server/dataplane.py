@@ -197,10 +197,10 @@ class DataPlane:
         self.in_flight += 1
         try:
             while True:
-                answer = await call.next()
-                yield answer
-                if answer.final:
-                    return
+                for answer in await call.next():
+                    yield answer
+                    if answer.final:
+                        return
         finally:
             self.in_flight -= 1
             call.close()

@@ -73,14 +73,14 @@ class DecoupledCall:
             stats.pending_requests -= 1
         stats.record_success(time.perf_counter_ns() - self._received_ns, timing, self._item.batch_size)
 
-    async def next(self) -> StreamAnswer:
-        """The next response; after a final one, there is no next."""
+    async def next(self, most: int | None = None) -> list[StreamAnswer]:
+        """The responses sent since the last call (one at least), in order; after a final one, none."""
         if self._done:
             msg = "the stream of this request has ended (its final response was read)"
             raise RuntimeError(msg)
-        item = await self._channel.get()
-        self._done = item.final
-        return self.answer(item)
+        items = await self._channel.get_all(most)
+        self._done = items[-1].final  # nothing is sent after the final flag
+        return [self.answer(item) for item in items]
 
     def answer(self, item: Streamed) -> StreamAnswer:
         if item.error is not None or item.outputs is None:

@@ -121,12 +121,24 @@ class ResponseChannel:
 
     async def get(self) -> Streamed:
         """The next response, in the order sent; waits for it."""
+        return (await self.get_all(1))[0]
+
+    async def get_all(self, most: int | None = None) -> list[Streamed]:
+        """Every response queued (at most ``most``), in the order sent; waits for one at least.
+
+        Taking them together costs the sender and the loop one hand-off for many responses.
+        """
         while True:
             with self._lock:
                 if self._queue:
-                    item = self._queue.popleft()
+                    queue = self._queue
+                    if most is None or len(queue) <= most:
+                        items = list(queue)
+                        queue.clear()
+                    else:
+                        items = [queue.popleft() for _ in range(most)]
                     self._lock.notify_all()  # a sender waiting on the bound may go on
-                    return item
+                    return items
                 reader = self._reader = self._loop.create_future()
             await reader
 
