@@ -12,9 +12,12 @@ import numpy as np
 import pytest
 from tests.unit.backends.test_python_backend import make_backend
 
-from sonic.protocol.errors import InternalError
+from sonic.protocol.errors import InternalError, ModelConfigError
 from sonic.protocol.errors import InvalidArgumentError as InvalidArgument
+from sonic.protocol.model_config import fill_defaults, parse_config_text, validate_config
 from sonic.server.backends.base import Request
+from sonic.server.backends.onnxruntime import OnnxRuntimeBackend
+from sonic.server.model import ModelVersion
 from sonic.server.runtime.responses import ChannelClosedError, ResponseChannel, Streamed
 
 pytestmark = pytest.mark.unit
@@ -168,3 +171,10 @@ async def test_the_backend_sends_through_the_channel_with_tritons_rules(tmp_path
         assert ended.error is not None
     finally:
         await asyncio.to_thread(backend.close)
+
+
+def test_only_backends_that_can_send_serve_decoupled_models() -> None:
+    config = parse_config_text(DECOUPLED_CONFIG.replace('"python"', '"onnxruntime"'), "test")
+    fill_defaults(config, default_filename="model.onnx", gpu_count=0)
+    with pytest.raises(ModelConfigError, match="the onnxruntime backend cannot serve decoupled models"):
+        ModelVersion.create(config, validate_config(config), 1, [], OnnxRuntimeBackend)
