@@ -397,3 +397,24 @@ def test_bls_without_decoupled_true_gets_tritons_error(server: Endpoint) -> None
         (1,),
         (BLS_NOT_DECOUPLED,),
     )
+
+
+def test_a_model_sending_to_a_client_that_does_not_read_is_held_back(server: Endpoint) -> None:
+    """sonic's bound (docs/backends.md): the model's sender waits once 64 responses are unread and the
+    front end has 4 MiB (native) or 64 responses (grpcio) queued for the client. Triton queues all.
+
+    The model floods 2,000 responses of 64 KiB (128 MiB). grpcio's client grows its HTTP/2 window to
+    64 MiB and buffers what arrives without being read; past about 32 MiB it resets the stream itself
+    (PROTOCOL_ERROR, grpcio 1.85), which the model sees as a cancellation. Either way the model never
+    gets to send everything, as it would into an unbounded queue."""
+    if server.kind == "triton":
+        pytest.skip("Triton 2.51 queues every response a decoupled model sends: no bound to check")
+    with grpc.insecure_channel(server.grpc) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        call = stub.ModelStreamInfer(iter([_request("decoupled_probe", "m12", probe(12))]), timeout=60)
+        first = next(call)  # the flood runs; this client reads no more
+        assert _message(first)[5][0][2] == (16384,)
+        ((*_, outputs),) = stream(server, [_request("decoupled_probe", "m13", probe(13))])
+        call.cancel()
+    _, sent = outputs[0][3]
+    assert 64 <= int(sent) < 1000

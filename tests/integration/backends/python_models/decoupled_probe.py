@@ -36,6 +36,8 @@ class TritonPythonModel:
         self.after_final = "nothing yet"
         self.cancelled = []
         self.noted = threading.Condition()
+        self.flood_sent = 0
+        self.flooded = None
 
     def execute(self, requests):
         for request in requests:
@@ -76,12 +78,28 @@ class TritonPythonModel:
                 sender.send(response(msg=states), flags=FINAL)
             elif mode == 11:  # sent after execute returned, from a thread, in order
                 threading.Thread(target=self.later, args=(sender,), daemon=True).start()
+            elif mode == 12:  # 2,000 responses of 64 KiB as fast as the server takes them
+                threading.Thread(target=self.flood, args=(sender,), daemon=True).start()
+            elif mode == 13:  # how far mode 12 got: done within 5 s, or how many it sent by then
+                with self.noted:
+                    done = self.noted.wait_for(lambda: self.flooded is not None, timeout=5)
+                    state = [f"done={done}", str(self.flood_sent)]
+                sender.send(response(msg=state), flags=FINAL)
         return None
 
     def later(self, sender):
         for index in range(20):
             sender.send(response(out=[index]))
         sender.send(flags=FINAL)
+
+    def flood(self, sender):
+        block = pb_utils.Tensor("OUT", np.zeros(16384, np.int32))
+        while self.flood_sent < 2000 and not sender.is_cancelled():
+            sender.send(pb_utils.InferenceResponse(output_tensors=[block]))
+            self.flood_sent += 1
+        with self.noted:
+            self.flooded = caught(lambda: sender.send(flags=FINAL))
+            self.noted.notify_all()
 
     def until_cancelled(self, request, sender):
         sent = 0
