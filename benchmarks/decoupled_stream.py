@@ -4,7 +4,9 @@ The model is NVIDIA's ``square_int32`` example (tests/integration/backends/pytho
 IN = n gets n responses, sent from a thread of the model, then the final flag (asked back as an empty
 final response, so the client sees the end). Both servers run the same model folder and are started
 once; each round times one request of ``--responses`` responses on a fresh stream on each server, in
-alternating order, and prints responses per second; the end gives the medians and their ratio.
+alternating order, and prints responses per second and the server's CPU time per response (its
+processes together: Triton's Python stub included), a figure a busy machine changes less than the rate;
+the end gives the medians and their ratios.
 
     .venv/bin/python -m benchmarks.decoupled_stream [--rounds 5] [--responses 2000]
 
@@ -25,7 +27,7 @@ import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from benchmarks.common import machine, save
+from benchmarks.common import cpu_seconds, machine, save
 from sonic.launch import ServerProcess
 from sonic.launch.triton import TritonProcess
 
@@ -47,6 +49,15 @@ def repository() -> Path:
     (repo / "square_int32" / "config.pbtxt").write_text(CONFIG)
     (repo / "square_int32" / "1" / "model.py").write_bytes(MODEL.read_bytes())
     return repo
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of a process and of its descendants (Triton's Python backend stubs)."""
+    total = cpu_seconds(pid)
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in children.read_text().split():
+            total += tree_cpu_seconds(int(child))
+    return total
 
 
 def one_stream(address: str, responses: int) -> float:
@@ -79,25 +90,45 @@ def main() -> None:
     # Triton's Python stub runs the interpreter on PATH: this one, with numpy and the pb_utils module.
     os.environ["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
     rates: dict[str, list[float]] = {"sonic": [], "triton": []}
+    cpu_us: dict[str, list[float]] = {"sonic": [], "triton": []}
     with (
         ServerProcess.start([repo]) as sonic,
         TritonProcess.start([repo], models=["square_int32"]) as triton,
     ):
         addresses = {"sonic": sonic.grpc_address, "triton": triton.addresses["grpc"]}
+        pids = {"sonic": sonic.process.pid, "triton": triton.process.pid}
         for address in addresses.values():  # warm-up: first imports, first thread
             one_stream(address, 100)
         for index in range(args.rounds):
             order = list(addresses) if index % 2 == 0 else list(reversed(addresses))
             for name in order:
+                before = tree_cpu_seconds(pids[name])
                 rates[name].append(one_stream(addresses[name], args.responses))
-                print(f"round {index + 1} {name:6s} {rates[name][-1]:8.0f} responses/s", flush=True)
+                cpu_us[name].append((tree_cpu_seconds(pids[name]) - before) / args.responses * 1e6)
+                print(
+                    f"round {index + 1} {name:6s} {rates[name][-1]:8.0f} responses/s "
+                    f"{cpu_us[name][-1]:6.0f} server CPU us/response",
+                    flush=True,
+                )
     medians = {name: statistics.median(values) for name, values in rates.items()}
+    cpu_medians = {name: statistics.median(values) for name, values in cpu_us.items()}
     for name, value in medians.items():
-        print(f"median {name:6s} {value:8.0f} responses/s over {args.rounds} rounds")
-    print(f"sonic/triton {medians['sonic'] / medians['triton']:.2f}")
+        print(
+            f"median {name:6s} {value:8.0f} responses/s {cpu_medians[name]:6.0f} server CPU us/response "
+            f"over {args.rounds} rounds"
+        )
+    print(f"sonic/triton rate {medians['sonic'] / medians['triton']:.2f}")
+    print(f"sonic/triton CPU per response {cpu_medians['sonic'] / cpu_medians['triton']:.2f}")
     path = save(
         "decoupled_stream",
-        {"machine": machine(), "responses_per_request": args.responses, "rounds": rates, "medians": medians},
+        {
+            "machine": machine(),
+            "responses_per_request": args.responses,
+            "rounds": rates,
+            "medians": medians,
+            "server_cpu_us_per_response": cpu_us,
+            "server_cpu_us_per_response_medians": cpu_medians,
+        },
     )
     print(f"saved {path}")
 
