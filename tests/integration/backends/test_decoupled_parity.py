@@ -10,6 +10,7 @@ read with the raw gRPC stub so every field of every message is compared: ids, mo
 from __future__ import annotations
 
 import json
+import queue
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 from tests.integration.backends.decoupled_servers import (
     SERVERS,
     Endpoint,
@@ -193,3 +195,29 @@ def test_config_shows_the_transaction_policy(server: Endpoint) -> None:
     assert config.model_transaction_policy.decoupled is True
     with urllib.request.urlopen(f"http://{server.http}/v2/models/square_int32/config", timeout=60) as answer:
         assert json.loads(answer.read())["model_transaction_policy"] == {"decoupled": True}
+
+
+def test_tritonclient_streams_nvidias_repeat_example(server: Endpoint) -> None:
+    """What NVIDIA's repeat_client.py does: tritonclient's stream, the empty final response asked for."""
+    results: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    inputs = []
+    for name, array in (
+        ("IN", np.array([4, 5, 6], np.int32)),
+        ("DELAY", np.array([5, 5, 5], np.uint32)),
+        ("WAIT", np.array([1], np.uint32)),
+    ):
+        tensor = grpcclient.InferInput(name, list(array.shape), str(array.dtype).upper())
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    received: list[tuple[int, int, bool]] = []
+    with grpcclient.InferenceServerClient(server.grpc) as client:
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        client.async_stream_infer("repeat_int32", inputs, request_id="r", enable_empty_final_response=True)
+        while not received or not received[-1][2]:
+            result, error = results.get(timeout=60)
+            assert error is None
+            final = result.get_response().parameters["triton_final_response"].bool_param
+            out, idx = result.as_numpy("OUT"), result.as_numpy("IDX")
+            received.append((-1 if out is None else int(out[0]), -1 if idx is None else int(idx[0]), final))
+        client.stop_stream()
+    assert received == [(4, 0, False), (5, 1, False), (6, 2, False), (-1, -1, True)]
