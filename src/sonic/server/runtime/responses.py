@@ -79,6 +79,8 @@ class ResponseChannel:
             if self._final_sent:
                 raise ChannelClosedError
             self._lock.wait_for(lambda: self._cancelled or len(self._queue) < self._max_queued)
+            if self._final_sent:  # another thread of the model sent the final flag meanwhile
+                raise ChannelClosedError
             self._final_sent = item.final
             if self._cancelled:
                 return
