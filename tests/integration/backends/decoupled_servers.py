@@ -68,6 +68,7 @@ output [
   { name: "COUNT" data_type: TYPE_INT32 dims: [ 2 ] },
   { name: "MSG" data_type: TYPE_STRING dims: [ 1 ] }
 ]
+instance_group [ { kind: KIND_CPU count: 2 } ]
 """,
 }
 

@@ -102,3 +102,13 @@ def test_a_model_sending_to_a_client_that_does_not_read_is_held_back(server: End
         call.cancel()
     _, sent = outputs[0][3]
     assert 64 <= int(sent) < 1000
+
+
+def test_bls_iterates_over_a_non_decoupled_models_one_response(server: Endpoint) -> None:
+    inputs = {"N": np.array([7], np.int32), "MODE": np.array([3], np.int32)}
+    ((*_, outputs),) = stream(server, [infer_request("bls_decoupled", "b", inputs)])
+    assert outputs == (
+        ("OUT", "INT32", (1,), (7,)),
+        ("COUNT", "INT32", (2,), (1, 0)),
+        ("MSG", "BYTES", (1,), ("leaf",)),
+    )

@@ -3,6 +3,8 @@ the called model's responses; MODE 2 calls a decoupled model without ``decoupled
 
 Input N (int32 [1]) goes to square_int32; outputs OUT (every OUT received, in order), COUNT (int32
 [2]: responses iterated, how many of them were empty) and MSG (BYTES [-1], an error met).
+MODE 3 iterates with ``decoupled=True`` over this (non-decoupled) model itself answering MODE 4, which
+returns OUT = [N] (the config gives it two instances, so the call has one to run on).
 """
 
 import numpy as np
@@ -30,6 +32,15 @@ class TritonPythonModel:
                 model_name="square_int32", inputs=[pb_utils.Tensor("IN", n)], requested_output_names=["OUT"]
             )
             values, count, empty, msg = [], 0, 0, ""
+            if mode == 4:
+                responses.append(answer(n.tolist(), 0, 0, "leaf"))
+                continue
+            if mode == 3:
+                call = pb_utils.InferenceRequest(
+                    model_name="bls_decoupled",
+                    inputs=[pb_utils.Tensor("N", n), pb_utils.Tensor("MODE", np.array([4], np.int32))],
+                    requested_output_names=["OUT", "MSG"],
+                )
             if mode == 2:
                 try:
                     result = call.exec()
@@ -38,7 +49,7 @@ class TritonPythonModel:
                     msg = f"{type(exc).__name__}: {exc}"
                 responses.append(answer(values, count, empty, msg))
                 continue
-            stream = call.exec(decoupled=True) if mode == 0 else await call.async_exec(decoupled=True)
+            stream = call.exec(decoupled=True) if mode != 1 else await call.async_exec(decoupled=True)
             for result in stream:
                 count += 1
                 if result.has_error():
@@ -48,5 +59,8 @@ class TritonPythonModel:
                     empty += 1
                     continue
                 values.extend(pb_utils.get_output_tensor_by_name(result, "OUT").as_numpy().tolist())
+                leaf = pb_utils.get_output_tensor_by_name(result, "MSG")
+                if leaf is not None:
+                    msg = leaf.as_numpy()[0].decode()
             responses.append(answer(values, count, empty, msg))
         return responses
