@@ -221,3 +221,11 @@ def test_tritonclient_streams_nvidias_repeat_example(server: Endpoint) -> None:
             received.append((-1 if out is None else int(out[0]), -1 if idx is None else int(idx[0]), final))
         client.stop_stream()
     assert received == [(4, 0, False), (5, 1, False), (6, 2, False), (-1, -1, True)]
+
+
+def test_an_invalid_request_to_a_decoupled_model_is_answered_in_the_stream(server: Endpoint) -> None:
+    wrong = infer_request("square_int32", "bad", {"IN": np.array([1, 2], np.int32)})
+    (message,) = stream(server, [wrong])
+    request_id, model, version, final, error, outputs = message
+    assert (request_id, model, version, final, outputs) == ("bad", "", "", None, ())
+    assert "unexpected shape for input 'IN' for model 'square_int32'" in error
