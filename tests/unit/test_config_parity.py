@@ -27,7 +27,6 @@ pytestmark = pytest.mark.unit
 
 # One config per unimplemented section, each setting only that section.
 SECTION_SNIPPETS = {
-    "model_transaction_policy.decoupled": "model_transaction_policy { decoupled: true }",
     "instance_group.secondary_devices": (
         "instance_group [ { kind: KIND_CPU secondary_devices [ { kind: KIND_NVDLA device_id: 0 } ] } ]"
     ),

@@ -209,16 +209,17 @@ def _typed_contents(tensor: Any, shape: tuple[int, ...], where: str) -> InputTen
     return InputTensor(tensor.name, tensor.datatype, shape, array=array)
 
 
-def encode_infer_response(response: InferResponse, *, final: bool = False) -> list[bytes | memoryview]:
+def encode_infer_response(response: InferResponse, *, final: bool | None = None) -> list[bytes | memoryview]:
     """A serialized ``ModelInferResponse`` as pieces: tensors stay views of the output arrays.
 
-    ``final``: mark it ``triton_final_response`` (each streamed response, as Triton's stream does).
+    ``final``: its ``triton_final_response`` parameter (every streamed response has one, as in Triton's
+    stream: true but for a decoupled model's responses before its last); None: no such parameter.
     """
     head = service_pb2.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.request_id
     )
-    if final:
-        head.parameters["triton_final_response"].bool_param = True
+    if final is not None:
+        head.parameters["triton_final_response"].bool_param = final
     contents: list[bytes | memoryview] = []
     for output in response.outputs:
         head.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)
@@ -240,6 +241,17 @@ def encode_stream_error(data: bytes | bytearray | memoryview, message: str) -> b
         response.infer_response.id = service_pb2.ModelInferRequest.FromString(head).id
     except Exception:  # noqa: BLE001, S110  (a malformed request has no id to echo)
         pass
+    encoded: bytes = response.SerializeToString()
+    return encoded
+
+
+def encode_decoupled_error(model_name: str, request_id: str, message: str, *, final: bool) -> bytes:
+    """A ``ModelStreamInferResponse`` for an error response of a decoupled model, or its failed execution:
+    as Triton sends them, with the request id, the model name (no version) and ``triton_final_response``."""
+    response = service_pb2.ModelStreamInferResponse(error_message=message)
+    response.infer_response.model_name = model_name
+    response.infer_response.id = request_id
+    response.infer_response.parameters["triton_final_response"].bool_param = final
     encoded: bytes = response.SerializeToString()
     return encoded
 

@@ -46,7 +46,6 @@ _GROUP_KIND = model_config_pb2.ModelInstanceGroup
 # Config sections sonic does not implement, one line each. Triton acts on them, so a model that sets
 # one would be served with other answers than Triton's: its load is refused, naming the section.
 UNIMPLEMENTED_SECTIONS: dict[str, Callable[[model_config_pb2.ModelConfig], bool]] = {
-    "model_transaction_policy.decoupled": lambda c: c.model_transaction_policy.decoupled,
     "instance_group.secondary_devices": lambda c: any(g.secondary_devices for g in c.instance_group),
 }
 

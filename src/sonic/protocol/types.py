@@ -39,6 +39,9 @@ REQUEST_PARAMETERS: dict[str, tuple[type, ...]] = {
     "priority": (int,),  # priority level, 1 highest; 0: the model's default
     "timeout": (int,),  # microseconds the request may wait in the queue; 0: the model's default
     "binary_data_output": (bool,),  # HTTP: outputs as binary unless an output says otherwise
+    # ModelStreamInfer: an empty response carries the final flag of a decoupled model's request when the
+    # model sent that flag alone (without it, such a request's end is not seen by the client).
+    "triton_enable_empty_final_response": (bool,),
 }
 _TYPE_NAMES = {bool: "a boolean", int: "an integer", str: "a string", float: "a number"}
 

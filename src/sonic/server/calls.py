@@ -10,7 +10,7 @@ request's, a BLS call those its ``pb_utils.InferenceRequest`` was built with.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,9 @@ import numpy.typing as npt
 from sonic.protocol import dtypes
 from sonic.protocol.errors import FailedPreconditionError
 from sonic.protocol.types import InferRequest, InputTensor, check_parameters
+from sonic.server.calls_decoupled import stream_blocking
 from sonic.server.model import ModelVersion
+from sonic.server.runtime.responses import Streamed
 
 
 class ServerModelCaller:
@@ -79,3 +81,17 @@ class ServerModelCaller:
             self.infer(model_name, model_version, inputs, output_names, request_id, parameters), self._loop
         )
         return future.result()
+
+    def infer_stream_blocking(
+        self,
+        model_name: str,
+        model_version: str,
+        inputs: Mapping[str, npt.NDArray[Any]],
+        output_names: Sequence[str] | None = None,
+        request_id: str = "",
+        parameters: Mapping[str, object] | None = None,
+    ) -> Iterator[Streamed]:
+        """BLS ``exec(decoupled=True)``: :mod:`sonic.server.calls_decoupled`."""
+        return stream_blocking(
+            self._lookup, self._loop, model_name, model_version, inputs, output_names, request_id, parameters
+        )

@@ -7,6 +7,7 @@ them as JSON); inference uses the lighter :mod:`sonic.protocol.types` dataclasse
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncGenerator
 
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
@@ -24,6 +25,7 @@ from sonic.protocol.errors import (
 from sonic.protocol.types import InferRequest, InferResponse, ShmRef
 from sonic.server.cache import ResponseCache, infer_through_cache
 from sonic.server.config import ModelControlMode, ServerConfig
+from sonic.server.decoupled import DecoupledCall, StreamAnswer
 from sonic.server.load_config import parse_override
 from sonic.server.manager import ModelManager
 from sonic.server.observe import RequestObserver
@@ -169,25 +171,63 @@ class DataPlane:
 
     # --- inference ------------------------------------------------------------------------------------
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, endpoint: str = "ModelInfer RPC") -> InferResponse:
+        """One request, one response. ``endpoint`` names the caller in the refusal of a decoupled model."""
         if not self.accepting:
             msg = "server is not accepting requests (starting up or shutting down)"
             raise UnavailableError(msg)
         self.in_flight += 1
         try:
             if self.observer is not None:
-                return await self.observer(self._infer, request)
-            return await self._infer(request)
+                return await self.observer(lambda r: self._infer(r, endpoint), request)
+            return await self._infer(request, endpoint)
         finally:
             self.in_flight -= 1
 
-    async def _infer(self, request: InferRequest) -> InferResponse:
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        """Whether the model answers with a stream of responses (NOT_FOUND/UNAVAILABLE as for inference)."""
+        return self.models.get(name, version).decoupled
+
+    async def infer_decoupled(self, request: InferRequest) -> AsyncGenerator[StreamAnswer, None]:
+        """A decoupled model's responses to one request, as it sends them; the last one is final.
+
+        Inputs may be in shared memory; outputs may not (each response has its own).
+        """
+        if not self.accepting:
+            msg = "server is not accepting requests (starting up or shutting down)"
+            raise UnavailableError(msg)
         model = self.models.get(request.model_name, request.model_version)
+        if request.output_shm:
+            raise InvalidArgumentError(
+                f"model {quote(request.model_name)} is decoupled: its outputs cannot go to shared memory "
+                "(each of its responses would overwrite the region)"
+            )
+        await self._read_input_shm(request)
+        call = DecoupledCall.start(model, request)
+        self.in_flight += 1
+        try:
+            while True:
+                for answer in await call.next():
+                    yield answer
+                    if answer.final:
+                        return
+        finally:
+            self.in_flight -= 1
+            call.close()
+
+    async def _read_input_shm(self, request: InferRequest) -> None:
+        """Inputs in shared memory: views of mapped regions, or copies (checked against the object's size)."""
         for tensor in request.inputs:
             if tensor.shm is not None:
                 where = f"model {quote(request.model_name)} input {quote(tensor.name)}"
                 region = self.shared_memory.get(tensor.shm.region, where)
                 tensor.raw = await region.read(tensor.shm.offset, tensor.shm.byte_size, where)
+
+    async def _infer(self, request: InferRequest, endpoint: str) -> InferResponse:
+        model = self.models.get(request.model_name, request.model_version)
+        if model.decoupled:  # Triton's words and status
+            raise UnimplementedError(f"{endpoint} doesn't support models with decoupled transaction policy")
+        await self._read_input_shm(request)
         cached = self.cache is not None and model.config.response_cache.enable
         batch = request.inputs[0].shape[0] if request.inputs and request.inputs[0].shape else 0
         for name, wanted in request.output_shm.items():

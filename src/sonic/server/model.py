@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,15 @@ import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol import dtypes
-from sonic.protocol.errors import InternalError, InvalidArgumentError, UnavailableError, clip, quote
+from sonic.protocol.errors import (
+    InternalError,
+    InvalidArgumentError,
+    ModelConfigError,
+    UnavailableError,
+    UnimplementedError,
+    clip,
+    quote,
+)
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InferResponse, InputTensor, OutputTensor
 from sonic.server.backends.base import Backend
@@ -60,6 +68,8 @@ class ModelVersion:
     stats: ModelStats
     backend: type[Backend]
     ragged_inputs: frozenset[str] = frozenset()  # inputs whose shapes may differ within one batch
+    # Decoupled requests' executions still running after their reader left (sonic.server.decoupled).
+    background: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
     def create(
@@ -75,6 +85,11 @@ class ModelVersion:
         """With ``scheduler`` None (every backend but the ensemble) the batcher feeds ``instances``: the
         sequence batcher when the config has ``sequence_batching`` (``files``: the model's folder, holding
         its initial state files), else the dynamic batcher."""
+        if config.model_transaction_policy.decoupled and not backend.supports_decoupled:
+            raise ModelConfigError(
+                f"model '{spec.name}': the {backend.name} backend cannot serve decoupled models "
+                "(model_transaction_policy { decoupled: true }); only the python backend can"
+            )
         stats = ModelStats()
         ragged = RaggedPlan.from_config(config)
         if scheduler is None and config.HasField("sequence_batching"):
@@ -100,6 +115,11 @@ class ModelVersion:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def decoupled(self) -> bool:
+        """Zero or more responses per request (``sonic.server.decoupled``), never through :meth:`infer`."""
+        return bool(self.config.model_transaction_policy.decoupled)
 
     # --- validation -----------------------------------------------------------------------------------
 
@@ -221,6 +241,14 @@ class ModelVersion:
     # --- inference ------------------------------------------------------------------------------------
 
     async def infer(self, request: InferRequest) -> InferResponse:
+        if self.decoupled:
+            # Only model-to-model calls get here (the front ends refuse in their own words): Triton's
+            # words for a BLS call without decoupled=True.
+            raise UnimplementedError(
+                f"Model {self.name} - Error when running inference: Model {self.name} is using the decoupled. "
+                "The current BLS request call doesn't support models using the decoupled transaction policy. "
+                "Please use 'decoupled=True' argument to the 'exec' or 'async_exec' calls for decoupled models.'"
+            )
         received = request.received_ns or time.perf_counter_ns()
         # A request refused by validation never reaches the model: Triton counts it in no statistic.
         item = self.prepare(request)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import ml_dtypes
@@ -16,6 +16,7 @@ import triton_python_backend_utils as pb_utils
 from sonic.protocol.model_config import parse_config_text
 from sonic.server.backends import pb_utils as bls
 from sonic.server.backends.python import config_to_dict
+from sonic.server.runtime.responses import Streamed
 
 pytestmark = pytest.mark.unit
 
@@ -110,6 +111,18 @@ class _BlockingRecorder:
         self.parameters = dict(parameters or {})
         return {"Y": np.zeros(1, np.float32)}
 
+    def infer_stream_blocking(
+        self,
+        model_name: str,
+        model_version: str,
+        inputs: object,
+        output_names: object = None,
+        request_id: str = "",
+        parameters: Mapping[str, object] | None = None,
+    ) -> Iterator[Streamed]:
+        self.parameters = dict(parameters or {})
+        yield Streamed({"Y": np.zeros(1, np.float32)}, final=True)
+
 
 def _bls(**options: Any) -> tuple[pb_utils.InferenceResponse, _BlockingRecorder]:
     recorder = _BlockingRecorder()
@@ -119,7 +132,8 @@ def _bls(**options: Any) -> tuple[pb_utils.InferenceResponse, _BlockingRecorder]
         request = pb_utils.InferenceRequest(
             model_name="m", inputs=[], requested_output_names=["Y"], **options
         )
-        return request.exec()
+        response: pb_utils.InferenceResponse = request.exec()
+        return response
 
     return contextvars.copy_context().run(call), recorder
 
@@ -150,3 +164,20 @@ def test_bls_parameters_that_are_no_json_object_fail_the_call() -> None:
     response, _ = _bls(parameters="[1, 2]")
     assert "must be a JSON object" in str(response.error())
     assert recorder.parameters is None
+
+
+def test_decoupled_bls_call_carries_the_correlation_id_and_parameters() -> None:
+    recorder = _BlockingRecorder()
+
+    def call() -> list[pb_utils.InferenceResponse]:
+        bls.current_caller.set(recorder)
+        request = pb_utils.InferenceRequest(
+            model_name="m", inputs=[], requested_output_names=["Y"], correlation_id=5, parameters={"k": "v"}
+        )
+        return list(request.exec(decoupled=True))
+
+    responses = contextvars.copy_context().run(call)
+    assert len(responses) == 1
+    assert recorder.parameters is not None
+    assert recorder.parameters["sequence_id"] == 5
+    assert recorder.parameters["k"] == "v"

@@ -90,9 +90,6 @@ def test_load_errors_are_clear(tmp_path: Path) -> None:
         make_backend(tmp_path / "a", "x = 1\n")
     with pytest.raises(ModelConfigError, match="importing the model failed: ZeroDivisionError"):
         make_backend(tmp_path / "b", "1 / 0\n")
-    decoupled = CONFIG + "model_transaction_policy { decoupled: true }\n"
-    with pytest.raises(ModelConfigError, match="decoupled Python models are not supported"):
-        make_backend(tmp_path / "c", MODEL, decoupled)
 
 
 BYTES_CONFIG = """

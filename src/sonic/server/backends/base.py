@@ -25,7 +25,7 @@ Backends that call other loaded models (ensembles, Python models doing BLS) get 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -36,6 +36,7 @@ from tritonclient.grpc import model_config_pb2
 from sonic.protocol.errors import ModelConfigError, quote
 from sonic.protocol.model_config import ModelSpec
 from sonic.server.paths import ModelFiles
+from sonic.server.runtime.responses import ResponseChannel, Streamed
 from sonic.server.runtime.work import RequestScheduler
 
 
@@ -65,6 +66,18 @@ class ModelCaller(Protocol):
         parameters: Mapping[str, object] | None = None,
     ) -> dict[str, npt.NDArray[Any]]:
         """From an instance thread (never the event loop's): waits for :meth:`infer`."""
+        ...
+
+    def infer_stream_blocking(
+        self,
+        model_name: str,
+        model_version: str,
+        inputs: Mapping[str, npt.NDArray[Any]],
+        output_names: Sequence[str] | None = None,
+        request_id: str = "",
+        parameters: Mapping[str, object] | None = None,
+    ) -> Iterator[Streamed]:
+        """From an instance thread: each response of the model (a decoupled one's several), the last final."""
         ...
 
 
@@ -122,6 +135,8 @@ class Backend(ABC):
 
     name: ClassVar[str]
     default_filename: ClassVar[str]
+    # Whether the backend can serve decoupled models (it sends through ``Request.responses``).
+    supports_decoupled: ClassVar[bool] = False
 
     @classmethod
     def model_filename(cls, config: model_config_pb2.ModelConfig, version_dir: Path) -> str:
@@ -200,6 +215,9 @@ class Request:
     output_names: Sequence[str]  # what the client asked for (every output when it named none)
     request_id: str = ""
     parameters: Mapping[str, object] = field(default_factory=dict)
+    # Set for a decoupled model (``model_transaction_policy { decoupled: true }``): the request's
+    # responses go here, sent by the backend, and its result from execute_requests is ignored.
+    responses: ResponseChannel | None = None
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,11 @@ Triton's stub copies them through shared memory into another process.
 The config half (``ModelConfig`` for ``auto_complete_config`` and the config readers) is
 :mod:`sonic.server.backends.pb_config`; the top-level module re-exports both.
 
-Not offered: decoupled response senders, DLPack GPU tensors other than through numpy, metrics.
+Not offered: DLPack GPU tensors other than through numpy, metrics, response senders of
+non-decoupled models. Decoupled models get a response sender (:mod:`.pb_decoupled`).
 BLS (``InferenceRequest(...).exec()``, or ``await ....async_exec()`` in ``async def execute``) calls
-the server's other models from the model's own thread.
+the server's other models from the model's own thread; ``decoupled=True`` iterates over the
+responses of a decoupled model.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import enum
 import json
 import logging
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import ml_dtypes
@@ -255,6 +257,13 @@ class InferenceRequest:
         self._flags = flags
         self._timeout = timeout
         self._parameters = parameters if isinstance(parameters, str) else json.dumps(dict(parameters or {}))
+        self._response_sender: Any = None  # a decoupled model's request: set by the backend
+        self._sender_handle: object = None
+
+    def set_response_sender(self, sender: Any, handle: object) -> None:
+        """The backend's: this request is to a decoupled model, answered through ``sender``."""
+        self._response_sender = sender
+        self._sender_handle = handle
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -278,7 +287,8 @@ class InferenceRequest:
         return self._parameters
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the client went away (decoupled models; other requests are never seen cancelled)."""
+        return self._response_sender is not None and bool(self._response_sender.is_cancelled())
 
     def _call_parameters(self) -> dict[str, object]:
         """The request parameters of a BLS call, as a client would send them: the custom parameters,
@@ -306,14 +316,17 @@ class InferenceRequest:
         return parameters
 
     def get_response_sender(self) -> Any:
-        msg = "decoupled models (response senders) are not supported by sonic's Python backend"
-        raise TritonModelException(msg)
-
-    def exec(self, decoupled: bool = False) -> InferenceResponse:
-        """Run this request on another model of the server and wait (BLS)."""
-        if decoupled:
-            msg = "decoupled BLS calls are not supported by sonic's Python backend"
+        if self._response_sender is None:
+            msg = (
+                "response senders are given to decoupled models only by sonic's Python backend "
+                "(model_transaction_policy { decoupled: true }); return the responses from execute"
+            )
             raise TritonModelException(msg)
+        return self._response_sender
+
+    def exec(self, decoupled: bool = False) -> Any:
+        """Run this request on another model of the server and wait (BLS): its response, or with
+        ``decoupled`` an iterator over its responses (the last one empty when it sent the final flag alone)."""
         caller = current_caller.get()
         if caller is None:
             raise TritonModelException(
@@ -321,6 +334,16 @@ class InferenceRequest:
             )
         version = "" if self.model_version < 0 else str(self.model_version)
         inputs = {tensor.name(): tensor.as_numpy() for tensor in self._inputs}
+        if decoupled:
+            stream = caller.infer_stream_blocking(
+                self.model_name,
+                version,
+                inputs,
+                self._requested or None,
+                self._request_id,
+                self._call_parameters(),
+            )
+            return _responses(stream)
         try:
             outputs = caller.infer_blocking(
                 self.model_name,
@@ -334,10 +357,22 @@ class InferenceRequest:
             return InferenceResponse([], TritonError(str(exc)))
         return InferenceResponse([Tensor(name, array) for name, array in outputs.items()])
 
-    async def async_exec(self, decoupled: bool = False) -> InferenceResponse:
+    async def async_exec(self, decoupled: bool = False) -> Any:
         """:meth:`exec` for ``async def execute`` models; several can run at once (``asyncio.gather``)."""
         # to_thread copies this thread's context, so the worker sees the model's caller.
         return await asyncio.to_thread(self.exec, decoupled)
+
+
+def _responses(stream: Iterator[Any]) -> Iterator[InferenceResponse]:
+    """BLS ``exec(decoupled=True)``: each response as Triton's iterator gives it (errors inside)."""
+    try:
+        for item in stream:
+            if item.error is not None:
+                yield InferenceResponse([], TritonError(item.error.message))
+            else:
+                yield InferenceResponse([Tensor(name, array) for name, array in (item.outputs or {}).items()])
+    except Exception as exc:  # noqa: BLE001  (BLS reports failures in the response, as Triton does)
+        yield InferenceResponse([], TritonError(str(exc)))
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:

@@ -7,8 +7,12 @@ answers each with its own ``InferenceResponse`` (an error in one fails only that
 
 Each instance loads its own copy of ``model.py`` (its module-level state is per instance, as with
 Triton's one process per instance). ``auto_complete_config`` runs on a separate copy at load time.
-Not supported: decoupled models, ``EXECUTION_ENV_PATH`` environments (install the model's
-dependencies into the server's environment), imports of sibling files relative to ``model.py``.
+Decoupled models (``model_transaction_policy { decoupled: true }``) answer through each request's
+response sender (:mod:`.pb_decoupled`), from ``execute`` or later from threads of their own, and
+``execute`` returns None, as in Triton.
+Not supported: ``EXECUTION_ENV_PATH`` environments (install the model's dependencies into the
+server's environment), imports of sibling files relative to ``model.py``, response senders for
+non-decoupled models.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from sonic.protocol.errors import (
 )
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import custom_parameters
-from sonic.server.backends import pb_config, pb_utils
+from sonic.server.backends import pb_config, pb_decoupled, pb_utils
 from sonic.server.backends.base import InstanceContext, Request, RequestBackend
 
 log = logging.getLogger(__name__)
@@ -149,11 +153,6 @@ def _model_class(module: ModuleType, model_path: Path) -> type[Any]:
 
 
 def _check_supported(config: model_config_pb2.ModelConfig) -> None:
-    if config.model_transaction_policy.decoupled:
-        raise ModelConfigError(
-            f"model '{config.name}': decoupled Python models are not supported by sonic "
-            "(model_transaction_policy { decoupled: true })"
-        )
     if "EXECUTION_ENV_PATH" in config.parameters:
         log.warning(
             "model '%s': EXECUTION_ENV_PATH is ignored: sonic runs Python models in the server's own "
@@ -165,6 +164,7 @@ def _check_supported(config: model_config_pb2.ModelConfig) -> None:
 class PythonBackend(RequestBackend):
     name: ClassVar[str] = "python"
     default_filename: ClassVar[str] = "model.py"
+    supports_decoupled: ClassVar[bool] = True
 
     @classmethod
     def auto_complete_config(cls, config: model_config_pb2.ModelConfig, model_path: Path) -> None:
@@ -199,6 +199,8 @@ class PythonBackend(RequestBackend):
         config = context.config
         _check_supported(config)
         self._model_name = config.name
+        self._instance_name = context.instance_name
+        self._decoupled = bool(config.model_transaction_policy.decoupled)
         self._spec: ModelSpec = context.spec
         # Implicit state (sequence_batching.state): the model returns each state's output_name with its
         # outputs; the sequence batcher keeps it for the sequence's next request.
@@ -243,14 +245,15 @@ class PythonBackend(RequestBackend):
             )
             for request in requests
         ]
+        for request, pb_request in zip(requests, pb_requests, strict=True):
+            if request.responses is not None:
+                pb_decoupled.attach_sender(
+                    pb_request, request.responses, self._outputs, f"model '{self._model_name}'"
+                )
+        if self._decoupled:
+            return self._execute_decoupled(requests, pb_requests)
         try:
-            responses = self._model.execute(pb_requests)
-            if inspect.iscoroutine(responses):
-                # Triton runs ``async def execute`` on an event loop of the stub; this instance's
-                # thread keeps one of its own (never the server's loop, which must not block).
-                if self._loop is None:
-                    self._loop = asyncio.new_event_loop()
-                responses = self._loop.run_until_complete(responses)
+            responses = self._run_execute(pb_requests)
         except pb_utils.TritonModelException as exc:
             raise InternalError(f"model '{self._model_name}': {exc.message()}") from None
         except Exception as exc:  # noqa: BLE001  (user code fails this batch only)
@@ -262,6 +265,41 @@ class PythonBackend(RequestBackend):
                 f"({len(requests)}), got {got}"
             )
         return [self._outputs(response) for response in responses]
+
+    def _run_execute(self, pb_requests: list[pb_utils.InferenceRequest]) -> object:
+        result = self._model.execute(pb_requests)
+        if inspect.iscoroutine(result):
+            # Triton runs ``async def execute`` on an event loop of the stub; this instance's
+            # thread keeps one of its own (never the server's loop, which must not block).
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+            result = self._loop.run_until_complete(result)
+        return result
+
+    def _execute_decoupled(
+        self, requests: Sequence[Request], pb_requests: list[pb_utils.InferenceRequest]
+    ) -> list[dict[str, npt.NDArray[Any]] | Exception]:
+        """Responses went (or will go) through the senders; execute must return None. Errors in
+        Triton's words (the model instance named as Triton names it), ending each request's stream
+        now, before its request objects are released."""
+        failed = f"Failed to process the request(s) for model '{self._instance_name}', message: "
+        error: InternalError | None = None
+        try:
+            result = self._run_execute(pb_requests)
+        except Exception as exc:  # noqa: BLE001  (user code fails this batch only)
+            error = InternalError(f"{failed}{type(exc).__name__}: {exc}")
+        else:
+            if result is not None:
+                error = InternalError(
+                    f"{failed}Python model '{self._instance_name}' is using the decoupled mode and the "
+                    "execute function must return None."
+                )
+        if error is None:
+            return [{} for _ in requests]
+        for request in requests:
+            if request.responses is not None:
+                request.responses.end_with(error)
+        return [error for _ in requests]
 
     def _outputs(self, response: object) -> dict[str, npt.NDArray[Any]] | Exception:
         where = f"model '{self._model_name}'"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Any
 
 import grpc
@@ -23,6 +24,10 @@ from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, GrpcMethods, 
 from sonic.server.tls import grpc_server_credentials
 
 Context = aio.ServicerContext[Any, Any]
+
+# Responses of one stream waiting for grpcio to write them: past this, the requests' producers (a
+# decoupled model's sender among them) wait, so a slow client holds back its model, not the memory.
+MAX_QUEUED_STREAM_RESPONSES = 64
 
 
 def _metadata(context: Context, key: str) -> str | None:
@@ -144,14 +149,17 @@ class GrpcAioFrontend(Frontend):
     async def _model_stream_infer(
         self, requests: AsyncIterator[bytes], context: Context
     ) -> AsyncIterator[bytes]:
-        """Requests of a stream run concurrently; responses go back as each completes."""
+        """Requests of a stream run concurrently; responses go back as each comes (a decoupled model's
+        several responses to one request in the order it sent them)."""
         await self._admit("ModelStreamInfer", context)
-        results: asyncio.Queue[bytes | None] = asyncio.Queue()
+        results: asyncio.Queue[bytes | None] = asyncio.Queue(MAX_QUEUED_STREAM_RESPONSES)
         running: set[asyncio.Task[None]] = set()
         trace_headers = self._trace_headers(context)
 
         async def one(data: bytes) -> None:
-            await results.put(b"".join(await self._methods.stream_infer(data, trace_headers)))
+            async with aclosing(self._methods.stream_responses(data, trace_headers)) as messages:
+                async for parts in messages:
+                    await results.put(b"".join(parts))
 
         async def read() -> None:
             async for data in requests:

@@ -8,16 +8,24 @@ serialized bytes to serialized pieces through the codec of :mod:`sonic.protocol.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
 from tritonclient.grpc import service_pb2
 
 from sonic.protocol.errors import InvalidArgumentError
-from sonic.protocol.grpc_codec import decode_infer_request, encode_infer_response, encode_stream_error
+from sonic.protocol.grpc_codec import (
+    decode_infer_request,
+    encode_decoupled_error,
+    encode_infer_response,
+    encode_stream_error,
+)
+from sonic.protocol.types import InferRequest, InferResponse
 from sonic.protocol.wire import wrap_stream_response
 from sonic.server.dataplane import DataPlane
+from sonic.server.decoupled import StreamAnswer
 from sonic.server.frontends.gate import as_sonic_error
 
 # gRPC's standard health service (grpc-health-probe, Kubernetes gRPC probes), as Triton serves it: only
@@ -136,23 +144,64 @@ class GrpcMethods:
         return _HEALTH_SERVING if self.dataplane.server_ready() else _HEALTH_NOT_SERVING
 
     async def infer(
-        self,
-        data: bytes | bytearray | memoryview,
-        trace_headers: dict[str, str] | None = None,
-        *,
-        streamed: bool = False,
+        self, data: bytes | bytearray | memoryview, trace_headers: dict[str, str] | None = None
     ) -> list[bytes | memoryview]:
         """``ModelInfer``: a serialized request in, the serialized response's pieces out."""
         request = decode_infer_request(data, time.perf_counter_ns())
         request.trace_headers = trace_headers
         response = await self.dataplane.infer(request)
-        return encode_infer_response(response, final=streamed)
+        return encode_infer_response(response)
 
-    async def stream_infer(
+    async def stream_responses(
         self, data: bytes | bytearray | memoryview, trace_headers: dict[str, str] | None = None
-    ) -> list[bytes | memoryview]:
-        """One ``ModelStreamInfer`` message, as pieces: errors travel inside the stream, as Triton's do."""
+    ) -> AsyncGenerator[list[bytes | memoryview], None]:
+        """One ``ModelStreamInfer`` request's messages, as pieces: one for most models, zero or more for a
+        decoupled one. Errors travel inside the stream, as Triton's do."""
         try:
-            return wrap_stream_response(await self.infer(data, trace_headers, streamed=True))
+            request = decode_infer_request(data, time.perf_counter_ns())
+            request.trace_headers = trace_headers
+            if not self.dataplane.is_decoupled(request.model_name, request.model_version):
+                response = await self.dataplane.infer(request)
+                yield wrap_stream_response(encode_infer_response(response, final=True))
+                return
         except Exception as exc:  # noqa: BLE001  (reported in the stream message)
-            return [encode_stream_error(data, as_sonic_error(exc).message)]
+            yield [encode_stream_error(data, as_sonic_error(exc).message)]
+            return
+        answers = self.dataplane.infer_decoupled(request)
+        async with aclosing(answers):
+            try:
+                # The request is validated and queued here: its errors are answered as other models' are.
+                first = await anext(answers)
+            except Exception as exc:  # noqa: BLE001  (reported in the stream message)
+                yield [encode_stream_error(data, as_sonic_error(exc).message)]
+                return
+            async for message in self._decoupled_messages(request, _chain(first, answers)):
+                yield message
+
+    @staticmethod
+    async def _decoupled_messages(
+        request: InferRequest, answers: AsyncIterator[StreamAnswer]
+    ) -> AsyncIterator[list[bytes | memoryview]]:
+        """Each response with its ``triton_final_response``; the final flag sent alone becomes an empty
+        response only when the request asked for it (``triton_enable_empty_final_response``), as Triton."""
+        empty_final = request.parameters.get("triton_enable_empty_final_response") is True
+        async for answer in answers:
+            if answer.error is not None:
+                yield [
+                    encode_decoupled_error(
+                        request.model_name, request.request_id, answer.error.message, final=answer.final
+                    )
+                ]
+            elif answer.response is not None:
+                yield wrap_stream_response(encode_infer_response(answer.response, final=answer.final))
+            elif empty_final:
+                # Triton's empty final response names the model but no version.
+                empty = InferResponse(request.model_name, "", request.request_id, [])
+                yield wrap_stream_response(encode_infer_response(empty, final=True))
+
+
+async def _chain(first: StreamAnswer, rest: AsyncIterator[StreamAnswer]) -> AsyncIterator[StreamAnswer]:
+    yield first
+    if not first.final:
+        async for answer in rest:
+            yield answer

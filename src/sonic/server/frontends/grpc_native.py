@@ -18,6 +18,7 @@ import asyncio
 import dataclasses
 import logging
 import math
+from contextlib import aclosing
 from typing import Any
 
 import grpc
@@ -56,6 +57,10 @@ from sonic.server.tls import grpc_ssl_context
 log = logging.getLogger(__name__)
 
 MEMO_BUDGET_BYTES = 32 << 20  # all connections' header-block memos together
+# A stream's responses queued and not yet sent (the client reads slower than a decoupled model sends)
+# past which the next response waits for that queue to empty: with the model's sender bounded too
+# (sonic.server.runtime.responses), a model that sends forever holds at most about this much here.
+MAX_QUEUED_STREAM_BYTES = 4 << 20
 
 
 class GrpcConnection(Http2Connection):
@@ -247,9 +252,22 @@ class GrpcConnection(Http2Connection):
         except CallError as error:
             self._fail(stream, error.code, error.message)
             return
-        parts = await self._methods.stream_infer(message, call.trace)
-        if not stream.local_closed:
-            self.respond(stream, [grpc_message_prefix(parts_size(parts)), *parts])
+        async with aclosing(self._methods.stream_responses(message, call.trace)) as messages:
+            async for parts in messages:
+                if stream.local_closed:
+                    return  # closing the responses cancels the request: the model sees is_cancelled()
+                self.respond(stream, [grpc_message_prefix(parts_size(parts)), *parts])
+                if stream.pending and sum(len(piece) for piece in stream.pending) > MAX_QUEUED_STREAM_BYTES:
+                    call.drained = call.drained or self._loop.create_future()
+                    await call.drained
+
+    def _flush(self, stream: Stream) -> None:
+        super()._flush(stream)
+        call: Call | None = stream.call
+        if call is not None and call.drained is not None and not stream.pending:
+            drained, call.drained = call.drained, None
+            if not drained.done():
+                drained.set_result(None)
 
     def _finish_stream_call(self, stream: Stream, call: Call) -> None:
         self._cancel_deadline(call)

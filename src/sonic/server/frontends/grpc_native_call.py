@@ -65,6 +65,7 @@ class Call:
     __slots__ = (
         "compressed",
         "deadline",
+        "drained",
         "encoding",
         "headers_sent",
         "held",
@@ -86,5 +87,8 @@ class Call:
         self.trace: dict[str, str] | None = None
         self.deadline = math.inf  # loop time; the connection's one deadline timer watches it
         self.tasks: set[asyncio.Task[None]] = set()
+        # ModelStreamInfer: set while a decoupled model's responses wait for the client to read
+        # what is queued (back-pressure); resolved when the stream's queued output is all sent.
+        self.drained: asyncio.Future[None] | None = None
         self.headers_sent = False
         self.input_done = False

@@ -356,7 +356,7 @@ class HttpFrontend(Frontend):
         else:
             infer_request, choice = await asyncio.to_thread(decode)
         infer_request.trace_headers = self._gate.trace_context(request.headers.get)
-        response = await self._dataplane.infer(infer_request)
+        response = await self._dataplane.infer(infer_request, "HTTP end point")
         payload, json_length = http_json.encode_infer_response(response, choice)
         if json_length is None:
             return web.Response(body=payload, content_type=JSON)

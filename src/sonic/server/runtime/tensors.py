@@ -51,7 +51,13 @@ class BatchResult:
 
 
 def _request(item: WorkItem, output_names: Sequence[str]) -> Request:
-    return Request(item.inputs, item.output_names or tuple(output_names), item.request_id, item.parameters)
+    return Request(
+        item.inputs,
+        item.output_names or tuple(output_names),
+        item.request_id,
+        item.parameters,
+        item.responses,
+    )
 
 
 class _Requests(Sequence[Request]):
@@ -99,6 +105,8 @@ def run_requests(
             outputs.append(result)
         elif isinstance(result, Exception):
             outputs.append(InternalError(f"model '{model}': {result}"))
+        elif request.responses is not None:  # decoupled: the responses went to the channel
+            outputs.append({})
         elif missing := [name for name in request.output_names if name not in result]:
             outputs.append(InternalError(f"model '{model}' did not produce output(s) {', '.join(missing)}"))
         else:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import numpy.typing as npt
 
+from sonic.server.runtime.responses import ResponseChannel
 from sonic.server.stats import RequestTiming
 
 ItemOutputs = dict[str, npt.NDArray[Any]]
@@ -39,6 +40,8 @@ class WorkItem:
     output_names: tuple[str, ...] | None = None  # None: every output
     output_buffers: dict[str, npt.NDArray[Any]] | None = None  # shared memory to run into (alone only)
     parameters: Mapping[str, object] = field(default_factory=dict)  # the request's parameters, as sent
+    # A decoupled model's request: its responses go here; the future only says that execute returned.
+    responses: ResponseChannel | None = None
     enqueued_ns: int = 0
     level: int = 0  # priority queue index
     state: ItemState = ItemState.QUEUED

@@ -1,0 +1,107 @@
+"""One request to a decoupled model: its responses as the model sends them, each final or not.
+
+A decoupled model's request goes through the model's scheduler like any other (validation, queues,
+dynamic batching, an instance thread); the scheduler's answer only says that ``execute`` returned and
+the instance is free again. The responses come through the request's
+:class:`~sonic.server.runtime.responses.ResponseChannel`, during ``execute`` or later, from the model's
+own threads, until the final flag. Used by ``ModelStreamInfer`` (:mod:`.frontends.grpc_methods`) and by
+BLS ``exec(decoupled=True)`` (:mod:`.calls_decoupled`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from sonic.protocol.errors import InternalError, SonicError
+from sonic.protocol.types import InferRequest, InferResponse, OutputTensor
+from sonic.server.model import ModelVersion, failure_reason
+from sonic.server.runtime.responses import DEFAULT_MAX_QUEUED_RESPONSES, ResponseChannel, Streamed
+from sonic.server.runtime.work import ItemState, WorkItem
+
+
+@dataclass(frozen=True, slots=True)
+class StreamAnswer:
+    """One message of a stream: a response, an error, or neither (the final flag alone)."""
+
+    response: InferResponse | None
+    error: SonicError | None
+    final: bool
+
+
+class DecoupledCall:
+    """Create with :meth:`start` on the event loop; read with :meth:`next`; always :meth:`close`."""
+
+    def __init__(
+        self, model: ModelVersion, request: InferRequest, item: WorkItem, channel: ResponseChannel
+    ) -> None:
+        self._model = model
+        self._request = request
+        self._item = item
+        self._channel = channel
+        self._done = False
+        self._received_ns = request.received_ns or time.perf_counter_ns()
+        self._task = asyncio.get_running_loop().create_task(self._execute())
+        # Kept by the model version until done: an execution outlives a reader that went away.
+        model.background.add(self._task)
+        self._task.add_done_callback(model.background.discard)
+
+    @classmethod
+    def start(
+        cls, model: ModelVersion, request: InferRequest, max_queued: int = DEFAULT_MAX_QUEUED_RESPONSES
+    ) -> DecoupledCall:
+        """Validate ``request`` (raises InvalidArgumentError) and queue it for the model."""
+        item = model.prepare(request)
+        channel = ResponseChannel(max_queued)
+        item.responses = channel
+        return cls(model, request, item, channel)
+
+    async def _execute(self) -> None:
+        stats = self._model.stats
+        stats.pending_requests += 1
+        try:
+            _, timing = await self._model.scheduler.submit(self._item)
+        except asyncio.CancelledError:
+            stats.record_failure(time.perf_counter_ns() - self._received_ns, "CANCELED")
+            raise
+        except Exception as exc:  # noqa: BLE001  (ends the request's stream with the error)
+            stats.record_failure(time.perf_counter_ns() - self._received_ns, failure_reason(exc))
+            self._channel.end_with(exc if isinstance(exc, SonicError) else InternalError(str(exc)))
+            return
+        finally:
+            stats.pending_requests -= 1
+        stats.record_success(time.perf_counter_ns() - self._received_ns, timing, self._item.batch_size)
+
+    async def next(self, most: int | None = None) -> list[StreamAnswer]:
+        """The responses sent since the last call (one at least), in order; after a final one, none."""
+        if self._done:
+            msg = "the stream of this request has ended (its final response was read)"
+            raise RuntimeError(msg)
+        items = await self._channel.get_all(most)
+        self._done = items[-1].final  # nothing is sent after the final flag
+        return [self.answer(item) for item in items]
+
+    def answer(self, item: Streamed) -> StreamAnswer:
+        if item.error is not None or item.outputs is None:
+            return StreamAnswer(None, item.error, item.final)
+        model, request = self._model, self._request
+        names = [n for n in model.spec.outputs if n in item.outputs]  # in config order, as Triton answers
+        if request.outputs is not None:
+            names = [n for n in names if n in request.outputs]
+        tensors = [
+            OutputTensor(
+                n, model.spec.outputs[n].datatype.name, tuple(item.outputs[n].shape), item.outputs[n]
+            )
+            for n in names
+        ]
+        response = InferResponse(model.name, str(model.version), request.request_id, tensors)
+        return StreamAnswer(response, None, item.final)
+
+    def close(self) -> None:
+        """The reader is done or gone: the model sees ``is_cancelled()`` and its later responses are
+        dropped; a request still queued leaves the queue."""
+        if not self._done:
+            self._channel.cancel()
+        if self._item.state is ItemState.QUEUED:
+            self._task.cancel()
