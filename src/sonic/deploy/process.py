@@ -33,11 +33,13 @@ class LoggedChild:
         log_path: Path,
         ready: re.Pattern[str],
         on_line: Callable[[str], None] | None = None,
+        failed_start_stop_s: float = 10.0,  # how long one that failed to start gets after SIGTERM
     ) -> None:
         self.name = name
         self.log_path = log_path
         self._ready_pattern = ready
         self._on_line = on_line
+        self._failed_start_stop_s = failed_start_stop_s
         self.ready_line = ""  # the line that matched ``ready``
         self._changed = threading.Condition()
         self._lines = 0  # lines of output so far
@@ -111,7 +113,7 @@ class LoggedChild:
             ready = bool(self.ready_line)
         if ready:
             return
-        code = self.stop()
+        code = self.stop(self._failed_start_stop_s)
         if not failure:
             failure = f"{self.name} exited with code {code} before ready"
         raise ChildStartError(f"{failure}; log:\n{self.tail()}")

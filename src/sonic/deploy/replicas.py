@@ -28,6 +28,9 @@ from sonic.launch.serve import READY_PATTERN
 LOADED = re.compile(r"model (?P<name>\S+) loaded, versions")
 FAILED = re.compile(r"model (?P<name>\S+) failed to load")
 REPLICA_STOP_S = 60.0  # a replica drains its requests in flight on SIGTERM; SIGKILL after this
+# A replica still loading has nothing to drain, and a model's load (a thread Python cannot
+# interrupt) may keep it from exiting on SIGTERM: SIGKILL after this.
+STARTING_STOP_S = 5.0
 
 Report = Callable[[str], None]
 
@@ -56,8 +59,9 @@ class Replica:
             command += ["--model-repository", str(repository)]
         command += spec.serve_args
         self._timeout_s = spec.ready_timeout_s
+        log_path = spec.workdir / f"replica-{index}.log"
         self.child = LoggedChild(
-            f"replica {index}", command, spec.workdir / f"replica-{index}.log", READY_PATTERN, self._line
+            f"replica {index}", command, log_path, READY_PATTERN, self._line, STARTING_STOP_S
         )
         self._report(f"replica {index}: started (pid {self.pid}), loading models")
 
@@ -92,7 +96,7 @@ class Replica:
         return self.addresses["metrics"]
 
     def stop(self) -> int:
-        return self.child.stop(REPLICA_STOP_S)
+        return self.child.stop(REPLICA_STOP_S if self.child.ready_line else STARTING_STOP_S)
 
 
 def _port(address: str) -> int:
