@@ -13,9 +13,12 @@ figure is the memory slope, not throughput):
   and destroyed per call;
 - ``reload``: ``small_batch`` unloaded and loaded again (explicit model control), then called.
 
-The server's RSS (its process and descendants, from /proc) is written every ``--sample-s`` to
-``benchmarks/results/soak/rss.csv``; the summary (``summary.json``) holds the slope of a linear fit
-over the last 20 minutes (the last two thirds of a shorter run) in MB/min, against a target of 0.5.
+The server's RSS and anonymous RSS (its process and descendants, from /proc) are written every
+``--sample-s`` to ``benchmarks/results/soak/rss.csv``; the summary (``summary.json``) holds the slope
+of a linear fit of the anonymous RSS over the last 20 minutes (the last two thirds of a shorter
+run) in MB/min, against a target of 0.5, and the same for the whole RSS. (File-backed pages, the
+shared libraries, are the kernel's to drop and fault back in on a shared machine: a leak is
+anonymous memory.)
 
 Usage: python -m benchmarks.soak [--minutes 30] [--sample-s 5] [--out-dir benchmarks/results/soak]
 """
@@ -42,7 +45,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from benchmarks.soak_fit import Sample, fit_window_s, parse_vm_rss, summarize, write_csv
+from benchmarks.soak_fit import Sample, fit_window_s, parse_status, summarize, write_csv
 from sonic.client import AsyncClient, ClientConfig, SharedMemoryMode
 from sonic.launch import ServerProcess
 from sonic.testing.repository import write_test_repository
@@ -50,18 +53,19 @@ from sonic.testing.repository import write_test_repository
 # --- the run ---------------------------------------------------------------------------------------
 
 
-def process_tree_rss(pid: int) -> int:
-    """RSS of ``pid`` and its descendants (backend stubs, if any)."""
-    total, pending = 0, [pid]
+def process_tree_rss(pid: int) -> tuple[int, int]:
+    """RSS and anonymous RSS of ``pid`` and its descendants (backend stubs, if any)."""
+    total, anon, pending = 0, 0, [pid]
     while pending:
         current = pending.pop()
         try:
-            total += parse_vm_rss(Path(f"/proc/{current}/status").read_text())
+            rss, rss_anon = parse_status(Path(f"/proc/{current}/status").read_text())
+            total, anon = total + rss, anon + rss_anon
             for task in Path(f"/proc/{current}/task").iterdir():
                 pending += [int(c) for c in (task / "children").read_text().split()]
         except (FileNotFoundError, ProcessLookupError):
             continue  # exited between the listing and the read
-    return total
+    return total, anon
 
 
 class Tally:
@@ -287,7 +291,7 @@ def soak(repository: Path, minutes: float, sample_s: float, pause_s: float, csv_
             samples.append(
                 Sample(
                     round(now - started, 2),
-                    process_tree_rss(server.pid),
+                    *process_tree_rss(server.pid),
                     tally.calls,
                     tally.expected_errors,
                     tally.unexpected_errors,

@@ -119,11 +119,15 @@ class ReplicaSet:
         self._current: list[Replica] = []
         self._watchers: list[threading.Thread] = []
         self._count = count
+        self.addresses: list[str] = []  # gRPC, per replica index: kept by restarts
+        self.metrics_addresses: list[str] = []
 
     def start(self) -> None:
         """All replicas at once (they load in parallel); returns when every one is ready."""
-        with self._lock:
-            self._current = [Replica(i, self.spec, self._report) for i in range(self._count)]
+        for index in range(self._count):
+            replica = Replica(index, self.spec, self._report)
+            with self._lock:  # one by one: if a later one cannot even be spawned, stop() ends these
+                self._current.append(replica)
         for replica in self._current:
             replica.wait_ready()  # raises for the first that fails; stop() ends the others
         self.addresses = [r.grpc_address for r in self._current]
