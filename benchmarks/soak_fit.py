@@ -51,7 +51,7 @@ def slope_per_minute(points: Sequence[tuple[float, float]]) -> float:
 
 def summarize(samples: Sequence[Sample], window_s: float) -> dict[str, Any]:
     """The target is on the anonymous RSS: file-backed pages (shared libraries) come and go with
-    the page cache of a shared machine (30 MB vanished at once in one run) and leak nothing."""
+    the page cache of a shared machine (40 MB vanished at once in one run) and leak nothing."""
     window = last_window(samples, window_s)
     slope = slope_per_minute([(s.elapsed_s, s.rss_anon_bytes / MB) for s in window])
     total_slope = slope_per_minute([(s.elapsed_s, s.rss_bytes / MB) for s in window])
