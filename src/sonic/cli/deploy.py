@@ -11,6 +11,10 @@ from pathlib import Path
 from types import FrameType
 
 
+class StartInterrupted(BaseException):
+    """SIGTERM or SIGINT while the stack starts."""
+
+
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("deploy", help="scale-out deployment: Envoy, Prometheus, Kubernetes")
     commands = parser.add_subparsers(dest="deploy_command", required=True)
@@ -35,6 +39,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--serve-arg", action="append", default=[], help="argument for every `sonic serve` (repeatable)"
     )
     local.add_argument("--workdir", type=Path, help="configs, logs and Prometheus data (default: a temp dir)")
+    local.add_argument(
+        "--ready-timeout-s",
+        type=float,
+        default=600.0,
+        help="give up on a starting replica that prints no log line (one per model loaded) for this long; "
+        "0: wait as long as it runs (default 600)",
+    )
     local.set_defaults(run=run_local)
 
     render = commands.add_parser("render", help="write the generated Kubernetes files")
@@ -47,7 +58,6 @@ def run_local(args: argparse.Namespace) -> int:
     from sonic.deploy.binaries import MissingBinaryError  # noqa: PLC0415
     from sonic.deploy.local import LocalSettings, LocalStack  # noqa: PLC0415
     from sonic.deploy.process import ChildStartError  # noqa: PLC0415
-    from sonic.launch import ServerStartError  # noqa: PLC0415
 
     try:
         settings = LocalSettings(
@@ -64,21 +74,39 @@ def run_local(args: argparse.Namespace) -> int:
             admission_threshold_ms=args.admission_threshold_ms,
             serve_args=tuple(args.serve_arg),
             workdir=args.workdir,
+            ready_timeout_s=args.ready_timeout_s,
         )
     except ValueError as exc:
         print(f"sonic deploy local: {exc}", file=sys.stderr)
         return 2
     stop = threading.Event()
+    starting = True
 
-    def request_stop(_signum: int, _frame: FrameType | None) -> None:
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        nonlocal starting
         stop.set()
+        if starting:  # replicas may load for minutes: stop now (LocalStack.start ends what it started)
+            starting = False  # a second signal must not interrupt that cleanup
+            raise StartInterrupted(signal.Signals(signum).name)
+
+    def report(message: str) -> None:
+        # Progress while replicas load (minutes for a large repository) and replicas restarted later.
+        print(f"sonic deploy local: {message}", file=sys.stderr, flush=True)
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    report(f"starting {settings.replicas} replica(s) of sonic serve, then Envoy")
+    stack = None
     try:
-        stack = LocalStack.start(settings)
-    except (ServerStartError, ChildStartError, MissingBinaryError) as exc:
+        stack = LocalStack.start(settings, report)
+        starting = False
+    except (ChildStartError, MissingBinaryError) as exc:
         print(f"sonic deploy local: {exc}", file=sys.stderr)
+        return 1
+    except StartInterrupted as exc:
+        if stack is not None:  # the signal came between the start's end and `starting = False`
+            stack.stop()
+        print(f"sonic deploy local: {exc} while starting: everything started was stopped", file=sys.stderr)
         return 1
     with stack:
         print(stack.ready_line(), flush=True)

@@ -23,6 +23,13 @@ from sonic.deploy.envoy_settings import (
     JwtAuth,
 )
 
+# When Envoy tries another replica: the request never reached one (connect-failure, refused-stream:
+# an HTTP/2 REFUSED_STREAM or a GOAWAY of a draining replica) or the replica vanished before
+# answering (reset: the connection closed, a SIGKILL), or it answered gRPC UNAVAILABLE (draining,
+# not ready). Inference is idempotent, so a second try cannot do harm; a model's own errors
+# (INVALID_ARGUMENT, INTERNAL...) and time-outs are not retried: another replica would answer the same.
+RETRY_ON = "connect-failure,refused-stream,reset,unavailable"
+
 
 def _duration(seconds: float) -> str:
     return f"{seconds:g}s"
@@ -81,24 +88,12 @@ def replica_cluster(settings: EnvoySettings) -> dict[str, Any]:
             "type": "STATIC",
             "load_assignment": _endpoints(REPLICA_CLUSTER, [_split(a) for a in upstream.addresses]),
         }
-    unlimited = 1_000_000
     return cluster | {
         # Per request, not per connection: each HTTP/2 stream goes to the replica with the fewest
         # requests in flight (of two picked at random).
         "lb_policy": "LEAST_REQUEST",
         "typed_extension_protocol_options": _http2_upstream(),
-        # Envoy's defaults (1024 requests, 3 concurrent retries) would turn a replica's death under
-        # many callers into overflow errors; admission control and the replicas' queues bound load.
-        "circuit_breakers": {
-            "thresholds": [
-                {
-                    "max_connections": unlimited,
-                    "max_pending_requests": unlimited,
-                    "max_requests": unlimited,
-                    "max_retries": unlimited,
-                }
-            ]
-        },
+        "circuit_breakers": {"thresholds": [_thresholds()]},
         "health_checks": [
             {
                 "timeout": "1s",
@@ -108,15 +103,53 @@ def replica_cluster(settings: EnvoySettings) -> dict[str, Any]:
                 "grpc_health_check": {},
             }
         ],
-        # A replica that stops answering (resets, UNAVAILABLE) is ejected for a while; model errors
-        # (INTERNAL, INVALID_ARGUMENT) say nothing about the replica and eject nothing.
-        "outlier_detection": {
-            "consecutive_gateway_failure": 2,
-            "enforcing_consecutive_gateway_failure": 100,
-            "enforcing_consecutive_5xx": 0,
-            "interval": "1s",
-            "base_ejection_time": "10s",
-        },
+        "outlier_detection": _outlier_detection(settings),
+    }
+
+
+def _thresholds() -> dict[str, Any]:
+    """Circuit breakers that never turn a replica's death into overflow errors (docs/deployment.md).
+
+    Requests, connections and queues are bounded by admission control and the replicas' own
+    queues, not here: Envoy's defaults (1024 requests, 3 retries in flight) would refuse a site's
+    load. Retries are bounded per request (``num_retries``), not per cluster: when a replica dies,
+    every request it held needs a retry at once, and those are exactly the requests no longer
+    active upstream, so a retry budget (a percentage of the active ones) overflows. With two
+    replicas and 16 callers a 100 % budget still failed a call; a fixed ``max_retries`` would have
+    to exceed whatever one replica may hold, which the callers decide.
+    """
+    unlimited = 1_000_000
+    return {
+        "max_connections": unlimited,
+        "max_pending_requests": unlimited,
+        "max_requests": unlimited,
+        "max_retries": unlimited,
+    }
+
+
+def _outlier_detection(settings: EnvoySettings) -> dict[str, Any]:
+    """Eject a replica as soon as connections to it fail (docs/deployment.md, "Losing a replica").
+
+    A dead replica answers nothing, so LEAST_REQUEST sees it with no request in flight and prefers
+    it: until it leaves the balancer, most new requests try it first. Local-origin failures (connect
+    refused, connection reset, timeout) are counted apart from answers; two in a row eject it at
+    once, without waiting for ``interval`` or the health checks. Answers (gRPC status, HTTP 5xx) of
+    a live replica say nothing about the replica (a model's INTERNAL or INVALID_ARGUMENT), so they
+    eject nothing. A passing active health check puts an ejected replica back.
+    """
+    return {
+        "split_external_local_origin_errors": True,
+        "consecutive_local_origin_failure": settings.eject_after_failures,
+        "enforcing_consecutive_local_origin_failure": 100,
+        "enforcing_local_origin_success_rate": 0,
+        "consecutive_5xx": settings.eject_after_failures,
+        "enforcing_consecutive_5xx": 0,
+        "consecutive_gateway_failure": settings.eject_after_failures,
+        "enforcing_consecutive_gateway_failure": 100,
+        "enforcing_success_rate": 0,
+        "interval": "1s",
+        "base_ejection_time": _duration(settings.base_ejection_s),
+        "max_ejection_percent": 50,
     }
 
 
@@ -230,7 +263,7 @@ def _routes(settings: EnvoySettings) -> list[dict[str, Any]]:
             "retry_policy": {
                 # A replica that dies or drains: the request goes to another one. Requests larger than
                 # the retry buffer (1 MiB) are not retried here; sonic.client retries those.
-                "retry_on": "reset,connect-failure,refused-stream,unavailable",
+                "retry_on": RETRY_ON,
                 "num_retries": settings.retries,
                 "retry_host_predicate": [
                     {
@@ -240,7 +273,12 @@ def _routes(settings: EnvoySettings) -> list[dict[str, Any]]:
                         ),
                     }
                 ],
-                "host_selection_retry_max_attempts": 5,
+                # Each try picks a replica no try of this request used (previous_hosts), drawing
+                # again up to this many times: with 2 replicas and LEAST_REQUEST preferring the dead
+                # one, 5 draws still land on it 0.75**5 = 24 % of the time; 20 draws, 0.3 %.
+                "host_selection_retry_max_attempts": 20,
+                # Envoy's defaults, spelled out: the first retry within 25 ms (jittered), then doubling.
+                "retry_back_off": {"base_interval": "0.025s", "max_interval": "0.25s"},
             },
         },
     }

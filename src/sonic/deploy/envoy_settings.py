@@ -81,6 +81,10 @@ class EnvoySettings:
     rate_limit: ConnectionRateLimit | None = None
     tls: ListenerTls | None = None
     route_timeout_s: float = 0.0  # 0: off (inference of a large event may take long)
+    # Retries, circuit breakers and ejection: each number is explained in docs/deployment.md
+    # ("Losing a replica").
     retries: int = 3
+    eject_after_failures: int = 2  # consecutive connect failures / resets of one replica
+    base_ejection_s: float = 10.0
     health_check_interval_s: float = 2.0
     dns_refresh_s: float = 2.0

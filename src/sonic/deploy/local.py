@@ -1,6 +1,7 @@
 """``sonic deploy local``: the Kubernetes stack for real on one host.
 
-N ``sonic serve`` replicas, one Envoy rendered by :mod:`sonic.deploy.envoy` from the same settings
+N ``sonic serve`` replicas (:mod:`sonic.deploy.replicas`: progress as models load, restarted when
+one dies), one Envoy rendered by :mod:`sonic.deploy.envoy` from the same settings
 as the Kubernetes ConfigMap (only the replica discovery differs: fixed addresses instead of a
 headless Service), and optionally Prometheus with the same rules, scraping every replica and Envoy.
 Every process is started here and stopped here, by PID.
@@ -13,7 +14,6 @@ import re
 import socket
 import tempfile
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -24,8 +24,8 @@ from sonic.deploy.envoy import envoy_config
 from sonic.deploy.envoy_settings import Admission, EnvoySettings, Upstream
 from sonic.deploy.metrics import ScrapeTargets, load_query, local_prometheus_config, recording_rules
 from sonic.deploy.process import LoggedChild
+from sonic.deploy.replicas import Replica, ReplicaSet, ReplicaSpec, Report
 from sonic.deploy.yamltext import to_yaml
-from sonic.launch import ServerProcess
 
 ENVOY_READY = re.compile(r"all dependencies initialized\. starting workers")
 PROMETHEUS_READY = re.compile(r"Server is ready to receive web requests")
@@ -46,11 +46,16 @@ class LocalSettings:
     admission_threshold_ms: float | None = None  # None: no admission filter
     serve_args: tuple[str, ...] = ()
     workdir: Path | None = None  # configs, logs, Prometheus data; None: a new temporary folder
-    wait_timeout_s: float = 120.0
+    wait_timeout_s: float = 120.0  # Envoy and Prometheus
+    # A starting replica is given up after this long without a line of output (each model it
+    # loads prints one); 0: never, as long as it runs. Not a limit on the whole start.
+    ready_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
             raise ValueError(f"--replicas {self.replicas}: at least 1")
+        if self.ready_timeout_s < 0:
+            raise ValueError(f"--ready-timeout-s {self.ready_timeout_s}: 0 (no limit) or more")
         if self.admission_threshold_ms is not None and not self.prometheus:
             msg = "the admission filter queries Prometheus: give --prometheus with the threshold"
             raise ValueError(msg)
@@ -113,11 +118,22 @@ def start_envoy(
     return RunningEnvoy(child, f"{socket_address['address']}:{socket_address['port_value']}", admin)
 
 
+def _quiet(_message: str) -> None:
+    pass
+
+
 class LocalStack:
-    def __init__(self, settings: LocalSettings, workdir: Path) -> None:
+    def __init__(self, settings: LocalSettings, workdir: Path, report: Report = _quiet) -> None:
         self.settings = settings
         self.workdir = workdir
-        self.replicas: list[ServerProcess] = []
+        spec = ReplicaSpec(
+            repositories=settings.repositories,
+            host=settings.host,
+            serve_args=settings.serve_args,
+            workdir=workdir,
+            ready_timeout_s=settings.ready_timeout_s,
+        )
+        self.replica_set = ReplicaSet(spec, settings.replicas, report)
         self.envoy: RunningEnvoy | None = None
         self.prometheus: LoggedChild | None = None
         self.envoy_address = ""
@@ -125,12 +141,13 @@ class LocalStack:
         self.prometheus_address = ""
 
     @classmethod
-    def start(cls, settings: LocalSettings) -> LocalStack:
+    def start(cls, settings: LocalSettings, report: Report = _quiet) -> LocalStack:
+        """Everything ready, or nothing left running; ``report`` gets progress lines as they happen."""
         workdir = settings.workdir or Path(tempfile.mkdtemp(prefix="sonic-deploy-"))
         workdir.mkdir(parents=True, exist_ok=True)
-        stack = cls(settings, workdir)
+        stack = cls(settings, workdir, report)
         try:
-            stack._start_replicas()
+            stack.replica_set.start()
             prometheus_port = 0
             if settings.prometheus:
                 prometheus_port = settings.prometheus_port or _free_port(settings.host)
@@ -142,26 +159,10 @@ class LocalStack:
             raise
         return stack
 
-    def _start_replicas(self) -> None:
-        settings = self.settings
-        args = ("--metrics-port", "0", *settings.serve_args)
-
-        def start_one(index: int) -> ServerProcess:
-            return ServerProcess.start(
-                settings.repositories,
-                extra_args=args,
-                host=settings.host,
-                wait_timeout_s=settings.wait_timeout_s,
-                log_path=self.workdir / f"replica-{index}.log",
-            )
-
-        with ThreadPoolExecutor(settings.replicas) as pool:
-            futures = [pool.submit(start_one, i) for i in range(settings.replicas)]
-        # Every start has ended here; the ones that succeeded are kept, so stop() ends them on failure.
-        self.replicas = [f.result() for f in futures if f.exception() is None]
-        failures = [error for f in futures if (error := f.exception()) is not None]
-        if failures:
-            raise failures[0]
+    @property
+    def replicas(self) -> list[Replica]:
+        """The replicas running now (a restarted one replaces the one that died, same addresses)."""
+        return self.replica_set.replicas
 
     def envoy_settings(self, prometheus_port: int) -> EnvoySettings:
         settings = self.settings
@@ -174,7 +175,7 @@ class LocalStack:
                 settings.admission_threshold_ms,
             )
         return EnvoySettings(
-            upstream=Upstream(addresses=tuple(r.grpc_address for r in self.replicas)),
+            upstream=Upstream(addresses=tuple(self.replica_set.addresses)),
             listen_address=settings.host,
             listen_port=settings.envoy_port,
             admin_address=settings.host,
@@ -193,7 +194,7 @@ class LocalStack:
         settings = self.settings
         rules_path = self.workdir / "rules.yml"
         rules_path.write_text(to_yaml(recording_rules(settings.load_window)), encoding="utf-8")
-        targets = ScrapeTargets([r.metrics_address for r in self.replicas], self.envoy_admin)
+        targets = ScrapeTargets(self.replica_set.metrics_addresses, self.envoy_admin)
         config_path = self.workdir / "prometheus.yml"
         config = local_prometheus_config(targets, str(rules_path), settings.scrape_interval)
         config_path.write_text(to_yaml(config), encoding="utf-8")
@@ -213,7 +214,7 @@ class LocalStack:
     def ready_line(self) -> str:
         fields = [
             f"envoy={self.envoy_address}",
-            f"replicas={','.join(r.grpc_address for r in self.replicas)}",
+            f"replicas={','.join(self.replica_set.addresses)}",
         ]
         if self.prometheus is not None:
             fields.append(f"prometheus={self.prometheus_address}")
@@ -224,8 +225,7 @@ class LocalStack:
         """Envoy first (no new requests), then the replicas drain, then Prometheus."""
         if self.envoy is not None:
             self.envoy.stop()
-        for replica in self.replicas:
-            replica.stop()
+        self.replica_set.stop()
         if self.prometheus is not None:
             self.prometheus.stop()
 

@@ -74,6 +74,9 @@ class Server:
             raise RuntimeError(f"server can only be started once (state: {self.state.value})")
         self.state = ServerState.STARTING
         mode = self.config.model_control_mode
+        # The first line of a start that may take minutes (one more per model loaded): what
+        # `sonic deploy local` shows and times its --ready-timeout-s from.
+        log.info("loading models (model control mode %s)", mode.value)
         if mode in {ModelControlMode.NONE, ModelControlMode.POLL} or "*" in self.config.load_models:
             await self.models.load_all()
         else:

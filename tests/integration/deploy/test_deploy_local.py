@@ -171,9 +171,7 @@ def test_start_failures_say_what_failed_and_leave_nothing_running(tmp_path: Path
         check=False, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 1
-    assert result.stderr.startswith("sonic deploy local: sonic serve exited with code 2 before ready"), (
-        result.stderr
-    )
+    assert "sonic deploy local: replica 0 exited with code 2 before ready" in result.stderr, result.stderr
     assert "--no-such-option" in result.stderr
     assert not (tmp_path / "stack" / "envoy.log").exists()  # nothing started after the replicas failed
     with pytest.raises(MissingBinaryError, match="no Prometheus binary"):
