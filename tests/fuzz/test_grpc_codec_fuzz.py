@@ -18,7 +18,7 @@ from sonic.protocol import dtypes
 from sonic.protocol.errors import InvalidArgumentError
 from sonic.protocol.grpc_codec import decode_infer_request, encode_stream_error
 from sonic.protocol.wire import RAW_INPUT_CONTENTS_TAG, RAW_OUTPUT_CONTENTS_TAG, split_raw_contents
-from sonic.testing.fuzz import mutated, run_bounded
+from sonic.testing.fuzz import mutated, one_in, run_bounded
 
 MAX_INPUT_BYTES = 4096
 # A decode keeps views of the message; what it allocates besides is bounded by the message's size.
@@ -93,7 +93,7 @@ def infer_requests(draw: st.DrawFn) -> bytes:
         tensor = request.inputs.add(
             name=draw(names), datatype=draw(st.just(datatype.name) | datatype_names), shape=shape
         )
-        if draw(st.integers(0, 9)) == 0:  # in shared memory
+        if draw(one_in(10)):  # in shared memory
             for key in draw(
                 st.lists(
                     st.sampled_from(

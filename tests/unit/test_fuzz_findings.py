@@ -5,6 +5,13 @@ Each test names the decoder, what it did before the fix, and what it answers now
 
 from __future__ import annotations
 
+import json
+
+import pytest
+from tritonclient.grpc import service_pb2
+
+from sonic.protocol import grpc_codec, http_json
+from sonic.protocol.errors import InvalidArgumentError
 from sonic.protocol.grpc_call import trailers_status
 
 
@@ -17,3 +24,53 @@ def test_grpc_message_that_is_not_ascii_is_read_not_raised() -> None:
         "INVALID_ARGUMENT",
         "d\u00e9j\u00e0 vu",
     )
+
+
+def _json_request(datatype: str, data: object, shape: list[int] | None = None) -> bytes:
+    inputs = [{"name": "x", "datatype": datatype, "shape": [1] if shape is None else shape, "data": data}]
+    return json.dumps({"inputs": inputs}).encode()
+
+
+def test_bytes_json_data_that_is_a_number_is_refused_not_allocated() -> None:
+    """``"data": [2147483648]`` for a BYTES input was ``bytes(2147483648)``: 2 GiB of zeros allocated
+    for a request of 80 bytes. BYTES elements are strings (or bytes over gRPC), anything else a 400."""
+    for element in (2147483648, None, 1.5, {"a": 1}):
+        with pytest.raises(InvalidArgumentError, match="BYTES element 0 must be a string"):
+            http_json.decode_infer_request(_json_request("BYTES", [element]), None, "m", "", 0)
+    with pytest.raises(InvalidArgumentError, match="must be a list of strings"):
+        http_json.decode_infer_request(_json_request("BYTES", "abc", [3]), None, "m", "", 0)
+
+
+@pytest.mark.parametrize(
+    ("datatype", "data"),
+    [
+        ("UINT8", [2147483648]),  # numpy: DeprecationWarning, then a wrapped value (numpy 2: OverflowError)
+        ("UINT8", [-1]),
+        ("INT32", [10**30]),  # OverflowError: Python int too large to convert to C long
+        ("INT32", [[10**30]]),
+        ("INT32", [1e30]),
+        ("INT64", [[float("inf")]]),
+        ("UINT64", [-1]),
+    ],
+)
+def test_json_integers_out_of_range_are_a_400(datatype: str, data: object) -> None:
+    """Integers past the datatype's range raised OverflowError (answered INTERNAL), or were wrapped."""
+    with pytest.raises(InvalidArgumentError, match=r"out of range|finite|not .* values"):
+        http_json.decode_infer_request(_json_request(datatype, data), None, "m", "", 0)
+
+
+def test_typed_grpc_contents_out_of_range_are_a_400() -> None:
+    """The same check on gRPC typed contents: int_contents carries int32, INT8 takes less."""
+    request = service_pb2.ModelInferRequest(model_name="m")
+    request.inputs.add(name="x", datatype="INT8", shape=[1]).contents.int_contents.append(300)
+    with pytest.raises(InvalidArgumentError, match="value 300 is out of range for INT8"):
+        grpc_codec.decode_infer_request(request.SerializeToString(), 0)
+
+
+def test_json_integers_in_range_still_decode() -> None:
+    request, _ = http_json.decode_infer_request(_json_request("UINT64", [2**64 - 1]), None, "m", "", 0)
+    assert request.inputs[0].array is not None
+    assert int(request.inputs[0].array[0]) == 2**64 - 1
+    request, _ = http_json.decode_infer_request(_json_request("INT8", [[-128, 127]], [2]), None, "m", "", 0)
+    assert request.inputs[0].array is not None
+    assert request.inputs[0].array.tolist() == [-128, 127]

@@ -172,24 +172,63 @@ def array_to_bytes(array: npt.NDArray[Any], datatype: Datatype) -> bytes | memor
 def array_from_contents(
     values: object, datatype: Datatype, shape: tuple[int, ...], where: str
 ) -> npt.NDArray[Any]:
-    """Array from typed contents (gRPC ``InferTensorContents``, HTTP JSON ``data``)."""
+    """Array from typed contents (gRPC ``InferTensorContents``, HTTP JSON ``data``).
+
+    Values come from the client: BYTES elements must be strings or bytes (``bytes(n)`` of a number would
+    allocate n bytes), and integers must fit the datatype (numpy would wrap them, or overflow).
+    """
     count = element_count(shape)
     if datatype.name == "BYTES":
-        items = np.empty(count, dtype=np.object_)
-        flat = list(values)  # type: ignore[call-overload]
-        if len(flat) != count:
-            raise InvalidArgumentError(
-                f"{where}: expected {count} BYTES elements for shape {list(shape)}, got {len(flat)}"
-            )
-        for index, item in enumerate(flat):
-            items[index] = item.encode("utf-8") if isinstance(item, str) else bytes(item)
-        return items.reshape(shape)
+        return _bytes_from_contents(values, shape, count, where)
     try:
-        array = np.asarray(values, dtype=datatype.numpy).reshape(-1)
-    except (TypeError, ValueError) as exc:
+        array = np.asarray(values).reshape(-1)  # first as they are, so their range can be checked
+        if datatype.numpy.kind in "iu" and array.size:
+            _check_integer_range(array, datatype, where)
+        array = array.astype(datatype.numpy, copy=False)
+    except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidArgumentError(f"{where}: contents are not {datatype.name} values: {exc}") from None
     if array.size != count:
         raise InvalidArgumentError(
             f"{where}: expected {count} {datatype.name} elements for shape {list(shape)}, got {array.size}"
         )
     return array.reshape(shape)
+
+
+def _check_integer_range(array: npt.NDArray[Any], datatype: Datatype, where: str) -> None:
+    if array.dtype.kind not in "iuf":
+        return  # strings, objects: converted (or refused) by astype
+    info = np.iinfo(datatype.numpy)
+    low, high = array.min(), array.max()
+    if array.dtype.kind == "f" and not (np.isfinite(low) and np.isfinite(high)):
+        raise InvalidArgumentError(f"{where}: {datatype.name} contents must be finite numbers")
+    if low < info.min or high > info.max:
+        value = low if low < info.min else high
+        raise InvalidArgumentError(
+            f"{where}: value {value} is out of range for {datatype.name} ({info.min}..{info.max})"
+        )
+
+
+def _bytes_from_contents(values: object, shape: tuple[int, ...], count: int, where: str) -> npt.NDArray[Any]:
+    if isinstance(values, np.ndarray):
+        flat: list[object] = values.reshape(-1).tolist()
+    elif isinstance(values, (str, bytes, bytearray, dict)) or not hasattr(values, "__iter__"):
+        raise InvalidArgumentError(
+            f"{where}: BYTES contents must be a list of strings, got {type(values).__name__}"
+        )
+    else:
+        flat = list(values)  # type: ignore[call-overload]
+    if len(flat) != count:
+        raise InvalidArgumentError(
+            f"{where}: expected {count} BYTES elements for shape {list(shape)}, got {len(flat)}"
+        )
+    items = np.empty(count, dtype=np.object_)
+    for index, item in enumerate(flat):
+        if isinstance(item, str):
+            items[index] = item.encode("utf-8", errors="surrogatepass")
+        elif isinstance(item, bytes):
+            items[index] = item
+        else:
+            raise InvalidArgumentError(
+                f"{where}: BYTES element {index} must be a string, got {type(item).__name__}"
+            )
+    return items.reshape(shape)

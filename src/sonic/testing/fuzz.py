@@ -25,6 +25,12 @@ _EDITS = ("flip", "set", "insert", "delete", "truncate", "duplicate")
 INTERESTING_BYTES = (0x00, 0x01, 0x7F, 0x80, 0xFF, 0x0A, 0x12, 0x1A, 0x22, 0x3A)  # varints, tags
 
 
+def one_in(n: int) -> st.SearchStrategy[bool]:
+    """True about once in ``n`` draws. Not ``integers(0, n - 1) == 0``: hypothesis favours small
+    integers (0 comes far more often than one time in n), but favours the first of ``sampled_from``."""
+    return st.sampled_from([False] * (n - 1) + [True])
+
+
 @st.composite
 def mutated(draw: st.DrawFn, data: bytes, max_edits: int = 4) -> bytes:
     """``data`` with up to ``max_edits`` random edits: bit flips, bytes set to edge values, inserted or
