@@ -3,9 +3,9 @@
 - ``ci`` (the default, what ``pytest`` and ``./dev test`` run): derandomized (the same examples every run,
   so a CI failure reproduces with the same command), no example database written, each test's examples
   capped so the whole folder takes well under a minute on two cores.
-- ``long`` (``./dev fuzz``, or ``HYPOTHESIS_PROFILE=long``): random seeds, 50 times the examples, failures
-  saved under ``.hypothesis/`` (git-ignored) and replayed first on the next run; hypothesis prints the
-  seed and a ``@reproduce_failure`` blob for each failure.
+- ``long`` (``./dev fuzz``, or ``HYPOTHESIS_PROFILE=long``): random seeds, 50 times the examples (or
+  ``SONIC_FUZZ_EXAMPLES`` per test), failures saved under ``.hypothesis/`` (git-ignored) and replayed
+  first on the next run; hypothesis prints the seed and a ``@reproduce_failure`` blob for each failure.
 
 Each example must finish within ``deadline`` (decoders are bounded in time, not only in memory); the
 deadline is generous because the machine running CI is shared.
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 CI_EXAMPLES = 100
-LONG_EXAMPLES = 50 * CI_EXAMPLES
+LONG_EXAMPLES = int(os.environ.get("SONIC_FUZZ_EXAMPLES", 50 * CI_EXAMPLES))
 DEADLINE = timedelta(seconds=2)
 
 settings.register_profile(

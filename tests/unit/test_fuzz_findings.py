@@ -6,13 +6,15 @@ Each test names the decoder, what it did before the fix, and what it answers now
 from __future__ import annotations
 
 import json
+import tracemalloc
 
 import pytest
 from tritonclient.grpc import service_pb2
 
-from sonic.protocol import grpc_codec, http_json
+from sonic.protocol import dtypes, grpc_codec, http_json
 from sonic.protocol.errors import InvalidArgumentError
 from sonic.protocol.grpc_call import trailers_status
+from sonic.protocol.shm_names import owner_exited, pid_namespace
 
 
 def test_grpc_message_that_is_not_ascii_is_read_not_raised() -> None:
@@ -74,3 +76,40 @@ def test_json_integers_in_range_still_decode() -> None:
     request, _ = http_json.decode_infer_request(_json_request("INT8", [[-128, 127]], [2]), None, "m", "", 0)
     assert request.inputs[0].array is not None
     assert request.inputs[0].array.tolist() == [-128, 127]
+
+
+def test_bytes_tensor_count_from_the_shape_allocates_nothing_before_the_bytes_are_read() -> None:
+    """A BYTES input of shape [2**25] and no bytes made an array of 2**25 elements (268 MB) before its
+    first length prefix was checked; 2**28 took 2 GiB. Elements are now collected as they are read."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidArgumentError, match="element 0 of 33554432 has no 4-byte length prefix"):
+            dtypes.array_from_bytes(b"", dtypes.BY_NAME["BYTES"], (2**25,), "input 'x'")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+
+
+@pytest.mark.parametrize("datatype", ["BYTES", "FP32"])
+def test_shape_numpy_cannot_index_is_a_400(datatype: str) -> None:
+    """Dimensions multiplying past numpy's index range, with a 0 among them (no elements, so the byte
+    count matches), raised numpy's ValueError from reshape (answered INTERNAL)."""
+    shape = (2**40, 2**40, 0)
+    with pytest.raises(InvalidArgumentError, match="cannot be used"):
+        dtypes.array_from_bytes(b"", dtypes.BY_NAME[datatype], shape, "input 'x'")
+
+
+def test_region_names_with_numbers_past_any_pid_are_not_a_clients() -> None:
+    """``sonic_<pid>_n<namespace>_`` with a pid past C's long raised OverflowError from os.kill, and one of
+    5000 digits ValueError from int(): the server's registry ran the check before every register and
+    status call, so one such region name broke both for every client until it was unregistered."""
+    namespace = pid_namespace()
+    for name in (
+        f"sonic_99999999999999999999_n{namespace}_x",
+        f"sonic_{'9' * 5000}_n{namespace}_x",
+        f"sonic_1_n{'9' * 5000}_x",
+        f"sonic_\u0661_n{namespace}_x",  # digits of another script
+        f"sonic_0_n{namespace}_x",  # os.kill(0, ...) would ask about our own process group
+    ):
+        assert owner_exited(name, namespace) is False

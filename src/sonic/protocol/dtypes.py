@@ -116,10 +116,21 @@ def _text(where: Where) -> str:
     return where() if callable(where) else where
 
 
+def _reshaped(array: npt.NDArray[Any], shape: tuple[int, ...], where: Where) -> npt.NDArray[Any]:
+    """``array`` in the client's ``shape``. numpy refuses shapes whose dimensions multiply past its index
+    range even when one of them is 0 (no elements): that is the client's error, not ours."""
+    try:
+        return array.reshape(shape)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"{_text(where)}: shape {list(shape)} cannot be used: {exc}") from None
+
+
 def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, where: Where) -> npt.NDArray[Any]:
     """Decode ``count`` length-prefixed elements; ``where`` names the tensor in errors."""
     view = memoryview(buffer)
-    items = np.empty(count, dtype=np.object_)
+    # Elements are collected as they are read, the array made at the end: ``count`` comes from the
+    # client's shape, so an array made first could be any size; each element read takes 4 bytes at least.
+    elements: list[bytes] = []
     offset = 0
     for index in range(count):
         if offset + 4 > len(view):
@@ -134,12 +145,14 @@ def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, where: Wher
                 f"{_text(where)}: malformed BYTES data: element {index} declares {length} bytes but only "
                 f"{len(view) - offset} remain"
             )
-        items[index] = bytes(view[offset : offset + length])
+        elements.append(bytes(view[offset : offset + length]))
         offset += length
     if offset != len(view):
         raise InvalidArgumentError(
             f"{_text(where)}: malformed BYTES data: {len(view) - offset} bytes left over after {count} elements"
         )
+    items = np.empty(count, dtype=np.object_)
+    items[:] = elements
     return items
 
 
@@ -148,15 +161,17 @@ def array_from_bytes(
 ) -> npt.NDArray[Any]:
     """View request bytes as an array without copying (BYTES elements are decoded)."""
     count = element_count(shape)
+    if count < 0:
+        raise InvalidArgumentError(f"{_text(where)}: shape {list(shape)} has a negative dimension")
     if datatype.name == "BYTES":
-        return deserialize_bytes_tensor(buffer, count, where).reshape(shape)
+        return _reshaped(deserialize_bytes_tensor(buffer, count, where), shape, where)
     expected = count * datatype.numpy.itemsize
     if len(buffer) != expected:
         raise InvalidArgumentError(
             f"{_text(where)}: unexpected total byte size {len(buffer)} for {datatype.name} shape {list(shape)}, "
             f"expecting {expected}"
         )
-    return np.frombuffer(buffer, dtype=datatype.numpy).reshape(shape)
+    return _reshaped(np.frombuffer(buffer, dtype=datatype.numpy), shape, where)
 
 
 def array_to_bytes(array: npt.NDArray[Any], datatype: Datatype) -> bytes | memoryview:
@@ -191,7 +206,7 @@ def array_from_contents(
         raise InvalidArgumentError(
             f"{where}: expected {count} {datatype.name} elements for shape {list(shape)}, got {array.size}"
         )
-    return array.reshape(shape)
+    return _reshaped(array, shape, where)
 
 
 def _check_integer_range(array: npt.NDArray[Any], datatype: Datatype, where: str) -> None:
@@ -231,4 +246,4 @@ def _bytes_from_contents(values: object, shape: tuple[int, ...], count: int, whe
             raise InvalidArgumentError(
                 f"{where}: BYTES element {index} must be a string, got {type(item).__name__}"
             )
-    return items.reshape(shape)
+    return _reshaped(items, shape, where)
