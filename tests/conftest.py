@@ -21,5 +21,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             continue  # collected from elsewhere (benchmarks/tests marks its own)
         kind = item.path.relative_to(TESTS).parts[0]
         if kind not in KINDS:
-            raise pytest.UsageError(f"{item.path}: tests go under tests/unit, tests/integration or tests/fuzz")
+            raise pytest.UsageError(
+                f"{item.path}: tests go under tests/unit, tests/integration or tests/fuzz"
+            )
         item.add_marker(kind)

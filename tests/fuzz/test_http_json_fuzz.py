@@ -65,7 +65,7 @@ def _values(draw: st.DrawFn, datatype: dtypes.Datatype, count: int) -> list[Any]
         return draw(st.lists(st.booleans(), min_size=count, max_size=count))
     if datatype.numpy.kind == "f":
         return draw(st.lists(st.floats(-1e6, 1e6), min_size=count, max_size=count))
-    info = np.iinfo(datatype.numpy)
+    info = np.iinfo(datatype.numpy.name)
     return draw(st.lists(st.integers(int(info.min), int(info.max)), min_size=count, max_size=count))
 
 

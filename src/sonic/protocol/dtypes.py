@@ -8,9 +8,9 @@ bytes; every other type travels as the raw little-endian array. BF16 uses ``ml_d
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import ml_dtypes
 import numpy as np
@@ -212,7 +212,7 @@ def array_from_contents(
 def _check_integer_range(array: npt.NDArray[Any], datatype: Datatype, where: str) -> None:
     if array.dtype.kind not in "iuf":
         return  # strings, objects: converted (or refused) by astype
-    info = np.iinfo(datatype.numpy)
+    info = np.iinfo(datatype.numpy.name)
     low, high = array.min(), array.max()
     if array.dtype.kind == "f" and not (np.isfinite(low) and np.isfinite(high)):
         raise InvalidArgumentError(f"{where}: {datatype.name} contents must be finite numbers")
@@ -231,7 +231,7 @@ def _bytes_from_contents(values: object, shape: tuple[int, ...], count: int, whe
             f"{where}: BYTES contents must be a list of strings, got {type(values).__name__}"
         )
     else:
-        flat = list(values)  # type: ignore[call-overload]
+        flat = list(cast("Iterable[object]", values))
     if len(flat) != count:
         raise InvalidArgumentError(
             f"{where}: expected {count} BYTES elements for shape {list(shape)}, got {len(flat)}"
