@@ -1,5 +1,5 @@
 """Fuzzing what a request names besides its messages: tensor bytes against a declared shape, request
-parameters, model version strings, and the parameters of a shared-memory registration.
+parameters, and the parameters of a shared-memory registration.
 
 The shared-memory tests stay in the parameter layer: region names and their owner check
 (:mod:`sonic.protocol.shm_names`), offsets and sizes against a region, and registration with keys that
@@ -8,23 +8,17 @@ either name a segment this test made or one that does not exist (never another p
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import mmap
 import uuid
-from collections.abc import Iterator
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sonic.models.simple import IDENTITY_CONFIG, identity_model
 from sonic.protocol import dtypes
 from sonic.protocol.errors import InvalidArgumentError, SonicError
 from sonic.protocol.shm_names import owner_exited, pid_namespace, region_prefix
 from sonic.protocol.types import REQUEST_PARAMETERS, check_parameters
-from sonic.server.config import ServerConfig
-from sonic.server.manager import ModelManager
 from sonic.server.shm import SHM_ROOT, Region, SharedMemoryRegistry
 from sonic.testing.fuzz import mutated, one_in, run_bounded
 
@@ -189,32 +183,3 @@ def test_register_parameters(name: str, existing: bool, absent: str, offset: int
         registry.close()
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-
-
-@pytest.fixture(scope="module")
-def manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelManager]:
-    """A manager with one loaded model (its version strings are checked only once the model exists)."""
-    root = tmp_path_factory.mktemp("repository")
-    identity_model(root / "identity" / "1" / "model.onnx")
-    (root / "identity" / "config.pbtxt").write_text(IDENTITY_CONFIG)
-    loaded = ModelManager(ServerConfig(model_repositories=(root,)))
-    with asyncio.Runner() as runner:
-        runner.run(loaded.load_all())
-        yield loaded
-        runner.run(loaded.close())
-
-
-@given(
-    st.text(max_size=12)
-    | st.from_regex(r"\A[0-9]{1,40}\Z")
-    | st.sampled_from(["1", "\u0661", "-1", "+1", " 1", "1_0", "0x1", "", "01"])
-)
-def test_model_version_strings(manager: ModelManager, version: str) -> None:
-    """A version string names a version or is refused (NOT_FOUND / INVALID_ARGUMENT), whatever it is.
-
-    Left out, both fixed with the version parsing on the ``secpaths`` branch (each raised ValueError,
-    answered INTERNAL): digit strings over 4300 digits (Python's int() refuses them) and digits that
-    ``str.isdigit`` takes but int() does not (superscripts such as "\u00b2")."""
-    if any(c.isdigit() and not c.isdecimal() for c in version):
-        return
-    run_bounded(lambda: manager.get("identity", version), allowed=(SonicError,), max_peak_bytes=PEAK_BYTES)
