@@ -12,9 +12,11 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from sonic.protocol import dtypes, grpc_codec, http_json
-from sonic.protocol.errors import InvalidArgumentError
+from sonic.protocol.errors import InvalidArgumentError, UnauthenticatedError
 from sonic.protocol.grpc_call import trailers_status
 from sonic.protocol.shm_names import owner_exited, pid_namespace
+from sonic.server.config import AuthConfig
+from sonic.server.guard import TokenVerifier
 
 
 def test_grpc_message_that_is_not_ascii_is_read_not_raised() -> None:
@@ -113,3 +115,12 @@ def test_region_names_with_numbers_past_any_pid_are_not_a_clients() -> None:
         f"sonic_0_n{namespace}_x",  # os.kill(0, ...) would ask about our own process group
     ):
         assert owner_exited(name, namespace) is False
+
+
+def test_authorization_header_that_is_not_utf8_is_unauthenticated() -> None:
+    """aiohttp hands header bytes that are not UTF-8 over as lone surrogates (``Bearer \\xff`` arrives as
+    'Bearer \\udcff'); the token check encoded it to UTF-8 and raised UnicodeEncodeError: a 500 and a
+    logged traceback per request, for a client that had not authenticated."""
+    verifier = TokenVerifier(AuthConfig(tokens=frozenset({"alpha"})))
+    with pytest.raises(UnauthenticatedError, match="not valid"):
+        verifier.verify(b"Bearer \xff".decode("utf-8", errors="surrogateescape"))
