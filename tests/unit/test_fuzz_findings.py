@@ -6,6 +6,7 @@ Each test names the decoder, what it did before the fix, and what it answers now
 from __future__ import annotations
 
 import json
+import struct
 import tracemalloc
 
 import pytest
@@ -14,9 +15,21 @@ from tritonclient.grpc import service_pb2
 from sonic.protocol import dtypes, grpc_codec, http_json
 from sonic.protocol.errors import InvalidArgumentError, UnauthenticatedError
 from sonic.protocol.grpc_call import trailers_status
+from sonic.protocol.http2 import (
+    PREFACE,
+    ErrorCode,
+    Flag,
+    FrameType,
+    Headers,
+    Stream,
+    frame,
+    settings_frame,
+)
 from sonic.protocol.shm_names import owner_exited, pid_namespace
 from sonic.server.config import AuthConfig
+from sonic.server.frontends.h2 import ServerCore
 from sonic.server.guard import TokenVerifier
+from sonic.testing.h2 import parse_frames
 
 
 def test_grpc_message_that_is_not_ascii_is_read_not_raised() -> None:
@@ -124,3 +137,28 @@ def test_authorization_header_that_is_not_utf8_is_unauthenticated() -> None:
     verifier = TokenVerifier(AuthConfig(tokens=frozenset({"alpha"})))
     with pytest.raises(UnauthenticatedError, match="not valid"):
         verifier.verify(b"Bearer \xff".decode("utf-8", errors="surrogateescape"))
+
+
+def test_padded_headers_frame_without_payload_is_a_protocol_error() -> None:
+    """A HEADERS frame with the PADDED flag and no payload read its pad length past the end (IndexError
+    out of ``receive_data``: asyncio's "Fatal error: protocol.data_received() call failed" and a dropped
+    connection with no GOAWAY). RFC 9113 section 6.2: a PROTOCOL_ERROR."""
+    core = _ServerCore()
+    core.start()
+    core.receive_data(
+        PREFACE + settings_frame({}) + frame(FrameType.HEADERS, Flag.PADDED | Flag.END_HEADERS, 1)
+    )
+    frames = parse_frames(b"".join(bytes(piece) for piece in core.data_to_send()))
+    goaways = [payload for frame_type, _, _, payload in frames if frame_type == FrameType.GOAWAY]
+    assert goaways
+    assert struct.unpack(">I", goaways[0][4:8])[0] == ErrorCode.PROTOCOL_ERROR
+
+
+class _ServerCore(ServerCore):
+    """The server role with hooks that record nothing: the frame above never opens a stream."""
+
+    def stream_opened(self, stream: Stream, headers: Headers) -> None:
+        raise AssertionError("no stream opens")
+
+    def stream_reset(self, stream: Stream) -> None:
+        pass
