@@ -113,6 +113,7 @@ def frame_streams(draw: st.DrawFn) -> bytes:
                         "request",
                         "split",
                         "data",
+                        "short",
                         "window",
                         "ping",
                         "priority",
@@ -183,6 +184,16 @@ def frame_streams(draw: st.DrawFn) -> bytes:
             key = draw(st.sampled_from([int(s) for s in Setting] + [0, 7, 0xFFFF]))
             out.append(
                 frame(FrameType.SETTINGS, 0, 0, struct.pack(">HI", key, draw(st.integers(0, 2**32 - 1))))
+            )
+        elif kind == "short":  # frames shorter than their flags promise (pad length, priority fields)
+            out.append(
+                frame(
+                    draw(st.sampled_from([FrameType.HEADERS, FrameType.DATA, FrameType.PRIORITY])),
+                    draw(st.sampled_from([Flag.PADDED, Flag.PRIORITY, Flag.PADDED | Flag.PRIORITY]))
+                    | draw(st.sampled_from([0, Flag.END_HEADERS, Flag.END_STREAM])),
+                    draw(st.sampled_from([stream_id, max(1, stream_id - 2)])),
+                    draw(st.binary(max_size=6)),
+                )
             )
         elif kind == "goaway":
             out.append(frame(FrameType.GOAWAY, 0, 0, struct.pack(">II", stream_id, 0)))
