@@ -16,7 +16,14 @@ from tritonclient.grpc import service_pb2
 
 from sonic.protocol import dtypes
 from sonic.protocol.errors import InvalidArgumentError
-from sonic.protocol.grpc_codec import decode_infer_request, encode_stream_error
+from sonic.protocol.grpc_codec import (
+    SPLIT_ABOVE_BYTES,
+    decode_infer_request,
+    decode_response,
+    encode_stream_error,
+    split_response,
+    split_stream_response,
+)
 from sonic.protocol.wire import RAW_INPUT_CONTENTS_TAG, RAW_OUTPUT_CONTENTS_TAG, split_raw_contents
 from sonic.testing.fuzz import mutated, one_in, run_bounded
 
@@ -202,3 +209,36 @@ def test_unary_request_messages_parse_or_fail_cleanly(case: tuple[Any, bytes]) -
     and Triton answer it), never anything else, never unbounded."""
     message_type, data = case
     run_bounded(lambda: message_type.FromString(data), allowed=(DecodeError,), max_peak_bytes=PEAK_BYTES)
+
+
+@st.composite
+def infer_responses(draw: st.DrawFn) -> bytes:
+    """A ``ModelInferResponse`` (or, streamed, a ``ModelStreamInferResponse`` around one) as a server
+    sends it, large enough now and then for the client's hand-cut path (tensors kept as views)."""
+    response = service_pb2.ModelInferResponse(model_name=draw(names), model_version="1", id=draw(names))
+    for _ in range(draw(st.integers(0, 3))):
+        response.outputs.add(name=draw(names), datatype=draw(datatype_names), shape=draw(shapes))
+        size = draw(st.sampled_from([0, 8, SPLIT_ABOVE_BYTES]))
+        response.raw_output_contents.append(bytes(size))
+    data: bytes = response.SerializeToString()
+    if draw(st.booleans()):
+        data = service_pb2.ModelStreamInferResponse(
+            infer_response=response, error_message=draw(names)
+        ).SerializeToString()
+    return draw(mutated(data))
+
+
+@given(infer_responses())
+def test_client_reads_any_response(data: bytes) -> None:
+    """The client side of the codec, for a server (or anything in the path) that sends anything: a
+    response with its tensors, or protobuf's DecodeError / InvalidArgumentError, within memory bounds."""
+
+    def read() -> None:
+        for split in (split_response, split_stream_response):
+            try:
+                head, raw = split(data)[:2]
+            except (DecodeError, InvalidArgumentError):
+                continue
+            decode_response(head, raw)
+
+    run_bounded(read, allowed=(), max_peak_bytes=4 * len(data) + PEAK_BYTES)
