@@ -162,3 +162,18 @@ class _ServerCore(ServerCore):
 
     def stream_reset(self, stream: Stream) -> None:
         pass
+
+
+def test_json_integers_mixed_with_other_values_are_range_checked() -> None:
+    """``[2147483648, null]`` for UINT8 made an object array, which the range check skipped: numpy
+    wrapped the value (a DeprecationWarning). Each integer of such data is checked now."""
+    with pytest.raises(InvalidArgumentError, match="value 2147483648 is out of range for UINT8"):
+        http_json.decode_infer_request(_json_request("UINT8", [2147483648, None], [2]), None, "m", "", 0)
+
+
+def test_json_floats_past_fp32_become_infinities_as_in_triton() -> None:
+    """``1e300`` for FP32 raised numpy's RuntimeWarning (overflow in cast) on the way to inf; Triton's C++
+    cast gives inf silently, and so does sonic now (no warning: an error where warnings are errors)."""
+    request, _ = http_json.decode_infer_request(_json_request("FP32", [1e300, -1e300], [2]), None, "m", "", 0)
+    assert request.inputs[0].array is not None
+    assert request.inputs[0].array.tolist() == [float("inf"), float("-inf")]

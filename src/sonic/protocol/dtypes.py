@@ -199,7 +199,9 @@ def array_from_contents(
         array = np.asarray(values).reshape(-1)  # first as they are, so their range can be checked
         if datatype.numpy.kind in "iu" and array.size:
             _check_integer_range(array, datatype, where)
-        array = array.astype(datatype.numpy, copy=False)
+        # Floats past the type's range become infinities, as in Triton (a C++ cast), without numpy's warning.
+        with np.errstate(over="ignore"):
+            array = array.astype(datatype.numpy, copy=False)
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidArgumentError(f"{where}: contents are not {datatype.name} values: {exc}") from None
     if array.size != count:
@@ -210,9 +212,16 @@ def array_from_contents(
 
 
 def _check_integer_range(array: npt.NDArray[Any], datatype: Datatype, where: str) -> None:
-    if array.dtype.kind not in "iuf":
-        return  # strings, objects: converted (or refused) by astype
     info = np.iinfo(datatype.numpy.name)
+    if array.dtype.kind == "O":  # mixed values (numbers with null, numbers past int64): each int checked
+        for value in array:
+            if isinstance(value, int) and not info.min <= value <= info.max:
+                raise InvalidArgumentError(
+                    f"{where}: value {value} is out of range for {datatype.name} ({info.min}..{info.max})"
+                )
+        return  # anything else is converted (or refused) by astype
+    if array.dtype.kind not in "iuf":
+        return  # strings: converted (or refused) by astype
     low, high = array.min(), array.max()
     if array.dtype.kind == "f" and not (np.isfinite(low) and np.isfinite(high)):
         raise InvalidArgumentError(f"{where}: {datatype.name} contents must be finite numbers")
