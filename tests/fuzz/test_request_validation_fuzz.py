@@ -140,7 +140,7 @@ def json_requests(draw: st.DrawFn) -> bytes:
         shape = draw(shapes)
         count = int(np.prod(shape)) if all(0 <= d <= 64 for d in shape) else draw(st.integers(0, 8))
         values: Any = [0.5] * (count + (draw(st.integers(-2, 2)) if draw(one_in(4)) else 0))
-        if draw(one_in(3)) and len(shape) == 2 and count and len(values) == count:
+        if draw(one_in(3)) and len(shape) == 2 and len(values) == int(np.prod(shape)) > 0:
             values = np.reshape(values, shape).tolist()
         inputs.append(
             {
