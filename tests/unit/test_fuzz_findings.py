@@ -177,3 +177,11 @@ def test_json_floats_past_fp32_become_infinities_as_in_triton() -> None:
     request, _ = http_json.decode_infer_request(_json_request("FP32", [1e300, -1e300], [2]), None, "m", "", 0)
     assert request.inputs[0].array is not None
     assert request.inputs[0].array.tolist() == [float("inf"), float("-inf")]
+
+
+@pytest.mark.parametrize(("datatype", "value"), [("UINT64", 2.0**64), ("INT64", 2.0**63)])
+def test_floats_at_the_top_of_64_bit_ranges_are_out_of_range(datatype: str, value: float) -> None:
+    """As floats, 2**64 - 1 and 2**63 - 1 round up to 2**64 and 2**63, so a plain comparison let those
+    through and the cast overflowed (numpy's RuntimeWarning, a garbage value)."""
+    with pytest.raises(InvalidArgumentError, match="out of range"):
+        dtypes.array_from_contents([value], dtypes.BY_NAME[datatype], (1,), "input 'x'")

@@ -223,9 +223,14 @@ def _check_integer_range(array: npt.NDArray[Any], datatype: Datatype, where: str
     if array.dtype.kind not in "iuf":
         return  # strings: converted (or refused) by astype
     low, high = array.min(), array.max()
-    if array.dtype.kind == "f" and not (np.isfinite(low) and np.isfinite(high)):
-        raise InvalidArgumentError(f"{where}: {datatype.name} contents must be finite numbers")
-    if low < info.min or high > info.max:
+    if array.dtype.kind == "f":
+        if not (np.isfinite(low) and np.isfinite(high)):
+            raise InvalidArgumentError(f"{where}: {datatype.name} contents must be finite numbers")
+        # As floats the largest int64/uint64 round up to 2**63/2**64, which no longer fit: compare past it.
+        too_high = high >= float(info.max) + 1
+    else:
+        too_high = high > info.max
+    if low < info.min or too_high:
         value = low if low < info.min else high
         raise InvalidArgumentError(
             f"{where}: value {value} is out of range for {datatype.name} ({info.min}..{info.max})"
