@@ -61,8 +61,9 @@ class TokenVerifier:
         if scheme.lower() != "bearer" or not token:
             msg = "authentication required: the authorization header must be 'Bearer <token>'"
             raise UnauthenticatedError(msg)
-        # aiohttp hands header bytes that are not UTF-8 over as lone surrogates: back to those bytes.
-        encoded = token.strip().encode("utf-8", errors="surrogateescape")
+        # aiohttp hands header bytes that are not UTF-8 over as lone surrogates: they must encode (and then
+        # match no configured token), not raise.
+        encoded = token.strip().encode("utf-8", errors="surrogatepass")
         # Compare against every token so the time taken does not tell which one nearly matched.
         matched = False
         for candidate in self._tokens:
