@@ -8,9 +8,9 @@ bytes; every other type travels as the raw little-endian array. BF16 uses ``ml_d
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import ml_dtypes
 import numpy as np
@@ -116,10 +116,21 @@ def _text(where: Where) -> str:
     return where() if callable(where) else where
 
 
+def _reshaped(array: npt.NDArray[Any], shape: tuple[int, ...], where: Where) -> npt.NDArray[Any]:
+    """``array`` in the client's ``shape``. numpy refuses shapes whose dimensions multiply past its index
+    range even when one of them is 0 (no elements): that is the client's error, not ours."""
+    try:
+        return array.reshape(shape)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"{_text(where)}: shape {list(shape)} cannot be used: {exc}") from None
+
+
 def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, where: Where) -> npt.NDArray[Any]:
     """Decode ``count`` length-prefixed elements; ``where`` names the tensor in errors."""
     view = memoryview(buffer)
-    items = np.empty(count, dtype=np.object_)
+    # Elements are collected as they are read, the array made at the end: ``count`` comes from the
+    # client's shape, so an array made first could be any size; each element read takes 4 bytes at least.
+    elements: list[bytes] = []
     offset = 0
     for index in range(count):
         if offset + 4 > len(view):
@@ -134,12 +145,14 @@ def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, where: Wher
                 f"{_text(where)}: malformed BYTES data: element {index} declares {length} bytes but only "
                 f"{len(view) - offset} remain"
             )
-        items[index] = bytes(view[offset : offset + length])
+        elements.append(bytes(view[offset : offset + length]))
         offset += length
     if offset != len(view):
         raise InvalidArgumentError(
             f"{_text(where)}: malformed BYTES data: {len(view) - offset} bytes left over after {count} elements"
         )
+    items = np.empty(count, dtype=np.object_)
+    items[:] = elements
     return items
 
 
@@ -148,15 +161,17 @@ def array_from_bytes(
 ) -> npt.NDArray[Any]:
     """View request bytes as an array without copying (BYTES elements are decoded)."""
     count = element_count(shape)
+    if count < 0:
+        raise InvalidArgumentError(f"{_text(where)}: shape {list(shape)} has a negative dimension")
     if datatype.name == "BYTES":
-        return deserialize_bytes_tensor(buffer, count, where).reshape(shape)
+        return _reshaped(deserialize_bytes_tensor(buffer, count, where), shape, where)
     expected = count * datatype.numpy.itemsize
     if len(buffer) != expected:
         raise InvalidArgumentError(
             f"{_text(where)}: unexpected total byte size {len(buffer)} for {datatype.name} shape {list(shape)}, "
             f"expecting {expected}"
         )
-    return np.frombuffer(buffer, dtype=datatype.numpy).reshape(shape)
+    return _reshaped(np.frombuffer(buffer, dtype=datatype.numpy), shape, where)
 
 
 def array_to_bytes(array: npt.NDArray[Any], datatype: Datatype) -> bytes | memoryview:
@@ -172,26 +187,79 @@ def array_to_bytes(array: npt.NDArray[Any], datatype: Datatype) -> bytes | memor
 def array_from_contents(
     values: object, datatype: Datatype, shape: tuple[int, ...], where: str
 ) -> npt.NDArray[Any]:
-    """Array from typed contents (gRPC ``InferTensorContents``, HTTP JSON ``data``)."""
+    """Array from typed contents (gRPC ``InferTensorContents``, HTTP JSON ``data``).
+
+    Values come from the client: BYTES elements must be strings or bytes (``bytes(n)`` of a number would
+    allocate n bytes), and integers must fit the datatype (numpy would wrap them, or overflow).
+    """
     if any(dim < 0 for dim in shape):  # a negative count would reach numpy (an internal error)
         raise InvalidArgumentError(f"{where}: shape {list(shape)} has a negative dimension")
     count = element_count(shape)
     if datatype.name == "BYTES":
-        items = np.empty(count, dtype=np.object_)
-        flat = list(values)  # type: ignore[call-overload]
-        if len(flat) != count:
-            raise InvalidArgumentError(
-                f"{where}: expected {count} BYTES elements for shape {list(shape)}, got {len(flat)}"
-            )
-        for index, item in enumerate(flat):
-            items[index] = item.encode("utf-8") if isinstance(item, str) else bytes(item)
-        return items.reshape(shape)
+        return _bytes_from_contents(values, shape, count, where)
     try:
-        array = np.asarray(values, dtype=datatype.numpy).reshape(-1)
-    except (TypeError, ValueError) as exc:
+        array = np.asarray(values).reshape(-1)  # first as they are, so their range can be checked
+        if datatype.numpy.kind in "iu" and array.size:
+            _check_integer_range(array, datatype, where)
+        # Floats past the type's range become infinities, as in Triton (a C++ cast), without numpy's warning.
+        with np.errstate(over="ignore"):
+            array = array.astype(datatype.numpy, copy=False)
+    except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidArgumentError(f"{where}: contents are not {datatype.name} values: {exc}") from None
     if array.size != count:
         raise InvalidArgumentError(
             f"{where}: expected {count} {datatype.name} elements for shape {list(shape)}, got {array.size}"
         )
-    return array.reshape(shape)
+    return _reshaped(array, shape, where)
+
+
+def _check_integer_range(array: npt.NDArray[Any], datatype: Datatype, where: str) -> None:
+    info = np.iinfo(datatype.numpy.name)
+    if array.dtype.kind == "O":  # mixed values (numbers with null, numbers past int64): each int checked
+        for value in array:
+            if isinstance(value, int) and not info.min <= value <= info.max:
+                raise InvalidArgumentError(
+                    f"{where}: value {value} is out of range for {datatype.name} ({info.min}..{info.max})"
+                )
+        return  # anything else is converted (or refused) by astype
+    if array.dtype.kind not in "iuf":
+        return  # strings: converted (or refused) by astype
+    low, high = array.min(), array.max()
+    if array.dtype.kind == "f":
+        if not (np.isfinite(low) and np.isfinite(high)):
+            raise InvalidArgumentError(f"{where}: {datatype.name} contents must be finite numbers")
+        # As floats the largest int64/uint64 round up to 2**63/2**64, which no longer fit: compare past it.
+        too_high = high >= float(info.max) + 1
+    else:
+        too_high = high > info.max
+    if low < info.min or too_high:
+        value = low if low < info.min else high
+        raise InvalidArgumentError(
+            f"{where}: value {value} is out of range for {datatype.name} ({info.min}..{info.max})"
+        )
+
+
+def _bytes_from_contents(values: object, shape: tuple[int, ...], count: int, where: str) -> npt.NDArray[Any]:
+    if isinstance(values, np.ndarray):
+        flat: list[object] = values.reshape(-1).tolist()
+    elif isinstance(values, (str, bytes, bytearray, dict)) or not hasattr(values, "__iter__"):
+        raise InvalidArgumentError(
+            f"{where}: BYTES contents must be a list of strings, got {type(values).__name__}"
+        )
+    else:
+        flat = list(cast("Iterable[object]", values))
+    if len(flat) != count:
+        raise InvalidArgumentError(
+            f"{where}: expected {count} BYTES elements for shape {list(shape)}, got {len(flat)}"
+        )
+    items = np.empty(count, dtype=np.object_)
+    for index, item in enumerate(flat):
+        if isinstance(item, str):
+            items[index] = item.encode("utf-8", errors="surrogatepass")
+        elif isinstance(item, bytes):
+            items[index] = item
+        else:
+            raise InvalidArgumentError(
+                f"{where}: BYTES element {index} must be a string, got {type(item).__name__}"
+            )
+    return _reshaped(items, shape, where)

@@ -101,7 +101,9 @@ def encode_grpc_message(message: str) -> bytes:
 
 
 def decode_grpc_message(value: bytes) -> str:
-    return unquote(value.decode("ascii"))
+    """``grpc-message`` as text. The spec asks a decoder never to fail on it: a peer that sends raw bytes
+    (not percent-encoded ASCII) gets them read as UTF-8, undecodable bytes replaced."""
+    return unquote(value.decode("utf-8", errors="replace"))
 
 
 # --- status and trailers ------------------------------------------------------------------------------

@@ -312,6 +312,8 @@ class Http2Core(Http2Control):
             raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {stream_id}")
         start, stop = 0, len(payload)
         if flags & Flag.PADDED:
+            if not payload:  # no room for the pad length itself
+                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "HEADERS padded without a pad length")
             start = 1
             stop -= payload[0]
         if flags & Flag.PRIORITY:

@@ -201,11 +201,14 @@ def decode_infer_request(
         data = item["data"]
         if datatype.name != "BYTES" and isinstance(data, list) and data and isinstance(data[0], list):
             try:
-                data = np.asarray(data, dtype=datatype.numpy)  # nested lists: let numpy flatten them
-            except (ValueError, TypeError) as exc:
+                data = np.asarray(data)  # nested lists: let numpy flatten them (typed, checked, later)
+            except (ValueError, TypeError, OverflowError) as exc:
                 raise InvalidArgumentError(f"{where}: 'data' is not a regular nested list: {exc}") from None
         elif datatype.name == "BYTES" and isinstance(data, list):
-            data = np.asarray(data, dtype=np.object_).reshape(-1)
+            try:
+                data = np.asarray(data, dtype=np.object_).reshape(-1)
+            except (ValueError, TypeError) as exc:
+                raise InvalidArgumentError(f"{where}: 'data' is not a regular nested list: {exc}") from None
         inputs.append(
             InputTensor(
                 name, datatype_name, shape, array=dtypes.array_from_contents(data, datatype, shape, where)

@@ -13,7 +13,10 @@ import re
 import uuid
 from pathlib import Path
 
-OWNER_PATTERN = re.compile(r"^sonic_(?P<pid>\d+)_n(?P<namespace>\d+)_")
+# Region names are the client's: ASCII digits only (``\d`` takes any script's), and no more than a pid
+# (Linux's PID_MAX_LIMIT is 2**22) or an inode number can have, so ``int`` and ``os.kill`` never overflow.
+OWNER_PATTERN = re.compile(r"^sonic_(?P<pid>[0-9]{1,7})_n(?P<namespace>[0-9]{1,20})_")
+MAX_PID = 1 << 22
 
 
 def pid_namespace() -> int:
@@ -34,8 +37,11 @@ def owner_exited(name: str, namespace: int) -> bool:
     match = OWNER_PATTERN.match(name)
     if match is None or namespace == 0 or int(match["namespace"]) != namespace:
         return False
+    pid = int(match["pid"])
+    if not 0 < pid <= MAX_PID:
+        return False  # no process has it (os.kill(0, ...) would ask about our own process group)
     try:
-        os.kill(int(match["pid"]), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:

@@ -61,7 +61,9 @@ class TokenVerifier:
         if scheme.lower() != "bearer" or not token:
             msg = "authentication required: the authorization header must be 'Bearer <token>'"
             raise UnauthenticatedError(msg)
-        encoded = token.strip().encode()
+        # aiohttp hands header bytes that are not UTF-8 over as lone surrogates: they must encode (and then
+        # match no configured token), not raise.
+        encoded = token.strip().encode("utf-8", errors="surrogatepass")
         # Compare against every token so the time taken does not tell which one nearly matched.
         matched = False
         for candidate in self._tokens:
@@ -74,6 +76,8 @@ class TokenVerifier:
         raise UnauthenticatedError(msg)
 
     def _verify_jwt(self, token: str) -> bool:
+        if not token.isascii():
+            return False  # a JWT is base64url and dots; PyJWT would raise UnicodeEncodeError on some others
         now = self._clock()
         expiry = self._jwt_cache.get(token)
         if expiry is not None:
