@@ -21,7 +21,7 @@ from sonic.protocol.errors import (
     PermissionDeniedError,
     ResourceExhaustedError,
 )
-from sonic.protocol.shm_names import pid_namespace
+from sonic.protocol.shm_names import MAX_PID, pid_namespace
 from sonic.server.shm import OFF_LOOP_BYTES, Region, SharedMemoryRegistry, write_output
 from sonic.server.shm_open import SHM_ROOT, open_object, shm_path
 
@@ -153,7 +153,7 @@ def test_reclaim_unlinks_only_the_object_of_an_exited_client(
 ) -> None:
     """A region named as an exited sonic client's must not get any other object unlinked."""
     victim = _segment(fresh(), 64)
-    dead = f"sonic_999999999_n{pid_namespace()}_dead_1"  # a pid above any pid_max: never running
+    dead = f"sonic_{MAX_PID}_n{pid_namespace()}_dead_1"  # pid_max is at most MAX_PID: never running
     registry.register(dead, f"/{victim.name}", 0, 64)
     assert registry.reclaim() == [dead]
     assert victim.exists()
@@ -193,3 +193,9 @@ def test_regions_are_bounded(fresh: Callable[[], Path]) -> None:
         registry.register("second", f"/{path.name}", 0, 64)
     finally:
         registry.close()
+
+
+def test_a_key_with_a_nul_byte_is_refused_by_name() -> None:
+    """Found by fuzzing: os.open raised ValueError (an INTERNAL answer) for a key with NUL in it."""
+    with pytest.raises(InvalidArgumentError, match="is not a valid POSIX shared memory name"):
+        shm_path("/a\x00b")

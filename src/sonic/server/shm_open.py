@@ -44,7 +44,7 @@ class Opened:
 
 def shm_path(key: str) -> Path:
     name = key.removeprefix("/")
-    if not name or "/" in name or name in {".", ".."}:
+    if not name or "/" in name or "\x00" in name or name in {".", ".."}:
         raise InvalidArgumentError(f"shared memory key '{key}' is not a valid POSIX shared memory name")
     return SHM_ROOT / name
 

@@ -69,6 +69,27 @@ def test_bad_bodies_are_400(
     assert fragment in str(reply["error"])
 
 
+@pytest.mark.parametrize("length", ["1_0", "\u0661\u0662", "+5", "0x1"])
+def test_header_length_is_ascii_digits_only(http_server: ServerProcess, length: str) -> None:
+    """Found by fuzzing: int() took underscores, signs and other scripts' digits as a header length
+    (surrounding spaces are not part of an HTTP field value: the parser drops them)."""
+    headers = {"Inference-Header-Content-Length": length.encode().decode("latin-1")}
+    status, reply = _post(
+        http_server.http_address, "/v2/models/identity/infer", _infer_json([0] * 16), headers
+    )
+    assert status == 400, reply
+    assert "Inference-Header-Content-Length must be an integer" in str(reply["error"])
+
+
+@pytest.mark.parametrize("field", ["offset", "byte_size"])
+def test_a_boolean_is_no_shared_memory_offset_or_size(http_server: ServerProcess, field: str) -> None:
+    payload = {"key": "/sonic_no_such_key", "offset": 0, "byte_size": 64} | {field: True}
+    path = "/v2/systemsharedmemory/region/r/register"
+    status, reply = _post(http_server.http_address, path, json.dumps(payload).encode())
+    assert status == 400, reply
+    assert "expected {'key': str, 'offset': int, 'byte_size': int}" in str(reply["error"])
+
+
 def test_deep_json_on_a_control_endpoint_is_400(http_server: ServerProcess) -> None:
     status, reply = _post(http_server.http_address, "/v2/repository/index", b"[" * 100_000)
     assert status == 400, reply

@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import unquote
 
 from aiohttp import web
@@ -71,6 +71,10 @@ def _health(ok: bool) -> web.Response:
 async def _cuda_status(dp: DataPlane, name: str) -> web.StreamResponse:
     dp.cuda_shared_memory_status(name)
     return _json_response([])
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 async def _cuda_unregister(dp: DataPlane, name: str) -> web.StreamResponse:
@@ -304,7 +308,8 @@ class HttpFrontend(Frontend):
             async def register() -> web.StreamResponse:
                 payload = await self._json_body(request, hold)
                 key, offset, size = payload.get("key"), payload.get("offset", 0), payload.get("byte_size")
-                if not isinstance(key, str) or not isinstance(offset, int) or not isinstance(size, int):
+                # bool is an int to Python, never to the protocol ("offset": true is no offset).
+                if not isinstance(key, str) or not _is_int(offset) or not _is_int(size):
                     raise InvalidArgumentError(
                         f"register of region '{name}': expected {{'key': str, 'offset': int, 'byte_size': int}}, "
                         f"got {payload}"
@@ -343,12 +348,10 @@ class HttpFrontend(Frontend):
     ) -> web.StreamResponse:
         body = await read_body(request, self._max_message_bytes, self._max_decompressed_bytes, hold)
         header_length = request.headers.get(http_json.HEADER_LENGTH)
-        try:
-            length = int(header_length) if header_length is not None else None
-        except ValueError:
-            raise InvalidArgumentError(
-                f"{http_json.HEADER_LENGTH} must be an integer, got {header_length!r}"
-            ) from None
+        # ASCII digits only: int() would also take spaces, "1_0" and other scripts' digits.
+        if header_length is not None and not (header_length.isascii() and header_length.isdigit()):
+            raise InvalidArgumentError(f"{http_json.HEADER_LENGTH} must be an integer, got {header_length!r}")
+        length = int(header_length) if header_length is not None else None
         decode = functools.partial(http_json.decode_infer_request, body, length, name, version, received_ns)
         # The JSON part is what costs (binary tensors stay views): a large one is parsed off the loop.
         if (len(body) if length is None else length) < OFF_LOOP_BYTES:
