@@ -322,7 +322,7 @@ class ModelManager:
     async def _unload(self, name: str) -> None:
         entry = self._entries.get(name)
         if entry is None:
-            self.repository.locate(name)  # NOT_FOUND for names that are nowhere
+            # As Triton: unloading what is not loaded is no error, whatever the name (nothing is opened).
             return
         async with entry.lock:
             closing = [(v, s.model) for v, s in entry.versions.items() if s.model is not None]

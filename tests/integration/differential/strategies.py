@@ -164,9 +164,7 @@ def _http(method: str, path: str, body: dict[str, object] | None = None) -> Http
 def control_cases(draw: st.DrawFn) -> list[Call]:
     """Load or unload (``spare`` or a name that is no model), then the index and ``spare``'s readiness."""
     action = draw(st.sampled_from(["Load", "Unload"]))
-    # Unloading a name that is no model (Triton: OK; sonic: NOT_FOUND) is model-control semantics in
-    # server/manager.py, answered on branch secpaths: left out here until that lands.
-    name = draw(st.sampled_from(CONTROL_NAMES if action == "Load" else (SPARE.name,)))
+    name = draw(st.sampled_from(CONTROL_NAMES))
     grpc_first = draw(st.booleans())
     ready = draw(st.booleans())
     if grpc_first:
