@@ -1,0 +1,217 @@
+"""The server's traffic recorder: rows handed over on the event loop, written by one thread, bounded.
+
+The event loop's part is one ``deque.append`` per request (thread-safe, no lock); everything else — arrow
+conversion, Parquet encoding, rotation, deleting old files — happens on the writer thread, which wakes
+every ``flush_interval_s`` (and at close). Memory is bounded twice: at most ``max_pending_records`` rows
+wait (later ones are counted in :attr:`TrafficLog.dropped`, never block a request), and sampled tensor
+contents wait for at most ``max_pending_contents_bytes`` (past it a row is kept without its contents).
+Disk is bounded too: a file is closed past ``max_file_bytes`` or ``max_file_age_s`` and the oldest
+complete files are deleted while all of them together exceed ``max_total_bytes``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sonic.traffic.schema import COLUMNS, PARTIAL_SUFFIX, SUFFIX, arrow_schema
+
+log = logging.getLogger(__name__)
+
+Row = tuple[Any, ...]  # the values of schema.COLUMNS, in order
+_MODEL = [column.name for column in COLUMNS].index("model")
+_CONTENTS = [column.name for column in COLUMNS].index("contents")
+
+
+@dataclass(frozen=True)
+class TrafficLogConfig:
+    """Where and how much to record (``sonic serve --traffic-log DIR`` and its ``--traffic-log-*`` options)."""
+
+    directory: Path
+    enabled: bool = True  # False: off until the log-settings API turns it on
+    max_file_bytes: int = 64 << 20
+    max_file_age_s: float = 300.0  # a file becomes readable when closed: at most this old
+    max_total_bytes: int = 1 << 30
+    flush_interval_s: float = 1.0
+    max_pending_records: int = 100_000
+    sample_contents_every: int = 0  # keep the input bytes of every N-th request; 0: never
+    max_contents_bytes: int = 1 << 20  # a request with more input bytes is recorded without them
+    max_pending_contents_bytes: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        for name in ("max_file_bytes", "max_total_bytes", "max_pending_records", "max_contents_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"traffic log: {name} must be > 0, got {getattr(self, name)}")
+        if self.max_file_age_s <= 0 or self.flush_interval_s <= 0:
+            msg = "traffic log: max_file_age_s and flush_interval_s must be > 0"
+            raise ValueError(msg)
+        if self.sample_contents_every < 0:
+            raise ValueError(
+                f"traffic log: sample_contents_every must be >= 0, got {self.sample_contents_every}"
+            )
+
+
+@dataclass
+class _OpenFile:
+    writer: pq.ParquetWriter
+    partial: Path
+    opened_s: float
+
+
+@dataclass
+class _Counters:
+    written: int = 0
+    dropped: int = 0
+    contents_dropped: int = 0
+    files: list[tuple[Path, int]] = field(default_factory=list)  # complete files, oldest first, with sizes
+
+
+class TrafficLog:
+    """Records rows (see :mod:`.schema`) to rotating Parquet files, one folder per model."""
+
+    def __init__(self, config: TrafficLogConfig) -> None:
+        self.config = config
+        self.enabled = config.enabled
+        self._pending: collections.deque[Row] = collections.deque()
+        self._contents_bytes = 0
+        self._contents_lock = threading.Lock()
+        self._sample_count = 0
+        self._counters = _Counters()
+        self._open: dict[str, _OpenFile] = {}
+        self._stop = threading.Event()
+        self._file_number = 0
+        self._thread = threading.Thread(target=self._run, name="sonic-traffic-log", daemon=True)
+
+    def start(self) -> None:
+        self.config.directory.mkdir(parents=True, exist_ok=True)
+        self._counters.files = self._existing_files()
+        self._thread.start()
+
+    @property
+    def written(self) -> int:
+        return self._counters.written
+
+    @property
+    def dropped(self) -> int:
+        return self._counters.dropped
+
+    # --- on the event loop --------------------------------------------------------------------------------
+
+    def wants_contents(self) -> bool:
+        """Whether this request's input bytes are kept (every ``sample_contents_every``-th request)."""
+        every = self.config.sample_contents_every
+        if not every or not self.enabled:
+            return False
+        self._sample_count += 1
+        return self._sample_count % every == 0
+
+    def record(self, row: Row) -> None:
+        if not self.enabled:
+            return
+        if len(self._pending) >= self.config.max_pending_records:
+            self._counters.dropped += 1
+            return
+        contents = row[_CONTENTS]
+        if contents is not None:
+            size = sum(len(piece) for piece in contents)
+            with self._contents_lock:
+                if size > self.config.max_contents_bytes or (
+                    self._contents_bytes + size > self.config.max_pending_contents_bytes
+                ):
+                    row = (*row[:_CONTENTS], None, *row[_CONTENTS + 1 :])
+                    self._counters.contents_dropped += 1
+                else:
+                    self._contents_bytes += size
+        self._pending.append(row)
+
+    def close(self) -> None:
+        """Write what is pending, close every file, stop the thread."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    # --- on the writer thread -----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            stopping = self._stop.wait(self.config.flush_interval_s)
+            try:
+                self._flush()
+                self._close_files(lambda f: time.monotonic() - f.opened_s >= self.config.max_file_age_s)
+            except Exception:  # a full disk must not take the server down: log, drop, go on
+                log.exception("traffic log: writing under %s failed", self.config.directory)
+        try:
+            self._close_files(lambda _: True)
+        except Exception:
+            log.exception("traffic log: closing files under %s failed", self.config.directory)
+
+    def _flush(self) -> None:
+        by_model: dict[str, list[Row]] = {}
+        contents_bytes = 0
+        while self._pending:
+            row = self._pending.popleft()
+            by_model.setdefault(row[_MODEL], []).append(row)
+            if row[_CONTENTS] is not None:
+                contents_bytes += sum(len(piece) for piece in row[_CONTENTS])
+        if contents_bytes:
+            with self._contents_lock:
+                self._contents_bytes -= contents_bytes
+        for model, rows in by_model.items():
+            self._write(model, rows)
+
+    def _write(self, model: str, rows: list[Row]) -> None:
+        schema = arrow_schema()
+        table = pa.Table.from_arrays(
+            [
+                pa.array(values, type=f.type)
+                for values, f in zip(zip(*rows, strict=True), schema, strict=True)
+            ],
+            schema=schema,
+        )
+        current = self._open.get(model)
+        if current is None:
+            folder = self.config.directory / model
+            folder.mkdir(exist_ok=True)
+            self._file_number += 1
+            # Named by when it was opened, to the nanosecond: a restarted server must not reuse a name.
+            opened = f"{time.strftime('%Y%m%dT%H%M%S')}.{time.time_ns() % 1_000_000_000:09d}"
+            partial = folder / f"traffic-{opened}-{os.getpid()}-{self._file_number:06d}{PARTIAL_SUFFIX}"
+            current = _OpenFile(pq.ParquetWriter(partial, schema), partial, time.monotonic())
+            self._open[model] = current
+        current.writer.write_table(table)
+        self._counters.written += len(rows)
+        if current.partial.stat().st_size >= self.config.max_file_bytes:
+            self._close_files(lambda f: f is current)
+
+    def _close_files(self, which: Any) -> None:
+        for model, open_file in list(self._open.items()):
+            if not which(open_file):
+                continue
+            del self._open[model]
+            open_file.writer.close()
+            final = open_file.partial.with_name(open_file.partial.name.removesuffix(PARTIAL_SUFFIX) + SUFFIX)
+            open_file.partial.rename(final)
+            self._counters.files.append((final, final.stat().st_size))
+        self._enforce_total()
+
+    def _enforce_total(self) -> None:
+        files = self._counters.files
+        total = sum(size for _, size in files)
+        while files and total > self.config.max_total_bytes:
+            oldest, size = files.pop(0)
+            oldest.unlink(missing_ok=True)
+            total -= size
+
+    def _existing_files(self) -> list[tuple[Path, int]]:
+        found = [(p, p.stat()) for p in self.config.directory.glob(f"*/*{SUFFIX}")]
+        return [(p, st.st_size) for p, st in sorted(found, key=lambda item: item[1].st_mtime_ns)]
