@@ -211,6 +211,18 @@ def _add_security_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="load model folders that are symlinks to places outside the repositories (e.g. CVMFS)",
     )
+    group.add_argument(
+        "--allow-shm-from-other-users",
+        action="store_true",
+        help="register shared memory objects owned by other users (default: the server's user only)",
+    )
+    group.add_argument(
+        "--shm-copy-always",
+        action="store_true",
+        help="copy every shared memory tensor by system calls, never map a region: no client can crash the "
+        "server by shrinking its object, even one of the server's user (default: only objects others can "
+        "write are copied)",
+    )
 
 
 def _read_tokens(path: Path) -> frozenset[str]:
@@ -261,6 +273,8 @@ def _security_from_args(args: argparse.Namespace) -> dict[str, object]:
         "http_max_connections_per_client": args.http_max_connections_per_client,
         "repository_control": not args.disable_repository_control,
         "allow_model_links_outside": args.allow_model_links_outside,
+        "allow_shm_from_other_users": args.allow_shm_from_other_users,
+        "shm_copy_always": args.shm_copy_always,
     }
 
 

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import mmap
 import os
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,10 @@ class Region:
         self.key = f"/{name}"
         self.path = SHM_ROOT / name
         self.size = 0
-        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        # O_EXCL: a name another local user planted first (a file, or a link to one) is refused, never
+        # opened (O_EXCL does not follow a link; O_NOFOLLOW says so twice). 0600: only this user reads
+        # it, as the server's owner check expects.
+        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_RDWR, 0o600)
         exit_cleanup().add(self.path)
         try:
             os.ftruncate(fd, size)
@@ -134,7 +138,9 @@ class RegionPool:
                 await self._register(region)
             return region
         self._count += 1
-        region = Region(f"{self._prefix}_{self._count}", size)
+        # A random part per region: another local user who saw this pool's names cannot plant the next
+        # one first (O_EXCL would refuse it, failing the request).
+        region = Region(f"{self._prefix}_{self._count}_{secrets.token_hex(4)}", size)
         self._all.add(region)
         try:
             await self._register(region)

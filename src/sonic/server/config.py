@@ -109,6 +109,8 @@ class ServerConfig:
     http_max_connections_per_client: int | None = None  # open HTTP connections per client address
     repository_control: bool = True  # False: load/unload refused even in explicit mode
     allow_model_links_outside: bool = False  # True: model folders may be symlinks out of the repositories
+    allow_shm_from_other_users: bool = False  # True: shared memory objects of any owner may be registered
+    shm_copy_always: bool = False  # True: never map a shared memory region, copy through its descriptor
     cache_size_bytes: int = 0  # response cache for models that enable it; 0: no cache
     log_requests: bool = False  # one structured log record per inference request
     otel_tracing: bool = False  # OpenTelemetry spans around requests (needs opentelemetry-api)

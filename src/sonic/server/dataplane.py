@@ -45,7 +45,9 @@ class DataPlane:
     def __init__(self, config: ServerConfig, models: ModelManager) -> None:
         self._config = config
         self.models = models
-        self.shared_memory = SharedMemoryRegistry()
+        self.shared_memory = SharedMemoryRegistry(
+            allow_other_users=config.allow_shm_from_other_users, copy_always=config.shm_copy_always
+        )
         self.accepting = False  # false before start-up is done and once shutdown began
         # One server-wide cache, used by models whose config says response_cache { enable: true }.
         self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes > 0 else None
@@ -177,15 +179,16 @@ class DataPlane:
             if tensor.shm is not None:
                 where = f"model {quote(request.model_name)} input {quote(tensor.name)}"
                 region = self.shared_memory.get(tensor.shm.region, where)
-                tensor.raw = region.view(tensor.shm.offset, tensor.shm.byte_size, where)
+                tensor.raw = await region.read(tensor.shm.offset, tensor.shm.byte_size, where)
         cached = self.cache is not None and model.config.response_cache.enable
         batch = request.inputs[0].shape[0] if request.inputs and request.inputs[0].shape else 0
         for name, wanted in request.output_shm.items():
             # Checked before running the model so a bad region costs no inference.
             where = f"model {quote(request.model_name)} output {quote(name)}"
-            view = self.shared_memory.get(wanted.region, where).view(wanted.offset, wanted.byte_size, where)
+            region = self.shared_memory.get(wanted.region, where)
+            view = region.output_view(wanted.offset, wanted.byte_size, where)
             # The cache keeps outputs past the request: they must not be views of a client's region.
-            buffer = None if cached else output_buffer(model.spec, batch, name, view)
+            buffer = None if cached else output_buffer(model.spec, batch, name, wanted.byte_size, view)
             if buffer is not None:
                 request.output_buffers[name] = buffer
         if self.cache is not None and cached:
@@ -197,8 +200,10 @@ class DataPlane:
             if target is None:
                 continue
             where = f"model {quote(request.model_name)} output {quote(output.name)}"
-            view = self.shared_memory.get(target.region, where).view(target.offset, target.byte_size, where)
-            written = write_output(view, output.array, dtypes.from_name(output.datatype), where)
+            region = self.shared_memory.get(target.region, where)
+            datatype = dtypes.from_name(output.datatype)
+            array = output.array
+            written = await write_output(region, target.offset, target.byte_size, array, datatype, where)
             output.shm = ShmRef(target.region, written, target.offset)
         return response
 

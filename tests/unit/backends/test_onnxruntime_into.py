@@ -1,8 +1,10 @@
-"""Outputs run straight into a client's shared memory: onnxruntime's bound outputs and the server's checks."""
+"""Outputs run straight into a buffer the server then writes to shared memory: onnxruntime's bound outputs."""
 
 from __future__ import annotations
 
-import mmap
+import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,8 @@ from sonic.protocol import dtypes
 from sonic.protocol.model_config import ModelSpec, fill_defaults, parse_config_text, validate_config
 from sonic.server.backends.base import InstanceContext
 from sonic.server.backends.onnxruntime import OnnxRuntimeBackend
-from sonic.server.shm import output_buffer, write_output
+from sonic.server.shm import SharedMemoryRegistry, output_buffer, write_output
+from sonic.server.shm_open import SHM_ROOT
 from sonic.testing.repository import MODELS, write_test_repository
 
 pytestmark = pytest.mark.unit
@@ -28,27 +31,52 @@ def _load(root: Path, name: str) -> tuple[OnnxRuntimeBackend, ModelSpec]:
     return OnnxRuntimeBackend(context), spec
 
 
+@pytest.fixture
+def tmp_shm() -> Iterator[Path]:
+    path = SHM_ROOT / f"sonic_test_into_{uuid.uuid4().hex}"
+    with path.open("xb") as handle:
+        handle.truncate(4096)
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_test_repository(tmp_path_factory.mktemp("repo"), "sonic", MODELS)
 
 
-def test_outputs_are_written_into_the_given_buffers(repository: Path) -> None:
+@pytest.mark.parametrize("copy_always", [False, True], ids=["mapped", "copied"])
+async def test_outputs_are_written_into_the_given_buffers(
+    repository: Path, tmp_shm: Path, copy_always: bool
+) -> None:
     backend, spec = _load(repository, "identity")
     x = np.arange(3 * 16, dtype=np.float32).reshape(3, 16)
-    region = mmap.mmap(-1, 4096)
-    buffer = output_buffer(spec, 3, "OUTPUT0", memoryview(region)[64:])
-    assert buffer is not None
-    assert buffer.shape == (3, 16)
-    assert buffer.dtype == np.float32
-    outputs = backend.execute_into({"INPUT0": x}, ["OUTPUT0"], {"OUTPUT0": buffer})
-    assert outputs["OUTPUT0"] is buffer
-    np.testing.assert_array_equal(np.frombuffer(region, np.float32, 48, offset=64).reshape(3, 16), x)
-    # The server's copy into the region is then skipped; the byte count is still reported.
-    size = write_output(memoryview(region)[64:], buffer, dtypes.from_name("FP32"), "where")
+    registry = SharedMemoryRegistry(copy_always=copy_always)
+    try:
+        registry.register("r", f"/{tmp_shm.name}", 0, 4096)
+        region = registry.get("r", "where")
+        view = region.output_view(64, 4096 - 64, "where")
+        assert (view is None) == copy_always  # mapped: the backend runs straight into the region
+        buffer = output_buffer(spec, 3, "OUTPUT0", 4096 - 64, view)
+        assert buffer is not None
+        assert buffer.shape == (3, 16)
+        assert buffer.dtype == np.float32
+        outputs = backend.execute_into({"INPUT0": x}, ["OUTPUT0"], {"OUTPUT0": buffer})
+        assert outputs["OUTPUT0"] is buffer
+        # Then written into the region (a copy skipped when mapped); the byte count is reported.
+        size = await write_output(region, 64, 4096 - 64, buffer, dtypes.from_name("FP32"), "where")
+        del view, buffer, outputs
+    finally:
+        registry.close()
     assert size == x.nbytes
-    np.testing.assert_array_equal(buffer, x)
-    del buffer, outputs
+    fd = os.open(tmp_shm, os.O_RDONLY)
+    try:
+        written = np.frombuffer(os.pread(fd, x.nbytes, 64), np.float32).reshape(3, 16)
+    finally:
+        os.close(fd)
+    np.testing.assert_array_equal(written, x)
 
 
 def test_unsuitable_buffers_fall_back_to_a_plain_run(repository: Path) -> None:
@@ -68,13 +96,14 @@ def test_unsuitable_buffers_fall_back_to_a_plain_run(repository: Path) -> None:
 
 
 def test_output_buffer_only_when_the_size_is_known(repository: Path) -> None:
-    _, variable = _load(repository, "identity_fp16")  # dims [-1]
     view = memoryview(bytearray(4096))
-    assert output_buffer(variable, 2, "OUTPUT0", view) is None
+    _, variable = _load(repository, "identity_fp16")  # dims [-1]
+    assert output_buffer(variable, 2, "OUTPUT0", 4096, view) is None
     _, fixed = _load(repository, "identity")
-    assert output_buffer(fixed, 64, "OUTPUT0", view[:100]) is None  # too small: reported after running
-    assert output_buffer(fixed, 2, "NOPE", view) is None
+    assert output_buffer(fixed, 64, "OUTPUT0", 100, view[:100]) is None  # too small: reported after running
+    assert output_buffer(fixed, 2, "NOPE", 4096, None) is None
     _, nobatch = _load(repository, "nobatch")
-    buffer = output_buffer(nobatch, 0, "OUTPUT0", view)
-    assert buffer is not None
-    assert buffer.shape == (2, 3)
+    for given in (view, None):  # a view of a mapped region, or a buffer of the server
+        buffer = output_buffer(nobatch, 0, "OUTPUT0", 4096, given)
+        assert buffer is not None
+        assert buffer.shape == (2, 3)
