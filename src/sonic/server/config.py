@@ -10,6 +10,7 @@ from pathlib import Path
 from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits
 from sonic.protocol.wire import MAX_MESSAGE_BYTES
 from sonic.server.runtime.rate_limiter import ResourceCount
+from sonic.traffic.config import TrafficLogConfig
 
 
 class ModelControlMode(enum.StrEnum):
@@ -116,9 +117,8 @@ class ServerConfig:
     otel_tracing: bool = False  # OpenTelemetry spans around requests (needs opentelemetry-api)
     exit_on_error: bool = False  # Triton's --exit-on-error: fail start-up when a model fails to load
     auto_complete_config: bool = True  # False (Triton's --disable-auto-complete-config): configs are whole
-    rate_limit: RateLimitConfig | None = (
-        None  # None: Triton's --rate-limit off (rate_limiter configs ignored)
-    )
+    rate_limit: RateLimitConfig | None = None  # None: Triton's --rate-limit off (rate_limiter ignored)
+    traffic_log: TrafficLogConfig | None = None  # --traffic-log DIR: one record per request, for replay
 
     def __post_init__(self) -> None:
         if not self.model_repositories:

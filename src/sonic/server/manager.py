@@ -36,6 +36,7 @@ from sonic.server.repository import (
 )
 from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.rate_limiter import CPU_DEVICE, InstanceLimits, RateLimiter
+from sonic.server.traffic_rows import TrafficRecorder
 from sonic.server.warmup import run_warmup, warmup_samples
 
 log = logging.getLogger(__name__)
@@ -115,8 +116,9 @@ def _prepare_config(
 
 
 class ModelManager:
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, traffic: TrafficRecorder | None = None) -> None:
         self._config = config
+        self._traffic = traffic  # handed to every version it loads
         self.repository = Repository(
             config.model_repositories, allow_links_outside=config.allow_model_links_outside
         )
@@ -228,6 +230,7 @@ class ModelManager:
                 entry.versions[version] = VersionState(LOADING)
             try:
                 new_models[version] = await self._create_version(config, spec, backend_cls, location, version)
+                new_models[version].traffic = self._traffic
             except SonicError as exc:
                 failures[version] = str(exc)
         if not new_models and failures:

@@ -7,8 +7,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from sonic.traffic.config import TrafficLogConfig
 from sonic.traffic.schema import COLUMN_NAMES, METADATA_KEY, SCHEMA_VERSION, read_traffic, traffic_files
-from sonic.traffic.writer import Row, TrafficLog, TrafficLogConfig
+from sonic.traffic.writer import Row, TrafficLog
 
 pytestmark = pytest.mark.unit
 
