@@ -18,6 +18,8 @@ from sonic.protocol.types import InferRequest, InputTensor
 from sonic.server.stats import RequestTiming
 from sonic.traffic.config import TrafficLogConfig
 
+Pending = tuple[Any, ...]  # request_row's record: expanded to the schema's row by expand_row
+
 
 class TrafficRecorder(Protocol):
     """What the server needs of the recorder (:class:`sonic.traffic.writer.TrafficLog`)."""
@@ -28,7 +30,7 @@ class TrafficRecorder(Protocol):
 
     def wants_contents(self) -> bool: ...
 
-    def record(self, row: tuple[Any, ...]) -> None: ...
+    def record(self, pending: Pending) -> None: ...
 
     def close(self) -> None: ...
 
@@ -39,7 +41,7 @@ def open_traffic_log(config: TrafficLogConfig | None) -> TrafficRecorder | None:
         return None
     from sonic.traffic.writer import TrafficLog  # noqa: PLC0415  (pyarrow, only when recording)
 
-    return TrafficLog(config)
+    return TrafficLog(config, expand_row)
 
 
 def _nbytes(tensor: InputTensor) -> int:
@@ -78,30 +80,63 @@ def request_row(
     error: BaseException | None = None,
     *,
     keep_contents: bool = False,
-) -> tuple[Any, ...]:
-    parameters = request.parameters
-    sequence_id = parameters.get("sequence_id", "")
+) -> Pending:
+    """What the event loop keeps of a request: small values and references, no tensor (see expand_row)."""
     status = "OK"
     if error is not None:
         status = error.code.name if isinstance(error, SonicError) else "CANCELLED"
-    us = 1000
     return (
         time.time_ns() - total_ns,
         request.model_name,
-        str(version),
+        version,
         request.request_id,
         status,
         batch_size,
-        [t.name for t in request.inputs],
-        [t.datatype for t in request.inputs],
-        [list(t.shape) for t in request.inputs],
-        sum(_nbytes(t) for t in request.inputs),
+        tuple((t.name, t.datatype, t.shape, _nbytes(t)) for t in request.inputs),
         sum(_array_bytes(a) for a in outputs),
+        request.parameters,
+        timing,
+        total_ns,
+        _contents(request) if keep_contents else None,
+    )
+
+
+def expand_row(pending: Pending) -> tuple[Any, ...]:
+    """The schema's row (:data:`sonic.traffic.schema.COLUMNS`) of a pending record, on the writer thread."""
+    (
+        arrival,
+        model,
+        version,
+        request_id,
+        status,
+        batch_size,
+        inputs,
+        out_bytes,
+        parameters,
+        timing,
+        total_ns,
+        contents,
+    ) = pending
+    sequence_id = parameters.get("sequence_id", "")
+    priority, timeout = parameters.get("priority", 0), parameters.get("timeout", 0)
+    us = 1000
+    return (
+        arrival,
+        model,
+        str(version),
+        request_id,
+        status,
+        batch_size,
+        [name for name, _, _, _ in inputs],
+        [datatype for _, datatype, _, _ in inputs],
+        [list(shape) for _, _, shape, _ in inputs],
+        sum(size for _, _, _, size in inputs),
+        out_bytes,
         "" if sequence_id in ("", 0) else str(sequence_id),
         parameters.get("sequence_start") is True,
         parameters.get("sequence_end") is True,
-        request.priority,
-        request.timeout_us,
+        priority if isinstance(priority, int) else 0,
+        timeout if isinstance(timeout, int) else 0,
         timing.queue_ns // us if timing else 0,
         timing.compute_input_ns // us if timing else 0,
         timing.compute_infer_ns // us if timing else 0,
@@ -109,5 +144,5 @@ def request_row(
         total_ns // us,
         timing.execution if timing else 0,
         timing.execution_batch_size if timing else 0,
-        _contents(request) if keep_contents else None,
+        contents,
     )

@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 
 Row = tuple[Any, ...]  # the values of schema.COLUMNS, in order
 _MODEL = [column.name for column in COLUMNS].index("model")
-_CONTENTS = [column.name for column in COLUMNS].index("contents")
+assert COLUMNS[-1].name == "contents"  # record() finds the contents last, in rows and pending records
 
 
 @dataclass
@@ -51,8 +52,11 @@ class _Counters:
 class TrafficLog:
     """Records rows (see :mod:`.schema`) to rotating Parquet files, one folder per model."""
 
-    def __init__(self, config: TrafficLogConfig) -> None:
+    def __init__(self, config: TrafficLogConfig, expand: Callable[[Any], Row] | None = None) -> None:
+        """``expand``: turns what :meth:`record` was given into a row, on the writer thread (the event
+        loop then hands over only references and small values); None: records are rows already."""
         self.config = config
+        self._expand = expand
         self.enabled = config.enabled
         self._pending: collections.deque[Row] = collections.deque()
         self._contents_bytes = 0
@@ -87,24 +91,25 @@ class TrafficLog:
         self._sample_count += 1
         return self._sample_count % every == 0
 
-    def record(self, row: Row) -> None:
+    def record(self, record: tuple[Any, ...]) -> None:
+        """``record``: a row, or what ``expand`` makes one of; either way its last item is the contents."""
         if not self.enabled:
             return
         if len(self._pending) >= self.config.max_pending_records:
             self._counters.dropped += 1
             return
-        contents = row[_CONTENTS]
+        contents = record[-1]
         if contents is not None:
             size = sum(len(piece) for piece in contents)
             with self._contents_lock:
                 if size > self.config.max_contents_bytes or (
                     self._contents_bytes + size > self.config.max_pending_contents_bytes
                 ):
-                    row = (*row[:_CONTENTS], None, *row[_CONTENTS + 1 :])
+                    record = (*record[:-1], None)
                     self._counters.contents_dropped += 1
                 else:
                     self._contents_bytes += size
-        self._pending.append(row)
+        self._pending.append(record)
 
     def close(self) -> None:
         """Write what is pending, close every file, stop the thread."""
@@ -132,10 +137,11 @@ class TrafficLog:
         by_model: dict[str, list[Row]] = {}
         contents_bytes = 0
         while self._pending:
-            row = self._pending.popleft()
+            record = self._pending.popleft()
+            if record[-1] is not None:
+                contents_bytes += sum(len(piece) for piece in record[-1])
+            row = self._expand(record) if self._expand is not None else record
             by_model.setdefault(row[_MODEL], []).append(row)
-            if row[_CONTENTS] is not None:
-                contents_bytes += sum(len(piece) for piece in row[_CONTENTS])
         if contents_bytes:
             with self._contents_lock:
                 self._contents_bytes -= contents_bytes

@@ -8,7 +8,7 @@ import pytest
 from sonic.protocol.errors import UnavailableError
 from sonic.protocol.types import InferRequest, InputTensor
 from sonic.server.stats import RequestTiming
-from sonic.server.traffic_rows import request_row
+from sonic.server.traffic_rows import expand_row, request_row
 from sonic.traffic.schema import COLUMN_NAMES
 
 pytestmark = pytest.mark.unit
@@ -27,7 +27,7 @@ def test_a_successful_request_row() -> None:
     row = dict(
         zip(
             COLUMN_NAMES,
-            request_row(_request(), 3, 2, timing, 12_000, [np.zeros(3, np.float64)]),
+            expand_row(request_row(_request(), 3, 2, timing, 12_000, [np.zeros(3, np.float64)])),
             strict=True,
         )
     )
@@ -44,7 +44,9 @@ def test_a_successful_request_row() -> None:
 
 def test_a_failed_request_row_names_its_status_and_keeps_no_timing() -> None:
     error = UnavailableError("queue full")
-    row = dict(zip(COLUMN_NAMES, request_row(_request(), 1, 2, None, 5000, error=error), strict=True))
+    row = dict(
+        zip(COLUMN_NAMES, expand_row(request_row(_request(), 1, 2, None, 5000, error=error)), strict=True)
+    )
     assert row["status"] == "UNAVAILABLE"
     assert row["output_bytes"] == 0
     assert row["queue_us"] == 0
@@ -52,8 +54,12 @@ def test_a_failed_request_row_names_its_status_and_keeps_no_timing() -> None:
 
 
 def test_contents_of_json_bytes_inputs_are_not_kept() -> None:
-    row = dict(zip(COLUMN_NAMES, request_row(_request(), 1, 2, None, 1, keep_contents=True), strict=True))
+    row = dict(
+        zip(COLUMN_NAMES, expand_row(request_row(_request(), 1, 2, None, 1, keep_contents=True)), strict=True)
+    )
     assert row["contents"] is None
     numeric = InferRequest("m", "", [InputTensor("X", "FP32", (1,), array=np.array([2.0], np.float32))])
-    row = dict(zip(COLUMN_NAMES, request_row(numeric, 1, 1, None, 1, keep_contents=True), strict=True))
+    row = dict(
+        zip(COLUMN_NAMES, expand_row(request_row(numeric, 1, 1, None, 1, keep_contents=True)), strict=True)
+    )
     assert row["contents"] == [np.array([2.0], np.float32).tobytes()]
