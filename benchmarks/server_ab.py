@@ -3,7 +3,9 @@
 Every tree's server runs at once; the same lean load generator (pre-serialized ModelInferRequest over
 grpc.aio, ``benchmarks.common.grpc_load``) visits them in turn, the order reversed every other round,
 so load from elsewhere hits all alike and each round gives a ratio. Workloads: identity ``[1, 16]`` FP32
-at 32 in flight, and 1693 x 48 x 48 x 1 FP32 (15.6 MB each way) at 1 in flight.
+at 32 in flight, and 1693 x 48 x 48 x 1 FP32 (15.6 MB each way) at 1 in flight. ``--protocol http``
+sends the same tensors to the HTTP/REST front end instead (binary tensor extension, aiohttp client,
+``--tag`` names the results file).
 
     .venv/bin/python -m benchmarks.server_ab --tree base=/path/to/old/src --tree after=src [--rounds 4]
 """
@@ -11,16 +13,22 @@ at 32 in flight, and 1693 x 48 x 48 x 1 FP32 (15.6 MB each way) at 1 in flight.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import os
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
+import aiohttp
 import numpy as np
+import numpy.typing as npt
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from benchmarks.common import (
+    cpu_seconds,
     infer_request_bytes,
     load_with_server_cpu,
     save,
@@ -33,12 +41,70 @@ from sonic.testing.repository import write_test_repository
 LARGE_SHAPE = (1693, 48, 48, 1)
 
 
+def http_request(model: str, array: npt.NDArray[np.float32]) -> tuple[str, bytes, dict[str, str]]:
+    """The path, body and headers of an HTTP infer call with ``array`` as a binary FP32 tensor."""
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": list(array.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": array.nbytes},
+                }
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    headers = {
+        "Inference-Header-Content-Length": str(len(header)),
+        "Content-Type": "application/octet-stream",
+    }
+    return f"/v2/models/{model}/infer", header + array.tobytes(), headers
+
+
+async def _http_window(
+    url: str, body: bytes, headers: dict[str, str], concurrency: int, seconds: float
+) -> int:
+    """Calls completed by ``concurrency`` callers back to back over ``seconds`` (keep-alive connections)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    done = 0
+    async with aiohttp.ClientSession() as session:
+
+        async def caller() -> None:
+            nonlocal done
+            while loop.time() < deadline:
+                async with session.post(url, data=body, headers=headers) as response:
+                    await response.read()
+                    if response.status != 200:
+                        raise RuntimeError(f"HTTP {response.status} from {url}")
+                done += 1
+
+        await asyncio.gather(*(caller() for _ in range(concurrency)))
+    return done
+
+
+def http_load_with_server_cpu(
+    address: str, request: tuple[str, bytes, dict[str, str]], pid: int, *, concurrency: int, window_s: float
+) -> tuple[float, float]:
+    """Requests/s and server CPU µs per request over one window, after 1 s of warm-up load."""
+    path, body, headers = request
+    url = f"http://{address}{path}"
+    asyncio.run(_http_window(url, body, headers, concurrency, 1.0))
+    before, start = cpu_seconds(pid), time.perf_counter()
+    done = max(asyncio.run(_http_window(url, body, headers, concurrency, window_s)), 1)
+    return done / (time.perf_counter() - start), 1e6 * (cpu_seconds(pid) - before) / done
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--tree", action="append", required=True, help="NAME=PATH of a src/ folder")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
+    parser.add_argument("--tag", default="", help="results go to results/server_ab-TAG.json")
     parser.add_argument(
         "--instances", type=int, default=0, help="instances per model for every tree (0: each tree's default)"
     )
@@ -57,8 +123,15 @@ def main() -> None:
     large_array = np.random.default_rng(0).random(LARGE_SHAPE, dtype=np.float32)
     large = infer_request_bytes("identity_large", {"INPUT0": large_array}, {"INPUT0": "FP32"})
     workloads = (("identity b1 c32", small, 32, 3.0), ("15.6 MB c1", large, 1, 4.0))
+    http_requests = {
+        "identity b1 c32": http_request("identity", np.ones((1, 16), np.float32)),
+        "15.6 MB c1": http_request("identity_large", large_array),
+    }
+    extra = ["--http-port", "0"] if args.protocol == "http" else []
     servers = {
-        name: ServerProcess.start([repository], env={**os.environ, "PYTHONPATH": str(Path(src).resolve())})
+        name: ServerProcess.start(
+            [repository], env={**os.environ, "PYTHONPATH": str(Path(src).resolve())}, extra_args=extra
+        )
         for name, src in trees.items()
     }
     rows: list[dict[str, float | int | str]] = []
@@ -68,20 +141,34 @@ def main() -> None:
             for label, payload, concurrency, window_s in workloads:
                 for name in names:
                     server = servers[name]
-                    result, cpu_us = load_with_server_cpu(
-                        server.grpc_address, payload, server.pid, concurrency=concurrency, window_s=window_s
-                    )
+                    if args.protocol == "http":
+                        rate, cpu_us = http_load_with_server_cpu(
+                            server.http_address,
+                            http_requests[label],
+                            server.pid,
+                            concurrency=concurrency,
+                            window_s=window_s,
+                        )
+                    else:
+                        result, cpu_us = load_with_server_cpu(
+                            server.grpc_address,
+                            payload,
+                            server.pid,
+                            concurrency=concurrency,
+                            window_s=window_s,
+                        )
+                        rate = result.requests_per_s
                     rows.append(
                         {
                             "round": round_index,
                             "workload": label,
                             "tree": name,
-                            "requests_per_s": result.requests_per_s,
+                            "requests_per_s": rate,
                             "server_cpu_us_per_request": cpu_us,
                         }
                     )
                     print(
-                        f"round {round_index} {label:16s} {name:8s} {result.requests_per_s:9.1f} req/s "
+                        f"round {round_index} {label:16s} {name:8s} {rate:9.1f} req/s "
                         f"{cpu_us:8.0f} server CPU µs/req  load {os.getloadavg()[0]:.1f}",
                         flush=True,
                     )
@@ -96,7 +183,9 @@ def main() -> None:
             cpu = statistics.median(float(r["server_cpu_us_per_request"]) for r in mine)
             summary[f"{label} {name}"] = {"requests_per_s": rate, "server_cpu_us_per_request": cpu}
             print(f"{label:16s} {name:8s} median {rate:9.1f} req/s  {cpu:8.0f} server CPU µs/req")
-    print(f"saved {save('server_ab', {'trees': trees, 'rows': rows, 'summary': summary})}")
+    name = "server_ab" + (f"-{args.tag}" if args.tag else "")
+    results = {"trees": trees, "protocol": args.protocol, "rows": rows, "summary": summary}
+    print(f"saved {save(name, results)}")
 
 
 if __name__ == "__main__":

@@ -167,7 +167,7 @@ def test_encoded_headers_decode_to_themselves() -> None:
 def test_message_reader_reassembles_messages_cut_anywhere(cut: int) -> None:
     messages = [b"", b"hello", bytes(range(256)) * 10]
     data = b"".join(grpc_message_prefix(len(m)) + m for m in messages)
-    reader = MessageReader(max_bytes=1 << 20)
+    reader = MessageReader(max_bytes=1 << 20, budget_bytes=1 << 30)
     got = []
     for start in range(0, len(data), cut):
         got += [bytes(m) for _, m in reader.feed(memoryview(data[start : start + cut]))]
@@ -176,8 +176,15 @@ def test_message_reader_reassembles_messages_cut_anywhere(cut: int) -> None:
 
 
 def test_message_reader_refuses_oversized_messages() -> None:
-    reader = MessageReader(max_bytes=10)
+    reader = MessageReader(max_bytes=10, budget_bytes=1 << 30)
     with pytest.raises(CallError, match=r"larger than max \(11 vs. 10\)") as caught:
+        reader.feed(memoryview(grpc_message_prefix(11)))
+    assert caught.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_message_reader_refuses_messages_over_the_whole_request_buffer_budget() -> None:
+    reader = MessageReader(max_bytes=1 << 20, budget_bytes=10)
+    with pytest.raises(CallError, match=r"11 bytes, larger than the server's whole request buffer") as caught:
         reader.feed(memoryview(grpc_message_prefix(11)))
     assert caught.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
 

@@ -59,13 +59,18 @@ def test_syntax_error_names_file_and_line() -> None:
             'input [{name:"x" data_type: TYPE_FP32 dims:[1]}, {name:"x" data_type: TYPE_FP32 dims:[1]}]\noutput [{name:"y" data_type: TYPE_FP32 dims:[1]}]',
             "declared twice",
         ),
-        ('output [{name:"y" data_type: TYPE_FP32 dims:[1]}]', "declares no input"),
     ],
-    ids=["batching-without-batch", "preferred-too-big", "no-dtype", "zero-dim", "duplicate", "no-input"],
+    ids=["batching-without-batch", "preferred-too-big", "no-dtype", "zero-dim", "duplicate"],
 )
 def test_inconsistent_configs(text: str, message: str) -> None:
     with pytest.raises(ModelConfigError, match=message):
         validate_config(parse_config_text(text, "c"))
+
+
+def test_no_input_or_output_is_a_valid_model() -> None:
+    # As Triton 2.51: the override {"max_batch_size": 16} of a Python model without auto-completion loads.
+    spec = validate_config(parse_config_text("max_batch_size: 16", "c"))
+    assert (spec.inputs, spec.outputs, spec.max_batch_size) == ({}, {}, 16)
 
 
 def test_auto_complete_from_onnx_signature(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 from sonic.models.sequence import accumulator_config
 from sonic.protocol.errors import InvalidArgumentError, ModelConfigError
 from sonic.protocol.model_config import parse_config_text
+from sonic.server.paths import ModelFiles
 from sonic.server.runtime.sequences import (
     CORRID,
     Flags,
@@ -29,7 +30,7 @@ def policy(strategy: str = "direct { }", **changes: str) -> SequencePolicy:
     text = accumulator_config("acc", strategy)
     for old, new in changes.items():
         text = text.replace(old, new)
-    return SequencePolicy.from_config(parse_config_text(text, "test"), Path())
+    return SequencePolicy.from_config(parse_config_text(text, "test"), ModelFiles("test", Path()))
 
 
 def item(enqueued_ns: int, shape: tuple[int, ...] = (1, 1)) -> WorkItem:
@@ -184,5 +185,5 @@ def test_initial_state_from_a_file(tmp_path: Path) -> None:
         'output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 1 ] }',
         'output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 1 ] initial_state { data_type: TYPE_FP32 dims: [ 1 ] data_file: "s.bin" name: "s" } }',
     )
-    p = SequencePolicy.from_config(parse_config_text(text, "test"), tmp_path)
+    p = SequencePolicy.from_config(parse_config_text(text, "test"), ModelFiles("test", tmp_path))
     assert p.states[0].initial.tolist() == [2.5]

@@ -9,6 +9,7 @@ import pytest
 
 from sonic.protocol.errors import ModelConfigError
 from sonic.protocol.model_config import parse_config_text, validate_config
+from sonic.server.paths import ModelFiles
 from sonic.server.warmup import warmup_samples
 
 BASE = """
@@ -21,7 +22,7 @@ output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
 
 def samples(text: str, model_dir: Path = Path(), **kw: bool) -> list:  # type: ignore[type-arg]
     config = parse_config_text(BASE + text, "test")
-    return warmup_samples(config, validate_config(config), model_dir, **kw)
+    return warmup_samples(config, validate_config(config), ModelFiles(config.name, model_dir), **kw)
 
 
 def test_dynamic_batching_warms_the_largest_merged_shapes_first() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import logging
 import os
 import signal
@@ -12,20 +11,15 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from sonic.cli.serve_security import add_security_arguments, security_from_args
 from sonic.cli.serve_traffic import add_traffic_arguments, traffic_config_from_args
 from sonic.cli.triton_flags import TritonSettings, add_triton_arguments, apply_triton_flags
 from sonic.logs import configure_logging
 from sonic.protocol.errors import SonicError
-from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits
 from sonic.protocol.wire import MAX_MESSAGE_BYTES
 from sonic.server.config import (
-    MAX_GRPC_DECOMPRESSED_BYTES,
-    AdmissionConfig,
-    AuthConfig,
-    GrpcServerKind,
     ModelControlMode,
     ServerConfig,
-    TlsConfig,
 )
 from sonic.server.devices import detect_gpu_count
 from sonic.server.server import Server
@@ -81,7 +75,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="event loop: uvloop when installed (auto), or the standard one",
     )
     _add_frontend_arguments(parser)
-    _add_security_arguments(parser)
+    add_security_arguments(parser)
     add_traffic_arguments(parser)
     add_triton_arguments(parser)
     parser.set_defaults(run=run, server_name="sonic")
@@ -129,168 +123,6 @@ def _add_frontend_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_security_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("security and admission")
-    group.add_argument("--tls-cert", type=Path, help="server certificate (PEM) for gRPC and HTTP")
-    group.add_argument("--tls-key", type=Path, help="server private key (PEM)")
-    group.add_argument("--tls-client-ca", type=Path, help="CA for client certificates: enables mutual TLS")
-    group.add_argument(
-        "--auth-token-file",
-        type=Path,
-        help="file of accepted bearer tokens, one per line (kept off the command line)",
-    )
-    group.add_argument(
-        "--auth-jwks", type=Path, help="JSON Web Key Set (local file) to verify JWT bearer tokens"
-    )
-    group.add_argument("--jwt-audience", default=None, help="required JWT 'aud' claim")
-    group.add_argument("--jwt-issuer", default=None, help="required JWT 'iss' claim")
-    group.add_argument(
-        "--auth-health",
-        action="store_true",
-        help="health endpoints need a token too (default: open for probes)",
-    )
-    group.add_argument(
-        "--admission-queue-threshold-us",
-        type=float,
-        default=None,
-        help="refuse new clients while queue time per execution is above this (SuperSONIC's rule)",
-    )
-    group.add_argument("--admission-window-secs", type=float, default=30.0, help="window of the load metric")
-    group.add_argument("--max-requests-per-sec", type=float, default=None, help="per client address")
-    group.add_argument(
-        "--request-burst", type=int, default=100, help="burst allowed above --max-requests-per-sec"
-    )
-    group.add_argument(
-        "--grpc-max-concurrent-streams",
-        type=int,
-        default=None,
-        help=f"per gRPC connection (native default {SERVER_LIMITS.max_concurrent_streams}; grpcio: unlimited)",
-    )
-    group.add_argument(
-        "--grpc-max-decompressed-bytes",
-        type=int,
-        default=MAX_GRPC_DECOMPRESSED_BYTES,
-        help="largest gRPC message once inflated (gzip/deflate); larger ones get RESOURCE_EXHAUSTED",
-    )
-    group.add_argument(
-        "--grpc-max-header-bytes",
-        type=int,
-        default=SERVER_LIMITS.max_header_block_bytes,
-        help="largest header block of a gRPC request, encoded and decoded (native)",
-    )
-    group.add_argument(
-        "--grpc-idle-timeout-secs",
-        type=float,
-        default=SERVER_LIMITS.idle_timeout_s,
-        help="close gRPC connections without any call for this long (0: never; native)",
-    )
-    group.add_argument(
-        "--grpc-keepalive-secs",
-        type=float,
-        default=SERVER_LIMITS.keepalive_interval_s,
-        help="PING silent gRPC connections this often (0: never; native)",
-    )
-    group.add_argument(
-        "--grpc-keepalive-timeout-secs",
-        type=float,
-        default=SERVER_LIMITS.ping_timeout_s,
-        help="close a gRPC connection whose PING is not answered within this (native)",
-    )
-    group.add_argument(
-        "--grpc-server",
-        choices=[kind.value for kind in GrpcServerKind],
-        default=GrpcServerKind.NATIVE.value,
-        help="gRPC's HTTP/2 stack: our own (native, fastest) or grpcio's asyncio server",
-    )
-    group.add_argument(
-        "--http-max-connections-per-client", type=int, default=None, help="open HTTP connections per address"
-    )
-    group.add_argument(
-        "--disable-repository-control", action="store_true", help="refuse model load/unload requests"
-    )
-    group.add_argument(
-        "--allow-model-links-outside",
-        action="store_true",
-        help="load model folders that are symlinks to places outside the repositories (e.g. CVMFS)",
-    )
-    group.add_argument(
-        "--allow-shm-from-other-users",
-        action="store_true",
-        help="register shared memory objects owned by other users (default: the server's user only)",
-    )
-    group.add_argument(
-        "--shm-copy-always",
-        action="store_true",
-        help="copy every shared memory tensor by system calls, never map a region: no client can crash the "
-        "server by shrinking its object, even one of the server's user (default: only objects others can "
-        "write are copied)",
-    )
-
-
-def _read_tokens(path: Path) -> frozenset[str]:
-    tokens = frozenset(
-        line.strip()
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip() and not line.startswith("#")
-    )
-    if not tokens:
-        raise ValueError(f"--auth-token-file {path}: no tokens in the file")
-    return tokens
-
-
-def _security_from_args(args: argparse.Namespace) -> dict[str, object]:
-    tls = None
-    if args.tls_cert is not None or args.tls_key is not None:
-        if args.tls_cert is None or args.tls_key is None:
-            msg = "TLS needs both --tls-cert and --tls-key"
-            raise ValueError(msg)
-        tls = TlsConfig(args.tls_cert, args.tls_key, args.tls_client_ca)
-    elif args.tls_client_ca is not None:
-        msg = "--tls-client-ca needs --tls-cert and --tls-key"
-        raise ValueError(msg)
-    auth = None
-    if args.auth_token_file is not None or args.auth_jwks is not None:
-        auth = AuthConfig(
-            tokens=_read_tokens(args.auth_token_file) if args.auth_token_file is not None else frozenset(),
-            jwks_path=args.auth_jwks,
-            jwt_audience=args.jwt_audience,
-            jwt_issuer=args.jwt_issuer,
-            health_needs_token=args.auth_health,
-        )
-    admission = (
-        AdmissionConfig(args.admission_queue_threshold_us, args.admission_window_secs)
-        if args.admission_queue_threshold_us is not None
-        else None
-    )
-    return {
-        "tls": tls,
-        "auth": auth,
-        "admission": admission,
-        "max_requests_per_s": args.max_requests_per_sec,
-        "request_burst": args.request_burst,
-        "grpc_max_concurrent_streams": args.grpc_max_concurrent_streams,
-        "grpc_max_decompressed_bytes": args.grpc_max_decompressed_bytes,
-        "grpc_http2_limits": _http2_limits(args),
-        "grpc_server": GrpcServerKind(args.grpc_server),
-        "http_max_connections_per_client": args.http_max_connections_per_client,
-        "repository_control": not args.disable_repository_control,
-        "allow_model_links_outside": args.allow_model_links_outside,
-        "allow_shm_from_other_users": args.allow_shm_from_other_users,
-        "shm_copy_always": args.shm_copy_always,
-    }
-
-
-def _http2_limits(args: argparse.Namespace) -> Http2Limits:
-    return dataclasses.replace(
-        SERVER_LIMITS,
-        max_header_block_bytes=args.grpc_max_header_bytes,
-        max_header_list_bytes=args.grpc_max_header_bytes,
-        idle_timeout_s=args.grpc_idle_timeout_secs or None,
-        keepalive_interval_s=args.grpc_keepalive_secs or None,
-        ping_timeout_s=args.grpc_keepalive_timeout_secs,
-    )
-
-
 def config_from_args(args: argparse.Namespace, triton: TritonSettings | None = None) -> ServerConfig:
     triton = triton or TritonSettings()
     if not args.model_repository:
@@ -318,7 +150,7 @@ def config_from_args(args: argparse.Namespace, triton: TritonSettings | None = N
         http_port=args.http_port,
         metrics_port=args.metrics_port,
         metrics_histograms=not args.no_metrics_histograms,
-        **_security_from_args(args),  # type: ignore[arg-type]
+        **security_from_args(args),  # type: ignore[arg-type]
     )
 
 

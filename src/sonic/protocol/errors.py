@@ -164,6 +164,12 @@ class ResourceExhaustedError(SonicError):
     code = GrpcCode.RESOURCE_EXHAUSTED
 
 
+class RequestBufferBusyError(ResourceExhaustedError):
+    """A request waited past its bound for room in the server's request-buffer budget. gRPC answers
+    RESOURCE_EXHAUSTED; HTTP answers 503 with ``Retry-After`` (not the 429 of the table: it is the
+    server that is short, not the client that asked too often), and closes the connection."""
+
+
 class InternalError(SonicError):
     code = GrpcCode.INTERNAL
 

@@ -10,7 +10,9 @@ that output is waiting from :meth:`_output_ready`. Roles fill in what differs: w
 Written for the request rates of small inference calls: a frame is parsed in place from the received
 bytes, a DATA payload goes straight to its stream, header blocks that leave the HPACK table alone are
 decoded once and remembered (bounded: :class:`~sonic.protocol.http2.HeaderDecoder`), and everything
-queued between two :meth:`data_to_send` calls leaves together. Every per-frame cost is O(1): flow
+queued between two :meth:`data_to_send` calls leaves together. Receive windows are given back as DATA
+arrives, or, with ``acknowledges_on_receipt`` off (the server under its request buffer budget), only as the
+application calls :meth:`acknowledge_received_data`. Every per-frame cost is O(1): flow
 control revisits only streams whose window opened (:mod:`sonic.protocol.h2output`), and floods of frames
 that cost work without progress are counted against :class:`~sonic.protocol.h2limits.Http2Limits`
 (control frames and the counters: :mod:`sonic.protocol.h2control`).
@@ -37,7 +39,6 @@ from sonic.protocol.http2 import (
 )
 
 STREAM_WINDOW_BYTES = 1 << 26  # what each stream may send before our WINDOW_UPDATE
-CONNECTION_WINDOW_BYTES = 1 << 30
 MAX_FRAME_BYTES = 1 << 20  # largest frame we accept: big tensors arrive in few frames
 
 
@@ -62,8 +63,14 @@ class Http2Core(Http2Control):
         self._data_left = 0  # bytes of a DATA payload still to arrive, routed straight to its stream
         self._data_stream: Stream | None = None
         self._data_end = False
-        self._recv_unacked = 0
+        self._recv_unacked = 0  # DATA received that our WINDOW_UPDATEs have not given back yet
+        self._recv_released = 0  # of those, released and not yet given back
         self._empty_frames = 0  # frames without payload in a row
+        # True: DATA opens the windows again as soon as it is received. False: what ``stream_data`` passed
+        # on opens them only once the application calls :meth:`acknowledge_received_data` (as python-hyper
+        # h2 does), so a server short of buffer memory throttles a sender by flow control; what the core
+        # drops (padding, closed streams) it gives back itself.
+        self.acknowledges_on_receipt = True
 
     # --- hooks for the application, the role and the adapter ----------------------------------------
 
@@ -92,7 +99,16 @@ class Http2Core(Http2Control):
         }
         settings.update(extra)
         self._emit(settings_frame(settings))
-        self._emit(window_update(0, CONNECTION_WINDOW_BYTES - DEFAULT_WINDOW_BYTES))
+        if self.limits.connection_window_bytes > DEFAULT_WINDOW_BYTES:
+            self._emit(window_update(0, self.limits.connection_window_bytes - DEFAULT_WINDOW_BYTES))
+
+    def acknowledge_received_data(self, stream: Stream, size: int) -> None:
+        """``size`` bytes that :meth:`stream_data` passed on are released: the connection's and the stream's
+        windows open again by as much (a WINDOW_UPDATE once half a window is owed). Only for an application
+        that turned ``acknowledges_on_receipt`` off; every byte it was passed must come back here once."""
+        self._release_connection(size)
+        if self.streams.get(stream.stream_id) is stream:
+            self._release_stream(stream, size)
 
     def receive_data(self, data: bytes) -> None:
         """Bytes from the peer. A connection error queues GOAWAY and asks the adapter to close."""
@@ -190,6 +206,8 @@ class Http2Core(Http2Control):
         stream = self._data_stream
         if stream is not None and take:
             self.stream_data(stream, view[:take])
+        elif take and not self.acknowledges_on_receipt:
+            self._release_connection(take)  # dropped: nobody holds it
         self._data_left -= take
         if not self._data_left:
             self._data_stream = None
@@ -209,7 +227,12 @@ class Http2Core(Http2Control):
         elif not flags & Flag.END_STREAM:
             self._count_empty_frame()
         if stream is None or not self._within_window(stream, length):
+            if not self.acknowledges_on_receipt:
+                self._release_connection(length)  # dropped: nobody holds it
             return
+        if len(payload) < length and not self.acknowledges_on_receipt:  # padding
+            self._release_connection(length - len(payload))
+            self._release_stream(stream, length - len(payload))
         if payload:
             self.stream_data(stream, payload)
         self._after_data(stream, bool(flags & Flag.END_STREAM))
@@ -242,9 +265,24 @@ class Http2Core(Http2Control):
             self.stream_ended(stream)
             if stream.local_closed:
                 self._forget(stream)
-        elif stream.recv_unacked > STREAM_WINDOW_BYTES // 2 and not stream.local_closed:
+        elif (
+            stream.recv_unacked > STREAM_WINDOW_BYTES // 2
+            and not stream.local_closed
+            and self.acknowledges_on_receipt
+        ):
             self._emit_control(window_update(stream.stream_id, stream.recv_unacked))
             stream.recv_unacked = 0
+
+    def _release_stream(self, stream: Stream, size: int) -> None:
+        stream.recv_released += size
+        if (
+            stream.recv_released > STREAM_WINDOW_BYTES // 2
+            and not stream.local_closed
+            and not stream.remote_closed
+        ):
+            self._emit_control(window_update(stream.stream_id, stream.recv_released))
+            stream.recv_unacked -= stream.recv_released
+            stream.recv_released = 0
 
     def _within_window(self, stream: Stream, length: int) -> bool:
         """Count DATA against the stream's receive window; past it the stream is reset."""
@@ -257,11 +295,17 @@ class Http2Core(Http2Control):
 
     def _count_received(self, length: int) -> None:
         self._recv_unacked += length
-        if self._recv_unacked > CONNECTION_WINDOW_BYTES:
+        if self._recv_unacked > self.limits.connection_window_bytes:
             raise ProtocolError(ErrorCode.FLOW_CONTROL_ERROR, "DATA beyond the connection window")
-        if self._recv_unacked > CONNECTION_WINDOW_BYTES // 2:
-            self._emit_control(window_update(0, self._recv_unacked))
-            self._recv_unacked = 0
+        if self.acknowledges_on_receipt:
+            self._release_connection(length)
+
+    def _release_connection(self, size: int) -> None:
+        self._recv_released += size
+        if self._recv_released > self.limits.connection_window_bytes // 2 and not self.close_wanted:
+            self._emit_control(window_update(0, self._recv_released))
+            self._recv_unacked -= self._recv_released
+            self._recv_released = 0
 
     def _on_headers(self, stream_id: int, flags: int, payload: memoryview) -> None:
         if stream_id == 0 or stream_id % 2 == 0:

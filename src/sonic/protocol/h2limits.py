@@ -19,6 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The server's connection window: a 15.6 MB request still arrives without waiting on a WINDOW_UPDATE
+# round trip, while the bytes a connection can send past the request-buffer budget stay small.
+SERVER_CONNECTION_WINDOW_BYTES = 16 << 20
+
 
 @dataclass(frozen=True)
 class Http2Limits:
@@ -46,6 +50,10 @@ class Http2Limits:
     # WINDOW_UPDATE and SETTINGS frames, per DATA frame we sent (plus a fixed allowance).
     max_window_updates_per_data_frame: int = 10
     control_frame_allowance: int = 1000
+    # What all streams of a connection may send before our WINDOW_UPDATE (the connection window). A
+    # server that opens windows only as its request-buffer budget allows (``acknowledges_on_receipt``
+    # off) can be sent this much per connection beyond its budget, so the server's is smaller.
+    connection_window_bytes: int = 1 << 30
     # Header-block memo of one connection (blocks that leave the HPACK table alone, and their lists).
     memo_bytes: int = 1 << 18
     # Recently closed stream ids remembered, with whether we reset them (RFC 9113 section 5.1 answers a
@@ -62,9 +70,17 @@ class Http2Limits:
             if getattr(self, name) < 1:
                 msg = f"Http2Limits.{name} must be at least 1, got {getattr(self, name)}"
                 raise ValueError(msg)
+        if not 1 << 16 <= self.connection_window_bytes <= (1 << 31) - 1:
+            msg = (
+                f"Http2Limits.connection_window_bytes must be within 65536 and 2**31-1, got "
+                f"{self.connection_window_bytes}"
+            )
+            raise ValueError(msg)
 
 
-SERVER_LIMITS = Http2Limits(idle_timeout_s=600.0, keepalive_interval_s=120.0)
+SERVER_LIMITS = Http2Limits(
+    idle_timeout_s=600.0, keepalive_interval_s=120.0, connection_window_bytes=SERVER_CONNECTION_WINDOW_BYTES
+)
 CLIENT_LIMITS = Http2Limits(max_concurrent_streams=(1 << 31) - 1)  # a server opens no streams to us
 
 

@@ -277,6 +277,7 @@ class Stream:
         "call",
         "local_closed",
         "pending",
+        "recv_released",
         "recv_unacked",
         "remote_closed",
         "reset_code",
@@ -290,7 +291,8 @@ class Stream:
         # The send window relative to the peer's SETTINGS_INITIAL_WINDOW_SIZE (window = credit + initial),
         # so a change of that setting costs O(1), not a walk over every stream.
         self.send_credit = 0
-        self.recv_unacked = 0
+        self.recv_unacked = 0  # DATA received that our WINDOW_UPDATEs have not given back yet
+        self.recv_released = 0  # of those, released by the application and not yet given back
         self.remote_closed = False
         self.local_closed = False
         self.pending: deque[memoryview] = deque()  # DATA not yet allowed out by flow control

@@ -163,10 +163,8 @@ def validate_config(config: model_config_pb2.ModelConfig) -> ModelSpec:
     refuse_unimplemented(config)
     if config.max_batch_size < 0:
         raise ModelConfigError(f"model '{name}': max_batch_size must be >= 0, got {config.max_batch_size}")
-    if not config.input:
-        raise ModelConfigError(f"model '{name}': the configuration declares no input")
-    if not config.output:
-        raise ModelConfigError(f"model '{name}': the configuration declares no output")
+    # No input or no output is a valid model, as in Triton 2.51 (e.g. a Python model loaded with the
+    # override {"max_batch_size": 16}: requests naming any tensor are then refused, one by one).
     inputs: dict[str, TensorSpec] = {}
     for tensor in config.input:
         if tensor.name in inputs:

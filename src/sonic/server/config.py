@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits
 from sonic.protocol.wire import MAX_MESSAGE_BYTES
+from sonic.server.budget import DEFAULT_WAIT_S, default_budget_bytes
 from sonic.server.runtime.rate_limiter import ResourceCount
 from sonic.traffic.config import TrafficLogConfig
 
@@ -119,6 +120,10 @@ class ServerConfig:
     auto_complete_config: bool = True  # False (Triton's --disable-auto-complete-config): configs are whole
     rate_limit: RateLimitConfig | None = None  # None: Triton's --rate-limit off (rate_limiter ignored)
     traffic_log: TrafficLogConfig | None = None  # --traffic-log DIR: one record per request, for replay
+    # Request bodies buffered by all HTTP and native gRPC connections together (server/budget.py); the
+    # default is a quarter of the machine's (or the container's) memory, within 64 MiB and 16 GiB.
+    request_buffer_budget_bytes: int = field(default_factory=default_budget_bytes)
+    request_buffer_wait_s: float = DEFAULT_WAIT_S  # longest wait for room, then 503 / RESOURCE_EXHAUSTED
 
     def __post_init__(self) -> None:
         if not self.model_repositories:
@@ -128,5 +133,10 @@ class ServerConfig:
             raise ValueError(f"repository_poll_s must be > 0, got {self.repository_poll_s}")
         if self.cache_size_bytes < 0:
             raise ValueError(f"cache_size_bytes must be >= 0, got {self.cache_size_bytes}")
+        if self.request_buffer_budget_bytes < 1 or self.request_buffer_wait_s <= 0:
+            raise ValueError(
+                f"request_buffer_budget_bytes must be >= 1 and request_buffer_wait_s > 0, got "
+                f"{self.request_buffer_budget_bytes} and {self.request_buffer_wait_s}"
+            )
         if self.max_requests_per_s is not None and self.max_requests_per_s <= 0:
             raise ValueError(f"max_requests_per_s must be > 0, got {self.max_requests_per_s}")

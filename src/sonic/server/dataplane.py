@@ -21,10 +21,10 @@ from sonic.protocol.errors import (
     UnimplementedError,
     quote,
 )
-from sonic.protocol.model_config import parse_config_json
 from sonic.protocol.types import InferRequest, InferResponse, ShmRef
 from sonic.server.cache import ResponseCache, infer_through_cache
 from sonic.server.config import ModelControlMode, ServerConfig
+from sonic.server.load_config import parse_override
 from sonic.server.manager import ModelManager
 from sonic.server.observe import RequestObserver
 from sonic.server.shm import SharedMemoryRegistry, output_buffer, write_output
@@ -140,12 +140,8 @@ class DataPlane:
         self._check_explicit("load")
         override = None
         for key, value in parameters.items():
-            if key == "config":
-                if not isinstance(value, str):
-                    raise InvalidArgumentError(
-                        f"load of {quote(name)}: parameter 'config' must be a JSON string"
-                    )
-                override = parse_config_json(value, f"load of {quote(name)} parameter 'config'")
+            if key == "config":  # replaces the whole configuration, as in Triton (server/load_config.py)
+                override = parse_override(name, value)
             elif key.startswith("file:"):
                 raise InvalidArgumentError(
                     f"load of {quote(name)}: model file overrides ({quote(key)}) are not supported; put files in the "

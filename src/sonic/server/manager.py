@@ -13,27 +13,16 @@ from dataclasses import dataclass, field
 from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.errors import ModelConfigError, NotFoundError, SonicError, UnavailableError, quote
-from sonic.protocol.model_config import (
-    CONFIG_FILENAME,
-    ModelSpec,
-    backend_name,
-    fill_defaults,
-    load_config_file,
-    validate_config,
-)
+from sonic.protocol.model_config import ModelSpec
 from sonic.server import backends
 from sonic.server.backends.base import InstanceContext, RequestBackend
 from sonic.server.calls import ServerModelCaller
 from sonic.server.config import ServerConfig
 from sonic.server.instance_thread import InstanceThread
+from sonic.server.load_config import prepare_config
 from sonic.server.model import ModelVersion
-from sonic.server.repository import (
-    ModelLocation,
-    Repository,
-    available_versions,
-    fingerprint,
-    select_versions,
-)
+from sonic.server.paths import ModelFiles
+from sonic.server.repository import ModelLocation, Repository, fingerprint, parse_version
 from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.rate_limiter import CPU_DEVICE, InstanceLimits, RateLimiter
 from sonic.server.traffic_rows import TrafficRecorder
@@ -59,6 +48,7 @@ class ModelEntry:
     reason: str = ""
     config: model_config_pb2.ModelConfig | None = None
     fingerprint: tuple[object, ...] = ()
+    override: model_config_pb2.ModelConfig | None = None  # the load override serving now, if any
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -68,51 +58,6 @@ class IndexRow:
     version: str
     state: str
     reason: str
-
-
-def _prepare_config(
-    location: ModelLocation,
-    override: model_config_pb2.ModelConfig | None,
-    gpu_count: int,
-    auto_complete: bool = True,
-) -> tuple[model_config_pb2.ModelConfig, ModelSpec, type[backends.Backend], list[int]]:
-    """Read, auto-complete and validate a model's config (blocking: runs in a thread)."""
-    config_path = location.path / CONFIG_FILENAME
-    if override is not None:
-        config = model_config_pb2.ModelConfig()
-        config.CopyFrom(override)
-    elif config_path.is_file():
-        config = load_config_file(config_path)
-    else:
-        config = model_config_pb2.ModelConfig()
-    if config.name and config.name != location.name:
-        raise ModelConfigError(
-            f"{config_path}: model name '{config.name}' does not match its folder '{location.name}'"
-        )
-    config.name = location.name
-    versions = available_versions(location.path)
-    if not versions:
-        raise ModelConfigError(f"model '{location.name}': no numeric version folder in {location.path}")
-    name = backend_name(config)
-    if not name:
-        filenames = {p.name for v in versions for p in (location.path / str(v)).iterdir()}
-        detected = backends.detect_backend(filenames)
-        if detected is None:
-            raise ModelConfigError(
-                f"model '{location.name}': the config names no backend or platform and no known model "
-                f"file was found in {location.path}"
-            )
-        name = detected
-    if not config.backend and not config.platform:
-        config.backend = name
-    backend_cls = backends.backend_class(name)
-    selected = select_versions(config.version_policy, versions)
-    filename = config.default_model_filename or backend_cls.default_filename
-    if auto_complete:
-        backend_cls.auto_complete_config(config, location.path / str(selected[-1]) / filename)
-    fill_defaults(config, default_filename=backend_cls.default_filename, gpu_count=gpu_count)
-    spec = validate_config(config)
-    return config, spec, backend_cls, selected
 
 
 class ModelManager:
@@ -138,11 +83,8 @@ class ModelManager:
         if entry is None:
             raise NotFoundError(f"Request for unknown model: {quote(name)} is not found")
         if version:
-            if not version.isdigit():
-                raise NotFoundError(
-                    f"Request for unknown model: {quote(name)} version {quote(version)} is not a number"
-                )
-            state = entry.versions.get(int(version))
+            number = parse_version(version)  # INVALID_ARGUMENT, in Triton's words, if not a number >= 0
+            state = entry.versions.get(number)
             if state is None:
                 raise NotFoundError(
                     f"Request for unknown model: {quote(name)} version {version} is not found"
@@ -219,8 +161,23 @@ class ModelManager:
     async def _load_locked(
         self, entry: ModelEntry, location: ModelLocation, override: model_config_pb2.ModelConfig | None
     ) -> None:
-        config, spec, backend_cls, selected = await asyncio.to_thread(
-            _prepare_config, location, override, self._config.gpu_count, self._config.auto_complete_config
+        if override is None and entry.override is not None and self.ready_versions(entry.name):
+            current = await asyncio.to_thread(fingerprint, location.path)
+            if current == entry.fingerprint:  # as Triton: files unchanged, the override keeps serving
+                override = entry.override
+        prepared = await asyncio.to_thread(
+            prepare_config,
+            location,
+            override,
+            self._config.gpu_count,
+            auto_complete=self._config.auto_complete_config,
+            allow_links_outside=self._config.allow_model_links_outside,
+        )
+        config, spec, backend_cls, selected = (
+            prepared.config,
+            prepared.spec,
+            prepared.backend_cls,
+            prepared.versions,
         )
         new_models: dict[int, ModelVersion] = {}
         failures: dict[int, str] = {}
@@ -229,7 +186,9 @@ class ModelManager:
             if previous is None or previous.state != READY:
                 entry.versions[version] = VersionState(LOADING)
             try:
-                new_models[version] = await self._create_version(config, spec, backend_cls, location, version)
+                new_models[version] = await self._create_version(
+                    config, spec, backend_cls, prepared.files, version
+                )
                 new_models[version].traffic = self._traffic
             except SonicError as exc:
                 failures[version] = str(exc)
@@ -248,6 +207,7 @@ class ModelManager:
             if version not in old:
                 entry.versions[version] = VersionState(UNAVAILABLE, reason)
         entry.config, entry.state, entry.reason = config, READY, ""
+        entry.override = override
         entry.fingerprint = await asyncio.to_thread(fingerprint, location.path)
         for version, state in old.items():
             if version in failures:
@@ -265,10 +225,11 @@ class ModelManager:
         config: model_config_pb2.ModelConfig,
         spec: ModelSpec,
         backend_cls: type[backends.Backend],
-        location: ModelLocation,
+        files: ModelFiles,
         version: int,
     ) -> ModelVersion:
-        version_dir = location.path / str(version)
+        version_dir = files.folder / str(version)
+        model_path = files.version_file(version, "default_model_filename", config.default_model_filename)
         loop = asyncio.get_running_loop()
         instances: list[ModelInstance] = []
         options = self._config.backend_options.get(backend_cls.name, {})
@@ -279,18 +240,19 @@ class ModelManager:
                 spec=spec,
                 version=version,
                 version_dir=version_dir,
-                model_path=version_dir / config.default_model_filename,
+                model_path=model_path,
                 instance_name=config.name,
                 device_kind="cpu",
                 device_id=0,
                 options=options,
                 models=caller,
+                allow_links_outside=files.allow_links_outside,
             )
         )
         if scheduler is not None:  # the backend runs requests itself, with no instance
             return ModelVersion.create(config, spec, version, [], backend_cls, scheduler)
         merged = not issubclass(backend_cls, RequestBackend)
-        samples = warmup_samples(config, spec, location.path, merged_batches=merged)
+        samples = warmup_samples(config, spec, files, merged_batches=merged)
         try:
             for group in config.instance_group:
                 kind = "gpu" if group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU else "cpu"
@@ -306,12 +268,13 @@ class ModelManager:
                             spec=spec,
                             version=version,
                             version_dir=version_dir,
-                            model_path=version_dir / config.default_model_filename,
+                            model_path=model_path,
                             instance_name=instance_name,
                             device_kind=kind,
                             device_id=device,
                             options=options,
                             models=caller,
+                            allow_links_outside=files.allow_links_outside,
                         )
                         try:
                             backend = await thread.run(backend_cls, context)
@@ -322,11 +285,9 @@ class ModelManager:
                         instances.append(instance)
                         self._limit(instance, group, device if kind == "gpu" else CPU_DEVICE)
                         if samples:  # before the model reports ready, as Triton's model_warmup
-                            await thread.run(run_warmup, config, spec, location.path, backend, samples)
+                            await thread.run(run_warmup, config, spec, files, backend, samples)
             # Inside the try: a scheduler refusing the config (sequence, ragged) closes the instances.
-            model = ModelVersion.create(
-                config, spec, version, instances, backend_cls, model_dir=location.path
-            )
+            model = ModelVersion.create(config, spec, version, instances, backend_cls, files=files)
         except BaseException:
             await self._close_instances(instances)
             raise

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from sonic.server.budget import RequestBudget
 from sonic.server.manager import ModelManager
 from sonic.server.stats import LATENCY_BUCKETS_US, Histogram, ModelStats
 
@@ -178,16 +179,32 @@ class GpuSampler:
             self._nvml = None
 
 
+def _budget_lines(budget: RequestBudget) -> Iterator[str]:
+    yield from _header(
+        "sonic_request_buffer_bytes", "Bytes of request bodies buffered now (HTTP and native gRPC)", "gauge"
+    )
+    yield f"sonic_request_buffer_bytes {budget.in_use}"
+    yield from _header(
+        "sonic_request_buffer_capacity_bytes",
+        "The request buffer budget: past it, senders are throttled (--request-buffer-budget-mb)",
+        "gauge",
+    )
+    yield f"sonic_request_buffer_capacity_bytes {budget.capacity_bytes}"
+
+
 class Metrics:
     """The Prometheus text of a server's models, CPU and GPUs, rendered at each scrape."""
 
-    def __init__(self, models: ModelManager) -> None:
+    def __init__(self, models: ModelManager, budget: RequestBudget | None = None) -> None:
         self._models = models
+        self._budget = budget
         self._cpu = CpuSampler()
         self._gpu = GpuSampler()
 
     def render(self) -> str:
         lines = [*_model_lines(_model_rows(self._models)), *self._cpu.lines(), *self._gpu.lines()]
+        if self._budget is not None:
+            lines.extend(_budget_lines(self._budget))
         return "\n".join(lines) + "\n"
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ from sonic.protocol.errors import InternalError, InvalidArgumentError, Unavailab
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InferResponse, InputTensor, OutputTensor
 from sonic.server.backends.base import Backend
+from sonic.server.paths import ModelFiles
 from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.policy import BatchPolicy
 from sonic.server.runtime.ragged import RaggedPlan
@@ -65,17 +66,17 @@ class ModelVersion:
         instances: list[ModelInstance],
         backend: type[Backend],
         scheduler: RequestScheduler | None = None,
-        model_dir: Path | None = None,
+        files: ModelFiles | None = None,
     ) -> ModelVersion:
         """With ``scheduler`` None (every backend but the ensemble) the batcher feeds ``instances``: the
-        sequence batcher when the config has ``sequence_batching`` (``model_dir`` holds its initial
-        state files), else the dynamic batcher."""
+        sequence batcher when the config has ``sequence_batching`` (``files``: the model's folder, holding
+        its initial state files), else the dynamic batcher."""
         stats = ModelStats()
         ragged = RaggedPlan.from_config(config)
         if scheduler is None and config.HasField("sequence_batching"):
             scheduler = SequenceScheduler(
                 model_name=spec.name,
-                policy=SequencePolicy.from_config(config, model_dir or Path()),
+                policy=SequencePolicy.from_config(config, files or ModelFiles(spec.name, Path())),
                 instances=instances,
                 output_names=list(spec.outputs),
                 stats=stats,

@@ -10,6 +10,10 @@ from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.errors import InvalidArgumentError, ModelConfigError, NotFoundError, quote
 
+# std::stol's grammar, which Triton parses a requested version with: blanks, a sign, digits, anything.
+_STOL = re.compile(r"[ \t\n\v\f\r]*([+-]?)([0-9]+)")
+_INT64_MAX = 2**63 - 1
+
 # Model names become directory names: keep them to one plain path component.
 _VALID_MODEL_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
@@ -19,6 +23,27 @@ def check_model_name(name: str) -> None:
         raise InvalidArgumentError(
             f"invalid model name {quote(name)}: use letters, digits, '_', '-' and '.', one path component"
         )
+
+
+def parse_version(text: str) -> int:
+    """A requested model version (gRPC ``model_version``), as Triton 2.51 reads it, in its words.
+
+    INVALID_ARGUMENT for what is not a number or is negative; the digits are bounded before conversion
+    (Python's int() refuses over 4300 digits with an error that is not the client's).
+    """
+    match = _STOL.match(text)
+    digits = match.group(2).lstrip("0") if match else ""
+    if match is None or len(digits) > 19 or int(digits or "0") > _INT64_MAX + (match.group(1) == "-"):
+        raise InvalidArgumentError(
+            f"failed to get model version from specified version string {quote(text)} (details: stol), "
+            "version should be an integral value > 0"
+        )
+    value = int(match.group(1) + (digits or "0"))
+    if value < 0:
+        raise InvalidArgumentError(
+            f"invalid model version specified {quote(text)} , version should be an integral value > 0"
+        )
+    return value
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Two sources of samples:
 
 - the config's ``model_warmup`` (Triton's): each sample names its inputs with ``zero_data``,
   ``random_data`` or ``input_data_file`` (raw row-major bytes in the model's ``warmup/`` folder, one
-  batch item, repeated ``batch_size`` times) and runs ``count`` times (0: once);
+  batch item, repeated ``batch_size`` times; the name goes through :mod:`sonic.server.paths`) and runs ``count`` times (0: once);
 - without a ``model_warmup`` section, a model with ``dynamic_batching`` and fixed input shapes runs
   zeros at ``max_batch_size`` and at each ``preferred_batch_size``, largest first. A fresh
   onnxruntime session otherwise grows its memory arena in steps and prepares each new merged shape
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +30,7 @@ from sonic.protocol import dtypes
 from sonic.protocol.errors import InvalidArgumentError, ModelConfigError
 from sonic.protocol.model_config import ModelSpec
 from sonic.server.backends.base import Backend, Batch, Request, RequestBackend
+from sonic.server.paths import WARMUP_DIR, ModelFiles
 from sonic.server.runtime.ragged import RaggedPlan, merge_inputs
 from sonic.server.runtime.sequences import Flags, SequencePolicy, control_tensors, state_tensors
 
@@ -44,7 +44,7 @@ class WarmupSample:
 
 
 def _sample_input(
-    model: str, sample: str, name: str, entry: Any, model_dir: Path, rng: np.random.Generator
+    model: str, sample: str, name: str, entry: Any, files: ModelFiles, rng: np.random.Generator
 ) -> npt.NDArray[Any]:
     datatype = dtypes.from_config_enum(entry.data_type)
     dims = tuple(int(d) for d in entry.dims)
@@ -53,11 +53,13 @@ def _sample_input(
         raise ModelConfigError(f"{where}: dims {list(dims)} must be fixed")
     kind = entry.WhichOneof("input_data_type")
     if kind == "input_data_file":
-        path = model_dir / "warmup" / entry.input_data_file
+        path = files.path(f"{where} input_data_file", entry.input_data_file, WARMUP_DIR)
         try:
             raw = path.read_bytes()
         except OSError as exc:
-            raise ModelConfigError(f"{where}: cannot read {path}: {exc.strerror}") from None
+            raise ModelConfigError(
+                f"{where}: cannot read {WARMUP_DIR}/{entry.input_data_file}: {exc.strerror}"
+            ) from None
         try:
             return dtypes.array_from_bytes(raw, datatype, dims, where)
         except InvalidArgumentError as exc:
@@ -75,7 +77,7 @@ def _sample_input(
 
 
 def warmup_samples(
-    config: model_config_pb2.ModelConfig, spec: ModelSpec, model_dir: Path, *, merged_batches: bool = True
+    config: model_config_pb2.ModelConfig, spec: ModelSpec, files: ModelFiles, *, merged_batches: bool = True
 ) -> list[WarmupSample]:
     """The samples a model's instances run at load (see the module's docstring).
 
@@ -88,7 +90,7 @@ def warmup_samples(
         batch = max(1, int(warmup.batch_size))
         inputs = {}
         for name, entry in warmup.inputs.items():
-            item = _sample_input(config.name, warmup.name, name, entry, model_dir, rng)
+            item = _sample_input(config.name, warmup.name, name, entry, files, rng)
             inputs[name] = np.repeat(item[np.newaxis], batch, axis=0) if spec.batched else item
         samples.append(WarmupSample(warmup.name, inputs, batch, max(1, int(warmup.count))))
     if samples or not merged_batches or not config.HasField("dynamic_batching"):
@@ -114,15 +116,13 @@ def warmup_samples(
 def run_warmup(
     config: model_config_pb2.ModelConfig,
     spec: ModelSpec,
-    model_dir: Path,
+    files: ModelFiles,
     backend: Backend,
     samples: Sequence[WarmupSample],
 ) -> None:
     """Run ``samples`` on ``backend`` (call on its instance thread); ModelConfigError names a failing one."""
     ragged = RaggedPlan.from_config(config)
-    sequences = (
-        SequencePolicy.from_config(config, model_dir) if config.HasField("sequence_batching") else None
-    )
+    sequences = SequencePolicy.from_config(config, files) if config.HasField("sequence_batching") else None
     outputs = list(spec.outputs) + (list(sequences.state_outputs) if sequences else [])
     for sample in samples:
         inputs = dict(sample.inputs)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import struct
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Self, TypeVar
 
 import hpack
 import numpy as np
@@ -32,7 +33,7 @@ from sonic.protocol.http2 import (
     settings_frame,
     window_update,
 )
-from sonic.testing.h2peer import RawH2, data_frame, grpc_headers, grpc_message
+from sonic.testing.h2peer import ConnectionEnded, RawH2, data_frame, grpc_headers, grpc_message
 
 T = TypeVar("T")
 MiB = 1 << 20
@@ -218,3 +219,134 @@ def http_content_length(address: str, length: int = 3 << 30) -> bytes:
 
 def http_gzip_bomb(address: str, bomb: bytes) -> tuple[int, str]:
     return http_post(address, bomb, {"Content-Encoding": "gzip"})
+
+
+# --- slow large uploads (the request-buffer budget) --------------------------------------------------
+
+
+def http_slow_uploads(
+    address: str, uploads: int, announced: int, offered: int, stall_s: float = 2.0
+) -> Uploads:
+    """``uploads`` HTTP/1.1 connections, each announcing ``announced`` bytes of body and sending up to
+    ``offered`` of them, all at once, until the server stops reading one for ``stall_s``. The sockets stay
+    open (the bodies unfinished) until the returned :class:`Uploads` is closed."""
+    host, port = address.rsplit(":", 1)
+    head = (
+        f"POST {INFER_PATH} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {announced}\r\n\r\n"
+    ).encode()
+    socks = [socket.create_connection((host, int(port)), timeout=stall_s) for _ in range(uploads)]
+    chunk = b" " * MiB
+
+    def push(sock: socket.socket) -> int:
+        sock.sendall(head)
+        sent = 0
+        try:
+            while sent < offered:
+                sock.sendall(chunk)
+                sent += len(chunk)
+        except (TimeoutError, BrokenPipeError, ConnectionResetError):
+            pass
+        return sent
+
+    with ThreadPoolExecutor(uploads) as pool:
+        sent = list(pool.map(push, socks))
+    return Uploads(sent, socks)
+
+
+def grpc_slow_uploads(
+    address: str, connections: int, streams: int, message_bytes: int, stall_s: float = 2.0
+) -> Uploads:
+    """``connections`` HTTP/2 connections with ``streams`` ModelInfer calls each, announcing a message of
+    ``message_bytes`` and sending exactly its bytes as fast as the server's flow control allows, never
+    ending the stream; then reading until the server is silent for ``stall_s``. The calls stay open
+    until :class:`Uploads` closes; the statuses of calls the server ended meanwhile are recorded."""
+    peers = [RawH2(address, timeout_s=stall_s) for _ in range(connections)]
+    statuses: dict[tuple[int, int], tuple[int, str]] = {}  # (connection, stream) -> its gRPC status
+
+    def push(index_peer: tuple[int, RawH2]) -> int:
+        number, peer = index_peer
+        window = 65_535  # the connection window; the server's stream windows are larger than it
+
+        def read() -> None:
+            nonlocal window
+            received = peer.read_frame()
+            if received.type == FrameType.WINDOW_UPDATE and received.stream_id == 0:
+                window += struct.unpack(">I", received.payload)[0] & 0x7FFFFFFF
+            elif received.type == FrameType.HEADERS:  # decoded in order: HPACK keeps state
+                fields = {str(k): str(v) for k, v in peer.decoder.decode(received.payload)}
+                if "grpc-status" in fields:
+                    status = (int(fields["grpc-status"]), fields.get("grpc-message", ""))
+                    statuses[number, received.stream_id] = status
+            elif received.type == FrameType.GOAWAY:
+                raise ConnectionEnded(str(received))
+
+        for index in range(streams):
+            prefix = b"\0" + struct.pack(">I", message_bytes)  # uncompressed, this long
+            call = peer.headers(2 * index + 1, grpc_headers("ModelInfer"))
+            peer.send(call, data_frame(2 * index + 1, prefix))
+            window -= len(prefix)
+        left = [message_bytes] * streams
+        sent, turn = 0, 0
+        try:
+            while any(left):
+                while window < min(1 << 14, left[turn]):
+                    read()
+                frames: list[bytes] = []
+                while window and left[turn] and len(frames) < 64:
+                    size = min(1 << 14, left[turn], window)
+                    frames.append(data_frame(2 * turn + 1, bytes(size)))
+                    window -= size
+                    left[turn] -= size
+                    sent += size
+                peer.send(*frames)
+                turn = (turn + 1) % streams
+                while not left[turn] and any(left):
+                    turn = (turn + 1) % streams
+            while True:  # the server's answers, until it is silent
+                read()
+        except (TimeoutError, ConnectionEnded, BrokenPipeError, ConnectionResetError):
+            pass
+        return sent
+
+    with ThreadPoolExecutor(connections) as pool:
+        sent = list(pool.map(push, enumerate(peers)))
+    return Uploads(sent, [peer.sock for peer in peers], statuses)
+
+
+class Uploads:
+    """Unfinished uploads: the bytes each connection got in, and its socket (closed by :meth:`close`)."""
+
+    def __init__(
+        self,
+        sent: list[int],
+        socks: list[socket.socket],
+        grpc_statuses: dict[tuple[int, int], tuple[int, str]] | None = None,
+    ) -> None:
+        self.sent = sent
+        self._socks = socks
+        self.grpc_statuses = grpc_statuses or {}  # calls the server ended while they were sent
+
+    def http_answers(self, timeout_s: float = 1.0) -> list[bytes]:
+        """What the server sent on each HTTP connection until it closed it (or ``timeout_s`` of silence)."""
+        answers = []
+        for sock in self._socks:
+            sock.settimeout(timeout_s)
+            received = b""
+            try:
+                while chunk := sock.recv(65536):
+                    received += chunk
+            except (TimeoutError, ConnectionResetError):
+                pass
+            answers.append(received)
+        return answers
+
+    def close(self) -> None:
+        for sock in self._socks:
+            sock.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -32,7 +32,6 @@ max_batch_size: 64
 input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 4 ] }} ]
 output [ {{ name: "y" data_type: TYPE_FP32 dims: [ 2 ] }} ]
 dynamic_batching {{ max_queue_delay_microseconds: 2000 }}
-parameters {{ key: "cache_dir" value: {{ string_value: "{cache}" }} }}
 parameters {{ key: "hls4ml_precision" value: {{ string_value: "{precision}" }} }}
 {extra}
 """
@@ -51,7 +50,8 @@ def tiny_module() -> Any:
 
 
 def write_config(folder: Path, cache: Path, extra: str = "") -> None:
-    text = CONFIG.format(name=folder.name, cache=cache, precision=PRECISION, extra=extra)
+    del cache  # the cache folder is the server's option (--backend-config hls4ml,cache_dir=...)
+    text = CONFIG.format(name=folder.name, precision=PRECISION, extra=extra)
     (folder / "config.pbtxt").write_text(text)
 
 
@@ -76,7 +76,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     (repository / "tiny_pt" / "1").mkdir(parents=True)
     torch.save(module, repository / "tiny_pt" / "1" / "model.pt")
     write_config(repository / "tiny_pt", cache)
-    with ServerProcess.start([repository]) as server:
+    with ServerProcess.start(
+        [repository], extra_args=["--backend-config", f"hls4ml,cache_dir={cache}"]
+    ) as server:
         yield Served(server.grpc_address, reference, cache)
 
 

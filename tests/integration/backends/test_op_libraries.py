@@ -108,12 +108,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         f'model_operations {{ op_library_filename: [ "{library.name}" ] }}\n'
     )
     for name, operations in (
-        ("negpos", f'model_operations {{ op_library_filename: [ "{extensions.get_library_path()}" ] }}\n'),
+        ("negpos", 'model_operations { op_library_filename: [ "libortextensions.so" ] }\n'),
         ("negpos_without_library", ""),
     ):
         negpos_model(root / name / "1" / "model.onnx")
         (root / name / "config.pbtxt").write_text(ONNX_CONFIG + operations)
-    with ServerProcess.start([root]) as process:
+    # A library installed elsewhere: linked into the model's folder, followed with the option
+    # (a configuration names only files inside its folder: docs/security.md).
+    (root / "negpos" / "libortextensions.so").symlink_to(extensions.get_library_path())
+    with ServerProcess.start([root], extra_args=["--allow-model-links-outside"]) as process:
         yield process
 
 

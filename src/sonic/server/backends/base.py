@@ -14,6 +14,10 @@ Three shapes of backend:
 - A backend whose :meth:`Backend.create_scheduler` returns a scheduler has no instances at all: it
   schedules requests itself on the event loop (the ensemble, which only calls other models).
 
+Files: a backend opens ``InstanceContext.model_path`` (already checked) and any other file its
+configuration names only through ``InstanceContext.files`` / ``version_file`` / ``op_libraries``, the
+choke point of :mod:`sonic.server.paths` that keeps them inside the model's folder.
+
 Backends that call other loaded models (ensembles, Python models doing BLS) get a
 :class:`ModelCaller` in their :class:`InstanceContext`.
 """
@@ -29,8 +33,9 @@ from typing import Any, ClassVar, Protocol
 import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
-from sonic.protocol.errors import ModelConfigError
+from sonic.protocol.errors import ModelConfigError, quote
 from sonic.protocol.model_config import ModelSpec
+from sonic.server.paths import ModelFiles
 from sonic.server.runtime.work import RequestScheduler
 
 
@@ -74,18 +79,30 @@ class InstanceContext:
     device_id: int
     options: Mapping[str, str] = field(default_factory=dict)  # --backend-config NAME,KEY=VALUE entries
     models: ModelCaller | None = None  # the server's other models; None where there is no server
+    allow_links_outside: bool = False  # --allow-model-links-outside: see sonic.server.paths
+
+    @property
+    def files(self) -> ModelFiles:
+        """The choke point for every file this model's configuration names (:mod:`sonic.server.paths`)."""
+        return ModelFiles(self.config.name, self.version_dir.parent, self.allow_links_outside)
+
+    def version_file(self, field: str, name: str) -> Path:
+        """``name`` in this version's folder, through the choke point (InvalidArgumentError if outside)."""
+        return self.files.version_file(self.version, field, name)
 
     def op_libraries(self) -> list[Path]:
         """``model_operations { op_library_filename }``: custom-operator libraries to load first.
 
-        Absolute paths as given, relative ones from the model's folder; ModelConfigError if missing.
+        Names relative to the model's folder, kept inside it by the choke point (a library installed
+        elsewhere is linked into the folder, with --allow-model-links-outside); ModelConfigError if missing.
         """
         libraries = []
         for name in self.config.model_operations.op_library_filename:
-            path = Path(name) if Path(name).is_absolute() else self.version_dir.parent / name
+            path = self.files.path("model_operations.op_library_filename", name)
             if not path.is_file():
                 raise ModelConfigError(
-                    f"model '{self.config.name}': op_library_filename {path} does not exist"
+                    f"model '{self.config.name}': op_library_filename {quote(name)} does not exist in the "
+                    "model's folder"
                 )
             libraries.append(path)
         return libraries
@@ -102,6 +119,16 @@ class Backend(ABC):
 
     name: ClassVar[str]
     default_filename: ClassVar[str]
+
+    @classmethod
+    def model_filename(cls, config: model_config_pb2.ModelConfig, version_dir: Path) -> str:
+        """The name of the file (or folder) in ``version_dir`` this model loads, before completion.
+
+        The server passes it through :mod:`sonic.server.paths` before :meth:`auto_complete_config`
+        reads it. The default: the config's ``default_model_filename``, else ``default_filename``.
+        """
+        del version_dir
+        return config.default_model_filename or cls.default_filename
 
     @classmethod  # noqa: B027  (optional hook with a do-nothing default)
     def auto_complete_config(cls, config: model_config_pb2.ModelConfig, model_path: Path) -> None:

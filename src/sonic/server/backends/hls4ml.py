@@ -17,7 +17,8 @@ Config ``parameters`` (or ``--backend-config hls4ml,KEY=VALUE``):
 - ``buffers_in_flight`` (default 2): kernel batches on the device at once.
 - ``hls4ml_precision`` (``ap_fixed<16,6>``), ``hls4ml_reuse_factor`` (1), ``hls4ml_strategy``
   (``Latency``), ``hls4ml_io_type`` (``io_parallel``): conversion of ``model.pt``.
-- ``cache_dir`` (default ``$XDG_CACHE_HOME/sonic/hls4ml``): compiled projects, by content hash.
+- ``cache_dir`` (default ``$XDG_CACHE_HOME/sonic/hls4ml``): compiled projects, by content hash; from
+  ``--backend-config hls4ml,cache_dir=DIR`` only (the server writes there: not a configuration's choice).
 """
 
 from __future__ import annotations
@@ -84,8 +85,16 @@ class Hls4mlBackend(Backend):
             io_type=context.parameter("hls4ml_io_type") or Conversion.io_type,
         )
         self.kernel_batch = _int_parameter(context, "kernel_batch", 0, 0)
-        cache = Path(context.parameter("cache_dir") or default_cache_dir())
-        bridge = build(find_source(context.version_dir), conversion, input_dims, cache)
+        if "cache_dir" in config.parameters:
+            # A folder the server writes to and loads a library from: the operator's choice, never a
+            # configuration's (a model-control caller sends whole configurations).
+            raise ModelConfigError(
+                f"model '{self.model}': parameters cache_dir is not taken from a model configuration; "
+                "set it with --backend-config hls4ml,cache_dir=DIR"
+            )
+        cache = Path(context.options.get("cache_dir") or default_cache_dir())
+        source = find_source(context.version_dir)
+        bridge = build(context.version_file("hls4ml source", source.name), conversion, input_dims, cache)
         expected_out = [math.prod(dims) for dims in self.output_dims.values()]
         if bridge.input_size != math.prod(input_dims) or list(bridge.output_sizes) != expected_out:
             raise ModelConfigError(

@@ -92,7 +92,8 @@ class TensorFlowBackend(Backend):
     def _locate(context: InstanceContext) -> Path:
         path = context.model_path
         if not path.exists() and context.config.platform == "tensorflow_savedmodel":
-            path = context.version_dir / TensorFlowSavedModelBackend.default_filename
+            default = TensorFlowSavedModelBackend.default_filename
+            path = context.version_file("default_model_filename", default)
         if not path.exists():
             raise ModelConfigError(f"model '{context.config.name}': no model file or folder {path}")
         return path

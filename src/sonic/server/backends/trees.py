@@ -264,7 +264,12 @@ class TreesBackend(Backend):
     default_filename: ClassVar[str] = "xgboost.json"
 
     @classmethod
+    def model_filename(cls, config: model_config_pb2.ModelConfig, version_dir: Path) -> str:
+        return _choose_file(config, version_dir)[0]
+
+    @classmethod
     def auto_complete_config(cls, config: model_config_pb2.ModelConfig, model_path: Path) -> None:
+        # model_path: the file model_filename chose, through the server's path choke point.
         filename, model_type = _choose_file(config, model_path.parent)
         config.default_model_filename = filename
         config.parameters["model_type"].string_value = model_type
@@ -272,7 +277,7 @@ class TreesBackend(Backend):
             return
         where = f"model '{config.name}'"
         model = load_tree_model(
-            model_path.parent / filename,
+            model_path,
             model_type,
             trusted=_trusted(_parameter(config, "skops_trusted_types")),
         )

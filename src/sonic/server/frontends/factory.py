@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 
+from sonic.server.budget import RequestBudget
 from sonic.server.config import GrpcServerKind, ServerConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend
@@ -24,6 +25,8 @@ def configured_frontends(
     config: ServerConfig, dataplane: DataPlane, models: ModelManager, guard: Guard | None
 ) -> list[Frontend]:
     gate = CallGate(dataplane, guard)
+    # One budget for every connection that buffers request bodies (grpcio's server keeps its own buffers).
+    budget = RequestBudget(config.request_buffer_budget_bytes, config.request_buffer_wait_s)
     # The native stack takes the HTTP/2 limits that grpcio's server has no equivalent for.
     grpc_kind = (
         GrpcAioFrontend
@@ -32,6 +35,7 @@ def configured_frontends(
             NativeGrpcFrontend,
             max_decompressed_bytes=config.grpc_max_decompressed_bytes,
             http2_limits=config.grpc_http2_limits,
+            budget=budget,
         )
     )
     grpc: Frontend = grpc_kind(
@@ -55,8 +59,9 @@ def configured_frontends(
                 tls=config.tls,
                 max_connections_per_client=config.http_max_connections_per_client,
                 max_decompressed_bytes=config.grpc_max_decompressed_bytes,
+                budget=budget,
             )
         )
     if config.metrics_port is not None:
-        frontends.append(MetricsFrontend(models, config.host, config.metrics_port))
+        frontends.append(MetricsFrontend(models, config.host, config.metrics_port, budget))
     return frontends

@@ -24,6 +24,7 @@ import grpc
 
 from sonic.protocol.errors import SonicError
 from sonic.protocol.grpc_call import (
+    GRPC_MESSAGE_PREFIX_BYTES,
     GrpcError,
     MessageLimits,
     check_encoding,
@@ -36,6 +37,7 @@ from sonic.protocol.grpc_codec import grpc_status
 from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits, MemoBudget
 from sonic.protocol.http2 import encode_headers
 from sonic.protocol.wire import SERVICE, parts_size
+from sonic.server.budget import RequestBudget
 from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES, TlsConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend
@@ -58,7 +60,9 @@ MEMO_BUDGET_BYTES = 32 << 20  # all connections' header-block memos together
 
 class GrpcConnection(Http2Connection):
     def __init__(self, frontend: NativeGrpcFrontend) -> None:
-        super().__init__(limits=frontend.http2_limits, memo_budget=frontend.memo_budget)
+        super().__init__(
+            limits=frontend.http2_limits, memo_budget=frontend.memo_budget, budget=frontend.budget
+        )
         self._frontend = frontend
         self._methods = frontend.methods
         self._peer: str | None = None
@@ -84,7 +88,10 @@ class GrpcConnection(Http2Connection):
     def stream_data(self, stream: Stream, data: memoryview) -> None:
         call: Call | None = stream.call
         if call is None or stream.local_closed:
+            self.drop_data(stream, len(data))
             return
+        call.held += len(data)
+        self.hold_data(stream, len(data))
         try:
             for compressed, message in call.reader.feed(data):
                 self._on_message(stream, call, compressed, message)
@@ -104,12 +111,14 @@ class GrpcConnection(Http2Connection):
         elif call.message is None:
             self._fail(stream, grpc.StatusCode.INTERNAL, f"{call.method}: the request has no message")
         else:
-            self._spawn(stream, call, self._run_unary(stream, call, call.message))
+            self._spawn(stream, call, self._run_unary(stream, call, call.message), call.held)
+            call.held = 0
 
     def stream_reset(self, stream: Stream) -> None:
         call: Call | None = stream.call
         if call is None:
             return
+        self._release(call)
         call.deadline = math.inf
         for task in list(call.tasks):
             task.cancel()
@@ -133,7 +142,7 @@ class GrpcConnection(Http2Connection):
             raise CallError(
                 grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {(path or b'').decode(errors='replace')}"
             )
-        call = Call(method, self._frontend.max_message_bytes)
+        call = Call(method, self._frontend.max_message_bytes, self._frontend.budget.capacity_bytes)
         call.trace = trace
         try:
             call.encoding = check_encoding(encoding)
@@ -165,7 +174,9 @@ class GrpcConnection(Http2Connection):
             if not call.headers_sent:
                 call.headers_sent = True
                 self.send_headers(stream, RESPONSE_HEADERS)
-            self._spawn(stream, call, self._run_stream_message(stream, call, compressed, message))
+            held = min(call.held, len(message) + GRPC_MESSAGE_PREFIX_BYTES)  # the task holds its message
+            call.held -= held
+            self._spawn(stream, call, self._run_stream_message(stream, call, compressed, message), held)
         elif call.message is not None:
             raise CallError(
                 grpc.StatusCode.UNIMPLEMENTED, f"{call.method} takes one request message, got more"
@@ -174,13 +185,16 @@ class GrpcConnection(Http2Connection):
             call.message = message
             call.compressed = compressed
 
-    def _spawn(self, stream: Stream, call: Call, coroutine: Any) -> None:
+    def _spawn(self, stream: Stream, call: Call, coroutine: Any, held: int) -> None:
+        """Run ``coroutine`` for the call; the ``held`` bytes of its message are released when it is done
+        (in the done callback: a task cancelled before it started runs no ``finally``)."""
         task: asyncio.Task[None] = self._loop.create_task(coroutine)
         call.tasks.add(task)
-        task.add_done_callback(lambda done: self._task_done(stream, call, done))
+        task.add_done_callback(lambda done: self._task_done(stream, call, done, held))
 
-    def _task_done(self, stream: Stream, call: Call, task: asyncio.Task[None]) -> None:
+    def _task_done(self, stream: Stream, call: Call, task: asyncio.Task[None], held: int) -> None:
         call.tasks.discard(task)
+        self.release_data(held)
         if (
             call.method == "ModelStreamInfer"
             and call.input_done
@@ -264,6 +278,19 @@ class GrpcConnection(Http2Connection):
     def _cancel_deadline(call: Call) -> None:
         call.deadline = math.inf
 
+    def _release(self, call: Call) -> None:
+        held, call.held = call.held, 0
+        self.release_data(held)
+
+    def budget_wait_over(self) -> None:
+        """Calls holding bytes of a request not yet whole end with RESOURCE_EXHAUSTED, releasing them
+        (a ModelStreamInfer stream between two messages holds none and goes on)."""
+        budget = self._frontend.budget
+        for stream in list(self.streams.values()):
+            call: Call | None = stream.call
+            if call is not None and call.held and not call.input_done and not stream.local_closed:
+                self._fail(stream, grpc.StatusCode.RESOURCE_EXHAUSTED, budget.busy_error(call.method).message)
+
     def _fail(self, stream: Stream, code: grpc.StatusCode, message: str) -> None:
         """End the call with ``code``: trailers-only when nothing was sent yet."""
         if stream.local_closed:
@@ -271,6 +298,7 @@ class GrpcConnection(Http2Connection):
         call: Call | None = stream.call
         if call is not None:
             self._cancel_deadline(call)
+            self._release(call)
         headers_sent = call is not None and call.headers_sent
         stream.pending.clear()  # an error replaces any response not yet sent
         self.send_headers(
@@ -296,8 +324,10 @@ class NativeGrpcFrontend(Frontend):
         max_concurrent_streams: int | None = None,
         max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES,
         http2_limits: Http2Limits = SERVER_LIMITS,
+        budget: RequestBudget,
     ) -> None:
         self.methods = GrpcMethods(dataplane)
+        self.budget = budget
         self.gate = gate
         self.host = host
         self.port = port

@@ -39,15 +39,24 @@ class CallError(Exception):
 
 
 class MessageReader(grpc_call.MessageReader):
-    """Messages of a request: one too large ends the call with RESOURCE_EXHAUSTED, as grpcio does."""
+    """Messages of a request: one too large ends the call with RESOURCE_EXHAUSTED, as grpcio does; so does
+    one larger than the server's whole request buffer budget, which could never be held."""
 
-    __slots__ = ()
+    __slots__ = ("_message_limit",)
+
+    def __init__(self, max_bytes: int, budget_bytes: int) -> None:
+        super().__init__(min(max_bytes, budget_bytes))
+        self._message_limit = max_bytes
 
     def too_large(self, length: int) -> Exception:
-        return CallError(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"Received message larger than max ({length} vs. {self._max_bytes})",
-        )
+        if length <= self._message_limit:
+            msg = (
+                f"Received message of {length} bytes, larger than the server's whole request buffer budget "
+                f"of {self._max_bytes} bytes (--request-buffer-budget-mb)"
+            )
+        else:
+            msg = f"Received message larger than max ({length} vs. {self._message_limit})"
+        return CallError(grpc.StatusCode.RESOURCE_EXHAUSTED, msg)
 
 
 class Call:
@@ -58,6 +67,7 @@ class Call:
         "deadline",
         "encoding",
         "headers_sent",
+        "held",
         "input_done",
         "message",
         "method",
@@ -66,9 +76,10 @@ class Call:
         "trace",
     )
 
-    def __init__(self, method: str, max_bytes: int) -> None:
+    def __init__(self, method: str, max_bytes: int, budget_bytes: int) -> None:
         self.method = method
-        self.reader = MessageReader(max_bytes)
+        self.reader = MessageReader(max_bytes, budget_bytes)
+        self.held = 0  # request bytes charged to the server's budget and not handed to a task yet
         self.message: bytes | memoryview | None = None
         self.compressed = False
         self.encoding: str | None = None

@@ -4,10 +4,14 @@
 client are :class:`sonic.protocol.h2connection.Http2Core`); :class:`Http2Connection` puts it on asyncio
 (:class:`sonic.protocol.h2asyncio.Http2Protocol`). The gRPC layer
 (:mod:`sonic.server.frontends.grpc_native`) subclasses :class:`Http2Connection` and fills in the four
-``stream_*`` hooks.
+``stream_*`` hooks; what it keeps of the request DATA it reports (``hold_data``/``drop_data``/
+``release_data``), which charges the server's request-buffer budget and opens the flow-control windows
+only while that has room.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from sonic.protocol.h2asyncio import Http2Protocol
 from sonic.protocol.h2connection import Http2Core
@@ -24,6 +28,7 @@ from sonic.protocol.http2 import (
     malformed_fields,
     rst_stream,
 )
+from sonic.server.budget import RequestBudget
 
 __all__ = ["HeaderDecoder", "Headers", "Http2Connection", "ServerCore", "Stream"]
 
@@ -122,4 +127,74 @@ class ServerCore(Http2Core):
 
 
 class Http2Connection(ServerCore, Http2Protocol):
-    """One client connection on asyncio."""
+    """One client connection on asyncio, its request DATA charged to the server's request-buffer budget.
+
+    With a budget, the windows the peer's DATA used open again (WINDOW_UPDATE) only while the budget has
+    room; otherwise once it has, so a sender is throttled by flow control, not by an error. A connection
+    that waits past the budget's ``wait_s`` has its role fail the calls still receiving
+    (:meth:`budget_wait_over`), which gives their bytes back.
+    """
+
+    def __init__(
+        self,
+        *,
+        limits: Http2Limits = SERVER_LIMITS,
+        memo_budget: MemoBudget | None = None,
+        budget: RequestBudget | None = None,
+    ) -> None:
+        super().__init__(limits=limits, memo_budget=memo_budget)
+        self._budget = budget
+        self.acknowledges_on_receipt = budget is None
+        self._deferred: dict[int, tuple[Stream, int]] = {}  # windows owed, by stream, until there is room
+        self._budget_timer: asyncio.TimerHandle | None = None
+
+    def hold_data(self, stream: Stream, size: int) -> None:
+        """The role keeps ``size`` bytes of ``stream``'s DATA (it gives them back with :meth:`release_data`)."""
+        budget = self._budget
+        if budget is None:
+            return
+        budget.charge(size)
+        if not self._deferred and budget.has_room:
+            self.acknowledge_received_data(stream, size)
+            return
+        if not self._deferred:
+            budget.when_room(self, self._budget_room)
+            self._budget_timer = self._loop.call_later(budget.wait_s, self._budget_timer_fired)
+        owed = self._deferred.get(stream.stream_id)
+        self._deferred[stream.stream_id] = (stream, size + (owed[1] if owed else 0))
+
+    def drop_data(self, stream: Stream, size: int) -> None:
+        """The role does not keep these bytes (a call already ended): the windows open at once."""
+        if self._budget is not None:
+            self.acknowledge_received_data(stream, size)
+
+    def release_data(self, size: int) -> None:
+        """Bytes given to :meth:`hold_data` are no longer held."""
+        if self._budget is not None and size:
+            self._budget.release(size)
+
+    def budget_wait_over(self) -> None:
+        """The connection waited ``wait_s`` for room: the role fails its calls still receiving."""
+
+    def _budget_room(self) -> None:
+        deferred, self._deferred = self._deferred, {}
+        if self._budget_timer is not None:
+            self._budget_timer.cancel()
+            self._budget_timer = None
+        for stream, size in deferred.values():
+            self.acknowledge_received_data(stream, size)
+
+    def _budget_timer_fired(self) -> None:
+        self._budget_timer = None
+        self.budget_wait_over()  # releases bytes: may give room, and _budget_room runs meanwhile
+        if self._deferred and self._budget is not None:
+            self._budget_timer = self._loop.call_later(self._budget.wait_s, self._budget_timer_fired)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)  # every open stream is reset: the roles release what they held
+        self._deferred.clear()
+        if self._budget is not None:
+            self._budget.forget(self)
+        if self._budget_timer is not None:
+            self._budget_timer.cancel()
+            self._budget_timer = None

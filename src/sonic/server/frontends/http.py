@@ -3,8 +3,9 @@
 A thin adapter like the gRPC one: route, call the data plane, render JSON, map errors through the one
 status table (bodies are ``{"error": "..."}``). aiohttp's low-level ``web.Server`` is used without
 its router or middlewares: the path is split once and matched by hand, which keeps the per-request
-cost to parsing (llhttp, in C) plus our own work. Request bodies are written chunk by chunk into one
-buffer and binary tensors are sliced out of it without copies. Every body is bounded: a Content-Length
+cost to parsing (llhttp, in C) plus our own work. Request bodies grow chunk by chunk as they arrive,
+charged to the server's request-buffer budget (:mod:`sonic.server.budget`) until the request is answered,
+and binary tensors are sliced out of them without copies. Every body is bounded: a Content-Length
 over ``max_message_bytes`` is answered 413 before a byte is read, gzip/deflate bodies are inflated
 (off the loop when large) up to ``max_decompressed_bytes``, and large JSON is parsed in a thread; JSON
 that cannot be parsed, however it fails (nesting included), is a 400 that says why.
@@ -18,7 +19,6 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
 
@@ -28,16 +28,18 @@ from sonic.protocol import http_json
 from sonic.protocol.errors import (
     InvalidArgumentError,
     NotFoundError,
+    RequestBufferBusyError,
     ResourceExhaustedError,
     UnimplementedError,
     http_status,
 )
+from sonic.server.budget import BudgetHold, RequestBudget
 from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES, TlsConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.aiohttp_listener import AiohttpListener
 from sonic.server.frontends.base import Frontend
 from sonic.server.frontends.gate import CallGate, as_sonic_error
-from sonic.server.frontends.http_body import PayloadTooLargeError, read_body
+from sonic.server.frontends.http_body import PayloadTooLargeError, read_body, refuse_body
 from sonic.server.guard import CallKind
 from sonic.server.tls import http_ssl_context
 
@@ -66,16 +68,6 @@ def _health(ok: bool) -> web.Response:
     return web.Response(status=200 if ok else 400)
 
 
-async def _refuse_body(request: web.BaseRequest, exc: PayloadTooLargeError) -> web.StreamResponse:
-    """413, then close: aiohttp would otherwise read (and drop) the rest of the body for up to 10 s."""
-    response = _json_response({"error": exc.message}, HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
-    response.force_close()
-    await response.prepare(request)
-    await response.write_eof()
-    request.protocol.force_close()  # closes once the response is written; nothing more is read
-    return response
-
-
 async def _cuda_status(dp: DataPlane, name: str) -> web.StreamResponse:
     dp.cuda_shared_memory_status(name)
     return _json_response([])
@@ -86,22 +78,28 @@ async def _cuda_unregister(dp: DataPlane, name: str) -> web.StreamResponse:
     return web.Response(status=200)
 
 
-class _ConnectionLimitedServer(web.Server):
-    """aiohttp's low-level server, counting open connections per client address.
+class _Server(web.Server):
+    """aiohttp's low-level server, counting open connections per client address, and telling a request
+    that waits for room in the request buffer budget that its connection is gone (aiohttp does not
+    cancel handlers): at shutdown, or a close seen while reading. A connection paused for lack of room
+    is not read, so its client's close is seen only when the wait ends (its bound, or room).
 
     Connections over ``max_per_client`` are accepted but every request on them is answered 429 and
     the connection closed, so the client learns why instead of seeing a reset.
     """
 
-    def __init__(self, handler: Any, *, max_per_client: int, **kwargs: Any) -> None:
+    def __init__(self, handler: Any, *, max_per_client: int | None, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self._max_per_client = max_per_client
         self._open: dict[str, int] = {}
         self._hosts: dict[object, str] = {}
         self.refused: set[object] = set()  # transports over the limit
+        self.holds: dict[object, BudgetHold] = {}  # by connection (aiohttp's handler), its request's
 
     def connection_made(self, handler: Any, transport: Any) -> None:
         super().connection_made(handler, transport)
+        if self._max_per_client is None:
+            return
         peer = transport.get_extra_info("peername")
         host = str(peer[0]) if peer else "unknown"
         self._hosts[transport] = host
@@ -110,6 +108,9 @@ class _ConnectionLimitedServer(web.Server):
             self.refused.add(transport)
 
     def connection_lost(self, handler: Any, exc: BaseException | None = None) -> None:
+        hold = self.holds.pop(handler, None)
+        if hold is not None:
+            hold.abandon()
         transport = handler.transport
         host = self._hosts.pop(transport, None)
         if host is not None:
@@ -135,14 +136,16 @@ class HttpFrontend(Frontend):
         tls: TlsConfig | None = None,
         max_connections_per_client: int | None = None,
         max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES,
+        budget: RequestBudget,
     ) -> None:
         self._dataplane = dataplane
+        self._budget = budget
         self._max_decompressed_bytes = max_decompressed_bytes
         self._gate = gate
         self.host = host
         self.port = port
         self._max_connections_per_client = max_connections_per_client
-        self._limited: _ConnectionLimitedServer | None = None
+        self._server: _Server | None = None
         self._max_message_bytes = max_message_bytes
         self._ssl_context = http_ssl_context(tls) if tls is not None else None
         self._listener = AiohttpListener()
@@ -150,17 +153,13 @@ class HttpFrontend(Frontend):
     # --- lifecycle ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        server: web.Server
-        if self._max_connections_per_client is not None:
-            server = self._limited = _ConnectionLimitedServer(
-                self._handle,
-                max_per_client=self._max_connections_per_client,
-                access_log=None,
-                auto_decompress=False,
-            )
-        else:
-            # auto_decompress off: aiohttp would inflate on the loop with no cap; read_body does it bounded.
-            server = web.Server(self._handle, access_log=None, auto_decompress=False)
+        # auto_decompress off: aiohttp would inflate on the loop with no cap; read_body does it bounded.
+        server = self._server = _Server(
+            self._handle,
+            max_per_client=self._max_connections_per_client,
+            access_log=None,
+            auto_decompress=False,
+        )
         self.port = await self._listener.start(server, self.host, self.port, self._ssl_context)
 
     async def stop(self, grace_s: float) -> None:
@@ -170,7 +169,9 @@ class HttpFrontend(Frontend):
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         received_ns = time.perf_counter_ns()
-        if self._limited is not None and request.transport in self._limited.refused:
+        server = self._server
+        assert server is not None  # requests come only once the server started
+        if request.transport in server.refused:
             response = _error_response(
                 ResourceExhaustedError(
                     f"more than {self._max_connections_per_client} concurrent HTTP connections from this "
@@ -179,24 +180,28 @@ class HttpFrontend(Frontend):
             )
             response.force_close()
             return response
+        hold = server.holds[request.protocol] = BudgetHold(self._budget)
         try:
             parts = [unquote(p) for p in request.raw_path.split("?", 1)[0].split("/")[1:]]
             if parts and parts[-1] == "":
                 parts.pop()
-            kind, handler = self._route(request.method, parts, request, received_ns)
+            kind, handler = self._route(request.method, parts, request, received_ns, hold)
             if self._gate.guard is not None:
                 peer = request.transport.get_extra_info("peername") if request.transport else None
                 address = str(peer[0]) if peer else "unknown"
                 client = f"{address}:{peer[1]}" if peer else "unknown"
                 self._gate.admit(kind, request.headers.get("Authorization"), client, address)
             return await handler()
-        except PayloadTooLargeError as exc:
-            return await _refuse_body(request, exc)
+        except (PayloadTooLargeError, RequestBufferBusyError) as exc:
+            return await refuse_body(request, exc)
         except Exception as exc:  # noqa: BLE001  (mapped to a status by the one table)
             return _error_response(exc)
+        finally:
+            hold.release()  # the body (and what was decoded from it as views) is no longer ours
+            server.holds.pop(request.protocol, None)
 
     def _route(
-        self, method: str, parts: list[str], request: web.BaseRequest, received_ns: int
+        self, method: str, parts: list[str], request: web.BaseRequest, received_ns: int, hold: BudgetHold
     ) -> tuple[CallKind, Callable[[], Awaitable[web.StreamResponse]]]:
         if not parts or parts[0] != "v2":
             raise NotFoundError(f"no such endpoint: {request.method} {request.path}")
@@ -231,6 +236,8 @@ class HttpFrontend(Frontend):
             version = ""
             if len(rest) >= 2 and rest[0] == "versions":
                 version, rest = rest[1], rest[2:]
+                if not (version.isascii() and version.isdigit()):  # Triton's routes take digits only: 404
+                    raise NotFoundError(f"no such endpoint: {request.method} {request.path}")
             action = rest[0] if len(rest) == 1 else ("" if not rest else None)
             if action == "":
                 return get(
@@ -251,16 +258,16 @@ class HttpFrontend(Frontend):
                 )
             if action == "infer":
                 _expect(method, "POST", request)
-                return CallKind.INFER, lambda: self._infer(request, name, version, received_ns)
+                return CallKind.INFER, lambda: self._infer(request, name, version, received_ns, hold)
         if head == "repository":
             if parts[1:] == ["index"]:
                 _expect(method, "POST", request)
-                return CallKind.INDEX, lambda: self._repository_index(request)
+                return CallKind.INDEX, lambda: self._repository_index(request, hold)
             if len(parts) == 4 and parts[1] == "models" and parts[3] in {"load", "unload"}:
                 _expect(method, "POST", request)
-                return CallKind.CONTROL, lambda: self._repository_action(request, parts[2], parts[3])
+                return CallKind.CONTROL, lambda: self._repository_action(request, parts[2], parts[3], hold)
         if head == "systemsharedmemory":
-            return self._route_shm(method, parts[1:], request)
+            return self._route_shm(method, parts[1:], request, hold)
         if head == "cudasharedmemory" and parts[-1] in {
             "status",
             "unregister",
@@ -275,7 +282,7 @@ class HttpFrontend(Frontend):
         raise NotFoundError(f"no such endpoint: {request.method} {request.path}")
 
     def _route_shm(
-        self, method: str, parts: list[str], request: web.BaseRequest
+        self, method: str, parts: list[str], request: web.BaseRequest, hold: BudgetHold
     ) -> tuple[CallKind, Callable[[], Awaitable[web.StreamResponse]]]:
         """``[region/NAME/](status|register|unregister)`` under ``/v2/systemsharedmemory``."""
         name = ""
@@ -295,7 +302,7 @@ class HttpFrontend(Frontend):
             _expect(method, "POST", request)
 
             async def register() -> web.StreamResponse:
-                payload = await self._json_body(request)
+                payload = await self._json_body(request, hold)
                 key, offset, size = payload.get("key"), payload.get("offset", 0), payload.get("byte_size")
                 if not isinstance(key, str) or not isinstance(offset, int) or not isinstance(size, int):
                     raise InvalidArgumentError(
@@ -318,8 +325,8 @@ class HttpFrontend(Frontend):
 
     # --- handlers -------------------------------------------------------------------------------------
 
-    async def _json_body(self, request: web.BaseRequest) -> dict[str, Any]:
-        body = await read_body(request, self._max_message_bytes, self._max_decompressed_bytes)
+    async def _json_body(self, request: web.BaseRequest, hold: BudgetHold) -> dict[str, Any]:
+        body = await read_body(request, self._max_message_bytes, self._max_decompressed_bytes, hold)
         if not body.strip():
             return {}
         if len(body) < OFF_LOOP_BYTES:
@@ -332,9 +339,9 @@ class HttpFrontend(Frontend):
         return payload
 
     async def _infer(
-        self, request: web.BaseRequest, name: str, version: str, received_ns: int
+        self, request: web.BaseRequest, name: str, version: str, received_ns: int, hold: BudgetHold
     ) -> web.StreamResponse:
-        body = await read_body(request, self._max_message_bytes, self._max_decompressed_bytes)
+        body = await read_body(request, self._max_message_bytes, self._max_decompressed_bytes, hold)
         header_length = request.headers.get(http_json.HEADER_LENGTH)
         try:
             length = int(header_length) if header_length is not None else None
@@ -359,8 +366,8 @@ class HttpFrontend(Frontend):
             headers={http_json.HEADER_LENGTH: str(json_length)},
         )
 
-    async def _repository_index(self, request: web.BaseRequest) -> web.StreamResponse:
-        payload = await self._json_body(request)
+    async def _repository_index(self, request: web.BaseRequest, hold: BudgetHold) -> web.StreamResponse:
+        payload = await self._json_body(request, hold)
         index = self._dataplane.repository_index(bool(payload.get("ready", False)))
         rows = [http_json.message_to_json(row) for row in index.models]
         for row in rows:  # Triton leaves empty fields out of index rows
@@ -370,9 +377,9 @@ class HttpFrontend(Frontend):
         return _json_response(rows)
 
     async def _repository_action(
-        self, request: web.BaseRequest, name: str, action: str
+        self, request: web.BaseRequest, name: str, action: str, hold: BudgetHold
     ) -> web.StreamResponse:
-        payload = await self._json_body(request)
+        payload = await self._json_body(request, hold)
         parameters = payload.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise InvalidArgumentError(f"{action} of '{name}': 'parameters' must be an object")

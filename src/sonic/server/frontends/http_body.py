@@ -1,16 +1,25 @@
 """Reading an HTTP/REST request body within the server's limits (aiohttp), bounded as it grows.
 
-A Content-Length over the message limit is refused before a byte is read; chunked bodies are cut off as
-soon as they pass it; gzip/deflate bodies inflate through :mod:`sonic.protocol.inflate` under the
-decompressed-size cap. Over a limit: :class:`PayloadTooLargeError` (413, connection closed).
+A Content-Length over the message limit (or the whole request-buffer budget) is refused before a byte
+is read; a body grows as its bytes arrive, each charged to the server's request-buffer budget
+(:mod:`sonic.server.budget`); chunked bodies are cut off as soon as they pass a limit; gzip/deflate
+bodies inflate through :mod:`sonic.protocol.inflate` under the decompressed-size cap. Over a limit:
+:class:`PayloadTooLargeError` (413, connection closed).
 """
 
 from __future__ import annotations
 
+import json
+from http import HTTPStatus
+
 from aiohttp import web
 
-from sonic.protocol.errors import InvalidArgumentError, ResourceExhaustedError
+from sonic.protocol.errors import InvalidArgumentError, RequestBufferBusyError, ResourceExhaustedError
 from sonic.protocol.inflate import WBITS, InflateError, InflateLimitError, inflate_async
+from sonic.server.budget import BudgetHold
+
+# A body that waited its bound for room in the request buffer budget: when to try again (seconds).
+RETRY_AFTER_S = "1"
 
 
 class PayloadTooLargeError(ResourceExhaustedError):
@@ -18,21 +27,42 @@ class PayloadTooLargeError(ResourceExhaustedError):
     closed."""
 
 
+async def refuse_body(
+    request: web.BaseRequest, exc: PayloadTooLargeError | RequestBufferBusyError
+) -> web.StreamResponse:
+    """413 (too large) or 503 (no room in the request buffer budget), then close: aiohttp would otherwise
+    read (and drop) the rest of the body for up to 10 s."""
+    too_large = isinstance(exc, PayloadTooLargeError)
+    response = web.Response(
+        body=json.dumps({"error": exc.message}, separators=(",", ":")).encode(),
+        status=HTTPStatus.REQUEST_ENTITY_TOO_LARGE if too_large else HTTPStatus.SERVICE_UNAVAILABLE,
+        content_type="application/json",
+    )
+    if not too_large:
+        response.headers["Retry-After"] = RETRY_AFTER_S
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()  # closes once the response is written; nothing more is read
+    return response
+
+
 async def read_body(
-    request: web.BaseRequest, max_message_bytes: int, max_decompressed_bytes: int
+    request: web.BaseRequest, max_message_bytes: int, max_decompressed_bytes: int, hold: BudgetHold
 ) -> bytes | bytearray:
-    """The body, inflated if it came with a Content-Encoding; each size limit checked as it grows."""
+    """The body, inflated if it came with a Content-Encoding; each size limit checked as it grows, every
+    byte charged to ``hold`` (the caller releases it when the request is done)."""
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in {"identity", *WBITS}:
         raise InvalidArgumentError(
             f"Content-Encoding {encoding!r} is not supported (expected identity, gzip or deflate)"
         )
-    body = await receive(request, max_message_bytes)
+    body = await receive(request, max_message_bytes, hold)
     if encoding == "identity" or not body:
         return body
     limit = max_decompressed_bytes
     try:
-        return await inflate_async(body, encoding, limit)
+        inflated = await inflate_async(body, encoding, limit)
     except InflateLimitError:
         raise PayloadTooLargeError(
             f"the {encoding} request body inflates to more than the server limit of {limit} bytes "
@@ -40,39 +70,52 @@ async def read_body(
         ) from None
     except InflateError as exc:
         raise InvalidArgumentError(f"{encoding} request body: {exc}") from None
+    hold.charge(len(inflated))  # held as long as the request: the next bodies wait while it is spent
+    return inflated
 
 
-async def receive(request: web.BaseRequest, limit: int) -> bytes | bytearray:
-    """The body as sent; a Content-Length over the limit is refused before a byte is read."""
+async def receive(request: web.BaseRequest, limit: int, hold: BudgetHold) -> bytes | bytearray:
+    """The body as sent, grown as its bytes arrive (an announced Content-Length reserves nothing).
+
+    Before each read past the first the budget must have room: while it has none the body is not read,
+    aiohttp's buffer fills and it pauses the transport, so the sender is held back by TCP, for at most
+    the budget's ``wait_s``. A Content-Length over the message limit or over the whole budget is refused
+    before a byte is read.
+    """
     length = request.content_length
     if length is not None and length > limit:
         raise PayloadTooLargeError(
             f"request body of {length} bytes (Content-Length) is over the server limit of {limit} "
             "bytes; it was not read"
         )
+    capacity = hold.capacity_bytes
+    if length is not None and length > capacity:
+        raise PayloadTooLargeError(
+            f"request body of {length} bytes (Content-Length) is over the server's whole request buffer "
+            f"budget of {capacity} bytes (--request-buffer-budget-mb); it was not read"
+        )
     if length == 0:
         return b""
     first = await request.content.readany()
+    hold.charge(len(first))
     if length is not None and len(first) == length:
         return first  # a small body arrives whole: no copy
-    if length is not None:
-        # Each chunk goes into its place as it arrives: one buffer, never the chunks and their join.
-        buffer = bytearray(length)
-        filled = len(first)
-        buffer[:filled] = first
-        del first
-        while filled < length and (chunk := await request.content.readany()):
-            buffer[filled : filled + len(chunk)] = chunk
-            filled += len(chunk)
-        return buffer
-    # Chunked transfer: the size is known only at the end.
-    chunks: list[bytes] = []
-    size = 0
-    chunk = first
-    while chunk:
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLargeError(f"request body (chunked) is over the server limit of {limit} bytes")
-        chunks.append(chunk)
+    most = min(limit, capacity)  # for chunked bodies, checked as they grow (a Content-Length was above)
+    # Chunks kept as they come and joined once: one copy in all (a bytearray grown by += is copied again
+    # at each of its ~12 % steps, ~8 copies of a large body; one allocated from the announced length
+    # would let a client reserve memory it never sends).
+    chunks = [first]
+    size = len(first)
+    del first
+    while size <= most:
+        if request.content.at_eof():
+            return bytearray().join(chunks)  # no room needed to learn that the body is whole
+        await hold.room("the request body")
         chunk = await request.content.readany()
-    return b"".join(chunks)
+        if not chunk:
+            return bytearray().join(chunks)
+        hold.charge(len(chunk))
+        chunks.append(chunk)
+        size += len(chunk)
+    which = "limit" if size > limit else "request buffer budget (--request-buffer-budget-mb)"
+    raise PayloadTooLargeError(f"request body (chunked) is over the server {which} of {most} bytes")

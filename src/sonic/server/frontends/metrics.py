@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from sonic.server.budget import RequestBudget
 from sonic.server.frontends.aiohttp_listener import AiohttpListener
 from sonic.server.frontends.base import Frontend
 from sonic.server.manager import ModelManager
@@ -16,8 +17,10 @@ class MetricsFrontend(Frontend):
     name = "metrics"
     carries_requests = False
 
-    def __init__(self, models: ModelManager, host: str, port: int) -> None:
-        self._metrics = Metrics(models)
+    def __init__(
+        self, models: ModelManager, host: str, port: int, budget: RequestBudget | None = None
+    ) -> None:
+        self._metrics = Metrics(models, budget)
         self.host = host
         self.port = port
         self._listener = AiohttpListener()

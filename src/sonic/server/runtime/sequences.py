@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +27,7 @@ from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol import dtypes
 from sonic.protocol.errors import InvalidArgumentError, ModelConfigError
+from sonic.server.paths import INITIAL_STATE_DIR, ModelFiles
 from sonic.server.runtime.work import WorkItem
 
 Control = model_config_pb2.ModelSequenceBatching.Control
@@ -79,22 +79,24 @@ def _control(model: str, name: str, control: Any) -> ControlInput:
     )
 
 
-def _state(model: str, model_dir: Path, state: Any) -> StateSpec:
+def _state(model: str, files: ModelFiles, state: Any) -> StateSpec:
     dtype = dtypes.from_config_enum(state.data_type).numpy
     dims = tuple(int(d) for d in state.dims)
     initial = state.initial_state[0] if state.initial_state else None  # Triton reads the first
     if initial is not None and initial.data_file:
-        path = model_dir / "initial_state" / initial.data_file
+        field = f"sequence_batching state '{state.input_name}' initial_state data_file"
+        path = files.path(field, initial.data_file, INITIAL_STATE_DIR)
+        shown = f"{INITIAL_STATE_DIR}/{initial.data_file}"
         try:
             data = path.read_bytes()
         except OSError as exc:
-            raise ModelConfigError(f"model '{model}': initial state file {path}: {exc.strerror}") from None
+            raise ModelConfigError(f"model '{model}': initial state file {shown}: {exc.strerror}") from None
         shape = tuple(int(d) for d in initial.dims) or dims
         try:
             array = np.frombuffer(data, dtype=dtype).reshape(shape).copy()
         except ValueError:
             raise ModelConfigError(
-                f"model '{model}': initial state file {path} has {len(data)} bytes, not {list(shape)} of {dtype}"
+                f"model '{model}': initial state file {shown} has {len(data)} bytes, not {list(shape)} of {dtype}"
             ) from None
         return StateSpec(state.input_name, state.output_name, dtype, array)
     shape = tuple(int(d) for d in initial.dims) if initial is not None else dims
@@ -117,14 +119,14 @@ class SequencePolicy:
     states: tuple[StateSpec, ...]
 
     @classmethod
-    def from_config(cls, config: model_config_pb2.ModelConfig, model_dir: Path) -> SequencePolicy:
+    def from_config(cls, config: model_config_pb2.ModelConfig, files: ModelFiles) -> SequencePolicy:
         section = config.sequence_batching
         controls = tuple(
             _control(config.name, entry.name, control)
             for entry in section.control_input
             for control in entry.control
         )
-        states = tuple(_state(config.name, model_dir, state) for state in section.state)
+        states = tuple(_state(config.name, files, state) for state in section.state)
         direct = section.WhichOneof("strategy_choice") != "oldest"
         delay_us = section.oldest.max_queue_delay_microseconds if not direct else 0
         return cls(

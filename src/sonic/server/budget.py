@@ -1,0 +1,137 @@
+"""The server-wide budget of buffered request bytes, shared by the HTTP/1.1 and HTTP/2 front ends.
+
+A request body is charged as its bytes arrive (never from an announced length) and released when the
+request is finished, failed or cancelled, or its connection closes. A charge never fails: the bytes are
+already in memory. What the budget decides is whether *more* bytes are read: while it is spent
+(``in_use >= capacity_bytes``), the HTTP/1.1 front end stops reading the body (aiohttp then pauses the
+transport at its high-water mark) and the HTTP/2 front end holds back its WINDOW_UPDATEs, so senders
+are throttled by TCP and HTTP/2 flow control instead of growing the server's memory. Waiting is bounded
+by ``wait_s``; past it the request fails with :class:`~sonic.protocol.errors.RequestBufferBusyError`
+(503 with ``Retry-After`` / RESOURCE_EXHAUSTED).
+
+Beyond ``capacity_bytes``, memory can still hold what was in flight when the budget ran out: per HTTP/2
+connection at most its connection window (``Http2Limits.connection_window_bytes``), per HTTP/1.1
+connection one read and aiohttp's buffer. docs/security.md states the bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from sonic.protocol.errors import RequestBufferBusyError
+
+MiB = 1 << 20
+# Default: a quarter of the memory this process may use, between these two.
+DEFAULT_FRACTION = 4
+DEFAULT_MIN_BYTES = 64 * MiB
+DEFAULT_MAX_BYTES = 16 << 30
+DEFAULT_WAIT_S = 30.0
+
+
+def default_budget_bytes(cgroup: Path = Path("/sys/fs/cgroup/memory.max")) -> int:
+    """A quarter of physical memory, or of the container's memory limit when that is lower, clamped to
+    [64 MiB, 16 GiB]."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        limit = cgroup.read_text().strip()
+    except OSError:
+        limit = "max"
+    if limit.isdigit():
+        memory = min(memory, int(limit))
+    return max(DEFAULT_MIN_BYTES, min(DEFAULT_MAX_BYTES, memory // DEFAULT_FRACTION))
+
+
+class RequestBudget:
+    """Bytes of request bodies that every connection together may hold; who waits for room."""
+
+    __slots__ = ("_waiters", "capacity_bytes", "in_use", "wait_s")
+
+    def __init__(self, capacity_bytes: int, wait_s: float = DEFAULT_WAIT_S) -> None:
+        if capacity_bytes < 1 or wait_s <= 0:
+            msg = f"a request budget needs capacity_bytes >= 1 and wait_s > 0, got {capacity_bytes}, {wait_s}"
+            raise ValueError(msg)
+        self.capacity_bytes = capacity_bytes
+        self.wait_s = wait_s
+        self.in_use = 0
+        # Called, all of them, once room appears; each looks again (a woken sender may spend it at once).
+        self._waiters: dict[object, Callable[[], None]] = {}
+
+    @property
+    def has_room(self) -> bool:
+        return self.in_use < self.capacity_bytes
+
+    def charge(self, size: int) -> None:
+        self.in_use += size
+
+    def release(self, size: int) -> None:
+        self.in_use -= size
+        if self._waiters and self.in_use < self.capacity_bytes:
+            waiters, self._waiters = self._waiters, {}
+            for wake in waiters.values():
+                wake()
+
+    def when_room(self, key: object, wake: Callable[[], None]) -> None:
+        """Call ``wake`` once, when room appears (``key`` identifies the waiter for :meth:`forget`)."""
+        self._waiters[key] = wake
+
+    def forget(self, key: object) -> None:
+        self._waiters.pop(key, None)
+
+    def busy_error(self, waited: str) -> RequestBufferBusyError:
+        return RequestBufferBusyError(
+            f"{waited} waited {self.wait_s:g} s for room in the server's request buffer budget of "
+            f"{self.capacity_bytes} bytes (--request-buffer-budget-mb), held by other requests; retry later"
+        )
+
+
+class BudgetHold:
+    """What one request has charged; :meth:`release` gives it all back (idempotent)."""
+
+    __slots__ = ("_budget", "_room", "held")
+
+    def __init__(self, budget: RequestBudget) -> None:
+        self._budget = budget
+        self.held = 0
+        self._room: asyncio.Future[None] | None = None  # while waiting in :meth:`room`
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self._budget.capacity_bytes
+
+    def charge(self, size: int) -> None:
+        self.held += size
+        self._budget.charge(size)
+
+    def release(self) -> None:
+        if self.held:
+            held, self.held = self.held, 0
+            self._budget.release(held)
+
+    async def room(self, what: str) -> None:
+        """Return once the budget has room; :class:`RequestBufferBusyError` after ``wait_s``."""
+        budget = self._budget
+        if budget.has_room:
+            return
+        room = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not room.done():
+                room.set_result(None)
+
+        budget.when_room(room, wake)
+        self._room = room
+        try:
+            await asyncio.wait_for(room, budget.wait_s)
+        except TimeoutError:
+            raise budget.busy_error(what) from None
+        finally:
+            self._room = None
+            budget.forget(room)
+
+    def abandon(self) -> None:
+        """The request's connection is gone: a wait in :meth:`room` ends with ConnectionResetError."""
+        if self._room is not None and not self._room.done():
+            self._room.set_exception(ConnectionResetError("the connection closed while its body waited"))
