@@ -10,49 +10,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.integration.traffic.trace import ARRIVALS_MS, write_trace
 
 from sonic.launch import ServerProcess
 from sonic.testing.repository import MODELS, write_test_repository
-from sonic.traffic.config import TrafficLogConfig
-from sonic.traffic.schema import COLUMN_NAMES, read_traffic
-from sonic.traffic.writer import TrafficLog
+from sonic.traffic.schema import read_traffic
 
 pytestmark = pytest.mark.integration
-
-START_NS = 1_700_000_000_000_000_000
-# Three bursts a quarter second apart, batch sizes mixed; every fifth request keeps its contents.
-ARRIVALS_MS = [burst * 250 + i * 2 for burst in range(3) for i in range(10)]
-
-
-def _write_trace(directory: Path) -> None:
-    log = TrafficLog(TrafficLogConfig(directory, flush_interval_s=3600))
-    log.start()
-    for index, arrival_ms in enumerate(ARRIVALS_MS):
-        batch = 1 + index % 3
-        contents = [np.full((batch, 16), index, np.float32).tobytes()] if index % 5 == 0 else None
-        values = dict.fromkeys(COLUMN_NAMES, 0) | {
-            "arrival_unix_ns": START_NS + arrival_ms * 1_000_000,
-            "model": "identity",
-            "version": "1",
-            "request_id": f"r{index}",
-            "status": "OK",
-            "batch_size": batch,
-            "input_names": ["INPUT0"],
-            "input_datatypes": ["FP32"],
-            "input_shapes": [[batch, 16]],
-            "sequence_id": "",
-            "sequence_start": False,
-            "sequence_end": False,
-            "contents": contents,
-        }
-        log.record(tuple(values.values()))
-    log.close()
 
 
 @pytest.mark.parametrize("time_scale", [1.0, 2.0])
 def test_a_replayed_trace_is_recorded_again_as_it_was(tmp_path: Path, time_scale: float) -> None:
     trace, again = tmp_path / "trace", tmp_path / "again"
-    _write_trace(trace)
+    write_trace(trace, ARRIVALS_MS, model="identity", dims=16)
     repository = write_test_repository(
         tmp_path / "models", "sonic", tuple(m for m in MODELS if m.name == "identity")
     )
