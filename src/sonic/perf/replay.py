@@ -3,8 +3,8 @@
 Every recorded request leaves at its recorded arrival time (relative to the first, divided by
 ``time_scale``: 2 sends the same trace twice as fast), to its model, with the recorded input shapes and
 datatypes; its contents are the recorded bytes where the log kept them, else synthetic data of the
-same shape. Requests are encoded before the clock starts, once per distinct signature (sampled contents
-each have their own). What comes back is what ``sonic perf`` reports per model — throughput, latency
+same shape; sequence ids and flags, priority and timeout are sent as recorded. Requests are encoded before
+the clock starts, once per distinct signature (sampled contents and sequence requests each have their own). What comes back is what ``sonic perf`` reports per model — throughput, latency
 percentiles, the server's own breakdown — and the replay's fidelity: requests sent per second against
 requests recorded per second, and how many left more than 1 ms behind their time.
 """
@@ -26,6 +26,7 @@ from sonic.perf.engine import LATE_NS
 from sonic.perf.stats import LatencySummary, ServerBreakdown, server_breakdown, summarize_latencies
 from sonic.perf.transport import PerfError, RequestFailed, Transport
 from sonic.protocol import dtypes
+from sonic.protocol.types import ParameterValue
 from sonic.traffic.schema import read_traffic
 
 
@@ -130,6 +131,21 @@ def _arrays(
     return arrays
 
 
+def recorded_parameters(row: dict[str, Any]) -> dict[str, ParameterValue]:
+    """The recorded request parameters the server acts on: sequence id and flags, priority, timeout."""
+    found: dict[str, ParameterValue] = {}
+    if row["sequence_id"]:
+        text = row["sequence_id"]
+        found["sequence_id"] = int(text) if text.isdigit() else text
+        found["sequence_start"] = bool(row["sequence_start"])
+        found["sequence_end"] = bool(row["sequence_end"])
+    if row["priority"]:
+        found["priority"] = int(row["priority"])
+    if row["timeout_us"]:
+        found["timeout"] = int(row["timeout_us"])
+    return found
+
+
 def plan(config: ReplayConfig, rows: list[dict[str, Any]], transports: dict[str, Transport]) -> list[Planned]:
     """The requests of the trace, encoded, in arrival order (synthetic payloads shared per signature)."""
     if config.max_requests:
@@ -141,8 +157,10 @@ def plan(config: ReplayConfig, rows: list[dict[str, Any]], transports: dict[str,
     for row in rows:
         transport = transports[row["model"]]
         datatypes = dict(zip(row["input_names"], row["input_datatypes"], strict=True))
-        if config.use_contents and row["contents"] is not None:
-            payload = transport.encode(_arrays(row, config, rng), datatypes)
+        parameters = recorded_parameters(row)
+        if (config.use_contents and row["contents"] is not None) or parameters:
+            # Sampled contents, or a sequence's request: a payload of its own.
+            payload = transport.encode(_arrays(row, config, rng), datatypes, parameters)
         else:
             key = (
                 row["model"],

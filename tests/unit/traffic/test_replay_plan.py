@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sonic.perf.replay import ReplayConfig, ReplayReport, per_second
+from sonic.perf.replay import ReplayConfig, ReplayReport, recorded_parameters, per_second
 
 pytestmark = pytest.mark.unit
 
@@ -29,3 +29,21 @@ def test_fidelity_is_one_for_a_copy_and_falls_with_misplaced_requests() -> None:
 def test_bad_replay_settings_are_refused(tmp_path: object, option: str, value: object) -> None:
     with pytest.raises(ValueError, match=r"must be > 0|synthetic inputs"):
         ReplayConfig(traffic_dir=tmp_path, address="x", **{option: value})  # type: ignore[arg-type]
+
+
+def test_the_parameters_a_server_acts_on_are_replayed() -> None:
+    row = {"sequence_id": "42", "sequence_start": True, "sequence_end": False, "priority": 2, "timeout_us": 0}
+    assert recorded_parameters(row) == {
+        "sequence_id": 42,
+        "sequence_start": True,
+        "sequence_end": False,
+        "priority": 2,
+    }
+    row |= {"sequence_id": "run-7", "priority": 0, "timeout_us": 500}
+    assert recorded_parameters(row) == {
+        "sequence_id": "run-7",
+        "sequence_start": True,
+        "sequence_end": False,
+        "timeout": 500,
+    }
+    assert recorded_parameters({"sequence_id": "", "priority": 0, "timeout_us": 0}) == {}
