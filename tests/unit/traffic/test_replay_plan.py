@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sonic.perf.replay import ReplayConfig, ReplayReport, recorded_parameters, per_second
+from sonic.perf.replay import ReplayConfig, ReplayReport, per_second, recorded_parameters
 
 pytestmark = pytest.mark.unit
 
