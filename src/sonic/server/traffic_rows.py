@@ -18,7 +18,7 @@ from sonic.protocol.types import InferRequest, InputTensor
 from sonic.server.stats import RequestTiming
 from sonic.traffic.config import TrafficLogConfig
 
-Pending = tuple[Any, ...]  # request_row's record: expanded to the schema's row by expand_row
+Pending = tuple[Any, ...]  # request_row's record, PENDING_FIELDS; made a table by traffic_table
 
 
 class TrafficRecorder(Protocol):
@@ -39,9 +39,10 @@ def open_traffic_log(config: TrafficLogConfig | None) -> TrafficRecorder | None:
     """The recorder ``sonic serve --traffic-log`` asks for (not started), or None."""
     if config is None:
         return None
+    from sonic.server.traffic_table import pending_to_table  # noqa: PLC0415  (pyarrow, as above)
     from sonic.traffic.writer import TrafficLog  # noqa: PLC0415  (pyarrow, only when recording)
 
-    return TrafficLog(config, expand_row)
+    return TrafficLog(config, pending_to_table)
 
 
 def _nbytes(tensor: InputTensor) -> int:
@@ -81,10 +82,15 @@ def request_row(
     *,
     keep_contents: bool = False,
 ) -> Pending:
-    """What the event loop keeps of a request: small values and references, no tensor (see expand_row)."""
+    """What the event loop keeps of a request: scalars in :data:`PENDING_FIELDS` order, the input
+    signature (names, datatypes and shapes: repeated request after request, converted once per flush by
+    :mod:`.traffic_table`) and the sampled contents; no reference to a tensor."""
     status = "OK"
     if error is not None:
         status = error.code.name if isinstance(error, SonicError) else "CANCELLED"
+    parameters = request.parameters
+    sequence_id = parameters.get("sequence_id", "")
+    timing = timing or _NO_TIMING
     return (
         time.time_ns() - total_ns,
         request.model_name,
@@ -92,57 +98,48 @@ def request_row(
         request.request_id,
         status,
         batch_size,
-        tuple((t.name, t.datatype, t.shape, _nbytes(t)) for t in request.inputs),
+        tuple((t.name, t.datatype, t.shape) for t in request.inputs),
+        sum(_nbytes(t) for t in request.inputs),
         sum(_array_bytes(a) for a in outputs),
-        request.parameters,
-        timing,
+        "" if sequence_id in ("", 0) else str(sequence_id),
+        parameters.get("sequence_start") is True,
+        parameters.get("sequence_end") is True,
+        request.priority,
+        request.timeout_us,
+        timing.queue_ns,
+        timing.compute_input_ns,
+        timing.compute_infer_ns,
+        timing.compute_output_ns,
         total_ns,
+        timing.execution,
+        timing.execution_batch_size,
         _contents(request) if keep_contents else None,
     )
 
 
-def expand_row(pending: Pending) -> tuple[Any, ...]:
-    """The schema's row (:data:`sonic.traffic.schema.COLUMNS`) of a pending record, on the writer thread."""
-    (
-        arrival,
-        model,
-        version,
-        request_id,
-        status,
-        batch_size,
-        inputs,
-        out_bytes,
-        parameters,
-        timing,
-        total_ns,
-        contents,
-    ) = pending
-    sequence_id = parameters.get("sequence_id", "")
-    priority, timeout = parameters.get("priority", 0), parameters.get("timeout", 0)
-    us = 1000
-    return (
-        arrival,
-        model,
-        str(version),
-        request_id,
-        status,
-        batch_size,
-        [name for name, _, _, _ in inputs],
-        [datatype for _, datatype, _, _ in inputs],
-        [list(shape) for _, _, shape, _ in inputs],
-        sum(size for _, _, _, size in inputs),
-        out_bytes,
-        "" if sequence_id in ("", 0) else str(sequence_id),
-        parameters.get("sequence_start") is True,
-        parameters.get("sequence_end") is True,
-        priority if isinstance(priority, int) else 0,
-        timeout if isinstance(timeout, int) else 0,
-        timing.queue_ns // us if timing else 0,
-        timing.compute_input_ns // us if timing else 0,
-        timing.compute_infer_ns // us if timing else 0,
-        timing.compute_output_ns // us if timing else 0,
-        total_ns // us,
-        timing.execution if timing else 0,
-        timing.execution_batch_size if timing else 0,
-        contents,
-    )
+_NO_TIMING = RequestTiming(0, 0, 0, 0)
+# request_row's fields; "signature" stands for input_names, input_datatypes and input_shapes, times are ns.
+PENDING_FIELDS = (
+    "arrival_unix_ns",
+    "model",
+    "version",
+    "request_id",
+    "status",
+    "batch_size",
+    "signature",
+    "input_bytes",
+    "output_bytes",
+    "sequence_id",
+    "sequence_start",
+    "sequence_end",
+    "priority",
+    "timeout_us",
+    "queue_ns",
+    "compute_input_ns",
+    "compute_infer_ns",
+    "compute_output_ns",
+    "total_ns",
+    "executed_batch_id",
+    "executed_batch_size",
+    "contents",
+)

@@ -32,6 +32,15 @@ log = logging.getLogger(__name__)
 Row = tuple[Any, ...]  # the values of schema.COLUMNS, in order
 _MODEL = [column.name for column in COLUMNS].index("model")
 assert COLUMNS[-1].name == "contents"  # record() finds the contents last, in rows and pending records
+# Rows and pending records alike carry the model second (sonic.server.traffic_rows.PENDING_FIELDS).
+
+
+def _rows_to_table(rows: list[Row]) -> pa.Table:
+    schema = arrow_schema()
+    columns = zip(*rows, strict=True)
+    return pa.Table.from_arrays(
+        [pa.array(v, type=f.type) for v, f in zip(columns, schema, strict=True)], schema=schema
+    )
 
 
 @dataclass
@@ -52,11 +61,13 @@ class _Counters:
 class TrafficLog:
     """Records rows (see :mod:`.schema`) to rotating Parquet files, one folder per model."""
 
-    def __init__(self, config: TrafficLogConfig, expand: Callable[[Any], Row] | None = None) -> None:
-        """``expand``: turns what :meth:`record` was given into a row, on the writer thread (the event
-        loop then hands over only references and small values); None: records are rows already."""
+    def __init__(
+        self, config: TrafficLogConfig, to_table: Callable[[list[tuple[Any, ...]]], pa.Table] | None = None
+    ) -> None:
+        """``to_table``: makes the schema's table of what :meth:`record` was given, on the writer thread
+        (the event loop then hands over only small values); None: records are rows of the schema."""
         self.config = config
-        self._expand = expand
+        self._to_table = to_table or _rows_to_table
         self.enabled = config.enabled
         self._pending: collections.deque[Row] = collections.deque()
         self._contents_bytes = 0
@@ -140,23 +151,16 @@ class TrafficLog:
             record = self._pending.popleft()
             if record[-1] is not None:
                 contents_bytes += sum(len(piece) for piece in record[-1])
-            row = self._expand(record) if self._expand is not None else record
-            by_model.setdefault(row[_MODEL], []).append(row)
+            by_model.setdefault(record[_MODEL], []).append(record)
         if contents_bytes:
             with self._contents_lock:
                 self._contents_bytes -= contents_bytes
         for model, rows in by_model.items():
             self._write(model, rows)
 
-    def _write(self, model: str, rows: list[Row]) -> None:
+    def _write(self, model: str, records: list[tuple[Any, ...]]) -> None:
         schema = arrow_schema()
-        table = pa.Table.from_arrays(
-            [
-                pa.array(values, type=f.type)
-                for values, f in zip(zip(*rows, strict=True), schema, strict=True)
-            ],
-            schema=schema,
-        )
+        table = self._to_table(records)
         current = self._open.get(model)
         if current is None:
             folder = self.config.directory / model
@@ -168,7 +172,7 @@ class TrafficLog:
             current = _OpenFile(pq.ParquetWriter(partial, schema), partial, time.monotonic())
             self._open[model] = current
         current.writer.write_table(table)
-        self._counters.written += len(rows)
+        self._counters.written += len(records)
         if current.partial.stat().st_size >= self.config.max_file_bytes:
             self._close_files(lambda f: f is current)
 
