@@ -8,6 +8,7 @@ sends the same tensors to the HTTP/REST front end instead (binary tensor extensi
 ``--tag`` names the results file).
 
     .venv/bin/python -m benchmarks.server_ab --tree base=/path/to/old/src --tree after=src [--rounds 4]
+    .venv/bin/python -m benchmarks.server_ab --tree off=src --tree on=src --server-args "on=--traffic-log DIR"
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import statistics
 import tempfile
 import time
@@ -108,6 +110,12 @@ def main() -> None:
     parser.add_argument(
         "--instances", type=int, default=0, help="instances per model for every tree (0: each tree's default)"
     )
+    parser.add_argument(
+        "--server-args",
+        action="append",
+        default=[],
+        help="NAME=ARGS: more sonic serve arguments for one tree (the same PATH may run under two NAMEs)",
+    )
     args = parser.parse_args()
     steady_malloc()  # this process is the load generator: see benchmarks.common.steady_malloc
     trees = dict(item.split("=", 1) for item in args.tree)
@@ -128,9 +136,12 @@ def main() -> None:
         "15.6 MB c1": http_request("identity_large", large_array),
     }
     extra = ["--http-port", "0"] if args.protocol == "http" else []
+    per_tree = {name: shlex.split(more) for name, more in (item.split("=", 1) for item in args.server_args)}
     servers = {
         name: ServerProcess.start(
-            [repository], env={**os.environ, "PYTHONPATH": str(Path(src).resolve())}, extra_args=extra
+            [repository],
+            env={**os.environ, "PYTHONPATH": str(Path(src).resolve())},
+            extra_args=[*extra, *per_tree.get(name, [])],
         )
         for name, src in trees.items()
     }

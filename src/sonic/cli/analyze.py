@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sonic.cli.analyze_traffic import add_traffic_arguments, run_traffic
 from sonic.cli.perf import add_measurement_arguments, measurement_from_args
 from sonic.perf.analyze import AnalyzeConfig, SearchSpace, run_analysis
 from sonic.perf.analyze_report import write_outputs
@@ -72,17 +73,22 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("-o", "--output-dir", type=Path, default=Path("analyze-results"))
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG")
     add_measurement_arguments(parser)
+    add_traffic_arguments(parser)
     parser.set_defaults(run=run)
 
 
-def config_from_args(args: argparse.Namespace) -> AnalyzeConfig:
-    space = SearchSpace(
+def _space(args: argparse.Namespace) -> SearchSpace:
+    return SearchSpace(
         instance_counts=args.instance_counts,
         max_batch_sizes=args.max_batch_sizes,
         dynamic_batching=args.dynamic_batching,
         preferred_batch_sizes=tuple(args.preferred_batch_sizes or [()]),
         max_queue_delays_us=args.max_queue_delays_us,
     )
+
+
+def config_from_args(args: argparse.Namespace) -> AnalyzeConfig:
+    space = _space(args)
     return AnalyzeConfig(
         repository=args.model_repository,
         model=args.model,
@@ -101,6 +107,8 @@ def config_from_args(args: argparse.Namespace) -> AnalyzeConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.traffic is not None:
+        return run_traffic(args, _space(args))
     try:
         config = config_from_args(args)
         report = run_analysis(config, progress=lambda line: print(line, file=sys.stderr, flush=True))

@@ -7,6 +7,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from sonic.cli.perf_replay import add_replay_arguments, run_replay
 from sonic.perf.engine import LoadLevel, MeasurementConfig, PerfConfig, PerfReport, run_perf
 from sonic.perf.inputs import parse_shape
 from sonic.perf.ranges import parse_range
@@ -46,7 +47,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser = subparsers.add_parser(
         "perf", help="measure throughput and latency of a model on a KServe v2 / Triton server"
     )
-    parser.add_argument("-m", "--model", required=True, help="model name")
+    parser.add_argument("-m", "--model", help="model name (required unless --replay)")
     parser.add_argument(
         "-u", "--url", default="localhost:8001", help="gRPC HOST:PORT (default localhost:8001)"
     )
@@ -73,6 +74,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--json", type=Path, help="write the full report here")
     parser.add_argument("--plot", type=Path, help="write a PNG here (needs the 'perf' extra)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no live progress")
+    add_replay_arguments(parser)
     parser.set_defaults(run=run)
 
 
@@ -136,6 +138,11 @@ def write_outputs(report: PerfReport, args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.replay is not None:
+        return run_replay(args)
+    if not args.model:
+        print("sonic perf: -m/--model is required (or --replay DIR)", file=sys.stderr)
+        return 2
     try:
         config = config_from_args(args)
         print(

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sonic.cli.serve_security import add_security_arguments, security_from_args
+from sonic.cli.serve_traffic import add_traffic_arguments, traffic_config_from_args
 from sonic.cli.triton_flags import TritonSettings, add_triton_arguments, apply_triton_flags
 from sonic.logs import configure_logging
 from sonic.protocol.errors import SonicError
@@ -75,6 +76,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     _add_frontend_arguments(parser)
     add_security_arguments(parser)
+    add_traffic_arguments(parser)
     add_triton_arguments(parser)
     parser.set_defaults(run=run, server_name="triton")  # --id, as Triton's default
 
@@ -131,6 +133,7 @@ def config_from_args(args: argparse.Namespace, triton: TritonSettings | None = N
         exit_on_error=triton.exit_on_error,
         auto_complete_config=triton.auto_complete,
         rate_limit=triton.rate_limit,
+        traffic_log=traffic_config_from_args(args),
         model_repositories=tuple(args.model_repository),
         host=args.host,
         grpc_port=args.grpc_port,

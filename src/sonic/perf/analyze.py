@@ -95,8 +95,13 @@ def candidate_config(
     return config
 
 
+# The candidate repositories link to the model's own files: the servers analyze starts must follow them.
+CANDIDATE_SERVER_ARGS = ("--allow-model-links-outside",)
+
+
 def write_candidate_repository(model_dir: Path, root: Path, config: model_config_pb2.ModelConfig) -> Path:
-    """``root/<model>``: links to everything of ``model_dir`` but its config, and the candidate config."""
+    """``root/<model>``: links to everything of ``model_dir`` but its config, and the candidate config
+    (served with :data:`CANDIDATE_SERVER_ARGS`)."""
     target = root / model_dir.name
     target.mkdir(parents=True)
     for entry in model_dir.iterdir():
@@ -206,7 +211,9 @@ def _measure_once(
     with tempfile.TemporaryDirectory(prefix="sonic-analyze-") as tmp:
         root = write_candidate_repository(model_dir, Path(tmp) / "repository", rendered)
         try:
-            with ServerProcess.start([root], extra_args=config.server_args) as server:
+            with ServerProcess.start(
+                [root], extra_args=(*CANDIDATE_SERVER_ARGS, *config.server_args)
+            ) as server:
                 return _measure(config, candidate, text, server.grpc_address)
         except (ServerStartError, PerfError, SonicError) as exc:
             return CandidateResult(candidate, text, error=f"failed: {exc}")

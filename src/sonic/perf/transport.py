@@ -19,6 +19,7 @@ from sonic.client.config import ClientConfig, TransportKind
 from sonic.client.errors import ClientError
 from sonic.client.transport.factory import open_transport
 from sonic.protocol.grpc_codec import encode_infer_request
+from sonic.protocol.types import ParameterValue
 
 TRANSPORTS = tuple(sorted(kind.value for kind in TransportKind))
 
@@ -57,9 +58,14 @@ class Transport:
         except ClientError as exc:
             raise RequestFailed(str(exc)) from None
 
-    def encode(self, arrays: Mapping[str, npt.NDArray[Any]], datatypes: Mapping[str, str]) -> bytes:
+    def encode(
+        self,
+        arrays: Mapping[str, npt.NDArray[Any]],
+        datatypes: Mapping[str, str],
+        parameters: Mapping[str, ParameterValue] | None = None,
+    ) -> bytes:
         """One request's bytes, built before the load starts and sent many times."""
-        return encode_infer_request(self.model, self.version, arrays, datatypes)
+        return encode_infer_request(self.model, self.version, arrays, datatypes, parameters)
 
     async def _unary(self, method: str, request: Any, response_type: Any) -> Any:
         try:

@@ -282,7 +282,11 @@ def encode_request(request: WireRequest) -> tuple[Any, list[bytes | memoryview]]
 
 
 def encode_infer_request(
-    model: str, version: str, arrays: Mapping[str, npt.NDArray[Any]], datatypes: Mapping[str, str]
+    model: str,
+    version: str,
+    arrays: Mapping[str, npt.NDArray[Any]],
+    datatypes: Mapping[str, str],
+    parameters: Mapping[str, ParameterValue] | None = None,
 ) -> bytes:
     """A whole serialized ``ModelInferRequest`` carrying every tensor in ``raw_input_contents``."""
     inputs = []
@@ -290,7 +294,7 @@ def encode_infer_request(
         datatype = dtypes.from_name(datatypes[name])
         data = dtypes.array_to_bytes(np.ascontiguousarray(array), datatype)
         inputs.append(WireInput(name, datatype.name, tuple(array.shape), data))
-    head, tail = encode_request(WireRequest(model, version, tuple(inputs)))
+    head, tail = encode_request(WireRequest(model, version, tuple(inputs), parameters=parameters or {}))
     return b"".join([head.SerializeToString(), *tail])
 
 

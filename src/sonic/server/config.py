@@ -11,6 +11,7 @@ from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits
 from sonic.protocol.wire import MAX_MESSAGE_BYTES
 from sonic.server.budget import DEFAULT_WAIT_S, default_budget_bytes
 from sonic.server.runtime.rate_limiter import ResourceCount
+from sonic.traffic.config import TrafficLogConfig
 
 
 class ModelControlMode(enum.StrEnum):
@@ -118,6 +119,7 @@ class ServerConfig:
     exit_on_error: bool = False  # Triton's --exit-on-error: fail start-up when a model fails to load
     auto_complete_config: bool = True  # False (Triton's --disable-auto-complete-config): configs are whole
     rate_limit: RateLimitConfig | None = None  # None: Triton's --rate-limit off (rate_limiter ignored)
+    traffic_log: TrafficLogConfig | None = None  # --traffic-log DIR: one record per request, for replay
     # Request bodies buffered by all HTTP and native gRPC connections together (server/budget.py); the
     # default is a quarter of the machine's (or the container's) memory, within 64 MiB and 16 GiB.
     request_buffer_budget_bytes: int = field(default_factory=default_budget_bytes)

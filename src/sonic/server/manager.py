@@ -41,14 +41,16 @@ from sonic.server.repository import (
 )
 from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.rate_limiter import CPU_DEVICE, InstanceLimits, RateLimiter
+from sonic.server.traffic_rows import TrafficRecorder
 from sonic.server.warmup import run_warmup, warmup_samples
 
 log = logging.getLogger(__name__)
 
 
 class ModelManager:
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, traffic: TrafficRecorder | None = None) -> None:
         self._config = config
+        self._traffic = traffic  # handed to every version it loads
         self.repository = Repository(
             config.model_repositories, allow_links_outside=config.allow_model_links_outside
         )
@@ -183,6 +185,7 @@ class ModelManager:
                 new_models[version] = await self._create_version(
                     config, spec, backend_cls, prepared.files, version
                 )
+                new_models[version].traffic = self._traffic
             except SonicError as exc:
                 failures[version] = str(exc)
         if not new_models and failures:

@@ -34,6 +34,7 @@ from sonic.server.runtime.sequence_scheduler import SequenceScheduler
 from sonic.server.runtime.sequences import SequencePolicy
 from sonic.server.runtime.work import RequestScheduler, WorkItem
 from sonic.server.stats import ModelStats
+from sonic.server.traffic_rows import TrafficRecorder, request_row
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -70,6 +71,7 @@ class ModelVersion:
     ragged_inputs: frozenset[str] = frozenset()  # inputs whose shapes may differ within one batch
     # Decoupled requests' executions still running after their reader left (sonic.server.decoupled).
     background: set[asyncio.Task[None]] = field(default_factory=set)
+    traffic: TrafficRecorder | None = None  # sonic serve --traffic-log: one record per request
 
     @classmethod
     def create(
@@ -252,11 +254,20 @@ class ModelVersion:
         received = request.received_ns or time.perf_counter_ns()
         # A request refused by validation never reaches the model: Triton counts it in no statistic.
         item = self.prepare(request)
+        traffic = self.traffic if self.traffic is not None and self.traffic.enabled else None
         self.stats.pending_requests += 1
         try:
             outputs, timing = await self.scheduler.submit(item)
         except BaseException as exc:
-            self.stats.record_failure(time.perf_counter_ns() - received, failure_reason(exc))
+            elapsed = time.perf_counter_ns() - received
+            self.stats.record_failure(elapsed, failure_reason(exc))
+            if traffic is not None:
+                keep = traffic.wants_contents()
+                traffic.record(
+                    request_row(
+                        request, self.version, item.batch_size, None, elapsed, error=exc, keep_contents=keep
+                    )
+                )
             raise
         finally:
             self.stats.pending_requests -= 1
@@ -268,5 +279,14 @@ class ModelVersion:
             tensors.append(
                 OutputTensor(name, self.spec.outputs[name].datatype.name, tuple(array.shape), array)
             )
-        self.stats.record_success(time.perf_counter_ns() - received, timing, item.batch_size)
+        elapsed = time.perf_counter_ns() - received
+        self.stats.record_success(elapsed, timing, item.batch_size)
+        if traffic is not None:
+            keep = traffic.wants_contents()
+            arrays = [tensor.array for tensor in tensors]
+            traffic.record(
+                request_row(
+                    request, self.version, item.batch_size, timing, elapsed, arrays, keep_contents=keep
+                )
+            )
         return InferResponse(self.name, str(self.version), request.request_id, tensors)

@@ -22,6 +22,7 @@ from sonic.server.frontends.factory import configured_frontends
 from sonic.server.guard import Guard
 from sonic.server.manager import ModelManager
 from sonic.server.observe import RequestObserver, load_tracer
+from sonic.server.traffic_rows import open_traffic_log
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,8 @@ class Server:
     def __init__(self, config: ServerConfig, *, tracer_provider: Any = None) -> None:
         """``tracer_provider``: an OpenTelemetry provider; None uses the global one."""
         self.config = config
-        self.models = ModelManager(config)
+        self.traffic = open_traffic_log(config.traffic_log)
+        self.models = ModelManager(config, traffic=self.traffic)
         self.dataplane = DataPlane(config, self.models)
         if config.log_requests or config.otel_tracing:
             tracer = load_tracer(tracer_provider) if config.otel_tracing else None
@@ -73,6 +75,8 @@ class Server:
         if self.state is not ServerState.CREATED:
             raise RuntimeError(f"server can only be started once (state: {self.state.value})")
         self.state = ServerState.STARTING
+        if self.traffic is not None:
+            self.traffic.start()
         mode = self.config.model_control_mode
         # The first line of a start that may take minutes (one more per model loaded): what
         # `sonic deploy local` shows and times its --ready-timeout-s from.
@@ -148,6 +152,8 @@ class Server:
                 timer.cancel()
                 self._log_drain(grace_s, cut_off[0] if cut_off else 0)
         await self.models.close()
+        if self.traffic is not None:  # after the models: the last requests' records are written too
+            await asyncio.to_thread(self.traffic.close)
         self.dataplane.shared_memory.close()
         self.state = ServerState.STOPPED
         log.info("server stopped")

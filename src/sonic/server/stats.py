@@ -62,6 +62,8 @@ class RequestTiming:
     compute_input_ns: int
     compute_infer_ns: int
     compute_output_ns: int
+    execution: int = 0  # which execution of the model version it joined (0: not known)
+    execution_batch_size: int = 0  # that execution's batch size (its requests' sizes summed)
 
 
 @dataclass(slots=True)

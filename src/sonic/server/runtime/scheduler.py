@@ -154,6 +154,8 @@ class Scheduler:
                 compute_input_ns=result.input_ns,
                 compute_infer_ns=result.infer_ns,
                 compute_output_ns=result.output_ns,
+                execution=execution.sequence,
+                execution_batch_size=total,
             )
             item.future.set_result((outputs, timing))
 
