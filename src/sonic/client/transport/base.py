@@ -37,7 +37,8 @@ class RequestTemplate:
     (model, version, input names, datatypes and shapes, requested outputs, timeout) of a client.
 
     A transport may memoise its encoding in ``encoded`` (the native one keeps the serialized request
-    head there), so the common call splices only its id and raw bytes onto bytes made once.
+    head there, and replaces what it does not recognise), so the common call splices only its id and
+    raw bytes onto bytes made once.
     """
 
     __slots__ = ("encoded", "inputs", "model", "outputs", "timeout_s", "version")
@@ -55,7 +56,7 @@ class RequestTemplate:
         self.inputs = inputs
         self.outputs = outputs
         self.timeout_s = timeout_s
-        self.encoded: bytes | None = None
+        self.encoded: object = None  # the transport's own, see above
 
     def request(self, request_id: str, data: Sequence[bytes | memoryview]) -> WireRequest:
         """The request this template makes with ``data``, one item per input in order."""

@@ -56,6 +56,16 @@ JOIN_BELOW_BYTES = 16 << 10  # a request this small goes out as one joined buffe
 MAX_CACHED_BLOCKS = 64  # header blocks kept per transport (by method, compression and timeout)
 
 
+class EncodedHead:
+    """A template's request head as this transport sends it (kept in ``RequestTemplate.encoded``)."""
+
+    __slots__ = ("data_bytes", "head")
+
+    def __init__(self, head: bytes, data_bytes: int) -> None:
+        self.head = head  # the serialized head without id, then the id field's tag
+        self.data_bytes = data_bytes  # the first call's tensor bytes: whether calls join them
+
+
 def tls_context(tls: TlsConfig) -> ssl.SSLContext:
     """Verify the server against the given roots (the system's when none) and offer HTTP/2 by ALPN."""
     context = ssl.create_default_context(cafile=tls.root_certificates)
@@ -237,19 +247,27 @@ class NativeTransport(GrpcCalls):
         if self._encoding is not None:
             return await super().infer_template(template, request_id, data)  # compressed: one path
         start = time.perf_counter_ns()
-        head = template.encoded
-        if head is None:
-            head = template.encoded = encode_request(template.request("", [b""] * len(data)))[
-                0
-            ].SerializeToString()
+        encoded = template.encoded
+        if not isinstance(encoded, EncodedHead):
+            head, _ = encode_request(template.request("", [b""] * len(data)))
+            encoded = template.encoded = EncodedHead(head.SerializeToString() + ID_KEY, parts_size(data))
         request_id_bytes = request_id.encode()
-        parts = [head, ID_KEY, encode_varint(len(request_id_bytes)), request_id_bytes, *raw_input_parts(data)]
-        size = parts_size(parts)
-        self._check_size("ModelInfer", size)
-        prefix = grpc_message_prefix(size)
-        message: list[bytes | memoryview] = (
-            [b"".join([prefix, *parts])] if size <= JOIN_BELOW_BYTES else [prefix, *parts]
-        )
+        length = len(request_id_bytes)
+        parts = [
+            encoded.head,
+            bytes((length,)) if length < 0x80 else encode_varint(length),
+            request_id_bytes,
+            *raw_input_parts(data),
+        ]
+        message: list[bytes | memoryview]
+        if encoded.data_bytes <= JOIN_BELOW_BYTES:  # the first call's size: only a choice of copy
+            body = b"".join(parts)
+            self._check_size("ModelInfer", len(body))
+            message = [grpc_message_prefix(len(body)) + body]
+        else:
+            size = parts_size(parts)
+            self._check_size("ModelInfer", size)
+            message = [grpc_message_prefix(size), *parts]
         timeout_s = template.timeout_s or self._timeout_s
         sent = time.perf_counter_ns()
         response = await self._exchange(self._block("ModelInfer", False, timeout_s), message, timeout_s)
