@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -104,9 +105,10 @@ def main() -> None:
                     print(f"{mode:5s} {name:12s} rounds: {text}", flush=True)
         for mode in modes:
             for name, src in clients.items():
-                row = {
-                    "requests_per_s": statistics.median(r for r, _ in rounds[mode][name]),
-                    "cpu_us_per_request": statistics.median(c for _, c in rounds[mode][name]),
+                measured = rounds[mode][name]
+                row = {  # NaN when timing was skipped (--alternations 0: instructions only)
+                    "requests_per_s": statistics.median(r for r, _ in measured) if measured else math.nan,
+                    "cpu_us_per_request": statistics.median(c for _, c in measured) if measured else math.nan,
                 }
                 if args.instructions:
                     kind = f"{'triton' if src is None else 'sonic'}-{mode}"
