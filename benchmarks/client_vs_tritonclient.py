@@ -73,6 +73,7 @@ def main() -> None:
     parser.add_argument("--requests-sync", type=int, default=1500, help="per round, sync mode")
     parser.add_argument("--alternations", type=int, default=3)
     parser.add_argument("--instructions", action="store_true", help="also count instructions (valgrind)")
+    parser.add_argument("--save-as", default="client_vs_tritonclient", help="results file name")
     parser.add_argument("--valgrind-requests", default="1500,300", help="A,B requests of the two runs")
     args = parser.parse_args()
     trees: dict[str, str | None] = dict(item.split("=", 1) for item in args.tree or ["after=src"])
@@ -132,7 +133,7 @@ def main() -> None:
                 f"{name} | {row['requests_per_s']:,.0f} | {row['cpu_us_per_request']:.0f} | {instructions} | {ratio}"
             )
     result = {"trees": trees, "rounds": rounds, "summary": summary, **machine()}
-    print(f"saved {save('client_vs_tritonclient', result)}")
+    print(f"saved {save(args.save_as, result)}")
 
 
 if __name__ == "__main__":
