@@ -1,13 +1,20 @@
 """Blocking and future/callback ("pseudo-async") use of :class:`~sonic.client.client.AsyncClient`.
 
-The client owns one event-loop thread. ``infer`` blocks the caller; ``submit`` returns a
-``concurrent.futures.Future`` at once so plain threaded code (a framework's event loop, a coffea
-processor) keeps working while requests are in flight, at most ``config.max_in_flight`` at a time.
+The client owns one event loop. While only one thread makes blocking calls, each call runs that loop
+in the calling thread (``run_until_complete``): no hop to another thread and back, which cost a
+blocking call two thread wake-ups (half its time on a busy machine). Retries, failover, deadlines
+and shared memory are the same code either way; background work (health probes, keepalive PINGs)
+then runs during calls. The first ``submit``, a blocking call from a second thread while one is in
+progress, or a call from a thread whose own asyncio loop is running (a notebook) starts the loop's
+own thread instead, for good: from then on every call hops to it. ``submit`` returns a
+``concurrent.futures.Future`` so plain threaded code (a framework's event loop, a coffea processor)
+keeps working while requests are in flight, at most ``config.max_in_flight`` at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
@@ -41,12 +48,10 @@ class SyncClient:
             model, config, version=version, transports=transports, model_config=model_config
         )
         self._loop = asyncio.new_event_loop()
-        # Daemon, so a client that is never closed cannot hang interpreter exit; errors are not lost:
-        # they travel back through each call's future. close() stops and joins the thread.
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name=f"sonic-client-{model}", daemon=True
-        )
-        self._thread.start()
+        # Held by the thread running the loop: a caller for one call, or the loop's own thread for good.
+        self._driving = threading.Lock()
+        self._starting = threading.Lock()  # one thread starts the loop's thread
+        self._thread: threading.Thread | None = None
         self._closed = False
 
     @classmethod
@@ -74,14 +79,38 @@ class SyncClient:
         """What the client met so far: retries and their causes (see :class:`ClientStatistics`)."""
         return self._client.statistics
 
+    def _start_thread(self) -> None:
+        """Hand the loop to a thread of its own, once (waits for a call another thread is running)."""
+        with self._starting:
+            if self._thread is not None:
+                return
+            self._driving.acquire()  # kept by the loop's thread until close()
+            # Daemon, so a client that is never closed cannot hang interpreter exit; errors are not
+            # lost: they travel back through each call's future. close() stops and joins the thread.
+            thread = threading.Thread(
+                target=self._loop.run_forever, name=f"sonic-client-{self.model}", daemon=True
+            )
+            thread.start()
+            self._thread = thread
+
     def _submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
         if self._closed:
             coroutine.close()
             msg = f"client for model '{self.model}' is closed"
             raise ClientStateError(msg)
+        self._start_thread()
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        if self._thread is None and _no_running_loop() and self._driving.acquire(blocking=False):
+            try:
+                if self._closed:
+                    coroutine.close()
+                    msg = f"client for model '{self.model}' is closed"
+                    raise ClientStateError(msg)
+                return self._loop.run_until_complete(coroutine)
+            finally:
+                self._driving.release()
         if threading.current_thread() is self._thread:
             coroutine.close()
             msg = "blocking SyncClient call from a callback of this client would deadlock; use submit()"
@@ -139,9 +168,12 @@ class SyncClient:
             self._run(self._client.close())
         finally:
             self._closed = True
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-            self._loop.close()
+            thread = self._thread
+            if thread is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                thread.join()
+            with self._driving if thread is None else contextlib.nullcontext():
+                self._loop.close()
 
     def __enter__(self) -> Self:
         return self
@@ -150,3 +182,12 @@ class SyncClient:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _no_running_loop() -> bool:
+    """No asyncio loop runs in this thread (a notebook's does): this thread may run the client's."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return True
+    return False
