@@ -33,7 +33,7 @@ from sonic.client.errors import (
 )
 from sonic.client.fallback import FallbackServer, SharedFallback
 from sonic.client.health import ProbePolicy
-from sonic.client.plans import MAX_PLANS, CallPlan, Signature, make_plan, signature, tensor_views
+from sonic.client.plans import MAX_PLANS, CallPlan, Signature, make_plan, signature
 from sonic.client.registry import ServerEntry, ServerRegistry, resolve_services
 from sonic.client.results import (
     Arrays,
@@ -269,7 +269,7 @@ class AsyncClient:
     async def _planned(self, registry: ServerRegistry, plan: CallPlan, arrays: Arrays) -> Arrays:
         """A call on its signature's plan: the request template, retries and failover as any call's;
         a local server's call large enough for shared memory goes through :class:`Tries` instead."""
-        data = tensor_views(arrays)
+        data = plan.tensor_data(arrays)
         request_id = f"{self.model}-{next(self._ids)}"
         template = plan.template
         tries = self._tries

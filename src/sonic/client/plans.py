@@ -24,7 +24,8 @@ from sonic.client.transport.base import ModelInfo, RequestTemplate
 from sonic.protocol import dtypes
 from sonic.protocol.types import WireResponse
 
-MAX_PLANS = 256  # signatures kept per client; more (ragged shapes) start the cache again
+MAX_PLANS = 256
+COPY_BELOW_BYTES = 16 << 10  # signatures kept per client; more (ragged shapes) start the cache again
 # A call's signature: requested outputs, then (name, dtype, shape) per input in the given order.
 Signature = tuple[Any, ...]
 
@@ -32,18 +33,29 @@ Signature = tuple[Any, ...]
 class CallPlan:
     """One input signature's checked facts and request template (see the module docstring)."""
 
-    __slots__ = ("decoders", "model", "names", "shm_bytes", "template")
+    __slots__ = ("copy_inputs", "decoders", "model", "names", "shm_bytes", "template")
 
-    def __init__(self, model: str, template: RequestTemplate, shm_bytes: int, info: ModelInfo) -> None:
+    def __init__(
+        self, model: str, template: RequestTemplate, shm_bytes: int, input_bytes: int, info: ModelInfo
+    ) -> None:
         self.model = model
         self.template = template
         self.names = list(template.outputs)
         self.shm_bytes = shm_bytes  # the shared-memory region a call would need
+        # Small inputs are copied (one C call; the transport joins them into one buffer anyway),
+        # larger ones go out as views of the caller's arrays.
+        self.copy_inputs = input_bytes <= COPY_BELOW_BYTES
         specs = {t.name: t for t in info.outputs}
         # (name, datatype, numpy dtype) per output, for decoding without lookups.
         self.decoders = [
             (n, specs[n].datatype, dtypes.from_name(specs[n].datatype).numpy) for n in self.names
         ]
+
+    def tensor_data(self, arrays: Arrays) -> list[bytes | memoryview]:
+        """Each input's bytes (the plan's inputs are never BYTES)."""
+        if self.copy_inputs:
+            return [a.tobytes() for a in arrays.values()]
+        return [memoryview(a.reshape(-1).view(np.uint8)) for a in arrays.values()]  # type: ignore[arg-type]
 
     def decode(self, response: WireResponse) -> Arrays:
         """The outputs, viewing the response's bytes. Anything unusual (another order, BYTES, a size
@@ -107,9 +119,4 @@ def make_plan(
     # The region Tries.call would ask for: whether a local server's call uses shared memory.
     out_sizes = output_bytes(info, names, batch if info.max_batch_size > 0 else 1) or {}
     shm_bytes = layout("", out_sizes, layout("", {n: a.nbytes for n, a in arrays.items()})[1])[1]
-    return CallPlan(model, template, shm_bytes, info)
-
-
-def tensor_views(arrays: Arrays) -> list[bytes | memoryview]:
-    """Each input's bytes: a view of the array's memory (the plan's inputs are never BYTES)."""
-    return [memoryview(a.reshape(-1).view(np.uint8)) for a in arrays.values()]  # type: ignore[arg-type]
+    return CallPlan(model, template, shm_bytes, sum(a.nbytes for a in arrays.values()), info)

@@ -134,7 +134,8 @@ class Transport(ABC):
         self, template: RequestTemplate, request_id: str, data: Sequence[bytes | memoryview]
     ) -> WireResponse:
         """The request ``template`` makes with ``data`` (no shared memory, no parameters): transports
-        override it to skip building and encoding a :class:`WireRequest` on every call."""
+        override it to skip building and encoding a :class:`WireRequest` on every call (and may leave
+        the response's timing at zero: this path's callers return outputs only)."""
         return await self.infer(template.request(request_id, data))
 
     @abstractmethod
