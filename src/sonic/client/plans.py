@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from sonic.client import batching
 from sonic.client.config import ClientConfig
@@ -67,15 +68,16 @@ class CallPlan:
         for output, (name, datatype, numpy) in zip(given, self.decoders, strict=True):
             if output.name != name or output.datatype != datatype or datatype == "BYTES":
                 return decode_outputs(self.model, response, self.names, None, {})
-            data = output.data
-            shape = output.shape
-            size = len(data) if isinstance(data, bytes) else data.nbytes
-            count = 1
-            for dim in shape:
-                count *= dim
-            if size != count * numpy.itemsize or count < 0:
+            # A size or shape that does not fit fails here (ValueError, or a -1 that reshape resolved):
+            # the full decoder then says what is wrong.
+            array: npt.NDArray[Any] | None
+            try:
+                array = np.frombuffer(output.data, dtype=numpy).reshape(output.shape)
+            except ValueError:
+                array = None
+            if array is None or array.shape != output.shape:
                 return decode_outputs(self.model, response, self.names, None, {})
-            outputs[name] = np.frombuffer(data, dtype=numpy).reshape(shape)
+            outputs[name] = array
         return outputs
 
 

@@ -24,6 +24,7 @@ from sonic.client.errors import (
     RetriesExhaustedError,
     TransientError,
 )
+from sonic.client.health import Health
 from sonic.client.registry import ServerEntry, ServerRegistry
 from sonic.client.stats import ClientStatistics
 
@@ -81,7 +82,8 @@ async def with_retries(
                 retry_on = entry  # the first retry goes to the same server
             log.info("model '%s' try %d on %s failed: %s", model, index + 1, entry.address, exc)
         else:
-            registry.mark_ok(entry)
+            if entry.health is not Health.HEALTHY:  # the common case: no call
+                registry.mark_ok(entry)
             statistics.count_success(index + 1)
             return result, index + 1
         finally:
