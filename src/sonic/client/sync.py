@@ -50,8 +50,20 @@ class SyncClient:
         self._loop = asyncio.new_event_loop()
         # Held by the thread running the loop: a caller for one call, or the loop's own thread for good.
         self._driving = threading.Lock()
-        self._starting = threading.Lock()  # one thread starts the loop's thread
-        self._thread: threading.Thread | None = None
+        self._starting = threading.Lock()  # one thread hands the loop to its own thread
+        self._threaded = False  # the loop runs in self._thread, for good
+        self._handoff = threading.Event()  # wakes the parked thread: to run the loop, or to exit
+        self._run_loop = threading.Event()  # set with the handoff: run it
+        # The loop's thread is started now and parks until it is needed, so that a client never
+        # closed keeps its loop and connections until exit as it always did (daemon, so it cannot hang
+        # exit; never closed by the garbage collector from whichever thread it runs in).
+        self._thread = threading.Thread(
+            target=_park,
+            args=(self._loop, self._handoff, self._run_loop),
+            name=f"sonic-client-{model}",
+            daemon=True,
+        )
+        self._thread.start()
         self._closed = False
 
     @classmethod
@@ -80,29 +92,33 @@ class SyncClient:
         return self._client.statistics
 
     def _start_thread(self) -> None:
-        """Hand the loop to a thread of its own, once (waits for a call another thread is running)."""
+        """Hand the loop to its own thread, once (waits for a call another thread is running)."""
         with self._starting:
-            if self._thread is not None:
+            if self._threaded:
                 return
             self._driving.acquire()  # kept by the loop's thread until close()
-            # Daemon, so a client that is never closed cannot hang interpreter exit; errors are not
-            # lost: they travel back through each call's future. close() stops and joins the thread.
-            thread = threading.Thread(
-                target=self._loop.run_forever, name=f"sonic-client-{self.model}", daemon=True
-            )
-            thread.start()
-            self._thread = thread
+            if self._closed:  # closed while this waited for a call to end
+                self._driving.release()
+                msg = f"client for model '{self.model}' is closed"
+                raise ClientStateError(msg)
+            self._threaded = True
+            self._run_loop.set()
+            self._handoff.set()
 
     def _submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
         if self._closed:
             coroutine.close()
             msg = f"client for model '{self.model}' is closed"
             raise ClientStateError(msg)
-        self._start_thread()
+        try:
+            self._start_thread()
+        except ClientStateError:
+            coroutine.close()
+            raise
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        if self._thread is None and _no_running_loop() and self._driving.acquire(blocking=False):
+        if not self._threaded and _no_running_loop() and self._driving.acquire(blocking=False):
             try:
                 if self._closed:
                     coroutine.close()
@@ -168,11 +184,13 @@ class SyncClient:
             self._run(self._client.close())
         finally:
             self._closed = True
-            thread = self._thread
-            if thread is not None:
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                thread.join()
-            with self._driving if thread is None else contextlib.nullcontext():
+            with self._starting:
+                threaded = self._threaded
+                if threaded:
+                    self._loop.call_soon_threadsafe(self._loop.stop)
+                self._handoff.set()  # a parked thread exits
+            self._thread.join()
+            with self._driving if not threaded else contextlib.nullcontext():
                 self._loop.close()
 
     def __enter__(self) -> Self:
@@ -191,3 +209,10 @@ def _no_running_loop() -> bool:
     except RuntimeError:
         return True
     return False
+
+
+def _park(loop: asyncio.AbstractEventLoop, handoff: threading.Event, run_loop: threading.Event) -> None:
+    """The loop's thread: waits until it is handed the loop (then runs it until close) or closed."""
+    handoff.wait()
+    if run_loop.is_set():
+        loop.run_forever()
