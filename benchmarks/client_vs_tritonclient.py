@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import shutil
@@ -107,31 +106,29 @@ def main() -> None:
         for mode in modes:
             for name, src in clients.items():
                 measured = rounds[mode][name]
-                row = {  # NaN when timing was skipped (--alternations 0: instructions only)
-                    "requests_per_s": statistics.median(r for r, _ in measured) if measured else math.nan,
-                    "cpu_us_per_request": statistics.median(c for _, c in measured) if measured else math.nan,
-                }
+                row: dict[str, float] = {}  # only what was measured (--alternations 0: instructions)
+                if measured:
+                    row["requests_per_s"] = statistics.median(r for r, _ in measured)
+                    row["cpu_us_per_request"] = statistics.median(c for _, c in measured)
                 if args.instructions:
                     kind = f"{'triton' if src is None else 'sonic'}-{mode}"
                     row["instructions_per_request"] = _instructions(kind, src, server.grpc_address, counts)
                 summary[mode][name] = row
                 print(f"{mode:5s} {name:12s} {row}", flush=True)
+    fields = {
+        "requests_per_s": "req/s",
+        "cpu_us_per_request": "CPU µs/request",
+        "instructions_per_request": "instr",
+    }
     for mode in modes:
         reference = summary[mode][TRITON]
-        print(f"\n{mode}: client | req/s | CPU µs/request | instructions/request | vs tritonclient")
+        print(f"\n{mode}: client | {' | '.join(fields.values())} | against tritonclient")
         for name, row in summary[mode].items():
-            ratio = (
-                f"{row['requests_per_s'] / reference['requests_per_s']:.2f}x req/s, "
-                f"{row['cpu_us_per_request'] / reference['cpu_us_per_request']:.2f}x CPU"
+            values = " | ".join(f"{row[f]:,.0f}" if f in row else "-" for f in fields)
+            ratios = ", ".join(
+                f"{row[f] / reference[f]:.2f}x {label}" for f, label in fields.items() if f in row
             )
-            if "instructions_per_request" in row:
-                ratio += (
-                    f", {row['instructions_per_request'] / reference['instructions_per_request']:.2f}x instr"
-                )
-            instructions = f"{row.get('instructions_per_request', 0):,.0f}"
-            print(
-                f"{name} | {row['requests_per_s']:,.0f} | {row['cpu_us_per_request']:.0f} | {instructions} | {ratio}"
-            )
+            print(f"{name} | {values} | {ratios}")
     result = {"trees": trees, "rounds": rounds, "summary": summary, **machine()}
     print(f"saved {save(args.save_as, result)}")
 
