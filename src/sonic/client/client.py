@@ -33,7 +33,8 @@ from sonic.client.errors import (
 )
 from sonic.client.fallback import FallbackServer, SharedFallback
 from sonic.client.health import ProbePolicy
-from sonic.client.plans import MAX_PLANS, CallPlan, Signature, make_plan, signature
+from sonic.client.inflight import InFlight
+from sonic.client.plans import CallPlan, PlanCache, signature
 from sonic.client.registry import ServerEntry, ServerRegistry, resolve_services
 from sonic.client.results import (
     Arrays,
@@ -52,7 +53,6 @@ from sonic.protocol.types import WireRequest, WireResponse
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_UNPLANNED = object()  # a signature not seen yet (None is a plan saying "take the full path")
 
 
 class ClientState(enum.Enum):
@@ -88,7 +88,7 @@ class AsyncClient:
         self._state = ClientState.NEW
         self._registry: ServerRegistry | None = None
         self._open_lock: asyncio.Lock | None = None
-        self._in_flight: asyncio.Semaphore | None = None
+        self._in_flight: InFlight | None = None
         self._info: ModelInfo | None = None
         self._fallback: FallbackServer | None = None
         self._fallback_share: SharedFallback | None = None
@@ -96,9 +96,7 @@ class AsyncClient:
         self._coalescer: Coalescer | None = None
         self._ids = itertools.count()
         self._tries = Tries(model, version, self.config)
-        # Checked input signatures (sonic.client.plans); None: that signature takes the full path.
-        self._plans: dict[Signature, CallPlan | None] = {}
-        self._plans_info: ModelInfo | None = None  # the metadata the plans were made from
+        self._plans = PlanCache(model, version, self.config)  # checked input signatures
 
     @classmethod
     def from_env(cls, model: str, *, version: str = "", **overrides: Any) -> Self:
@@ -167,7 +165,7 @@ class AsyncClient:
                     start_fallback=self._start_fallback if config.fallback.enable else None,
                 )
                 await registry.discover()
-                self._in_flight = asyncio.Semaphore(self.config.max_in_flight)
+                self._in_flight = InFlight(self.config.max_in_flight)
                 self._registry = registry
                 self._state = ClientState.OPEN
         return self._registry
@@ -252,55 +250,35 @@ class AsyncClient:
             key, arrays = signature(inputs, outputs)
         except Exception:  # noqa: BLE001  (the full path's checks say what is wrong, in their order)
             return (await self.infer_detailed(inputs, outputs)).outputs
-        if self._plans_info is not info:
-            self._plans.clear()
-            self._plans_info = info
-        plan = self._plans.get(key, _UNPLANNED)
-        if plan is _UNPLANNED:
-            plan = make_plan(self.model, info, self.version, self.config, arrays, outputs)
-            if len(self._plans) >= MAX_PLANS:
-                self._plans.clear()
-            self._plans[key] = plan
+        plan = self._plans.get(info, key, arrays, outputs)
         if plan is None or self.config.verbose:
             return (await self.infer_detailed(arrays, outputs)).outputs
-        assert isinstance(plan, CallPlan)
-        return await self._planned(registry, plan, arrays)
+        return await self._planned(registry, info, plan, arrays)
 
-    async def _planned(self, registry: ServerRegistry, plan: CallPlan, arrays: Arrays) -> Arrays:
+    async def _planned(
+        self, registry: ServerRegistry, info: ModelInfo, plan: CallPlan, arrays: Arrays
+    ) -> Arrays:
         """A call on its signature's plan: the request template, retries and failover as any call's;
         a local server's call large enough for shared memory goes through :class:`Tries` instead."""
         data = plan.tensor_data(arrays)
         request_id = f"{self.model}-{next(self._ids)}"
-        template = plan.template
         tries = self._tries
         shm_possible = plan.shm_bytes >= self.config.shm_min_bytes
 
         def operation(entry: ServerEntry) -> Awaitable[WireResponse | Arrays]:
             if shm_possible and tries.use_shm(entry):
-                return self._placed_try(entry, plan, arrays, data, request_id)
-            return entry.transport.infer_template(template, request_id, data)
+                return tries.call_planned(entry, info, plan, arrays, data, request_id)
+            return entry.transport.infer_template(plan.template, request_id, data)
 
-        assert self._in_flight is not None
-        async with self._in_flight:
+        slots = self._in_flight
+        assert slots is not None
+        if not slots.take():
+            await slots.wait()
+        try:
             answer, _ = await with_retries(self.model, self.config, registry, self.statistics, operation)
+        finally:
+            slots.give()
         return answer if isinstance(answer, dict) else plan.decode(answer)
-
-    async def _placed_try(
-        self,
-        entry: ServerEntry,
-        plan: CallPlan,
-        arrays: Arrays,
-        data: list[bytes | memoryview],
-        request_id: str,
-    ) -> Arrays:
-        info = self._info
-        assert info is not None
-        encoded = {
-            n: (a, datatype, d)
-            for (n, a), (_, datatype, _), d in zip(arrays.items(), plan.template.inputs, data, strict=True)
-        }
-        answer = await self._tries.call(entry, info, encoded, plan.names, request_id, {})
-        return answer[0]
 
     async def infer_ragged(
         self,

@@ -122,3 +122,32 @@ def make_plan(
     out_sizes = output_bytes(info, names, batch if info.max_batch_size > 0 else 1) or {}
     shm_bytes = layout("", out_sizes, layout("", {n: a.nbytes for n, a in arrays.items()})[1])[1]
     return CallPlan(model, template, shm_bytes, sum(a.nbytes for a in arrays.values()), info)
+
+
+class PlanCache:
+    """One client's plans by signature, for the metadata they were made from (dropped when it changes);
+    None for a signature whose calls take the full path. At most :data:`MAX_PLANS`."""
+
+    def __init__(self, model: str, version: str, config: ClientConfig) -> None:
+        self._model = model
+        self._version = version
+        self._config = config
+        self._plans: dict[Signature, CallPlan | None] = {}
+        self._info: ModelInfo | None = None
+
+    def get(
+        self, info: ModelInfo, key: Signature, arrays: Arrays, outputs: Sequence[str] | None
+    ) -> CallPlan | None:
+        """The signature's plan, made (its checks raising their errors) when it is new."""
+        if info is not self._info:
+            self._plans.clear()
+            self._info = info
+        try:
+            return self._plans[key]
+        except KeyError:
+            pass
+        plan = make_plan(self._model, info, self._version, self._config, arrays, outputs)
+        if len(self._plans) >= MAX_PLANS:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
