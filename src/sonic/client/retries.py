@@ -24,6 +24,7 @@ from sonic.client.errors import (
     RetriesExhaustedError,
     TransientError,
 )
+from sonic.client.health import Health
 from sonic.client.registry import ServerEntry, ServerRegistry
 from sonic.client.stats import ClientStatistics
 
@@ -39,8 +40,9 @@ async def with_retries(
     operation: Callable[[ServerEntry], Awaitable[T]],
 ) -> tuple[T, int]:
     """Run ``operation`` on a chosen server, retrying transient failures; returns (result, tries)."""
-    attempts: list[Attempt] = []
-    avoid: set[ServerEntry] = set()
+    # Made on the first failure: a call that succeeds first time allocates no bookkeeping.
+    attempts: list[Attempt] | None = None
+    avoid: set[ServerEntry] | None = None
     retry_on: ServerEntry | None = None
     for index in range(config.allowed_tries):
         if index:
@@ -52,7 +54,7 @@ async def with_retries(
             else:
                 # A first try on a healthy server is picked without a coroutine (every call does it).
                 chosen = None if index else registry.first_choice(model)
-                entry = chosen or await registry.select(model, avoid)
+                entry = chosen or await registry.select(model, avoid or set())
         except NoServerError as exc:
             if not attempts:
                 raise
@@ -65,6 +67,8 @@ async def with_retries(
             moved = await _model_moved(model, config, registry, entry, exc)
             if not moved and not isinstance(exc, TransientError):
                 raise
+            if attempts is None or avoid is None:
+                attempts, avoid = [], set()
             attempts.append(Attempt(entry.address, exc))
             statistics.count_failure(exc, moved=moved)
             if isinstance(exc, ConnectionLostError):
@@ -78,13 +82,14 @@ async def with_retries(
                 retry_on = entry  # the first retry goes to the same server
             log.info("model '%s' try %d on %s failed: %s", model, index + 1, entry.address, exc)
         else:
-            registry.mark_ok(entry)
+            if entry.health is not Health.HEALTHY:  # the common case: no call
+                registry.mark_ok(entry)
             statistics.count_success(index + 1)
             return result, index + 1
         finally:
             entry.outstanding -= 1
     statistics.failed += 1
-    raise RetriesExhaustedError(model, attempts)
+    raise RetriesExhaustedError(model, attempts or [])
 
 
 async def _model_moved(

@@ -1,13 +1,20 @@
 """Blocking and future/callback ("pseudo-async") use of :class:`~sonic.client.client.AsyncClient`.
 
-The client owns one event-loop thread. ``infer`` blocks the caller; ``submit`` returns a
-``concurrent.futures.Future`` at once so plain threaded code (a framework's event loop, a coffea
-processor) keeps working while requests are in flight, at most ``config.max_in_flight`` at a time.
+The client owns one event loop. While only one thread makes blocking calls, each call runs that loop
+in the calling thread (``run_until_complete``): no hop to another thread and back, which cost a
+blocking call two thread wake-ups (half its time on a busy machine). Retries, failover, deadlines
+and shared memory are the same code either way; background work (health probes, keepalive PINGs)
+then runs during calls. The first ``submit``, a blocking call from a second thread while one is in
+progress, or a call from a thread whose own asyncio loop is running (a notebook) starts the loop's
+own thread instead, for good: from then on every call hops to it. ``submit`` returns a
+``concurrent.futures.Future`` so plain threaded code (a framework's event loop, a coffea processor)
+keeps working while requests are in flight, at most ``config.max_in_flight`` at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
@@ -41,10 +48,20 @@ class SyncClient:
             model, config, version=version, transports=transports, model_config=model_config
         )
         self._loop = asyncio.new_event_loop()
-        # Daemon, so a client that is never closed cannot hang interpreter exit; errors are not lost:
-        # they travel back through each call's future. close() stops and joins the thread.
+        # Held by the thread running the loop: a caller for one call, or the loop's own thread for good.
+        self._driving = threading.Lock()
+        self._starting = threading.Lock()  # one thread hands the loop to its own thread
+        self._threaded = False  # the loop runs in self._thread, for good
+        self._handoff = threading.Event()  # wakes the parked thread: to run the loop, or to exit
+        self._run_loop = threading.Event()  # set with the handoff: run it
+        # The loop's thread is started now and parks until it is needed, so that a client never
+        # closed keeps its loop and connections until exit as it always did (daemon, so it cannot hang
+        # exit; never closed by the garbage collector from whichever thread it runs in).
         self._thread = threading.Thread(
-            target=self._loop.run_forever, name=f"sonic-client-{model}", daemon=True
+            target=_park,
+            args=(self._loop, self._handoff, self._run_loop),
+            name=f"sonic-client-{model}",
+            daemon=True,
         )
         self._thread.start()
         self._closed = False
@@ -74,14 +91,42 @@ class SyncClient:
         """What the client met so far: retries and their causes (see :class:`ClientStatistics`)."""
         return self._client.statistics
 
+    def _start_thread(self) -> None:
+        """Hand the loop to its own thread, once (waits for a call another thread is running)."""
+        with self._starting:
+            if self._threaded:
+                return
+            self._driving.acquire()  # kept by the loop's thread until close()
+            if self._closed:  # closed while this waited for a call to end
+                self._driving.release()
+                msg = f"client for model '{self.model}' is closed"
+                raise ClientStateError(msg)
+            self._threaded = True
+            self._run_loop.set()
+            self._handoff.set()
+
     def _submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
         if self._closed:
             coroutine.close()
             msg = f"client for model '{self.model}' is closed"
             raise ClientStateError(msg)
+        try:
+            self._start_thread()
+        except ClientStateError:
+            coroutine.close()
+            raise
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        if not self._threaded and _no_running_loop() and self._driving.acquire(blocking=False):
+            try:
+                if self._closed:
+                    coroutine.close()
+                    msg = f"client for model '{self.model}' is closed"
+                    raise ClientStateError(msg)
+                return self._loop.run_until_complete(coroutine)
+            finally:
+                self._driving.release()
         if threading.current_thread() is self._thread:
             coroutine.close()
             msg = "blocking SyncClient call from a callback of this client would deadlock; use submit()"
@@ -139,9 +184,14 @@ class SyncClient:
             self._run(self._client.close())
         finally:
             self._closed = True
-            self._loop.call_soon_threadsafe(self._loop.stop)
+            with self._starting:
+                threaded = self._threaded
+                if threaded:
+                    self._loop.call_soon_threadsafe(self._loop.stop)
+                self._handoff.set()  # a parked thread exits
             self._thread.join()
-            self._loop.close()
+            with self._driving if not threaded else contextlib.nullcontext():
+                self._loop.close()
 
     def __enter__(self) -> Self:
         return self
@@ -150,3 +200,19 @@ class SyncClient:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _no_running_loop() -> bool:
+    """No asyncio loop runs in this thread (a notebook's does): this thread may run the client's."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return True
+    return False
+
+
+def _park(loop: asyncio.AbstractEventLoop, handoff: threading.Event, run_loop: threading.Event) -> None:
+    """The loop's thread: waits until it is handed the loop (then runs it until close) or closed."""
+    handoff.wait()
+    if run_loop.is_set():
+        loop.run_forever()

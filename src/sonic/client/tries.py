@@ -17,6 +17,7 @@ import numpy.typing as npt
 from sonic.client.batching import Parameters
 from sonic.client.config import ClientConfig, SharedMemoryMode
 from sonic.client.errors import ClientError, TransientError
+from sonic.client.plans import CallPlan
 from sonic.client.registry import ServerEntry
 from sonic.client.results import Arrays, decode_outputs, output_bytes
 from sonic.client.shm import Region, RegionPool, layout
@@ -120,3 +121,20 @@ class Tries:
             entry.shm.release(region)
         serialize_s = (response.serialize_ns + shm_ns) / 1e9
         return outputs, serialize_s, response.wait_ns / 1e9, decode_ns / 1e9, server, entry.address
+
+    async def call_planned(
+        self,
+        entry: ServerEntry,
+        info: ModelInfo,
+        plan: CallPlan,
+        arrays: Arrays,
+        data: list[bytes | memoryview],
+        request_id: str,
+    ) -> Arrays:
+        """A planned call (:mod:`sonic.client.plans`) that may use shared memory: :meth:`call`'s outputs."""
+        encoded = {
+            n: (a, datatype, d)
+            for (n, a), (_, datatype, _), d in zip(arrays.items(), plan.template.inputs, data, strict=True)
+        }
+        answer = await self.call(entry, info, encoded, plan.names, request_id, {})
+        return answer[0]

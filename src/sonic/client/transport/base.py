@@ -8,9 +8,10 @@ can use :class:`~sonic.client.transport.memory.MemoryTransport` without sockets.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sonic.protocol.types import WireRequest, WireResponse
+from sonic.protocol.types import WireInput, WireOutputRequest, WireRequest, WireResponse
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,44 @@ class ModelInfo:
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[TensorInfo, ...]
     max_batch_size: int  # 0: the model takes no batch dimension
+
+
+class RequestTemplate:
+    """Everything of an inference request but its id and tensor bytes: one per input signature
+    (model, version, input names, datatypes and shapes, requested outputs, timeout) of a client.
+
+    A transport may memoise its encoding in ``encoded`` (the native one keeps the serialized request
+    head there, and replaces what it does not recognise), so the common call splices only its id and
+    raw bytes onto bytes made once.
+    """
+
+    __slots__ = ("encoded", "inputs", "model", "outputs", "timeout_s", "version")
+
+    def __init__(
+        self,
+        model: str,
+        version: str,
+        inputs: tuple[tuple[str, str, tuple[int, ...]], ...],  # name, datatype, shape
+        outputs: tuple[str, ...],
+        timeout_s: float | None,
+    ) -> None:
+        self.model = model
+        self.version = version
+        self.inputs = inputs
+        self.outputs = outputs
+        self.timeout_s = timeout_s
+        self.encoded: object = None  # the transport's own, see above
+
+    def request(self, request_id: str, data: Sequence[bytes | memoryview]) -> WireRequest:
+        """The request this template makes with ``data``, one item per input in order."""
+        return WireRequest(
+            self.model,
+            self.version,
+            tuple(WireInput(n, d, s, b) for (n, d, s), b in zip(self.inputs, data, strict=True)),
+            tuple(WireOutputRequest(n) for n in self.outputs),
+            request_id,
+            self.timeout_s,
+        )
 
 
 @dataclass(frozen=True)
@@ -90,6 +129,14 @@ class Transport(ABC):
 
     @abstractmethod
     async def infer(self, request: WireRequest) -> WireResponse: ...
+
+    async def infer_template(
+        self, template: RequestTemplate, request_id: str, data: Sequence[bytes | memoryview]
+    ) -> WireResponse:
+        """The request ``template`` makes with ``data`` (no shared memory, no parameters): transports
+        override it to skip building and encoding a :class:`WireRequest` on every call (and may leave
+        the response's timing at zero: this path's callers return outputs only)."""
+        return await self.infer(template.request(request_id, data))
 
     @abstractmethod
     async def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None: ...
