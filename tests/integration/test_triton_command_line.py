@@ -66,9 +66,9 @@ def test_exit_on_error_stops_start_up_when_a_model_fails(test_repository: Path, 
 
 
 def test_a_flag_we_cannot_honour_is_refused(tmp_path: Path) -> None:
-    result = _serve(tmp_path, "--rate-limit=execution_count")
+    result = _serve(tmp_path, "--model-namespacing=true")
     assert result.returncode == 2
-    assert "--rate-limit=execution_count is not supported by sonic serve: no rate limiter" in result.stderr
+    assert "--model-namespacing=true is not supported by sonic serve: model names are global" in result.stderr
 
 
 def test_log_file_takes_the_logs_and_stdout_keeps_the_ready_line(
