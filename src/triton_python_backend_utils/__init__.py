@@ -12,6 +12,7 @@ from sonic.server.backends.pb_config import (
     get_output_config_by_name,
     using_decoupled_model_transaction_policy,
 )
+from sonic.server.backends.pb_logging import Logger, LogLevel
 from sonic.server.backends.pb_utils import (
     TRITON_STRING_TO_NUMPY,
     TRITONSERVER_REQUEST_FLAG_SEQUENCE_END,
@@ -21,8 +22,6 @@ from sonic.server.backends.pb_utils import (
     TRITONSERVER_RESPONSE_COMPLETE_FINAL,
     InferenceRequest,
     InferenceResponse,
-    Logger,
-    LogLevel,
     Tensor,
     TritonError,
     TritonModelException,

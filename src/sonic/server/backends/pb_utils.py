@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import enum
 import json
-import logging
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -30,8 +28,6 @@ import numpy as np
 import numpy.typing as npt
 
 from sonic.server.backends.base import ModelCaller
-
-log = logging.getLogger("sonic.python_model")
 
 # The server's model caller for BLS, bound by the Python backend in each instance's own thread.
 current_caller: contextvars.ContextVar[ModelCaller | None] = contextvars.ContextVar(
@@ -381,42 +377,3 @@ def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> 
 
 def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
     return next((t for t in inference_response.output_tensors() if t.name() == name), None)
-
-
-class LogLevel(enum.IntEnum):
-    INFO = 0
-    WARNING = 1
-    ERROR = 2
-    VERBOSE = 3
-
-
-_LEVELS = {
-    LogLevel.INFO: logging.INFO,
-    LogLevel.WARNING: logging.WARNING,
-    LogLevel.ERROR: logging.ERROR,
-    LogLevel.VERBOSE: logging.DEBUG,
-}
-
-
-class Logger:
-    """``pb_utils.Logger``: model messages go to the server's log."""
-
-    @staticmethod
-    def log(message: str, level: LogLevel = LogLevel.INFO) -> None:
-        log.log(_LEVELS[LogLevel(level)], "%s", message)
-
-    @staticmethod
-    def log_info(message: str) -> None:
-        log.info("%s", message)
-
-    @staticmethod
-    def log_warn(message: str) -> None:
-        log.warning("%s", message)
-
-    @staticmethod
-    def log_error(message: str) -> None:
-        log.error("%s", message)
-
-    @staticmethod
-    def log_verbose(message: str) -> None:
-        log.debug("%s", message)
