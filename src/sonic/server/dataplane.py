@@ -123,7 +123,7 @@ class DataPlane:
     def repository_index(self, ready_only: bool) -> service_pb2.RepositoryIndexResponse:
         response = service_pb2.RepositoryIndexResponse()
         for row in self.models.index(ready_only):
-            response.models.add(name=row.name, version=row.version, state=row.state, reason=row.reason)
+            response.models.add(name=row.name, version=row.version, state=row.state.value, reason=row.reason)
         return response
 
     def _check_explicit(self, action: str) -> None:

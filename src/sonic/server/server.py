@@ -15,6 +15,7 @@ from contextlib import suppress
 from typing import Any
 
 from sonic.protocol.errors import ModelConfigError, SonicError
+from sonic.protocol.wire import ModelState
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend
@@ -89,7 +90,7 @@ class Server:
                     await self.models.load(name)
                 except SonicError:
                     continue  # listed as UNAVAILABLE with its reason
-        failed = [row for row in self.models.index(ready_only=False) if row.state == "UNAVAILABLE"]
+        failed = [row for row in self.models.index(ready_only=False) if row.state is ModelState.UNAVAILABLE]
         if self.config.exit_on_error and failed:  # Triton's --exit-on-error=true
             raise ModelConfigError(
                 "failed to load all models (--exit-on-error): "
