@@ -6,10 +6,8 @@ them as JSON); inference uses the lighter :mod:`sonic.protocol.types` dataclasse
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator
 
-from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
 import sonic
@@ -286,8 +284,3 @@ class DataPlane:
         raise UnimplementedError(
             f"CUDA shared memory region {quote(name)}: not supported by this server; use system shared memory"
         )
-
-
-def config_to_json(response: service_pb2.ModelConfigResponse) -> str:
-    """Triton's HTTP form of a model config (proto JSON with field names as in config.pbtxt)."""
-    return json.dumps(json_format.MessageToDict(response.config, preserving_proto_field_name=True))
