@@ -18,6 +18,7 @@ from sonic.protocol.model_config import (
     validate_config,
 )
 from sonic.protocol.types import InferRequest, InputTensor
+from sonic.protocol.wire import ModelState
 from sonic.server.backends.base import InstanceContext
 from sonic.server.backends.onnxruntime import OnnxRuntimeBackend
 from sonic.server.config import ServerConfig
@@ -163,5 +164,5 @@ async def test_failed_reload_leaves_the_serving_version_serving(tmp_path: Path) 
     with pytest.raises(ModelConfigError, match=r"config\.pbtxt:1"):
         await manager.load("m")
     assert manager.get("m") is serving
-    assert [r.state for r in manager.index(ready_only=False) if r.name == "m"] == ["READY"]
+    assert [r.state for r in manager.index(ready_only=False) if r.name == "m"] == [ModelState.READY]
     await manager.close()

@@ -13,7 +13,7 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from sonic.protocol import dtypes, grpc_codec, http_json
-from sonic.protocol.errors import InvalidArgumentError, UnauthenticatedError
+from sonic.protocol.errors import GrpcCode, InvalidArgumentError, UnauthenticatedError
 from sonic.protocol.grpc_call import trailers_status
 from sonic.protocol.http2 import (
     PREFACE,
@@ -35,10 +35,10 @@ from sonic.testing.h2 import parse_frames
 def test_grpc_message_that_is_not_ascii_is_read_not_raised() -> None:
     """A client read a server's ``grpc-message`` of raw bytes with UnicodeDecodeError (the call ended with
     the decode error instead of the server's status); the gRPC spec asks decoders never to fail on it."""
-    assert trailers_status([(b"grpc-status", b"0"), (b"grpc-message", b"\x80")]) == ("OK", "\ufffd")
+    assert trailers_status([(b"grpc-status", b"0"), (b"grpc-message", b"\x80")]) == (GrpcCode.OK, "\ufffd")
     raw_utf8 = "d\u00e9j\u00e0 vu".encode()
     assert trailers_status([(b"grpc-status", b"3"), (b"grpc-message", raw_utf8)]) == (
-        "INVALID_ARGUMENT",
+        GrpcCode.INVALID_ARGUMENT,
         "d\u00e9j\u00e0 vu",
     )
 

@@ -10,6 +10,7 @@ import hpack
 import pytest
 
 from sonic.protocol import inflate as inflate_module
+from sonic.protocol.errors import GrpcCode
 from sonic.protocol.grpc_call import (
     GrpcError,
     MessageLimits,
@@ -66,13 +67,13 @@ async def test_decompress_maps_to_grpc_statuses() -> None:
     limits = MessageLimits(max_message_bytes=1 << 20, max_decompressed_bytes=1 << 20)
     with pytest.raises(GrpcError, match=r"larger than max \(> 1048576 bytes decompressed\)") as caught:
         await decompress(BOMB, "gzip", limits)
-    assert caught.value.status == "RESOURCE_EXHAUSTED"
+    assert caught.value.status is GrpcCode.RESOURCE_EXHAUSTED
     with pytest.raises(GrpcError, match="cannot decompress") as bad:
         await decompress(b"junk", "deflate", limits)
-    assert bad.value.status == "INTERNAL"
+    assert bad.value.status is GrpcCode.INTERNAL
     with pytest.raises(GrpcError, match="without a grpc-encoding") as missing:
         await decompress(b"junk", None, limits)
-    assert missing.value.status == "INTERNAL"
+    assert missing.value.status is GrpcCode.INTERNAL
 
 
 def test_encodings_statuses_and_trailers() -> None:
@@ -81,11 +82,11 @@ def test_encodings_statuses_and_trailers() -> None:
     assert check_encoding(b"gzip") == "gzip"
     with pytest.raises(GrpcError, match="'zstd' not supported") as caught:
         check_encoding(b"zstd")
-    assert caught.value.status == "UNIMPLEMENTED"
-    block = status_block("RESOURCE_EXHAUSTED", "over 50% of the limit", trailers_only=True)
+    assert caught.value.status is GrpcCode.UNIMPLEMENTED
+    block = status_block(GrpcCode.RESOURCE_EXHAUSTED, "over 50% of the limit", trailers_only=True)
     fields = [(bytes(n), bytes(v)) for n, v in hpack.Decoder().decode(block, raw=True)]
     assert (b":status", b"200") in fields
-    assert trailers_status(fields) == ("RESOURCE_EXHAUSTED", "over 50% of the limit")
-    assert trailers_status([(b"grpc-status", b"x")])[0] == "UNKNOWN"
-    assert reset_status(ErrorCode.REFUSED_STREAM) == "UNAVAILABLE"
-    assert reset_status(ErrorCode.PROTOCOL_ERROR) == "INTERNAL"
+    assert trailers_status(fields) == (GrpcCode.RESOURCE_EXHAUSTED, "over 50% of the limit")
+    assert trailers_status([(b"grpc-status", b"x")])[0] is GrpcCode.UNKNOWN
+    assert reset_status(ErrorCode.REFUSED_STREAM) is GrpcCode.UNAVAILABLE
+    assert reset_status(ErrorCode.PROTOCOL_ERROR) is GrpcCode.INTERNAL

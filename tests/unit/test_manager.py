@@ -16,6 +16,7 @@ import pytest
 from sonic.models.simple import IDENTITY_CONFIG, identity_model
 from sonic.protocol.errors import ModelConfigError, NotFoundError
 from sonic.protocol.types import InferRequest, InputTensor
+from sonic.protocol.wire import ModelState
 from sonic.server.backends.base import Backend
 from sonic.server.config import ServerConfig
 from sonic.server.instance_thread import InstanceThread
@@ -67,7 +68,7 @@ async def test_poll_does_not_retry_a_broken_model_until_it_changes(tmp_path: Pat
     (model_dir / "config.pbtxt").write_text("max_batch_size: oops")
     await manager.poll()
     row = next(r for r in manager.index(ready_only=False) if r.name == "m")
-    assert row.state == "UNAVAILABLE"
+    assert row.state is ModelState.UNAVAILABLE
     assert "config.pbtxt:1" in row.reason
     (model_dir / "config.pbtxt").write_text(IDENTITY_CONFIG.replace('"identity"', '"m"'))
     await manager.poll()

@@ -9,7 +9,7 @@ import pytest
 
 from sonic.client import errors as client
 from sonic.protocol import errors
-from sonic.protocol.grpc_codec import grpc_status
+from sonic.protocol.grpc_codec import code_of, grpc_status
 
 pytestmark = pytest.mark.unit
 
@@ -88,29 +88,29 @@ def test_error_table_row(
     instance = error("x")
     assert grpc_status(instance) is code
     assert errors.http_status(instance) is http
-    received = client.error_for_status(code.name, instance.message, "server:1")
+    received = client.error_for_status(code_of(code), instance.message, "server:1")
     assert type(received) is client_error
-    assert (received.status, received.detail, received.server) == (code.name, "x", "server:1")
+    assert (received.status, received.detail, received.server) == (code_of(code), "x", "server:1")
 
 
-# Statuses only a client sees (from the transport or grpc's core), and names no status has.
+# Statuses only a client sees (from the transport or grpc's core), and ones the table does not list.
 @pytest.mark.parametrize(
     ("status", "client_error"),
     [
-        ("DEADLINE_EXCEEDED", client.DeadlineExceededError),
-        ("CANCELLED", client.ConnectionLostError),
-        ("UNKNOWN", client.ServerError),
-        ("ABORTED", client.InvalidRequestError),
-        ("NOT_A_STATUS", client.InvalidRequestError),
+        (errors.GrpcCode.DEADLINE_EXCEEDED, client.DeadlineExceededError),
+        (errors.GrpcCode.CANCELLED, client.ConnectionLostError),
+        (errors.GrpcCode.UNKNOWN, client.ServerError),
+        (errors.GrpcCode.ABORTED, client.InvalidRequestError),
+        (errors.GrpcCode.DATA_LOSS, client.InvalidRequestError),
     ],
 )
-def test_client_only_statuses(status: str, client_error: type[client.ServerError]) -> None:
+def test_client_only_statuses(status: errors.GrpcCode, client_error: type[client.ServerError]) -> None:
     assert type(client.error_for_status(status, "x", "server:1")) is client_error
 
 
 def test_retried_exactly_when_the_table_says_later() -> None:
     for code, row in errors.STATUSES.items():
-        received = client.error_for_status(code.name, "x", "server:1")
+        received = client.error_for_status(code, "x", "server:1")
         assert isinstance(received, client.TransientError) is (
             row.retry in {errors.Retry.LATER, errors.Retry.CONNECTION}
         )

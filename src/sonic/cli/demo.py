@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 from sonic.demos import hlt, miniaod, protodune, report
 from sonic.demos.common import build_models, write_json
-from sonic.demos.console import Progress, console, rich_table, route_logs
+from sonic.demos.console import Progress, console, require_rich, rich_table, route_logs
 from sonic.launch import ServerProcess
 from sonic.workflow import CpuWork
 from sonic.workflow.dask import DaskConfig
@@ -93,6 +94,11 @@ def _configs(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        require_rich()  # the demo extra: said before any work, not after the models are built
+    except ImportError as exc:
+        print(f"sonic demo: {exc}", file=sys.stderr)
+        return 2
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "demo.log"

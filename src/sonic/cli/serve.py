@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +21,7 @@ from sonic.server.config import (
     ServerConfig,
 )
 from sonic.server.devices import detect_gpu_count
-from sonic.server.server import Server
+from sonic.server.server import Server, ShutdownSignals
 
 log = logging.getLogger(__name__)
 
@@ -171,18 +170,16 @@ def _stdout_to_log() -> None:
 
 async def serve(config: ServerConfig) -> None:
     server = Server(config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await server.start()
-        print(server.ready_line, flush=True)
-        _stdout_to_log()
-        await stop.wait()
-        log.info("shutdown requested: draining requests in flight")
-    finally:
-        await server.shutdown()
+    # SIGINT/SIGTERM: drain; a second one exits at once; the previous handlers are back on return.
+    with ShutdownSignals(asyncio.get_running_loop(), server) as signals:
+        try:
+            await server.start()
+            print(server.ready_line, flush=True)
+            _stdout_to_log()
+            await signals.requested.wait()
+            log.info("shutdown requested: draining requests in flight (a second signal exits at once)")
+        finally:
+            await server.shutdown()
 
 
 def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:

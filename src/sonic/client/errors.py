@@ -7,7 +7,7 @@ The tree::
     ├── InputError                  inputs do not match the model (name, dtype, shape, batch); never sent
     ├── NoServerError               no server (remote or fallback) has the model
     ├── ModelVersionError           the server's model checksums differ from the local model files
-    ├── ServerError                 the server answered with an error; ``status`` is the gRPC status name
+    ├── ServerError                 the server answered with an error; ``status``: its gRPC status (GrpcCode)
     │   ├── InvalidRequestError     INVALID_ARGUMENT, NOT_FOUND, ...: retrying cannot help
     │   └── TransientError          retried: the same request may succeed later or elsewhere
     │       ├── UnavailableError        UNAVAILABLE (queue full, model unloading, server draining)
@@ -51,8 +51,8 @@ class ModelVersionError(ClientError):
 class ServerError(ClientError):
     """An error answer from a server."""
 
-    def __init__(self, message: str, *, status: str, server: str) -> None:
-        super().__init__(f"{server}: {status}: {message}")
+    def __init__(self, message: str, *, status: GrpcCode, server: str) -> None:
+        super().__init__(f"{server}: {status.name}: {message}")
         self.status = status
         self.server = server
         self.detail = message
@@ -102,10 +102,9 @@ _LATER_ERRORS: dict[GrpcCode, type[ServerError]] = {
 }
 
 
-def error_for_status(status: str, message: str, server: str) -> ServerError:
-    """A gRPC status name as our error type, as :data:`sonic.protocol.errors.STATUSES` says."""
-    code = GrpcCode.__members__.get(status, GrpcCode.OK)  # a name we do not know: like any unlisted one
-    cls = _LATER_ERRORS.get(code) or _RETRY_ERRORS[status_of(code).retry]
+def error_for_status(status: GrpcCode, message: str, server: str) -> ServerError:
+    """A gRPC status as our error type, as :data:`sonic.protocol.errors.STATUSES` says."""
+    cls = _LATER_ERRORS.get(status) or _RETRY_ERRORS[status_of(status).retry]
     return cls(message, status=status, server=server)
 
 

@@ -22,8 +22,11 @@ from sonic.client.errors import ClientError, NoServerError
 from sonic.client.health import Health, ProbePolicy, Prober
 from sonic.client.shm import RegionPool
 from sonic.client.transport.base import Transport
+from sonic.protocol.wire import ModelState
 
 log = logging.getLogger(__name__)
+# The index states that put a model on a server's list: READY, or none given (asked for ready models only).
+_LISTED = frozenset({ModelState.READY, ModelState.NONE})
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
@@ -117,7 +120,7 @@ class ServerRegistry:
     async def refresh(self, entry: ServerEntry, timeout_s: float) -> None:
         """Read the server's ready models again (RepositoryIndex)."""
         index = await asyncio.wait_for(entry.transport.repository_index(), timeout_s)
-        entry.models = {row.name for row in index if row.state in {"READY", ""}}
+        entry.models = {row.name for row in index if row.state in _LISTED}
 
     async def _probe(self, entry: ServerEntry) -> bool:
         """Health check, then the model list: both within the probe timeout."""

@@ -22,14 +22,18 @@ from sonic.client.errors import (
     InvalidRequestError,
     NoServerError,
     RetriesExhaustedError,
+    ServerError,
     TransientError,
 )
 from sonic.client.health import Health
 from sonic.client.registry import ServerEntry, ServerRegistry
 from sonic.client.stats import ClientStatistics
+from sonic.protocol.errors import GrpcCode
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# The statuses that may mean the model moved off the server that answered them.
+_MOVED_STATUSES = frozenset({GrpcCode.NOT_FOUND, GrpcCode.UNAVAILABLE})
 
 
 async def with_retries(
@@ -93,25 +97,25 @@ async def with_retries(
 
 
 async def _model_moved(
-    model: str, config: ClientConfig, registry: ServerRegistry, entry: ServerEntry, exc: ClientError
+    model: str, config: ClientConfig, registry: ServerRegistry, entry: ServerEntry, exc: ServerError
 ) -> bool:
     """NOT_FOUND, or UNAVAILABLE while another server has it, for a model ``entry`` listed: read its
     model list again; True when the model is gone from it (the retry goes elsewhere), also when a
     concurrent call's refresh already found it gone."""
-    status = getattr(exc, "status", "")
+    status = exc.status
     if entry.is_fallback:
         return False
-    if status == "UNAVAILABLE" and isinstance(exc, ConnectionLostError):
+    if status is GrpcCode.UNAVAILABLE and isinstance(exc, ConnectionLostError):
         return False
-    if status == "UNAVAILABLE" and not [e for e in registry.candidates(model) if e is not entry]:
+    if status is GrpcCode.UNAVAILABLE and not [e for e in registry.candidates(model) if e is not entry]:
         return False  # nowhere else to go: retry here (a model being reloaded comes back)
-    if status not in {"NOT_FOUND", "UNAVAILABLE"}:
+    if status not in _MOVED_STATUSES:
         return False
     if model not in entry.models:
         # It listed the model when this try was sent there: a concurrent call's refresh found it gone.
         return True
     now = asyncio.get_running_loop().time()
-    if status == "UNAVAILABLE" and now - entry.probed_at < config.probe_backoff_s:
+    if status is GrpcCode.UNAVAILABLE and now - entry.probed_at < config.probe_backoff_s:
         return False  # an overloaded server answers UNAVAILABLE often: its list is read at most this often
     entry.probed_at = now
     try:
@@ -121,5 +125,5 @@ async def _model_moved(
         return True
     if model in entry.models:
         return False
-    log.warning("model '%s' is gone from %s (%s): trying elsewhere", model, entry.address, status)
+    log.warning("model '%s' is gone from %s (%s): trying elsewhere", model, entry.address, status.name)
     return True

@@ -4,6 +4,10 @@ Libraries the demonstrators use (Dask's scheduler and nannies, the server manage
 at INFO; between the tables those lines bury the results. :func:`route_logs` sends every record to
 the demo's log file and only warnings and errors to the screen. :class:`Progress` is a rich progress
 bar on a terminal and a few plain lines otherwise (CI logs, pipes).
+
+rich comes with the ``demo`` extra (``pip install 'sonic-inference[demo]'``): it is imported when a
+demo draws, never when this module is imported, so the rest of ``sonic`` (``sonic serve``, whose CLI
+imports the demo's) runs without it; :func:`require_rich` says how to install it.
 """
 
 from __future__ import annotations
@@ -12,14 +16,24 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-from rich.progress import Progress as RichProgress
-from rich.table import Table
+from typing import TYPE_CHECKING, Any, TextIO
 
 from sonic.logs import TextFormatter
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress as RichProgress
+    from rich.table import Table
+
+RICH_MISSING = "sonic demo needs rich, which the demo extra installs: pip install 'sonic-inference[demo]'"
+
+
+def require_rich() -> None:
+    """ImportError saying how to install rich when it is missing (before a demo starts, not midway)."""
+    try:
+        import rich  # noqa: F401, PLC0415  (the demo extra: see the module docstring)
+    except ImportError as exc:
+        raise ImportError(RICH_MISSING) from exc
 
 
 def route_logs(log_path: Path) -> logging.FileHandler:
@@ -42,6 +56,8 @@ def route_logs(log_path: Path) -> logging.FileHandler:
 
 def console(stream: TextIO | None = None) -> Console:
     """A rich console on ``stream`` (stdout by default); plain text, 120 columns, when it is not a terminal."""
+    from rich.console import Console  # noqa: PLC0415  (the demo extra)
+
     target = stream or sys.stdout
     width = None if target.isatty() else 120  # rich's default of 80 wraps the summary's headers in logs
     return Console(file=target, highlight=False, soft_wrap=True, width=width)
@@ -54,6 +70,15 @@ class Progress:
     """
 
     def __init__(self, label: str, total: int, stream: TextIO | None = None) -> None:
+        from rich.console import Console  # noqa: PLC0415  (the demo extra)
+        from rich.progress import (  # noqa: PLC0415
+            BarColumn,
+            MofNCompleteColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+        from rich.progress import Progress as RichProgress  # noqa: PLC0415
+
         self.label, self.total = label, max(1, total)
         self._console = Console(file=stream or sys.stderr, highlight=False)
         self._bar: RichProgress | None = None
@@ -89,6 +114,8 @@ class Progress:
 
 def rich_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
     """A rich table; floats with 4 significant digits."""
+    from rich.table import Table  # noqa: PLC0415  (the demo extra)
+
     result = Table(title=title, title_justify="left")
     for header in headers:
         result.add_column(header)

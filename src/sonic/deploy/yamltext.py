@@ -23,7 +23,3 @@ _Dumper.add_representer(str, _string)
 def to_yaml(data: Any) -> str:
     text: str = yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=110)
     return text
-
-
-def to_yaml_documents(documents: list[Any]) -> str:
-    return "---\n".join(to_yaml(d) for d in documents)

@@ -54,10 +54,6 @@ class SimulationResult:
     mean_batch_requests: float
     executions: int
 
-    @property
-    def clients_per_server(self) -> float:
-        return self.config.clients / self.config.servers
-
 
 _ARRIVE, _DONE, _CLIENT = 0, 1, 2
 

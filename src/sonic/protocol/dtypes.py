@@ -82,11 +82,6 @@ def from_numpy(dtype: np.dtype[np.generic]) -> Datatype:
         raise InvalidArgumentError(f"numpy dtype {dtype} has no KServe v2 datatype") from None
 
 
-def config_enum_name(value: int) -> str:
-    """'TYPE_FP32' for the enum value, as Triton prints it in configs."""
-    return str(model_config_pb2.DataType.Name(value))
-
-
 def element_count(shape: tuple[int, ...] | list[int]) -> int:
     count = 1
     for dim in shape:

@@ -3,7 +3,7 @@
 What the gRPC spec (PROTOCOL-HTTP2.md) puts on top of HTTP/2, for either end: length-prefixed messages
 with a size limit, ``grpc-timeout``, ``grpc-status``/``grpc-message`` trailers, RST_STREAM codes as
 statuses, and ``grpc-encoding`` compression (inflation bounded by :mod:`sonic.protocol.inflate`).
-Statuses are names as grpcio spells them (``"RESOURCE_EXHAUSTED"``); each end maps them to its own type.
+Statuses are :class:`~sonic.protocol.errors.GrpcCode` members; each end maps them to its own type.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from urllib.parse import quote, unquote
 import numpy as np
 import numpy.typing as npt
 
+from sonic.protocol.errors import GrpcCode
 from sonic.protocol.http2 import ErrorCode, Headers, encode_headers
 from sonic.protocol.inflate import WBITS, InflateError, InflateLimitError, inflate_async
 
@@ -24,39 +25,18 @@ GRPC_MESSAGE_PREFIX = struct.Struct(">BI")  # compressed flag, message length
 GRPC_MESSAGE_PREFIX_BYTES = 5
 ACCEPT_ENCODING = b"identity,deflate,gzip"
 
-# Index = the gRPC status code (grpc/status.h): names as grpcio reports them.
-STATUS_NAMES = (
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
-)
-STATUS_CODES = {name: code for code, name in enumerate(STATUS_NAMES)}
 # RST_STREAM codes as the gRPC spec maps them to statuses ("Errors"); anything else is INTERNAL.
-RESET_STATUS: dict[int, str] = {
-    ErrorCode.REFUSED_STREAM: "UNAVAILABLE",  # not processed: safe to send again
-    ErrorCode.CANCEL: "CANCELLED",
-    ErrorCode.ENHANCE_YOUR_CALM: "RESOURCE_EXHAUSTED",
+RESET_STATUS: dict[int, GrpcCode] = {
+    ErrorCode.REFUSED_STREAM: GrpcCode.UNAVAILABLE,  # not processed: safe to send again
+    ErrorCode.CANCEL: GrpcCode.CANCELLED,
+    ErrorCode.ENHANCE_YOUR_CALM: GrpcCode.RESOURCE_EXHAUSTED,
 }
 
 
 class GrpcError(Exception):
-    """A call ends with this message and status (a name of STATUS_NAMES)."""
+    """A call ends with this message and status."""
 
-    def __init__(self, message: str, status: str) -> None:
+    def __init__(self, message: str, status: GrpcCode) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -109,33 +89,34 @@ def decode_grpc_message(value: bytes) -> str:
 # --- status and trailers ------------------------------------------------------------------------------
 
 
-def status_block(status: str, message: str, *, trailers_only: bool) -> bytes:
+def status_block(status: GrpcCode, message: str, *, trailers_only: bool) -> bytes:
     """Trailers ending a call with ``status``; with ``trailers_only`` also the response's headers."""
     headers = [(b":status", b"200"), (b"content-type", b"application/grpc")] if trailers_only else []
-    headers.append((b"grpc-status", str(STATUS_CODES[status]).encode()))
+    headers.append((b"grpc-status", str(int(status)).encode()))
     if message:
         headers.append((b"grpc-message", encode_grpc_message(message)))
     return encode_headers(headers)
 
 
-_OK = ("OK", "")
+_OK = (GrpcCode.OK, "")
+_LAST_CODE = max(GrpcCode)  # a peer may send a code newer than this list: UNKNOWN, as grpcio reads it
 
 
-def trailers_status(trailers: Headers) -> tuple[str, str]:
-    """(status name, message) out of a response's trailers."""
+def trailers_status(trailers: Headers) -> tuple[GrpcCode, str]:
+    """(status, message) out of a response's trailers."""
     fields = dict(trailers)
     code = fields.get(b"grpc-status")
     if code == b"0" and b"grpc-message" not in fields:
         return _OK  # every successful call: nothing to parse or decode
     if code is None or not code.isdigit():
-        return "UNKNOWN", f"no valid grpc-status in the trailers: {code!r}"
+        return GrpcCode.UNKNOWN, f"no valid grpc-status in the trailers: {code!r}"
     number = int(code)
-    name = STATUS_NAMES[number] if number < len(STATUS_NAMES) else "UNKNOWN"
-    return name, decode_grpc_message(fields.get(b"grpc-message", b""))
+    status = GrpcCode(number) if number <= _LAST_CODE else GrpcCode.UNKNOWN
+    return status, decode_grpc_message(fields.get(b"grpc-message", b""))
 
 
-def reset_status(code: int) -> str:
-    return RESET_STATUS.get(code, "INTERNAL")
+def reset_status(code: int) -> GrpcCode:
+    return RESET_STATUS.get(code, GrpcCode.INTERNAL)
 
 
 # --- messages -----------------------------------------------------------------------------------------
@@ -156,7 +137,7 @@ def check_encoding(encoding: bytes | None) -> str | None:
     name = encoding.decode("latin-1")
     if name not in WBITS:
         msg = f"compression {name!r} not supported (identity, deflate, gzip)"
-        raise GrpcError(msg, "UNIMPLEMENTED")
+        raise GrpcError(msg, GrpcCode.UNIMPLEMENTED)
     return name
 
 
@@ -166,14 +147,14 @@ async def decompress(
     """A compressed message inflated, bounded by ``limits.max_decompressed_bytes`` (large ones in a thread)."""
     if encoding is None:
         msg = "compressed message without a grpc-encoding header"
-        raise GrpcError(msg, "INTERNAL")
+        raise GrpcError(msg, GrpcCode.INTERNAL)
     try:
         return await inflate_async(message, encoding, limits.max_decompressed_bytes)
     except InflateLimitError as exc:
         msg = f"Received message larger than max (> {exc.limit} bytes decompressed)"
-        raise GrpcError(msg, "RESOURCE_EXHAUSTED") from None
+        raise GrpcError(msg, GrpcCode.RESOURCE_EXHAUSTED) from None
     except InflateError as exc:
-        raise GrpcError(str(exc), "INTERNAL") from None
+        raise GrpcError(str(exc), GrpcCode.INTERNAL) from None
 
 
 class MessageReader:
@@ -228,7 +209,7 @@ class MessageReader:
     def too_large(self, length: int) -> Exception:
         """As grpcio words it (clients match on it)."""
         msg = f"Received message larger than max ({length} vs. {self._max_bytes})"
-        return GrpcError(msg, "RESOURCE_EXHAUSTED")
+        return GrpcError(msg, GrpcCode.RESOURCE_EXHAUSTED)
 
     @property
     def partial(self) -> bool:

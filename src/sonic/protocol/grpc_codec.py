@@ -21,7 +21,7 @@ import numpy.typing as npt
 from tritonclient.grpc import service_pb2
 
 from sonic.protocol import dtypes
-from sonic.protocol.errors import InvalidArgumentError, SonicError, quote
+from sonic.protocol.errors import GrpcCode, InvalidArgumentError, SonicError, quote
 from sonic.protocol.types import (
     InferRequest,
     InferResponse,
@@ -50,9 +50,19 @@ Decoded = tuple[Any, list[memoryview]]  # (ModelInferResponse without tensors, v
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
+def grpc_code(status: GrpcCode) -> grpc.StatusCode:
+    """A status as grpcio names it."""
+    return _STATUS_CODES[int(status)]
+
+
+def code_of(status: grpc.StatusCode) -> GrpcCode:
+    """grpcio's status as ours."""
+    return GrpcCode(status.value[0])
+
+
 def grpc_status(error: SonicError) -> grpc.StatusCode:
     """The status an error is sent with, as grpcio names it."""
-    return _STATUS_CODES[int(error.code)]
+    return grpc_code(error.code)
 
 
 # --- parameters -------------------------------------------------------------------------------------------

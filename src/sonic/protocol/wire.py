@@ -1,4 +1,5 @@
-"""KServe v2 gRPC constants, and protobuf wire-format helpers for the inference hot path.
+"""KServe v2 gRPC constants (model states as the repository index words them), and protobuf wire-format
+helpers for the inference hot path.
 
 ``ModelInferRequest`` and ``ModelInferResponse`` carry tensors in repeated ``bytes`` fields
 (``raw_input_contents`` = 7, ``raw_output_contents`` = 6). Parsing them through protobuf copies each
@@ -8,6 +9,7 @@ received buffer, and only the small remainder goes through protobuf.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 
 from sonic.protocol.errors import InvalidArgumentError
@@ -16,6 +18,26 @@ SERVICE = "inference.GRPCInferenceService"
 SERVICE_PATH = f"/{SERVICE}/"  # + method name: the HTTP/2 :path of a call
 # Triton's clients and server use INT32_MAX: requests that fit one fit the other.
 MAX_MESSAGE_BYTES = 2**31 - 1
+
+
+class ModelState(enum.StrEnum):
+    """A model version's lifecycle state; the value is the word Triton's repository index sends."""
+
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"  # failed to load, or unloaded (the reason says which)
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+    UNKNOWN = "UNKNOWN"  # a word this side does not know
+    NONE = ""  # no state: a repository model never loaded, or a server that leaves the field empty
+
+    @classmethod
+    def from_wire(cls, word: str) -> ModelState:
+        """The state a peer sent; a word we do not know is UNKNOWN, never an error."""
+        try:
+            return cls(word)
+        except ValueError:
+            return cls.UNKNOWN
+
 
 # Field keys (field number << 3 | wire type 2, length-delimited), each fitting one byte.
 RAW_INPUT_CONTENTS_TAG = (7 << 3) | 2  # ModelInferRequest.raw_input_contents

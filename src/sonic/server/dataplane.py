@@ -6,10 +6,8 @@ them as JSON); inference uses the lighter :mod:`sonic.protocol.types` dataclasse
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator
 
-from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
 import sonic
@@ -123,7 +121,7 @@ class DataPlane:
     def repository_index(self, ready_only: bool) -> service_pb2.RepositoryIndexResponse:
         response = service_pb2.RepositoryIndexResponse()
         for row in self.models.index(ready_only):
-            response.models.add(name=row.name, version=row.version, state=row.state, reason=row.reason)
+            response.models.add(name=row.name, version=row.version, state=row.state.value, reason=row.reason)
         return response
 
     def _check_explicit(self, action: str) -> None:
@@ -286,8 +284,3 @@ class DataPlane:
         raise UnimplementedError(
             f"CUDA shared memory region {quote(name)}: not supported by this server; use system shared memory"
         )
-
-
-def config_to_json(response: service_pb2.ModelConfigResponse) -> str:
-    """Triton's HTTP form of a model config (proto JSON with field names as in config.pbtxt)."""
-    return json.dumps(json_format.MessageToDict(response.config, preserving_proto_field_name=True))

@@ -14,6 +14,7 @@ from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.errors import ModelConfigError, NotFoundError, SonicError, UnavailableError, quote
 from sonic.protocol.model_config import ModelSpec
+from sonic.protocol.wire import ModelState
 from sonic.server import backends
 from sonic.server.backends.base import InstanceContext, RequestBackend
 from sonic.server.calls import ServerModelCaller
@@ -22,16 +23,7 @@ from sonic.server.ensemble_steps import StepGraph, step_models
 from sonic.server.instance_thread import InstanceThread
 from sonic.server.load_config import prepare_config
 from sonic.server.model import ModelVersion
-from sonic.server.model_entries import (
-    LOADING,
-    READY,
-    UNAVAILABLE,
-    UNLOADING,
-    IndexRow,
-    ModelEntry,
-    VersionState,
-    step_state,
-)
+from sonic.server.model_entries import IndexRow, ModelEntry, VersionState, step_state
 from sonic.server.paths import ModelFiles
 from sonic.server.repository import (
     ModelLocation,
@@ -78,13 +70,13 @@ class ModelManager:
                 raise NotFoundError(
                     f"Request for unknown model: {quote(name)} version {version} is not found"
                 )
-            if state.model is None or state.state != READY:
+            if state.model is None or state.state is not ModelState.READY:
                 raise UnavailableError(
                     f"Request for unknown model: {quote(name)} version {version} is not at ready state"
                     + (f": {state.reason}" if state.reason else "")
                 )
             return state.model
-        ready = [v for v, s in entry.versions.items() if s.state == READY and s.model is not None]
+        ready = [v for v, s in entry.versions.items() if s.state is ModelState.READY and s.model is not None]
         if not ready:
             reason = entry.why_not_ready()
             # Triton's status here is NOT_FOUND (404), unlike a named version that is not ready.
@@ -116,14 +108,14 @@ class ModelManager:
             entry = self._entries.get(name)
             if entry is None or (not entry.versions and not entry.reason):
                 if not ready_only:
-                    rows.append(IndexRow(name, "", "", conflicts.get(name, "")))
+                    rows.append(IndexRow(name, "", ModelState.NONE, conflicts.get(name, "")))
                 continue
             if not entry.versions:
                 if not ready_only:
                     rows.append(IndexRow(name, "", entry.state, entry.reason))
                 continue
             for version, state in sorted(entry.versions.items()):
-                if ready_only and state.state != READY:
+                if ready_only and state.state is not ModelState.READY:
                     continue
                 rows.append(IndexRow(name, str(version), state.state, state.reason))
         return rows
@@ -144,7 +136,7 @@ class ModelManager:
                 await self._load_locked(entry, location, override, (*chain, name))
             except SonicError as exc:
                 if not self.ready_versions(name):  # a failed reload leaves the serving versions serving
-                    entry.state, entry.reason = UNAVAILABLE, str(exc)
+                    entry.state, entry.reason = ModelState.UNAVAILABLE, str(exc)
                 log.error("model %s failed to load: %s", name, exc)  # noqa: TRY400  (message says it all)
                 raise
         await self._steps.load_waiting(name, chain)
@@ -179,8 +171,8 @@ class ModelManager:
         failures: dict[int, str] = {}
         for version in selected:
             previous = entry.versions.get(version)
-            if previous is None or previous.state != READY:
-                entry.versions[version] = VersionState(LOADING)
+            if previous is None or previous.state is not ModelState.READY:
+                entry.versions[version] = VersionState(ModelState.LOADING)
             try:
                 new_models[version] = await self._create_version(
                     config, spec, backend_cls, prepared.files, version
@@ -191,18 +183,18 @@ class ModelManager:
         if not new_models and failures:
             # As Triton: a version that was serving keeps serving; the failure is reported.
             for version, reason in failures.items():
-                if entry.versions[version].state != READY:
-                    entry.versions[version] = VersionState(UNAVAILABLE, reason)
+                if entry.versions[version].state is not ModelState.READY:
+                    entry.versions[version] = VersionState(ModelState.UNAVAILABLE, reason)
             first = next(iter(failures.values()))
             raise ModelConfigError(f"failed to load '{location.name}': {first}")
-        old = {v: s for v, s in entry.versions.items() if s.model is not None and s.state == READY}
+        old = {v: s for v, s in entry.versions.items() if s.model is not None and s.state is ModelState.READY}
         for version, model in new_models.items():
             model.scheduler.start()
-            entry.versions[version] = VersionState(READY, "", model)
+            entry.versions[version] = VersionState(ModelState.READY, "", model)
         for version, reason in failures.items():
             if version not in old:
-                entry.versions[version] = VersionState(UNAVAILABLE, reason)
-        entry.config, entry.state, entry.reason = config, READY, ""
+                entry.versions[version] = VersionState(ModelState.UNAVAILABLE, reason)
+        entry.config, entry.state, entry.reason = config, ModelState.READY, ""
         entry.override = override
         self._steps.loaded(location.name, step_models(config))
         entry.fingerprint = await asyncio.to_thread(fingerprint, location.path)
@@ -210,11 +202,11 @@ class ModelManager:
             if version in failures:
                 continue  # its new copy failed to load: the old one keeps serving
             if version not in selected:
-                entry.versions[version] = VersionState(UNLOADING, "", state.model)
+                entry.versions[version] = VersionState(ModelState.UNLOADING, "", state.model)
             assert state.model is not None
             await self._close_version(state.model)
             if version not in selected:
-                entry.versions[version] = VersionState(UNAVAILABLE, "unloaded")
+                entry.versions[version] = VersionState(ModelState.UNAVAILABLE, "unloaded")
         log.info("model %s loaded, versions %s", location.name, sorted(new_models))
 
     async def _create_version(
@@ -330,12 +322,12 @@ class ModelManager:
         async with entry.lock:
             closing = [(v, s.model) for v, s in entry.versions.items() if s.model is not None]
             for version, model in closing:
-                entry.versions[version] = VersionState(UNLOADING, "", model)
+                entry.versions[version] = VersionState(ModelState.UNLOADING, "", model)
             for version, model in closing:
                 assert model is not None
                 await self._close_version(model)
-                entry.versions[version] = VersionState(UNAVAILABLE, "unloaded")
-            entry.state, entry.reason = UNAVAILABLE, "unloaded"
+                entry.versions[version] = VersionState(ModelState.UNAVAILABLE, "unloaded")
+            entry.state, entry.reason = ModelState.UNAVAILABLE, "unloaded"
             log.info("model %s unloaded", name)
         await self._steps.unload_dependents(name)
 
@@ -343,7 +335,7 @@ class ModelManager:
         found, conflicts = self.repository.scan()
         for name, reason in conflicts.items():
             entry = self._entry(name)
-            entry.state, entry.reason = UNAVAILABLE, reason
+            entry.state, entry.reason = ModelState.UNAVAILABLE, reason
         for name in found:
             if name in self._entries:
                 continue  # loaded already as the step model of an ensemble

@@ -7,15 +7,14 @@ from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2
 
+from sonic.protocol.wire import ModelState
 from sonic.server.ensemble_steps import StepState
 from sonic.server.model import ModelVersion
-
-READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
 
 
 @dataclass(eq=False)
 class VersionState:
-    state: str
+    state: ModelState
     reason: str = ""
     model: ModelVersion | None = None
 
@@ -24,7 +23,7 @@ class VersionState:
 class ModelEntry:
     name: str
     versions: dict[int, VersionState] = field(default_factory=dict)
-    state: str = UNAVAILABLE  # model-level, for failures before any version exists
+    state: ModelState = ModelState.UNAVAILABLE  # model-level, for failures before any version exists
     reason: str = ""
     config: model_config_pb2.ModelConfig | None = None
     fingerprint: tuple[object, ...] = ()
@@ -32,7 +31,11 @@ class ModelEntry:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def ready_models(self) -> list[ModelVersion]:
-        return [s.model for _, s in sorted(self.versions.items()) if s.state == READY and s.model is not None]
+        return [
+            s.model
+            for _, s in sorted(self.versions.items())
+            if s.state is ModelState.READY and s.model is not None
+        ]
 
     def why_not_ready(self) -> str:
         """The model's reason, else the first version's that has one ("" when none does)."""
@@ -43,7 +46,7 @@ class ModelEntry:
 class IndexRow:
     name: str
     version: str
-    state: str
+    state: ModelState
     reason: str
 
 

@@ -3,7 +3,8 @@
 One process, one asyncio loop: the front ends (gRPC on our HTTP/2 code or grpc.aio, HTTP/REST, metrics; see
 :mod:`sonic.server.frontends.base`) share it. Shutdown order: stop intake (the server turns not-ready, the
 front ends refuse new calls), let requests in flight finish for up to ``exit_timeout_s``, cancel what is
-left, stop the metrics endpoint, unload the models.
+left, stop the metrics endpoint, unload the models. :class:`ShutdownSignals` maps SIGINT and SIGTERM onto
+that for ``sonic serve``, as uvicorn does: the first drains, a second one during the drain exits at once.
 """
 
 from __future__ import annotations
@@ -11,10 +12,16 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
 from contextlib import suppress
-from typing import Any
+from types import FrameType, TracebackType
+from typing import Any, Self
 
 from sonic.protocol.errors import ModelConfigError, SonicError
+from sonic.protocol.wire import ModelState
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend
@@ -89,7 +96,7 @@ class Server:
                     await self.models.load(name)
                 except SonicError:
                     continue  # listed as UNAVAILABLE with its reason
-        failed = [row for row in self.models.index(ready_only=False) if row.state == "UNAVAILABLE"]
+        failed = [row for row in self.models.index(ready_only=False) if row.state is ModelState.UNAVAILABLE]
         if self.config.exit_on_error and failed:  # Triton's --exit-on-error=true
             raise ModelConfigError(
                 "failed to load all models (--exit-on-error): "
@@ -157,3 +164,67 @@ class Server:
         self.dataplane.shared_memory.close()
         self.state = ServerState.STOPPED
         log.info("server stopped")
+
+
+SignalHandler = Callable[[int, FrameType | None], Any] | int | None  # what signal.getsignal returns
+
+
+def exit_now(code: int) -> None:
+    """End the process at once: logs and standard streams flushed, no thread or finalizer waited for
+    (a model thread busy with a long request would otherwise hold the exit)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
+class ShutdownSignals:
+    """SIGINT and SIGTERM of a server run from the command line, as uvicorn handles them.
+
+    The first sets :attr:`requested` (the caller drains); a second one, during the drain or before it
+    began, cuts it short: requests still in flight are cut off and the process exits at once with
+    128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a shell reports a process a signal
+    ended. On leaving, the handlers that were there before come back (the loop's own removal would leave
+    Python's defaults instead). Use on the loop's thread, the main thread.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        server: Server,
+        force_exit: Callable[[int], None] = exit_now,
+    ) -> None:
+        self.requested = asyncio.Event()
+        self._loop = loop
+        self._server = server
+        self._force_exit = force_exit  # the tests' way to see the exit without ending the test process
+        self._previous: dict[signal.Signals, SignalHandler] = {}
+
+    def __enter__(self) -> Self:
+        for sig in self.SIGNALS:
+            self._previous[sig] = signal.getsignal(sig)
+            self._loop.add_signal_handler(sig, self._received, sig)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for sig, previous in self._previous.items():
+            self._loop.remove_signal_handler(sig)
+            # None: a handler not set from Python, which cannot be set back; the default is the nearest.
+            signal.signal(sig, signal.SIG_DFL if previous is None else previous)
+        self._previous.clear()
+
+    def _received(self, sig: signal.Signals) -> None:
+        if not self.requested.is_set():
+            self.requested.set()
+            return
+        log.warning(
+            "%s again: exiting now; %d request(s) in flight cut off",
+            sig.name,
+            self._server.dataplane.in_flight,
+        )
+        self._force_exit(128 + sig.value)

@@ -92,6 +92,11 @@ class TrafficLog:
     def dropped(self) -> int:
         return self._counters.dropped
 
+    @property
+    def contents_dropped(self) -> int:
+        """Rows written without their sampled contents (over ``max_contents_bytes`` or the pending bound)."""
+        return self._counters.contents_dropped
+
     # --- on the event loop --------------------------------------------------------------------------------
 
     def wants_contents(self) -> bool:

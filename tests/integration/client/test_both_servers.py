@@ -25,7 +25,6 @@ from sonic.client import (
 
 pytestmark = pytest.mark.integration
 
-PLAIN = ClientConfig(shared_memory=SharedMemoryMode.OFF)
 # A representative subset runs on both client transports; the rest on the default (native) one.
 BOTH_TRANSPORTS = pytest.mark.parametrize("transport", list(TransportKind))
 

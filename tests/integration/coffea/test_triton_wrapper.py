@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-coffea = pytest.importorskip("coffea")
+pytest.importorskip("coffea")
 pytest.importorskip("dask_awkward")
 
 import awkward as ak

@@ -24,7 +24,8 @@ from sonic.client import (
 )
 from sonic.client.health import Health
 from sonic.client.registry import ServerRegistry
-from sonic.client.transport.memory import CONNECTION_LOST, MemoryServer, MemoryTransport
+from sonic.client.transport.memory import CONNECTION_LOST, Failure, MemoryServer, MemoryTransport
+from sonic.protocol.errors import GrpcCode
 
 pytestmark = pytest.mark.unit
 
@@ -44,9 +45,9 @@ async def _infer_detailed(
         return await client.infer_detailed(inputs or _x())
 
 
-@pytest.mark.parametrize("status", ["UNAVAILABLE", "RESOURCE_EXHAUSTED", CONNECTION_LOST])
+@pytest.mark.parametrize("status", [GrpcCode.UNAVAILABLE, GrpcCode.RESOURCE_EXHAUSTED, CONNECTION_LOST])
 def test_transient_failures_are_retried(
-    transports: list[MemoryTransport], servers: list[MemoryServer], status: str
+    transports: list[MemoryTransport], servers: list[MemoryServer], status: GrpcCode | Failure
 ) -> None:
     servers[0].fail_next(1, status)
     result = asyncio.run(_infer_detailed(transports))
@@ -68,7 +69,7 @@ def test_retry_goes_to_the_same_server_then_another(
 def test_invalid_request_is_never_retried(
     transports: list[MemoryTransport], servers: list[MemoryServer]
 ) -> None:
-    servers[0].fail_next(1, "INVALID_ARGUMENT")
+    servers[0].fail_next(1, GrpcCode.INVALID_ARGUMENT)
     with pytest.raises(InvalidRequestError, match="INVALID_ARGUMENT"):
         asyncio.run(_infer_detailed(transports))
     assert not servers[0].batch_sizes

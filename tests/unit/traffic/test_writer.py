@@ -101,6 +101,7 @@ def test_contents_over_their_caps_are_left_out_but_the_row_kept(tmp_path: Path) 
     log.close()
     kept = read_traffic(tmp_path / "traffic").column("contents").to_pylist()
     assert kept == [None, [b"x" * 8], [b"x" * 8], None]
+    assert log.contents_dropped == 2
 
 
 def test_sampling_keeps_every_nth_request_and_nothing_while_disabled(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sonic.protocol.types import WireInput, WireOutputRequest, WireRequest, WireResponse
+from sonic.protocol.wire import ModelState
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ class ServerTiming:
 class IndexEntry:
     name: str
     version: str
-    state: str
+    state: ModelState
 
 
 class Transport(ABC):

@@ -15,6 +15,7 @@ from typing import Any
 from tritonclient.grpc import service_pb2
 
 from sonic.client.transport.base import IndexEntry, ModelInfo, ServerTiming, TensorInfo, Transport
+from sonic.protocol.wire import ModelState
 
 
 def is_loopback(address: str) -> bool:
@@ -97,7 +98,7 @@ class GrpcCalls(Transport):
         response = await self._call(
             "RepositoryIndex", pb.RepositoryIndexRequest(ready=True), pb.RepositoryIndexResponse
         )
-        return [IndexEntry(m.name, m.version, m.state) for m in response.models]
+        return [IndexEntry(m.name, m.version, ModelState.from_wire(m.state)) for m in response.models]
 
     async def model_info(self, name: str, version: str) -> ModelInfo:
         pb = service_pb2

@@ -23,7 +23,8 @@ from sonic.client.errors import (
 )
 from sonic.client.transport.control import GrpcCalls, is_loopback
 from sonic.client.transport.stream import InferStream, StreamFailedError
-from sonic.protocol.grpc_codec import decode_response, encode_request, split_response
+from sonic.protocol.errors import GrpcCode
+from sonic.protocol.grpc_codec import code_of, decode_response, encode_request, split_response
 from sonic.protocol.types import WireRequest, WireResponse
 from sonic.protocol.wire import MAX_MESSAGE_BYTES, SERVICE_PATH, parts_size
 
@@ -53,7 +54,7 @@ def convert_error(exc: aio.AioRpcError, address: str) -> ClientError:
     """The one place where grpcio's errors become ours: a broken connection is told from the status."""
     code = exc.code()
     details = exc.details() or ""
-    status = str(code.name)
+    status = code_of(code)
     text = f"{details} {exc.debug_error_string()}".lower()
     broken = any(marker in text for marker in _CONNECTION_MARKERS)
     if code == grpc.StatusCode.UNAVAILABLE and broken:
@@ -154,7 +155,9 @@ class GrpcTransport(GrpcCalls):
                 decoded = None
             except TimeoutError:
                 msg = f"no response within {timeout_s} s"
-                raise DeadlineExceededError(msg, status="DEADLINE_EXCEEDED", server=self.address) from None
+                raise DeadlineExceededError(
+                    msg, status=GrpcCode.DEADLINE_EXCEEDED, server=self.address
+                ) from None
             if decoded is not None:
                 head_in, raw = decoded
                 wait_ns = time.perf_counter_ns() - sent

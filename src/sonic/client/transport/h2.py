@@ -28,6 +28,7 @@ from sonic.client.errors import (
 from sonic.client.transport.base import RequestTemplate
 from sonic.client.transport.control import GrpcCalls, is_loopback
 from sonic.client.transport.h2_connection import ClientConnection
+from sonic.protocol.errors import GrpcCode
 from sonic.protocol.grpc_call import (
     ACCEPT_ENCODING,
     GrpcError,
@@ -145,13 +146,13 @@ class NativeTransport(GrpcCalls):
                     )
             except (OSError, TimeoutError) as exc:
                 detail = f"failed to connect to {self.address}: {str(exc) or 'timed out'}"
-                raise ConnectionLostError(detail, status="UNAVAILABLE", server=self.address) from exc
+                raise ConnectionLostError(detail, status=GrpcCode.UNAVAILABLE, server=self.address) from exc
             if context is not None:
                 protocol = connection.transport_protocol()
                 if protocol != "h2":
                     connection.close()
                     detail = f"{self.address} did not agree to HTTP/2 over TLS (ALPN gave {protocol!r})"
-                    raise ConnectionLostError(detail, status="UNAVAILABLE", server=self.address)
+                    raise ConnectionLostError(detail, status=GrpcCode.UNAVAILABLE, server=self.address)
             self._connection = connection
             return connection
 
@@ -189,7 +190,7 @@ class NativeTransport(GrpcCalls):
     def _check_size(self, method: str, size: int) -> None:
         if size > MAX_MESSAGE_BYTES:
             detail = f"{method} request of {size} bytes, larger than the gRPC limit of {MAX_MESSAGE_BYTES}"
-            raise ResourceExhaustedError(detail, status="RESOURCE_EXHAUSTED", server=self.address)
+            raise ResourceExhaustedError(detail, status=GrpcCode.RESOURCE_EXHAUSTED, server=self.address)
 
     async def _exchange(
         self, block: bytes, message: list[bytes | memoryview], timeout_s: float | None

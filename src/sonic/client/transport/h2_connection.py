@@ -29,6 +29,7 @@ from sonic.client.errors import (
     error_for_status,
 )
 from sonic.protocol import grpc_call
+from sonic.protocol.errors import GrpcCode
 from sonic.protocol.grpc_call import GrpcError, reset_status, trailers_status
 from sonic.protocol.h2asyncio import Http2Protocol
 from sonic.protocol.h2limits import CLIENT_LIMITS, Http2Limits
@@ -54,7 +55,7 @@ class MessageReader(grpc_call.MessageReader):
 
     def too_large(self, length: int) -> Exception:
         msg = f"gRPC message of {length} bytes, larger than the limit of {self._max_bytes}"
-        return GrpcError(msg, "RESOURCE_EXHAUSTED")
+        return GrpcError(msg, GrpcCode.RESOURCE_EXHAUSTED)
 
 
 class Call:
@@ -157,7 +158,9 @@ class ClientConnection(Http2Protocol):
                 continue
             if call.deadline <= now:
                 error = DeadlineExceededError(
-                    f"no response within {call.timeout_s} s", status="DEADLINE_EXCEEDED", server=self.address
+                    f"no response within {call.timeout_s} s",
+                    status=GrpcCode.DEADLINE_EXCEEDED,
+                    server=self.address,
                 )
                 self.cancel(stream, error)
             else:
@@ -216,7 +219,7 @@ class ClientConnection(Http2Protocol):
 
     def _lost(self, detail: str) -> ConnectionLostError:
         kind = DrainedError if self._draining else ConnectionLostError
-        return kind(f"{detail} ({self.address})", status="UNAVAILABLE", server=self.address)
+        return kind(f"{detail} ({self.address})", status=GrpcCode.UNAVAILABLE, server=self.address)
 
     # --- what the server sends ----------------------------------------------------------------------
 
@@ -233,7 +236,7 @@ class ClientConnection(Http2Protocol):
             call.headers = headers
             status = dict(headers).get(b":status")
             if status != b"200":
-                code = "UNAVAILABLE" if status in {b"502", b"503", b"504"} else "UNKNOWN"
+                code = GrpcCode.UNAVAILABLE if status in {b"502", b"503", b"504"} else GrpcCode.UNKNOWN
                 detail = f"HTTP status {(status or b'none').decode()} instead of a gRPC response"
                 self._end(stream, error_for_status(code, detail, self.address))
                 return
@@ -254,13 +257,13 @@ class ClientConnection(Http2Protocol):
             return
         if len(messages) + (call.message is not None) > 1:
             detail = "more than one response message in a unary call"
-            self.cancel(stream, error_for_status("INTERNAL", detail, self.address))
+            self.cancel(stream, error_for_status(GrpcCode.INTERNAL, detail, self.address))
         elif messages:
             call.compressed, call.message = messages[0]
 
     def stream_ended(self, stream: Stream) -> None:
         """DATA with END_STREAM: a response without trailers, hence without a status."""
-        error = error_for_status("INTERNAL", "the response ended without grpc-status", self.address)
+        error = error_for_status(GrpcCode.INTERNAL, "the response ended without grpc-status", self.address)
         self._end(stream, error)
 
     def stream_reset(self, stream: Stream) -> None:
@@ -288,14 +291,16 @@ class ClientConnection(Http2Protocol):
 
     def _outcome(self, call: Call, trailers: Headers) -> bytes | bytearray | memoryview | ClientError:
         status, message = trailers_status(trailers)
-        if status == "OK":
+        if status is GrpcCode.OK:
             if call.message is None:
-                return error_for_status("INTERNAL", "an OK response without a message", self.address)
+                return error_for_status(GrpcCode.INTERNAL, "an OK response without a message", self.address)
             if call.reader.partial:
-                return error_for_status("INTERNAL", "the response ended inside a message", self.address)
+                return error_for_status(
+                    GrpcCode.INTERNAL, "the response ended inside a message", self.address
+                )
             if call.compressed and call.encoding is None:
                 detail = "a compressed response without a grpc-encoding header"
-                return error_for_status("INTERNAL", detail, self.address)
+                return error_for_status(GrpcCode.INTERNAL, detail, self.address)
             return call.message
         return error_for_status(status, message, self.address)
 

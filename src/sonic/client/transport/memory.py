@@ -10,6 +10,7 @@ the next calls with an error status, :meth:`MemoryServer.hold` keeps calls in fl
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,11 +20,20 @@ import numpy.typing as npt
 from sonic.client.errors import ClientError, ConnectionLostError, InvalidRequestError, error_for_status
 from sonic.client.transport.base import IndexEntry, ModelInfo, ServerTiming, Transport
 from sonic.protocol import dtypes
+from sonic.protocol.errors import GrpcCode
 from sonic.protocol.types import WireOutput, WireRequest, WireResponse
+from sonic.protocol.wire import ModelState
 
 ModelFunction = Callable[[dict[str, npt.NDArray[Any]]], dict[str, npt.NDArray[Any]]]
 
-CONNECTION_LOST = "CONNECTION_LOST"  # for fail_next(): the connection breaks instead of a status
+
+class Failure(enum.Enum):
+    """For fail_next(), besides a status: the connection breaks instead."""
+
+    CONNECTION_LOST = "connection lost"
+
+
+CONNECTION_LOST = Failure.CONNECTION_LOST
 
 
 @dataclass(frozen=True)
@@ -37,7 +47,7 @@ class MemoryServer:
     address: str
     models: dict[str, MemoryModel]
     dead: bool = False
-    failures: list[str] = field(default_factory=list)  # statuses for the next calls, in order
+    failures: list[GrpcCode | Failure] = field(default_factory=list)  # statuses for the next calls, in order
     batch_sizes: list[int] = field(default_factory=list)  # of each request that ran
     request_ids: list[str] = field(default_factory=list)
     parameters: list[dict[str, object]] = field(default_factory=list)  # of each request that ran
@@ -48,7 +58,7 @@ class MemoryServer:
     def __post_init__(self) -> None:
         self._open.set()
 
-    def fail_next(self, count: int, status: str = "UNAVAILABLE") -> None:
+    def fail_next(self, count: int, status: GrpcCode | Failure = GrpcCode.UNAVAILABLE) -> None:
         self.failures += [status] * count
 
     def hold(self) -> None:
@@ -72,9 +82,9 @@ class MemoryServer:
         """Back after a kill: as a server restarted on the same address."""
         self.dead = False
 
-    def _error(self, status: str, message: str) -> ClientError:
-        if status == CONNECTION_LOST:
-            return ConnectionLostError(message, status="UNAVAILABLE", server=self.address)
+    def _error(self, status: GrpcCode | Failure, message: str) -> ClientError:
+        if status is Failure.CONNECTION_LOST:
+            return ConnectionLostError(message, status=GrpcCode.UNAVAILABLE, server=self.address)
         return error_for_status(status, message, self.address)
 
     def _check_alive(self) -> None:
@@ -85,7 +95,7 @@ class MemoryServer:
         model = self.models.get(name)
         if model is None:
             raise InvalidRequestError(
-                f"Request for unknown model: '{name}'", status="NOT_FOUND", server=self.address
+                f"Request for unknown model: '{name}'", status=GrpcCode.NOT_FOUND, server=self.address
             )
         return model
 
@@ -111,7 +121,7 @@ class MemoryServer:
             if spec is None or spec.datatype != tensor.datatype or tensor.data is None:
                 raise InvalidRequestError(
                     f"bad input '{tensor.name}' {tensor.datatype}",
-                    status="INVALID_ARGUMENT",
+                    status=GrpcCode.INVALID_ARGUMENT,
                     server=self.address,
                 )
             datatype = dtypes.from_name(tensor.datatype)
@@ -120,7 +130,7 @@ class MemoryServer:
         if model.info.max_batch_size and not 1 <= batch <= model.info.max_batch_size:
             raise InvalidRequestError(
                 f"inference request batch-size must be in 1..{model.info.max_batch_size}, got {batch}",
-                status="INVALID_ARGUMENT",
+                status=GrpcCode.INVALID_ARGUMENT,
                 server=self.address,
             )
         self.batch_sizes.append(batch)
@@ -150,7 +160,7 @@ class MemoryTransport(Transport):
 
     async def repository_index(self) -> list[IndexEntry]:
         self.server._check_alive()
-        return [IndexEntry(name, "1", "READY") for name in self.server.models]
+        return [IndexEntry(name, "1", ModelState.READY) for name in self.server.models]
 
     async def model_info(self, name: str, version: str) -> ModelInfo:  # noqa: ARG002  (one version)
         self.server._check_alive()
@@ -165,7 +175,7 @@ class MemoryTransport(Transport):
 
     async def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:  # noqa: ARG002
         msg = "the in-memory server has no shared memory"
-        raise InvalidRequestError(msg, status="UNIMPLEMENTED", server=self.address)
+        raise InvalidRequestError(msg, status=GrpcCode.UNIMPLEMENTED, server=self.address)
 
     async def shm_unregister(self, name: str) -> None:  # noqa: ARG002
         self.server._check_alive()

@@ -19,6 +19,7 @@ from typing import Any
 from grpc import aio
 
 from sonic.client.errors import ClientError, ConnectionLostError
+from sonic.protocol.errors import GrpcCode
 from sonic.protocol.grpc_codec import Decoded, split_stream_response
 from sonic.protocol.wire import SERVICE_PATH
 
@@ -47,13 +48,13 @@ class InferStream:
                 data = await self._call.read()
                 if data is aio.EOF:  # type: ignore[attr-defined]  # grpc-stubs lacks it
                     msg = "the server closed the inference stream"
-                    self._fail(ConnectionLostError(msg, status="UNAVAILABLE", server=self._address))
+                    self._fail(ConnectionLostError(msg, status=GrpcCode.UNAVAILABLE, server=self._address))
                     return
                 self._deliver(data)
         except aio.AioRpcError as exc:
             # Whatever its status, the stream as a whole is gone: every request on it must go again.
             detail = f"inference stream ended: {exc.code().name}: {exc.details()}"
-            self._fail(ConnectionLostError(detail, status="UNAVAILABLE", server=self._address))
+            self._fail(ConnectionLostError(detail, status=GrpcCode.UNAVAILABLE, server=self._address))
 
     def _deliver(self, data: bytes) -> None:
         head, raw, error = split_stream_response(data)
@@ -96,7 +97,7 @@ class InferStream:
                     # the type, a failed write leaves the stream unusable for every request on it.
                     error = ConnectionLostError(
                         f"inference stream broke while writing: {exc!r}",
-                        status="UNAVAILABLE",
+                        status=GrpcCode.UNAVAILABLE,
                         server=self._address,
                     )
                     self._fail(error)
@@ -111,7 +112,7 @@ class InferStream:
             # A failed write (grpc reports INTERNAL "execute_batch" when the peer died) breaks the whole
             # stream: every request on it, this one included, must go again.
             error = ConnectionLostError(
-                f"inference stream broke: {exc.details()}", status="UNAVAILABLE", server=self._address
+                f"inference stream broke: {exc.details()}", status=GrpcCode.UNAVAILABLE, server=self._address
             )
             self._fail(error)
             raise error from exc
@@ -128,7 +129,7 @@ class InferStream:
 
     def _closed_error(self) -> ClientError:
         return self.broken or ConnectionLostError(
-            "inference stream closed", status="UNAVAILABLE", server=self._address
+            "inference stream closed", status=GrpcCode.UNAVAILABLE, server=self._address
         )
 
     async def close(self) -> None:

@@ -254,6 +254,7 @@ class InferenceRequest:
         self._timeout = timeout
         self._parameters = parameters if isinstance(parameters, str) else json.dumps(dict(parameters or {}))
         self._response_sender: Any = None  # a decoupled model's request: set by the backend
+        # Never read: holding it keeps the handle, whose finalizer ends a dropped request, alive with us.
         self._sender_handle: object = None
 
     def set_response_sender(self, sender: Any, handle: object) -> None:

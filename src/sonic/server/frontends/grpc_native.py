@@ -34,7 +34,7 @@ from sonic.protocol.grpc_call import (
     parse_grpc_timeout,
     status_block,
 )
-from sonic.protocol.grpc_codec import grpc_status
+from sonic.protocol.grpc_codec import code_of, grpc_code, grpc_status
 from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits, MemoBudget
 from sonic.protocol.http2 import encode_headers
 from sonic.protocol.wire import SERVICE, parts_size
@@ -152,7 +152,7 @@ class GrpcConnection(Http2Connection):
         try:
             call.encoding = check_encoding(encoding)
         except GrpcError as error:
-            raise CallError(grpc.StatusCode[error.status], error.message) from None
+            raise CallError(grpc_code(error.status), error.message) from None
         if gate.guard is not None:
             peer = self._peer = self._peer or self.peer
             gate.admit_grpc(method, header_text(authorization), peer)
@@ -170,7 +170,7 @@ class GrpcConnection(Http2Connection):
         try:
             return await decompress(message, call.encoding, self._frontend.message_limits)
         except GrpcError as error:
-            raise CallError(grpc.StatusCode[error.status], error.message) from None
+            raise CallError(grpc_code(error.status), error.message) from None
 
     def _on_message(self, stream: Stream, call: Call, compressed: bool, message: bytes | memoryview) -> None:
         if compressed and call.encoding is None:
@@ -320,7 +320,7 @@ class GrpcConnection(Http2Connection):
         headers_sent = call is not None and call.headers_sent
         stream.pending.clear()  # an error replaces any response not yet sent
         self.send_headers(
-            stream, status_block(code.name, message, trailers_only=not headers_sent), end_stream=True
+            stream, status_block(code_of(code), message, trailers_only=not headers_sent), end_stream=True
         )
 
 
