@@ -9,9 +9,6 @@ the status of an override that does not parse: Triton answers INTERNAL / 500, so
 from __future__ import annotations
 
 import json
-import os
-import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +18,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tests.integration.triton_helpers import running_triton
 from tritonclient.utils import InferenceServerException
 
 from sonic.launch import ServerProcess
-from sonic.launch.process import free_port
 
 pytestmark = [pytest.mark.integration]
 
@@ -69,23 +66,9 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _triton(repository: Path) -> Iterator[Endpoint]:
-    triton = pytest.importorskip("sonic.launch.triton")
-    try:
-        workdir = Path(tempfile.mkdtemp(prefix="sonic-triton-load-parity-"))
-        backends = triton.prepare_backend_directory(workdir)
-    except triton.TritonStartError as exc:
-        pytest.skip(str(exc))
-    ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
     extra = ["--model-control-mode=explicit", "--load-model=plain"]
-    command = triton.tritonserver_command([repository], ports, backend_directory=backends, extra_args=extra)
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (env.get("LD_LIBRARY_PATH"), str(triton.libs_path())) if p
-    )
-    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
-    grpc_address = f"127.0.0.1:{ports['grpc']}"
-    with triton.TritonProcess.launch(command, grpc_address, ["plain"], 120.0, env, workdir / "triton.log"):
-        yield Endpoint("triton", grpc_address, f"127.0.0.1:{ports['http']}")
+    with running_triton([repository], ["plain"], extra) as triton:
+        yield Endpoint("triton", triton.grpc_address, triton.http_address)
 
 
 @pytest.fixture(scope="module", params=["sonic", pytest.param("triton", marks=pytest.mark.triton)])

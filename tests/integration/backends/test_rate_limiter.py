@@ -7,9 +7,6 @@ two copies fails to load in Triton's words; a model with a passive and an active
 
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,10 +16,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 import tritonclient.grpc as grpcclient
+from tests.integration.triton_helpers import running_triton
 from tritonclient.utils import InferenceServerException
 
 from sonic.launch import ServerProcess
-from sonic.launch.process import free_port
 
 pytestmark = [pytest.mark.integration]
 
@@ -72,22 +69,8 @@ def _repository(root: Path) -> Path:
 
 
 def _triton(repository: Path, args: list[str]) -> Iterator[Endpoint]:
-    triton = pytest.importorskip("sonic.launch.triton")
-    try:
-        workdir = Path(tempfile.mkdtemp(prefix="sonic-triton-ratelimit-"))
-        backends = triton.prepare_backend_directory(workdir)
-    except triton.TritonStartError as exc:
-        pytest.skip(str(exc))
-    ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
-    command = [*triton.tritonserver_command([repository], ports, backend_directory=backends), *args]
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (env.get("LD_LIBRARY_PATH"), str(triton.libs_path())) if p
-    )
-    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
-    address = f"127.0.0.1:{ports['grpc']}"
-    with triton.TritonProcess.launch(command, address, SERVED, 120.0, env, workdir / "triton.log"):
-        yield Endpoint("triton", address)
+    with running_triton([repository], SERVED, args) as triton:
+        yield Endpoint("triton", triton.grpc_address)
 
 
 @pytest.fixture(scope="module", params=["sonic", pytest.param("triton", marks=pytest.mark.triton)])

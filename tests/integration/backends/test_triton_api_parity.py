@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,11 +22,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
+from tests.integration.triton_helpers import running_triton
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from sonic.launch import ServerProcess
-from sonic.launch.process import free_port
 
 pytestmark = [pytest.mark.integration]
 
@@ -64,25 +63,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _triton(repository: Path) -> Iterator[Endpoint]:
-    triton = pytest.importorskip("sonic.launch.triton")
-    try:
-        workdir = Path(tempfile.mkdtemp(prefix="sonic-triton-parity-"))
-        backends = triton.prepare_backend_directory(workdir)
-    except triton.TritonStartError as exc:
-        pytest.skip(str(exc))
-    ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
-    command = triton.tritonserver_command([repository], ports, backend_directory=backends)
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (env.get("LD_LIBRARY_PATH"), str(triton.libs_path())) if p
-    )
-    # The stub runs the interpreter found on PATH: this one, with numpy installed.
-    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
-    grpc_address = f"127.0.0.1:{ports['grpc']}"
-    with triton.TritonProcess.launch(
-        command, grpc_address, ["add_sub", "scale"], 120.0, env, workdir / "triton.log"
-    ):
-        yield Endpoint("triton", grpc_address, f"127.0.0.1:{ports['http']}")
+    with running_triton([repository], ["add_sub", "scale"]) as triton:
+        yield Endpoint("triton", triton.grpc_address, triton.http_address)
 
 
 @pytest.fixture(scope="module", params=["sonic", pytest.param("triton", marks=pytest.mark.triton)])

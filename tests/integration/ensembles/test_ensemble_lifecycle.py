@@ -15,9 +15,6 @@ and asserts what Triton answers:
 from __future__ import annotations
 
 import json
-import os
-import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +23,10 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tests.integration.triton_helpers import running_triton
 from tritonclient.utils import InferenceServerException
 
 from sonic.launch import ServerProcess
-from sonic.launch.process import free_port
 
 pytestmark = [pytest.mark.integration]
 
@@ -92,25 +89,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _triton(repository: Path) -> Iterator[Endpoint]:
-    triton = pytest.importorskip("sonic.launch.triton")
-    try:
-        workdir = Path(tempfile.mkdtemp(prefix="sonic-triton-ensembles-"))
-        backends = triton.prepare_backend_directory(workdir)
-    except triton.TritonStartError as exc:
-        pytest.skip(str(exc))
-    ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
-    command = triton.tritonserver_command(
-        [repository], ports, backend_directory=backends, extra_args=["--model-control-mode=explicit"]
-    )
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (env.get("LD_LIBRARY_PATH"), str(triton.libs_path())) if p
-    )
-    # The stub runs the interpreter found on PATH: this one, with numpy installed.
-    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
-    grpc_address = f"127.0.0.1:{ports['grpc']}"
-    with triton.TritonProcess.launch(command, grpc_address, [], 120.0, env, workdir / "triton.log"):
-        yield Endpoint("triton", grpc_address)
+    with running_triton([repository], [], ["--model-control-mode=explicit"]) as triton:
+        yield Endpoint("triton", triton.grpc_address)
 
 
 @pytest.fixture(scope="module", params=["sonic", pytest.param("triton", marks=pytest.mark.triton)])
