@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +17,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tests.integration.triton_helpers import running_triton
+from tests.integration.triton_helpers import SERVERS, Endpoint, serving
 from tritonclient.utils import InferenceServerException
-
-from sonic.launch import ServerProcess
 
 pytestmark = [pytest.mark.integration]
 
@@ -49,13 +46,6 @@ BAD_VERSION = (
 NEGATIVE_VERSION = "invalid model version specified '-1' , version should be an integral value > 0"
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    kind: str  # "sonic" or "triton"
-    grpc: str
-    http: str
-
-
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("load_parity") / "models"
@@ -65,20 +55,16 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-def _triton(repository: Path) -> Iterator[Endpoint]:
-    extra = ["--model-control-mode=explicit", "--load-model=plain"]
-    with running_triton([repository], ["plain"], extra) as triton:
-        yield Endpoint("triton", triton.grpc_address, triton.http_address)
-
-
-@pytest.fixture(scope="module", params=["sonic", pytest.param("triton", marks=pytest.mark.triton)])
+@pytest.fixture(scope="module", params=SERVERS)
 def server(request: pytest.FixtureRequest, repository: Path) -> Iterator[Endpoint]:
-    if request.param == "triton":
-        yield from _triton(repository)
-        return
-    args = ["--http-port", "0", "--model-control-mode", "explicit", "--load-model", "plain"]
-    with ServerProcess.start([repository], extra_args=args) as process:
-        yield Endpoint("sonic", process.grpc_address, process.http_address)
+    with serving(
+        request.param,
+        repository,
+        ["plain"],
+        sonic_args=["--model-control-mode", "explicit", "--load-model", "plain"],
+        triton_args=["--model-control-mode=explicit", "--load-model=plain"],
+    ) as endpoint:
+        yield endpoint
 
 
 def _config(server: Endpoint) -> dict[str, Any]:

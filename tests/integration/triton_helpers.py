@@ -1,6 +1,6 @@
 """Real NVIDIA Triton 2.51 for the tests that compare sonic with it: one way to start it, shared by every module.
 
-Triton is the ``tritonserver`` binary of the nvidia-pytriton wheel with its Python backend on CPU
+A parity test runs each case on both servers (:data:`SERVERS`, :func:`serving`). Triton is the ``tritonserver`` binary of the nvidia-pytriton wheel with its Python backend on CPU
 (:mod:`sonic.launch.triton`: the stub for this interpreter linked into a private backend folder). Where it
 cannot run (no stub for this Python), the test is skipped. It listens on free loopback ports and is ready
 when gRPC says the server and every named model are; it is stopped by PID when the block or the test ends.
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from sonic.launch import ServerProcess
 from sonic.launch.process import free_port
 from sonic.launch.triton import (
     TritonProcess,
@@ -28,6 +29,8 @@ from sonic.launch.triton import (
 )
 
 READY_TIMEOUT_S = 120.0
+# What a parity test's server fixture is parametrized with: Triton only where the ``triton`` marker is selected.
+SERVERS = ["sonic", pytest.param("triton", marks=pytest.mark.triton)]
 
 
 @dataclass(frozen=True)
@@ -82,3 +85,39 @@ def running_triton(
     triton = start_triton(repositories, models, extra_args)
     with triton.process:
         yield triton
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a test's server listens."""
+
+    kind: str  # "sonic" or "triton"
+    grpc: str
+    http: str = ""  # "" for a sonic started without HTTP
+
+
+@contextmanager
+def serving(
+    kind: str,
+    repository: Path,
+    models: Sequence[str],
+    *,
+    sonic_args: Sequence[str] = (),
+    triton_args: Sequence[str] = (),
+    http: bool = True,
+) -> Iterator[Endpoint]:
+    """``sonic serve`` (``kind`` "sonic", or "sonic-grpcio" on grpcio's front end) or Triton on ``repository``.
+
+    Triton waits for ``models``; sonic is ready at its ready line. ``sonic_args`` and ``triton_args`` are each
+    server's own flags; ``http`` False starts sonic without HTTP (Triton always serves it).
+    """
+    if kind == "triton":
+        with running_triton([repository], models, triton_args) as triton:
+            yield Endpoint("triton", triton.grpc_address, triton.http_address)
+        return
+    args = [
+        *(["--http-port", "0"] if http else []),
+        *(["--grpc-server", "grpcio"] if kind == "sonic-grpcio" else []),
+    ]
+    with ServerProcess.start([repository], extra_args=[*args, *sonic_args]) as process:
+        yield Endpoint("sonic", process.grpc_address, process.http_address if http else "")

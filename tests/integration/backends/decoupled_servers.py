@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +13,8 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 import pytest
-from tests.integration.triton_helpers import running_triton
+from tests.integration.triton_helpers import Endpoint, serving
 from tritonclient.grpc import service_pb2, service_pb2_grpc
-
-from sonic.launch import ServerProcess
 
 PYTHON_MODELS = Path(__file__).parent / "python_models"
 DECOUPLED = "model_transaction_policy { decoupled: true }"
@@ -70,13 +67,6 @@ instance_group [ { kind: KIND_CPU count: 2 } ]
 }
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    kind: str  # "sonic" or "triton"
-    grpc: str
-    http: str
-
-
 def write_repository(root: Path) -> Path:
     repo = root / "models"
     for name, config in CONFIGS.items():
@@ -86,23 +76,14 @@ def write_repository(root: Path) -> Path:
     return repo
 
 
-def _triton(repository: Path) -> Iterator[Endpoint]:
-    with running_triton([repository], list(CONFIGS)) as triton:
-        yield Endpoint("triton", triton.grpc_address, triton.http_address)
-
-
 # sonic with each gRPC front end, and real Triton 2.51
 SERVERS = ["sonic", "sonic-grpcio", pytest.param("triton", marks=pytest.mark.triton)]
 
 
 def endpoints(kind: str, repository: Path) -> Iterator[Endpoint]:
     """One started server of ``kind`` (of :data:`SERVERS`) on ``repository``, stopped after use."""
-    if kind == "triton":
-        yield from _triton(repository)
-        return
-    extra = ["--http-port", "0"] + (["--grpc-server", "grpcio"] if kind == "sonic-grpcio" else [])
-    with ServerProcess.start([repository], extra_args=extra) as process:
-        yield Endpoint("sonic", process.grpc_address, process.http_address)
+    with serving(kind, repository, list(CONFIGS)) as endpoint:
+        yield endpoint
 
 
 # --- streams, read field by field ------------------------------------------------------------------------

@@ -12,7 +12,6 @@ import os
 import queue
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from tests.integration.triton_helpers import running_triton
+from tests.integration.triton_helpers import SERVERS, Endpoint, serving
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
@@ -45,13 +44,6 @@ instance_group [ { kind: KIND_CPU } ]
 """
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    kind: str  # "sonic" or "triton"
-    grpc: str
-    http: str
-
-
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("parity") / "models"
@@ -62,18 +54,10 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-def _triton(repository: Path) -> Iterator[Endpoint]:
-    with running_triton([repository], ["add_sub", "scale"]) as triton:
-        yield Endpoint("triton", triton.grpc_address, triton.http_address)
-
-
-@pytest.fixture(scope="module", params=["sonic", pytest.param("triton", marks=pytest.mark.triton)])
+@pytest.fixture(scope="module", params=SERVERS)
 def server(request: pytest.FixtureRequest, repository: Path) -> Iterator[Endpoint]:
-    if request.param == "triton":
-        yield from _triton(repository)
-        return
-    with ServerProcess.start([repository], extra_args=["--http-port", "0"]) as process:
-        yield Endpoint("sonic", process.grpc_address, process.http_address)
+    with serving(request.param, repository, ["add_sub", "scale"]) as endpoint:
+        yield endpoint
 
 
 def _inputs(module: Any) -> list[Any]:

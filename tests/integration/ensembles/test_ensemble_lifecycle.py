@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from tests.integration.triton_helpers import running_triton
+from tests.integration.triton_helpers import SERVERS, Endpoint, serving
 from tritonclient.utils import InferenceServerException
 
 from sonic.launch import ServerProcess
@@ -50,12 +49,6 @@ ensemble_scheduling {{ step [ {{ model_name: "{step}" model_version: -1
   output_map {{ key: "PARAMETERS" value: "P" }} output_map {{ key: "SEQUENCE" value: "S" }} }} ] }}
 """
 CUSTOM = {"detector": "hgcal", "events": 3, "debug": True}
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    kind: str  # "sonic" or "triton"
-    grpc: str
 
 
 def _model(repo: Path, name: str, config: str, code: Path | None = None) -> None:
@@ -88,18 +81,17 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-def _triton(repository: Path) -> Iterator[Endpoint]:
-    with running_triton([repository], [], ["--model-control-mode=explicit"]) as triton:
-        yield Endpoint("triton", triton.grpc_address)
-
-
-@pytest.fixture(scope="module", params=["sonic", pytest.param("triton", marks=pytest.mark.triton)])
+@pytest.fixture(scope="module", params=SERVERS)
 def server(request: pytest.FixtureRequest, repository: Path) -> Iterator[Endpoint]:
-    if request.param == "triton":
-        yield from _triton(repository)
-        return
-    with ServerProcess.start([repository], extra_args=["--model-control-mode", "explicit"]) as process:
-        yield Endpoint("sonic", process.grpc_address)
+    with serving(
+        request.param,
+        repository,
+        [],
+        sonic_args=["--model-control-mode", "explicit"],
+        triton_args=["--model-control-mode=explicit"],
+        http=False,
+    ) as endpoint:
+        yield endpoint
 
 
 def _echo(client: grpcclient.InferenceServerClient, model: str, **options: Any) -> tuple[Any, Any]:
