@@ -1,6 +1,16 @@
 """SONIC: Services for Optimized Network Inference on Coprocessors, in Python.
 
 A KServe v2 / NVIDIA Triton compatible inference server (``sonic serve``), and the pieces around it.
+docs/architecture.md is the map; from the bottom layer up:
+
+- :mod:`sonic.protocol`: what both ends agree on (types, errors and the status table, codecs, model config);
+- :mod:`sonic.launch`: start, wait for and stop server processes by PID;
+- :mod:`sonic.server` and :mod:`sonic.client`: the two ends;
+- :mod:`sonic.traffic`: the traffic record of ``sonic serve --traffic-log``;
+- :mod:`sonic.perf` and :mod:`sonic.workflow`: load generation, and CMSSW-style event loops of users;
+- :mod:`sonic.cli`, :mod:`sonic.demos`, :mod:`sonic.coffea`, :mod:`sonic.deploy`: entry points and integrations;
+- :mod:`sonic.models`: reference models built locally; :mod:`sonic.testing`: helpers for tests only;
+- :mod:`sonic.logs`: log set-up (plain text or JSON lines), shared by every command.
 """
 
 from importlib.metadata import PackageNotFoundError, version

@@ -22,19 +22,14 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.fuzz.served import identity_plane
 from tritonclient.grpc import service_pb2
 
-from sonic.models.simple import IDENTITY_CONFIG, identity_model
 from sonic.protocol.errors import GrpcCode
 from sonic.protocol.grpc_call import decode_grpc_message, grpc_message_prefix
 from sonic.protocol.http2 import PREFACE, Flag, FrameType, frame, settings_frame
 from sonic.protocol.wire import SERVICE
-from sonic.server.budget import RequestBudget
-from sonic.server.config import ServerConfig
-from sonic.server.dataplane import DataPlane
-from sonic.server.frontends.gate import CallGate
 from sonic.server.frontends.grpc_native import GrpcConnection, NativeGrpcFrontend
-from sonic.server.manager import ModelManager
 from sonic.testing.fuzz import mutated, one_in
 from sonic.testing.h2 import RecordingTransport, parse_frames
 
@@ -57,27 +52,16 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    root = tmp_path_factory.mktemp("repository")
-    identity_model(root / "identity" / "1" / "model.onnx")
-    (root / "identity" / "config.pbtxt").write_text(IDENTITY_CONFIG)
-    config = ServerConfig(model_repositories=(root,))
-    manager = ModelManager(config)
-    dataplane = DataPlane(config, manager)
-    with asyncio.Runner() as runner:
-        runner.run(manager.load_all())
-        dataplane.accepting = True
-        budget = RequestBudget(config.request_buffer_budget_bytes, config.request_buffer_wait_s)
+    with identity_plane(tmp_path_factory.mktemp("repository")) as plane:
         frontend = NativeGrpcFrontend(
-            dataplane,
-            CallGate(dataplane, None),
+            plane.dataplane,
+            plane.gate,
             "127.0.0.1",
             0,
             max_message_bytes=MAX_MESSAGE_BYTES,
-            budget=budget,
+            budget=plane.budget,
         )
-        yield Served(frontend, runner)
-        dataplane.accepting = False
-        runner.run(manager.close())
+        yield Served(frontend, plane.runner)
 
 
 def _infer_request(batch: int) -> bytes:

@@ -20,14 +20,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.fuzz.served import identity_plane
 
-from sonic.models.simple import IDENTITY_CONFIG, identity_model
-from sonic.server.budget import RequestBudget
-from sonic.server.config import ModelControlMode, ServerConfig
-from sonic.server.dataplane import DataPlane
-from sonic.server.frontends.gate import CallGate
+from sonic.server.config import ModelControlMode
 from sonic.server.frontends.http import HttpFrontend
-from sonic.server.manager import ModelManager
 from sonic.testing.fuzz import mutated, one_in
 
 MAX_MESSAGE_BYTES = 1 << 16
@@ -41,30 +37,19 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    root = tmp_path_factory.mktemp("repository")
-    identity_model(root / "identity" / "1" / "model.onnx")
-    (root / "identity" / "config.pbtxt").write_text(IDENTITY_CONFIG)
     # Explicit model control: loads (with a ``config`` override from the request) are open to clients.
-    config = ServerConfig(model_repositories=(root,), model_control_mode=ModelControlMode.EXPLICIT)
-    manager = ModelManager(config)
-    dataplane = DataPlane(config, manager)
-    with asyncio.Runner() as runner:
-        runner.run(manager.load_all())
-        dataplane.accepting = True
-        budget = RequestBudget(config.request_buffer_budget_bytes, config.request_buffer_wait_s)
+    with identity_plane(tmp_path_factory.mktemp("repository"), ModelControlMode.EXPLICIT) as plane:
         frontend = HttpFrontend(
-            dataplane,
-            CallGate(dataplane, None),
+            plane.dataplane,
+            plane.gate,
             "127.0.0.1",
             0,
             max_message_bytes=MAX_MESSAGE_BYTES,
-            budget=budget,
+            budget=plane.budget,
         )
-        runner.run(frontend.start())
-        yield Served(frontend.port, runner)
-        runner.run(frontend.stop(1.0))
-        dataplane.shared_memory.close()
-        runner.run(manager.close())
+        plane.runner.run(frontend.start())
+        yield Served(frontend.port, plane.runner)
+        plane.runner.run(frontend.stop(1.0))
 
 
 def _json_infer() -> tuple[bytes, dict[str, str]]:

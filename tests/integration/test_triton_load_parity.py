@@ -9,11 +9,7 @@ the status of an override that does not parse: Triton answers INTERNAL / 500, so
 from __future__ import annotations
 
 import json
-import os
-import sys
-import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +17,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tests.integration.triton_helpers import SERVERS, Endpoint, serving
 from tritonclient.utils import InferenceServerException
-
-from sonic.launch import ServerProcess
-from sonic.launch.process import free_port
 
 pytestmark = [pytest.mark.integration]
 
@@ -52,13 +46,6 @@ BAD_VERSION = (
 NEGATIVE_VERSION = "invalid model version specified '-1' , version should be an integral value > 0"
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    kind: str  # "sonic" or "triton"
-    grpc: str
-    http: str
-
-
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("load_parity") / "models"
@@ -68,34 +55,16 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-def _triton(repository: Path) -> Iterator[Endpoint]:
-    triton = pytest.importorskip("sonic.launch.triton")
-    try:
-        workdir = Path(tempfile.mkdtemp(prefix="sonic-triton-load-parity-"))
-        backends = triton.prepare_backend_directory(workdir)
-    except triton.TritonStartError as exc:
-        pytest.skip(str(exc))
-    ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
-    extra = ["--model-control-mode=explicit", "--load-model=plain"]
-    command = triton.tritonserver_command([repository], ports, backend_directory=backends, extra_args=extra)
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (env.get("LD_LIBRARY_PATH"), str(triton.libs_path())) if p
-    )
-    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
-    grpc_address = f"127.0.0.1:{ports['grpc']}"
-    with triton.TritonProcess.launch(command, grpc_address, ["plain"], 120.0, env, workdir / "triton.log"):
-        yield Endpoint("triton", grpc_address, f"127.0.0.1:{ports['http']}")
-
-
-@pytest.fixture(scope="module", params=["sonic", pytest.param("triton", marks=pytest.mark.triton)])
+@pytest.fixture(scope="module", params=SERVERS)
 def server(request: pytest.FixtureRequest, repository: Path) -> Iterator[Endpoint]:
-    if request.param == "triton":
-        yield from _triton(repository)
-        return
-    args = ["--http-port", "0", "--model-control-mode", "explicit", "--load-model", "plain"]
-    with ServerProcess.start([repository], extra_args=args) as process:
-        yield Endpoint("sonic", process.grpc_address, process.http_address)
+    with serving(
+        request.param,
+        repository,
+        ["plain"],
+        sonic_args=["--model-control-mode", "explicit", "--load-model", "plain"],
+        triton_args=["--model-control-mode=explicit", "--load-model=plain"],
+    ) as endpoint:
+        yield endpoint
 
 
 def _config(server: Endpoint) -> dict[str, Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,6 +11,7 @@ import pytest
 
 from sonic.protocol.errors import InvalidArgumentError, ModelConfigError
 from sonic.protocol.model_config import parse_config_text
+from sonic.server.backends.base import ModelCall
 from sonic.server.runtime.ensemble import EnsemblePlan, EnsembleScheduler
 from sonic.server.runtime.work import WorkItem
 
@@ -90,20 +90,11 @@ class RecordingCaller:
     def release(self, model: str, request_id: str) -> None:
         self._gates.setdefault((model, request_id), asyncio.Event()).set()
 
-    async def infer(
-        self,
-        model_name: str,
-        model_version: str,
-        inputs: Mapping[str, npt.NDArray[Any]],
-        output_names: Sequence[str] | None = None,
-        request_id: str = "",
-        parameters: Mapping[str, object] | None = None,
-    ) -> dict[str, npt.NDArray[Any]]:
-        del model_version, output_names
-        self.calls.append((model_name, request_id, dict(parameters or {})))
-        if (model_name, request_id) in self._held:
-            await self._gates.setdefault((model_name, request_id), asyncio.Event()).wait()
-        return {"y": inputs["x"] + 1}
+    async def infer(self, call: ModelCall) -> dict[str, npt.NDArray[Any]]:
+        self.calls.append((call.model_name, call.request_id, dict(call.parameters or {})))
+        if (call.model_name, call.request_id) in self._held:
+            await self._gates.setdefault((call.model_name, call.request_id), asyncio.Event()).wait()
+        return {"y": call.inputs["x"] + 1}
 
 
 def item(request_id: str, parameters: dict[str, object]) -> WorkItem:
@@ -151,10 +142,10 @@ async def test_a_sequences_requests_enter_each_step_in_arrival_order() -> None:
 
 async def test_a_failed_request_does_not_hold_up_its_sequence() -> None:
     class Failing(RecordingCaller):
-        async def infer(self, model_name: str, *args: Any, **kwargs: Any) -> dict[str, npt.NDArray[Any]]:
-            if model_name == "first" and args[3] == "bad":
+        async def infer(self, call: ModelCall) -> dict[str, npt.NDArray[Any]]:
+            if call.model_name == "first" and call.request_id == "bad":
                 raise InvalidArgumentError("bad input")
-            return await super().infer(model_name, *args, **kwargs)
+            return await super().infer(call)
 
     scheduler = EnsembleScheduler(CHAIN, Failing())
     bad = asyncio.create_task(scheduler.submit(item("bad", {"sequence_id": 9})))

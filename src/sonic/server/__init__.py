@@ -1,1 +1,17 @@
-"""The inference server: repository, batching, backends and protocol frontends."""
+"""The inference server: repository, batching, backends and protocol frontends.
+
+- running: :mod:`.config` (what to run, frozen), :mod:`.server` (start-up, ready line, drain), :mod:`.tls`,
+  :mod:`.devices` (accelerators, found once), :mod:`.embedded` (the models in-process, no sockets);
+- requests in: :mod:`.frontends` (gRPC, HTTP/REST, metrics), :mod:`.guard` (tokens, rate, admission),
+  :mod:`.budget` (buffered request bytes), :mod:`.dataplane` (every KServe v2 operation once);
+- models: :mod:`.manager` (lifecycle), :mod:`.model_entries` (versions' states and reasons),
+  :mod:`.repository` and :mod:`.load_config` (what a model loads with), :mod:`.paths` (the one choke point for
+  files a configuration names), :mod:`.ensemble_steps`, :mod:`.model` (a loaded version: validation,
+  scheduling, statistics), :mod:`.instance_thread` (the thread owning an instance), :mod:`.warmup`;
+- execution: :mod:`.runtime` (scheduling), :mod:`.backends` (one module per framework), :mod:`.decoupled`
+  (a decoupled model's responses), :mod:`.calls` and :mod:`.calls_decoupled` (model-to-model calls: ensembles, BLS),
+  :mod:`.cache` (response cache);
+- around them: :mod:`.shm` and :mod:`.shm_open` (system shared memory), :mod:`.stats` and :mod:`.metrics`
+  (statistics, Prometheus), :mod:`.observe` (log record and span per request), :mod:`.traffic_rows` and
+  :mod:`.traffic_table` (``--traffic-log``).
+"""

@@ -10,15 +10,13 @@ request's, a BLS call those its ``pb_utils.InferenceRequest`` was built with.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 
-from sonic.protocol import dtypes
 from sonic.protocol.errors import FailedPreconditionError
-from sonic.protocol.types import InferRequest, InputTensor, check_parameters
+from sonic.server.backends.base import ModelCall
 from sonic.server.calls_decoupled import stream_blocking
 from sonic.server.model import ModelVersion
 from sonic.server.runtime.responses import Streamed
@@ -31,67 +29,22 @@ class ServerModelCaller:
         self._lookup = lookup
         self._loop = loop
 
-    async def infer(
-        self,
-        model_name: str,
-        model_version: str,
-        inputs: Mapping[str, npt.NDArray[Any]],
-        output_names: Sequence[str] | None = None,
-        request_id: str = "",
-        parameters: Mapping[str, object] | None = None,
-    ) -> dict[str, npt.NDArray[Any]]:
-        model = self._lookup(model_name, model_version)
-        if parameters:
-            check_parameters(parameters, f"call of model '{model_name}'")
-        tensors = []
-        for name, array in inputs.items():
-            # BYTES tensors are object arrays inside the server, whatever numpy string type came in.
-            value = array.astype(np.object_) if array.dtype.kind in "SU" else array
-            datatype = dtypes.from_numpy(value.dtype)
-            tensors.append(InputTensor(name, datatype.name, tuple(value.shape), array=value))
-        request = InferRequest(
-            model_name=model_name,
-            model_version=model_version,
-            inputs=tensors,
-            request_id=request_id,
-            outputs=list(output_names) if output_names is not None else None,
-            parameters=dict(parameters) if parameters else {},
-        )
-        response = await model.infer(request)
+    async def infer(self, call: ModelCall) -> dict[str, npt.NDArray[Any]]:
+        model = self._lookup(call.model_name, call.model_version)
+        response = await model.infer(call.request())
         return {tensor.name: tensor.array for tensor in response.outputs}
 
-    def infer_blocking(
-        self,
-        model_name: str,
-        model_version: str,
-        inputs: Mapping[str, npt.NDArray[Any]],
-        output_names: Sequence[str] | None = None,
-        request_id: str = "",
-        parameters: Mapping[str, object] | None = None,
-    ) -> dict[str, npt.NDArray[Any]]:
+    def infer_blocking(self, call: ModelCall) -> dict[str, npt.NDArray[Any]]:
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is self._loop:
             # Waiting here would stop the loop that has to do the work.
-            msg = f"call of model '{model_name}' from the event loop thread: use the async infer()"
+            msg = f"call of model '{call.model_name}' from the event loop thread: use the async infer()"
             raise FailedPreconditionError(msg)
-        future = asyncio.run_coroutine_threadsafe(
-            self.infer(model_name, model_version, inputs, output_names, request_id, parameters), self._loop
-        )
-        return future.result()
+        return asyncio.run_coroutine_threadsafe(self.infer(call), self._loop).result()
 
-    def infer_stream_blocking(
-        self,
-        model_name: str,
-        model_version: str,
-        inputs: Mapping[str, npt.NDArray[Any]],
-        output_names: Sequence[str] | None = None,
-        request_id: str = "",
-        parameters: Mapping[str, object] | None = None,
-    ) -> Iterator[Streamed]:
+    def infer_stream_blocking(self, call: ModelCall) -> Iterator[Streamed]:
         """BLS ``exec(decoupled=True)``: :mod:`sonic.server.calls_decoupled`."""
-        return stream_blocking(
-            self._lookup, self._loop, model_name, model_version, inputs, output_names, request_id, parameters
-        )
+        return stream_blocking(self._lookup, self._loop, call)

@@ -11,44 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator
 
-import numpy as np
-import numpy.typing as npt
-
-from sonic.protocol import dtypes
 from sonic.protocol.errors import FailedPreconditionError
-from sonic.protocol.types import InferRequest, InputTensor, check_parameters
+from sonic.protocol.types import InferRequest
+from sonic.server.backends.base import ModelCall
 from sonic.server.decoupled import DecoupledCall
 from sonic.server.model import ModelVersion
 from sonic.server.runtime.responses import Streamed
-
-
-def _request(
-    model_name: str,
-    model_version: str,
-    inputs: Mapping[str, npt.NDArray[Any]],
-    output_names: Sequence[str] | None,
-    request_id: str,
-    parameters: Mapping[str, object] | None,
-) -> InferRequest:
-    if parameters:
-        check_parameters(parameters, f"call of model '{model_name}'")
-    tensors = []
-    for name, array in inputs.items():
-        # BYTES tensors are object arrays inside the server, whatever numpy string type came in.
-        value = array.astype(np.object_) if array.dtype.kind in "SU" else array
-        datatype = dtypes.from_numpy(value.dtype)
-        tensors.append(InputTensor(name, datatype.name, tuple(value.shape), array=value))
-    return InferRequest(
-        model_name=model_name,
-        model_version=model_version,
-        inputs=tensors,
-        request_id=request_id,
-        outputs=list(output_names) if output_names is not None else None,
-        parameters=dict(parameters) if parameters else {},
-    )
 
 
 class _Stream:
@@ -75,16 +45,9 @@ class _Stream:
 
 
 def stream_blocking(
-    lookup: Callable[[str, str], ModelVersion],
-    loop: asyncio.AbstractEventLoop,
-    model_name: str,
-    model_version: str,
-    inputs: Mapping[str, npt.NDArray[Any]],
-    output_names: Sequence[str] | None = None,
-    request_id: str = "",
-    parameters: Mapping[str, object] | None = None,
+    lookup: Callable[[str, str], ModelVersion], loop: asyncio.AbstractEventLoop, call: ModelCall
 ) -> Iterator[Streamed]:
-    """Each response of ``model_name`` to one request, the last one final; from a thread, never the loop's.
+    """Each response of the called model to one request, the last one final; from a thread, never the loop's.
 
     Errors before the first response (model not found, invalid inputs) raise at the first ``next``.
     """
@@ -94,14 +57,11 @@ def stream_blocking(
         running = None
     if running is loop:
         # Waiting here would stop the loop that has to do the work.
-        msg = f"call of model '{model_name}' from the event loop thread: use an instance thread"
+        msg = f"call of model '{call.model_name}' from the event loop thread: use an instance thread"
         raise FailedPreconditionError(msg)
 
     async def open_stream() -> _Stream:
-        model = lookup(model_name, model_version)
-        return _Stream(
-            model, _request(model_name, model_version, inputs, output_names, request_id, parameters)
-        )
+        return _Stream(lookup(call.model_name, call.model_version), call.request())
 
     stream = asyncio.run_coroutine_threadsafe(open_stream(), loop).result()
     try:

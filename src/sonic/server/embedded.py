@@ -15,6 +15,7 @@ from typing import Any
 import numpy.typing as npt
 from tritonclient.grpc import service_pb2
 
+from sonic.server.backends.base import ModelCall
 from sonic.server.calls import ServerModelCaller
 from sonic.server.config import ServerConfig
 from sonic.server.manager import ModelManager
@@ -41,7 +42,7 @@ class EmbeddedModels:
     ) -> dict[str, npt.NDArray[Any]]:
         await self.load(model)
         caller = ServerModelCaller(self._manager.get, asyncio.get_running_loop())
-        return await caller.infer(model, "", inputs, outputs)
+        return await caller.infer(ModelCall(model, "", inputs, outputs))
 
     async def statistics(self, model: str) -> service_pb2.ModelStatisticsResponse:
         """Every ready version's statistics, as the server's ModelStatistics call answers."""

@@ -7,6 +7,11 @@ keep the CPU busy meanwhile, and ``produce`` takes the outputs when they arrive.
 :class:`Scheduler` runs N event streams concurrently. :class:`InferenceConfig` is the one switch
 between :class:`DirectInference` (the server's own backends, loaded in this process, no sockets)
 and :class:`ServiceInference` (a SONIC/Triton server); outputs are identical either way.
+
+- :mod:`.module` (the modules), :mod:`.event` (one event), :mod:`.scheduler` (N streams), :mod:`.inference`
+  (the switch), :mod:`.report` (timings), :mod:`.work` (emulated CPU work);
+- events in and out: :mod:`.sources` (synthetic generators), :mod:`.io` (ROOT in, ROOT or Parquet out);
+- scale-out: :mod:`.dask` (client jobs as Dask tasks), :mod:`.dask_plugin` (per-worker shared inference).
 """
 
 from sonic.workflow.event import Event

@@ -4,12 +4,8 @@ Triton 2.51 serve the same folders; streams are read with the raw gRPC stub, fie
 
 from __future__ import annotations
 
-import os
 import struct
-import sys
-import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +13,8 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 import pytest
+from tests.integration.triton_helpers import Endpoint, serving
 from tritonclient.grpc import service_pb2, service_pb2_grpc
-
-from sonic.launch import ServerProcess
-from sonic.launch.process import free_port
 
 PYTHON_MODELS = Path(__file__).parent / "python_models"
 DECOUPLED = "model_transaction_policy { decoupled: true }"
@@ -73,13 +67,6 @@ instance_group [ { kind: KIND_CPU count: 2 } ]
 }
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    kind: str  # "sonic" or "triton"
-    grpc: str
-    http: str
-
-
 def write_repository(root: Path) -> Path:
     repo = root / "models"
     for name, config in CONFIGS.items():
@@ -89,40 +76,14 @@ def write_repository(root: Path) -> Path:
     return repo
 
 
-def _triton(repository: Path) -> Iterator[Endpoint]:
-    triton = pytest.importorskip("sonic.launch.triton")
-    try:
-        workdir = Path(tempfile.mkdtemp(prefix="sonic-triton-decoupled-"))
-        backends = triton.prepare_backend_directory(workdir)
-    except triton.TritonStartError as exc:
-        pytest.skip(str(exc))
-    ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
-    command = triton.tritonserver_command([repository], ports, backend_directory=backends)
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (env.get("LD_LIBRARY_PATH"), str(triton.libs_path())) if p
-    )
-    # The stub runs the interpreter found on PATH: this one, with numpy installed.
-    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
-    grpc_address = f"127.0.0.1:{ports['grpc']}"
-    with triton.TritonProcess.launch(
-        command, grpc_address, list(CONFIGS), 120.0, env, workdir / "triton.log"
-    ):
-        yield Endpoint("triton", grpc_address, f"127.0.0.1:{ports['http']}")
-
-
 # sonic with each gRPC front end, and real Triton 2.51
 SERVERS = ["sonic", "sonic-grpcio", pytest.param("triton", marks=pytest.mark.triton)]
 
 
 def endpoints(kind: str, repository: Path) -> Iterator[Endpoint]:
     """One started server of ``kind`` (of :data:`SERVERS`) on ``repository``, stopped after use."""
-    if kind == "triton":
-        yield from _triton(repository)
-        return
-    extra = ["--http-port", "0"] + (["--grpc-server", "grpcio"] if kind == "sonic-grpcio" else [])
-    with ServerProcess.start([repository], extra_args=extra) as process:
-        yield Endpoint("sonic", process.grpc_address, process.http_address)
+    with serving(kind, repository, list(CONFIGS)) as endpoint:
+        yield endpoint
 
 
 # --- streams, read field by field ------------------------------------------------------------------------

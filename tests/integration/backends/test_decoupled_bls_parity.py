@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from tests.integration.backends.decoupled_servers import (
     SERVERS,
-    Endpoint,
     endpoints,
     i32,
     infer_request,
@@ -20,6 +19,7 @@ from tests.integration.backends.decoupled_servers import (
     stream,
     write_repository,
 )
+from tests.integration.triton_helpers import Endpoint
 from tritonclient.grpc import service_pb2_grpc
 
 pytestmark = [pytest.mark.integration]

@@ -23,7 +23,6 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tests.integration.backends.decoupled_servers import (
     SERVERS,
-    Endpoint,
     by_id,
     endpoints,
     i32,
@@ -32,6 +31,7 @@ from tests.integration.backends.decoupled_servers import (
     stream,
     write_repository,
 )
+from tests.integration.triton_helpers import Endpoint
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 pytestmark = [pytest.mark.integration]

@@ -7,22 +7,18 @@ two copies fails to load in Triton's words; a model with a passive and an active
 
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 import tritonclient.grpc as grpcclient
+from tests.integration.triton_helpers import SERVERS, Endpoint, serving
 from tritonclient.utils import InferenceServerException
 
 from sonic.launch import ServerProcess
-from sonic.launch.process import free_port
 
 pytestmark = [pytest.mark.integration]
 
@@ -47,12 +43,6 @@ def _needs(count: int, priority: int) -> str:
     return f'{{ kind: KIND_CPU count: 1 rate_limiter {{ resources [ {{ name: "R" count: {count} }} ] priority: {priority} }} }}'
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    kind: str
-    grpc: str
-
-
 def _repository(root: Path) -> Path:
     repo = root / "models"
     marker_dir = root / "markers"
@@ -71,34 +61,19 @@ def _repository(root: Path) -> Path:
     return repo
 
 
-def _triton(repository: Path, args: list[str]) -> Iterator[Endpoint]:
-    triton = pytest.importorskip("sonic.launch.triton")
-    try:
-        workdir = Path(tempfile.mkdtemp(prefix="sonic-triton-ratelimit-"))
-        backends = triton.prepare_backend_directory(workdir)
-    except triton.TritonStartError as exc:
-        pytest.skip(str(exc))
-    ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
-    command = [*triton.tritonserver_command([repository], ports, backend_directory=backends), *args]
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (env.get("LD_LIBRARY_PATH"), str(triton.libs_path())) if p
-    )
-    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
-    address = f"127.0.0.1:{ports['grpc']}"
-    with triton.TritonProcess.launch(command, address, SERVED, 120.0, env, workdir / "triton.log"):
-        yield Endpoint("triton", address)
-
-
-@pytest.fixture(scope="module", params=["sonic", pytest.param("triton", marks=pytest.mark.triton)])
+@pytest.fixture(scope="module", params=SERVERS)
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     repository = _repository(tmp_path_factory.mktemp("ratelimit"))
-    if request.param == "triton":
+    with serving(
+        request.param,
+        repository,
+        SERVED,
+        sonic_args=RATE_LIMIT_ARGS,
         # Not strictly ready with a model that failed to load: the launcher waits for server readiness.
-        yield from _triton(repository, [*RATE_LIMIT_ARGS, "--strict-readiness=false"])
-        return
-    with ServerProcess.start([repository], extra_args=RATE_LIMIT_ARGS) as process:
-        yield Endpoint("sonic", process.grpc_address)
+        triton_args=[*RATE_LIMIT_ARGS, "--strict-readiness=false"],
+        http=False,
+    ) as endpoint:
+        yield endpoint
 
 
 def _infer(address: str, model: str) -> npt.NDArray[np.float32]:

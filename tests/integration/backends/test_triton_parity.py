@@ -9,21 +9,16 @@ still works with ours (it swaps in its C++ Tensor/Request/Response classes and r
 
 from __future__ import annotations
 
-import os
 import queue
 import shutil
-import socket
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 import tritonclient.grpc as grpcclient
+from tests.integration.triton_helpers import running_triton
 
 from sonic.launch import ServerProcess
 
@@ -32,69 +27,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.triton]
 MODELS = ("add_sub", "scale", "sequence_sum", "state_sum", "ragged_lengths")
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def triton_address(built_models: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    pytriton = pytest.importorskip("pytriton")
-    package = Path(pytriton.__file__).parent
-    dist = package / "tritonserver"
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = dist / "python_backend_stubs" / version / "triton_python_backend_stub"
-    if not (dist / "bin" / "tritonserver").is_file() or not stub.is_file():
-        pytest.skip(f"no tritonserver binary with a Python {version} stub in {dist}")
-    root = tmp_path_factory.mktemp("triton")
-    backends = root / "backends"
-    shutil.copytree(dist / "backends", backends)
-    shutil.copy(stub, backends / "python" / stub.name)
-    repo = root / "models"
+    repo = tmp_path_factory.mktemp("triton") / "models"
     for name in MODELS:
         shutil.copytree(built_models.repo / name, repo / name)
-    port = free_port()
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (str(package.parent / "nvidia_pytriton.libs"), env.get("LD_LIBRARY_PATH")) if p
-    )
-    # The stub runs the interpreter found on PATH: this one, with numpy and sonic installed.
-    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
-    command = [
-        str(dist / "bin" / "tritonserver"),
-        f"--model-repository={repo}",
-        f"--backend-directory={backends}",
-        "--grpc-address=127.0.0.1",
-        f"--grpc-port={port}",
-        "--allow-http=false",
-        "--allow-metrics=false",
-    ]
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
-    )
-    assert process.stdout is not None
-    log: list[str] = []
-    try:
-        # Triton prints this line once it serves, or exits (end of output) when a model fails to load.
-        for line in process.stdout:
-            log.append(line)
-            if "Started GRPCInferenceService" in line:
-                break
-        else:
-            pytest.fail(f"tritonserver exited with {process.wait()} before serving:\n{''.join(log[-40:])}")
-        drain = threading.Thread(target=log.extend, args=(process.stdout,), name="tritonserver-log")
-        drain.start()
-        yield f"127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    drain.join()
-    process.stdout.close()
+    # The stub runs this interpreter (first on PATH), with numpy and sonic installed.
+    with running_triton([repo], MODELS) as triton:
+        yield triton.grpc_address
 
 
 def run(address: str, model: str, inputs: dict[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tests.integration.triton_helpers import running_triton
 from tritonclient.utils import InferenceServerException
 
-from sonic.launch.process import free_port
 from sonic.server.shm_open import SHM_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.triton]
@@ -46,7 +44,10 @@ def names() -> Iterator[list[Path]]:
     made: list[Path] = []
     yield made
     for path in made:
-        path.unlink(missing_ok=True)
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _inputs(region: str, offset: int) -> list[grpcclient.InferInput]:
@@ -58,32 +59,16 @@ def _inputs(region: str, offset: int) -> list[grpcclient.InferInput]:
 
 
 def test_triton_with_hostile_shared_memory(tmp_path: Path, names: list[Path]) -> None:
-    triton = pytest.importorskip("sonic.launch.triton")
     repository = tmp_path / "models"
     (repository / "add_sub" / "1").mkdir(parents=True)
     (repository / "add_sub" / "config.pbtxt").write_text(ADD_SUB_CONFIG, encoding="utf-8")
     (repository / "add_sub" / "1" / "model.py").write_bytes((PYTHON_MODELS / "add_sub.py").read_bytes())
-    try:
-        workdir = Path(tempfile.mkdtemp(prefix="sonic-triton-shm-"))
-        backends = triton.prepare_backend_directory(workdir)
-    except triton.TritonStartError as exc:
-        pytest.skip(str(exc))
-    ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
-    command = triton.tritonserver_command([repository], ports, backend_directory=backends)
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (env.get("LD_LIBRARY_PATH"), str(triton.libs_path())) if p
-    )
-    env["PATH"] = os.pathsep.join(
-        (str(Path(sys.executable).parent), env.get("PATH", ""))
-    )  # the stub's python
-    address = f"127.0.0.1:{ports['grpc']}"
     prefix = f"sonic_triton_shm_{uuid.uuid4().hex[:8]}"
     link, fifo, segment, hard = (
         SHM_ROOT / f"{prefix}_{kind}" for kind in ("link", "fifo", "segment", "hard")
     )
     directory = SHM_ROOT / f"{prefix}_directory"
-    names.extend((link, fifo, segment, hard))
+    names.extend((link, fifo, segment, hard, directory))
     secret = tmp_path / "secret"
     secret.write_bytes(bytes(64))
     link.symlink_to(secret)
@@ -94,10 +79,8 @@ def test_triton_with_hostile_shared_memory(tmp_path: Path, names: list[Path]) ->
         os.link(segment, hard)
         directory.mkdir()
         with (
-            triton.TritonProcess.launch(
-                command, address, ["add_sub"], 120.0, env, workdir / "triton.log"
-            ) as server,
-            grpcclient.InferenceServerClient(address) as client,
+            running_triton([repository], ["add_sub"]) as triton,
+            grpcclient.InferenceServerClient(triton.grpc_address) as client,
         ):
             with pytest.raises(InferenceServerException, match="Unable to open shared memory region") as info:
                 client.register_system_shared_memory("link", f"/{link.name}", 64)
@@ -120,7 +103,7 @@ def test_triton_with_hostile_shared_memory(tmp_path: Path, names: list[Path]) ->
             with pytest.raises(InferenceServerException) as info:
                 client.infer("add_sub", _inputs("segment", 4096))
             assert info.value.status() == "StatusCode.UNAVAILABLE"
-            assert server.process.wait(timeout=30) == -signal.SIGBUS
+            assert triton.process.process.wait(timeout=30) == -signal.SIGBUS
     finally:
         os.close(fd)
         directory.rmdir()

@@ -7,8 +7,6 @@ model loaded at start, so the model-control cases can load and unload the ``spar
 
 from __future__ import annotations
 
-import os
-import sys
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,29 +16,17 @@ from pathlib import Path
 import pytest
 from tests.integration.differential.calls import Endpoint, Pair
 from tests.integration.differential.repository import MODELS, write_repository
+from tests.integration.triton_helpers import backend_directory_or_skip, start_triton
 
 from sonic.launch import ServerProcess
-from sonic.launch.process import ServerHandle, free_port
+from sonic.launch.process import ServerHandle
 
 CONTROL = ["--model-control-mode=explicit", "--load-model=*"]
 
 
 def _start_triton(repository: Path) -> tuple[ServerHandle, Endpoint]:
-    triton = pytest.importorskip("sonic.launch.triton")
-    workdir = Path(tempfile.mkdtemp(prefix="sonic-differential-"))
-    backends = triton.prepare_backend_directory(workdir)
-    ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
-    command = triton.tritonserver_command([repository], ports, backend_directory=backends, extra_args=CONTROL)
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (env.get("LD_LIBRARY_PATH"), str(triton.libs_path())) if p
-    )
-    # The Python backend stub runs the interpreter found on PATH: this one, with numpy installed.
-    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
-    grpc_address = f"127.0.0.1:{ports['grpc']}"
-    names = [m.name for m in MODELS]
-    handle = triton.TritonProcess.launch(command, grpc_address, names, 120.0, env, workdir / "triton.log")
-    return handle, Endpoint("triton", grpc_address, f"127.0.0.1:{ports['http']}")
+    triton = start_triton([repository], [m.name for m in MODELS], CONTROL)
+    return triton.process, Endpoint("triton", triton.grpc_address, triton.http_address)
 
 
 def _start_sonic(repository: Path) -> tuple[ServerHandle, Endpoint]:
@@ -51,11 +37,8 @@ def _start_sonic(repository: Path) -> tuple[ServerHandle, Endpoint]:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     """Both servers, started side by side (each start blocks on its own readiness)."""
-    triton = pytest.importorskip("sonic.launch.triton")
-    try:
-        triton.prepare_backend_directory(Path(tempfile.mkdtemp(prefix="sonic-differential-probe-")))
-    except triton.TritonStartError as exc:
-        pytest.skip(str(exc))
+    # Skipped here, in the test's thread, where Triton cannot run (the starts below run in threads).
+    backend_directory_or_skip(Path(tempfile.mkdtemp(prefix="sonic-differential-probe-")))
     repository = write_repository(tmp_path_factory.mktemp("differential") / "models")
     with ExitStack() as stack, ThreadPoolExecutor(max_workers=2) as pool:
         starts = [pool.submit(start, repository) for start in (_start_triton, _start_sonic)]

@@ -15,21 +15,17 @@ and asserts what Triton answers:
 from __future__ import annotations
 
 import json
-import os
-import sys
-import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tests.integration.triton_helpers import SERVERS, Endpoint, serving
 from tritonclient.utils import InferenceServerException
 
 from sonic.launch import ServerProcess
-from sonic.launch.process import free_port
 
 pytestmark = [pytest.mark.integration]
 
@@ -53,12 +49,6 @@ ensemble_scheduling {{ step [ {{ model_name: "{step}" model_version: -1
   output_map {{ key: "PARAMETERS" value: "P" }} output_map {{ key: "SEQUENCE" value: "S" }} }} ] }}
 """
 CUSTOM = {"detector": "hgcal", "events": 3, "debug": True}
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    kind: str  # "sonic" or "triton"
-    grpc: str
 
 
 def _model(repo: Path, name: str, config: str, code: Path | None = None) -> None:
@@ -91,35 +81,17 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-def _triton(repository: Path) -> Iterator[Endpoint]:
-    triton = pytest.importorskip("sonic.launch.triton")
-    try:
-        workdir = Path(tempfile.mkdtemp(prefix="sonic-triton-ensembles-"))
-        backends = triton.prepare_backend_directory(workdir)
-    except triton.TritonStartError as exc:
-        pytest.skip(str(exc))
-    ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
-    command = triton.tritonserver_command(
-        [repository], ports, backend_directory=backends, extra_args=["--model-control-mode=explicit"]
-    )
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (env.get("LD_LIBRARY_PATH"), str(triton.libs_path())) if p
-    )
-    # The stub runs the interpreter found on PATH: this one, with numpy installed.
-    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
-    grpc_address = f"127.0.0.1:{ports['grpc']}"
-    with triton.TritonProcess.launch(command, grpc_address, [], 120.0, env, workdir / "triton.log"):
-        yield Endpoint("triton", grpc_address)
-
-
-@pytest.fixture(scope="module", params=["sonic", pytest.param("triton", marks=pytest.mark.triton)])
+@pytest.fixture(scope="module", params=SERVERS)
 def server(request: pytest.FixtureRequest, repository: Path) -> Iterator[Endpoint]:
-    if request.param == "triton":
-        yield from _triton(repository)
-        return
-    with ServerProcess.start([repository], extra_args=["--model-control-mode", "explicit"]) as process:
-        yield Endpoint("sonic", process.grpc_address)
+    with serving(
+        request.param,
+        repository,
+        [],
+        sonic_args=["--model-control-mode", "explicit"],
+        triton_args=["--model-control-mode=explicit"],
+        http=False,
+    ) as endpoint:
+        yield endpoint
 
 
 def _echo(client: grpcclient.InferenceServerClient, model: str, **options: Any) -> tuple[Any, Any]:

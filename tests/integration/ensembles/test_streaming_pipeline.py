@@ -15,11 +15,8 @@ ONNX file): it must answer the same, and so must sonic serving those Python step
 
 from __future__ import annotations
 
-import os
 import queue
 import shutil
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,9 +25,9 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 import tritonclient.grpc as grpcclient
+from tests.integration.triton_helpers import running_triton
 
 from sonic.launch import ServerProcess
-from sonic.launch.process import free_port
 from sonic.models.streaming import (
     AGGREGATOR,
     ENSEMBLE,
@@ -214,23 +211,9 @@ def python_repo(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _triton(python_repo: Path) -> Iterator[str]:
-    triton = pytest.importorskip("sonic.launch.triton")
-    try:
-        workdir = Path(tempfile.mkdtemp(prefix="sonic-triton-streaming-"))
-        backends = triton.prepare_backend_directory(workdir)
-    except triton.TritonStartError as exc:
-        pytest.skip(str(exc))
-    ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
-    command = triton.tritonserver_command([python_repo], ports, backend_directory=backends)
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (env.get("LD_LIBRARY_PATH"), str(triton.libs_path())) if p
-    )
-    # The stub runs the interpreter found on PATH: this one, with numpy and onnxruntime installed.
-    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
-    grpc_address = f"127.0.0.1:{ports['grpc']}"
-    with triton.TritonProcess.launch(command, grpc_address, [ENSEMBLE], 120.0, env, workdir / "triton.log"):
-        yield grpc_address
+    # The stub runs this interpreter (first on PATH), with numpy and onnxruntime installed.
+    with running_triton([python_repo], [ENSEMBLE]) as triton:
+        yield triton.grpc_address
 
 
 @pytest.fixture(scope="module", params=["sonic", pytest.param("triton", marks=pytest.mark.triton)])

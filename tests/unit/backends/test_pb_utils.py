@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import ml_dtypes
@@ -15,6 +15,7 @@ from tritonclient.grpc import model_config_pb2
 import triton_python_backend_utils as pb_utils
 from sonic.protocol.model_config import parse_config_text
 from sonic.server.backends import pb_utils as bls
+from sonic.server.backends.base import ModelCall
 from sonic.server.backends.python import config_to_dict
 from sonic.server.runtime.responses import Streamed
 
@@ -96,31 +97,15 @@ class _BlockingRecorder:
     def __init__(self) -> None:
         self.parameters: dict[str, object] | None = None
 
-    async def infer(self, *args: object, **kwargs: object) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
+    async def infer(self, call: ModelCall) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
         raise AssertionError("BLS calls from a model thread block")
 
-    def infer_blocking(
-        self,
-        model_name: str,
-        model_version: str,
-        inputs: object,
-        output_names: object = None,
-        request_id: str = "",
-        parameters: Mapping[str, object] | None = None,
-    ) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
-        self.parameters = dict(parameters or {})
+    def infer_blocking(self, call: ModelCall) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
+        self.parameters = dict(call.parameters or {})
         return {"Y": np.zeros(1, np.float32)}
 
-    def infer_stream_blocking(
-        self,
-        model_name: str,
-        model_version: str,
-        inputs: object,
-        output_names: object = None,
-        request_id: str = "",
-        parameters: Mapping[str, object] | None = None,
-    ) -> Iterator[Streamed]:
-        self.parameters = dict(parameters or {})
+    def infer_stream_blocking(self, call: ModelCall) -> Iterator[Streamed]:
+        self.parameters = dict(call.parameters or {})
         yield Streamed({"Y": np.zeros(1, np.float32)}, final=True)
 
 

@@ -2,6 +2,10 @@
 
 Each module defines one or more :class:`~sonic.models.zoo.base.ReferenceModel`; :func:`registry`
 lists them. Nothing is downloaded: weights are random, seeded, so every build gives the same model.
+
+- seed 000 (HLT): :mod:`.facile`, :mod:`.deepcalo`, :mod:`.resnet`;
+- seed 001 (MiniAOD): :mod:`.deepmet`, :mod:`.deeptau`, :mod:`.particlenet`, :mod:`.tau_bdt` (for ``trees``);
+- seed 002 (ProtoDUNE): :mod:`.emtrk`.
 """
 
 from __future__ import annotations

@@ -3,6 +3,13 @@
 A third-party package (an FPGA or IPU runtime, say) registers ``name = "module:Class"`` under the
 ``sonic.backends`` entry-point group; the class implements :class:`sonic.server.backends.base.Backend`.
 A model selects it with ``backend: "name"`` in its config.pbtxt. See docs/backends.md.
+
+- frameworks: :mod:`.onnxruntime`, :mod:`.pytorch`, :mod:`.tensorflow`, :mod:`.trees` (XGBoost, LightGBM,
+  scikit-learn), :mod:`.hls4ml` (with :mod:`.hls4ml_build` and the FPGA driver interface :mod:`.fpga`);
+- :mod:`.python`: Triton Python-backend models, with ``triton_python_backend_utils`` in :mod:`.pb_utils`,
+  :mod:`.pb_config` (``auto_complete_config``), :mod:`.pb_logging` (``Logger``), :mod:`.pb_decoupled`
+  (the response sender);
+- :mod:`.ensemble`: the ``ensemble`` platform's registry entry (its scheduler is in the runtime).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ configuration names only through ``InstanceContext.files`` / ``version_file`` / 
 choke point of :mod:`sonic.server.paths` that keeps them inside the model's folder.
 
 Backends that call other loaded models (ensembles, Python models doing BLS) get a
-:class:`ModelCaller` in their :class:`InstanceContext`.
+:class:`ModelCaller` in their :class:`InstanceContext`, and describe each call as a :class:`ModelCall`.
 """
 
 from __future__ import annotations
@@ -30,53 +30,68 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+import numpy as np
 import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
+from sonic.protocol import dtypes
 from sonic.protocol.errors import ModelConfigError, quote
 from sonic.protocol.model_config import ModelSpec
+from sonic.protocol.types import InferRequest, InputTensor, check_parameters
 from sonic.server.paths import ModelFiles
 from sonic.server.runtime.responses import ResponseChannel, Streamed
 from sonic.server.runtime.work import RequestScheduler
 
 
-class ModelCaller(Protocol):
-    """Calls another loaded model of the same server, arrays in and out (nothing is serialized)."""
+@dataclass(frozen=True)
+class ModelCall:
+    """One call of another loaded model of the same server: arrays in, nothing serialized.
 
-    async def infer(
-        self,
-        model_name: str,
-        model_version: str,
-        inputs: Mapping[str, npt.NDArray[Any]],
-        output_names: Sequence[str] | None = None,
-        request_id: str = "",
-        parameters: Mapping[str, object] | None = None,
-    ) -> dict[str, npt.NDArray[Any]]:
-        """From the event loop. ``output_names`` None: every output of the model; ``parameters``: the
-        request parameters, as a client sends them (sequence id and flags, priority, timeout, custom)."""
+    ``model_version`` "" is the model's version policy's choice; ``output_names`` None asks for every
+    output of the model; ``parameters`` are request parameters as a client sends them (sequence id and
+    flags, priority, timeout, custom ones): an ensemble step gets its ensemble request's, a BLS call
+    those its ``pb_utils.InferenceRequest`` was built with.
+    """
+
+    model_name: str
+    model_version: str
+    inputs: Mapping[str, npt.NDArray[Any]]
+    output_names: Sequence[str] | None = None
+    request_id: str = ""
+    parameters: Mapping[str, object] | None = None
+
+    def request(self) -> InferRequest:
+        """The request the called model validates and schedules as any other (parameters checked first)."""
+        if self.parameters:
+            check_parameters(self.parameters, f"call of model '{self.model_name}'")
+        tensors = []
+        for name, array in self.inputs.items():
+            # BYTES tensors are object arrays inside the server, whatever numpy string type came in.
+            value = array.astype(np.object_) if array.dtype.kind in "SU" else array
+            datatype = dtypes.from_numpy(value.dtype)
+            tensors.append(InputTensor(name, datatype.name, tuple(value.shape), array=value))
+        return InferRequest(
+            model_name=self.model_name,
+            model_version=self.model_version,
+            inputs=tensors,
+            request_id=self.request_id,
+            outputs=list(self.output_names) if self.output_names is not None else None,
+            parameters=dict(self.parameters) if self.parameters else {},
+        )
+
+
+class ModelCaller(Protocol):
+    """Calls another loaded model of the same server (:class:`ModelCall`: which, with what)."""
+
+    async def infer(self, call: ModelCall) -> dict[str, npt.NDArray[Any]]:
+        """From the event loop: the model's outputs by name."""
         ...
 
-    def infer_blocking(
-        self,
-        model_name: str,
-        model_version: str,
-        inputs: Mapping[str, npt.NDArray[Any]],
-        output_names: Sequence[str] | None = None,
-        request_id: str = "",
-        parameters: Mapping[str, object] | None = None,
-    ) -> dict[str, npt.NDArray[Any]]:
+    def infer_blocking(self, call: ModelCall) -> dict[str, npt.NDArray[Any]]:
         """From an instance thread (never the event loop's): waits for :meth:`infer`."""
         ...
 
-    def infer_stream_blocking(
-        self,
-        model_name: str,
-        model_version: str,
-        inputs: Mapping[str, npt.NDArray[Any]],
-        output_names: Sequence[str] | None = None,
-        request_id: str = "",
-        parameters: Mapping[str, object] | None = None,
-    ) -> Iterator[Streamed]:
+    def infer_stream_blocking(self, call: ModelCall) -> Iterator[Streamed]:
         """From an instance thread: each response of the model (a decoupled one's several), the last final."""
         ...
 

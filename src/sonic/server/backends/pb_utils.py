@@ -27,7 +27,7 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
-from sonic.server.backends.base import ModelCaller
+from sonic.server.backends.base import ModelCall, ModelCaller
 
 # The server's model caller for BLS, bound by the Python backend in each instance's own thread.
 current_caller: contextvars.ContextVar[ModelCaller | None] = contextvars.ContextVar(
@@ -287,6 +287,18 @@ class InferenceRequest:
         """Whether the client went away (decoupled models; other requests are never seen cancelled)."""
         return self._response_sender is not None and bool(self._response_sender.is_cancelled())
 
+    def _model_call(self) -> ModelCall:
+        version = "" if self.model_version < 0 else str(self.model_version)
+        inputs = {tensor.name(): tensor.as_numpy() for tensor in self._inputs}
+        return ModelCall(
+            self.model_name,
+            version,
+            inputs,
+            self._requested or None,
+            self._request_id,
+            self._call_parameters(),
+        )
+
     def _call_parameters(self) -> dict[str, object]:
         """The request parameters of a BLS call, as a client would send them: the custom parameters,
         then the correlation id, the sequence flags and the timeout (so a sequence-batched model called
@@ -329,27 +341,10 @@ class InferenceRequest:
             raise TritonModelException(
                 f"BLS call of model '{self.model_name}': no server to call (only a model's own thread can call)"
             )
-        version = "" if self.model_version < 0 else str(self.model_version)
-        inputs = {tensor.name(): tensor.as_numpy() for tensor in self._inputs}
         if decoupled:
-            stream = caller.infer_stream_blocking(
-                self.model_name,
-                version,
-                inputs,
-                self._requested or None,
-                self._request_id,
-                self._call_parameters(),
-            )
-            return _responses(stream)
+            return _responses(caller.infer_stream_blocking(self._model_call()))
         try:
-            outputs = caller.infer_blocking(
-                self.model_name,
-                version,
-                inputs,
-                self._requested or None,
-                self._request_id,
-                self._call_parameters(),
-            )
+            outputs = caller.infer_blocking(self._model_call())
         except Exception as exc:  # noqa: BLE001  (BLS reports failures in the response, as Triton does)
             return InferenceResponse([], TritonError(str(exc)))
         return InferenceResponse([Tensor(name, array) for name, array in outputs.items()])

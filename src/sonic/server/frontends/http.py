@@ -1,4 +1,4 @@
-"""KServe v2 HTTP/REST frontend on aiohttp's low-level server, sharing the event loop with grpc.aio.
+"""KServe v2 HTTP/REST frontend on aiohttp's low-level server, sharing the event loop with the gRPC front end.
 
 A thin adapter like the gRPC one: route, call the data plane, render JSON, map errors through the one
 status table (bodies are ``{"error": "..."}``). aiohttp's low-level ``web.Server`` is used without

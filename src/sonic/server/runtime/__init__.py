@@ -8,7 +8,9 @@
 - :mod:`.executor`: the loop each instance thread runs: take a batch, execute it, hand the results back;
 - :mod:`.scheduler`: the dynamic batcher tying those together.
 - :mod:`.sequences` / :mod:`.sequence_scheduler`: the sequence batcher (stateful models);
-- :mod:`.ensemble`: the ensemble scheduler, which runs a graph of other models' requests on the loop.
+- :mod:`.ensemble`: the ensemble scheduler, which runs a graph of other models' requests on the loop;
+- :mod:`.ragged`: ragged batching (``batch_input``, ``batch_output``); :mod:`.rate_limiter`: Triton's
+  ``--rate-limit``; :mod:`.responses`: a decoupled request's responses from model threads to the loop.
 
 Nothing here is imported by this file: each module is imported by name.
 """

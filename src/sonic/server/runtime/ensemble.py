@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -32,6 +32,7 @@ import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.errors import InternalError, ModelConfigError, SonicError, UnavailableError
+from sonic.server.backends.base import ModelCall
 from sonic.server.runtime.work import ItemOutputs, WorkItem
 from sonic.server.stats import RequestTiming
 
@@ -45,15 +46,7 @@ _CLIENT_ONLY_PARAMETERS = frozenset({"binary_data_output"})
 class StepCaller(Protocol):
     """Calls a step model of the same server (``sonic.server.calls.ServerModelCaller``)."""
 
-    async def infer(
-        self,
-        model_name: str,
-        model_version: str,
-        inputs: Mapping[str, npt.NDArray[Any]],
-        output_names: Sequence[str] | None = None,
-        request_id: str = "",
-        parameters: Mapping[str, object] | None = None,
-    ) -> dict[str, npt.NDArray[Any]]: ...
+    async def infer(self, call: ModelCall) -> dict[str, npt.NDArray[Any]]: ...
 
 
 # One request's place in its sequence: the events of the request before it (None: first in flight), its own.
@@ -217,12 +210,14 @@ class EnsemblePlan:
                 own[step.index].set()  # the caller below reaches the step's queue before a waiter runs
             try:
                 outputs = await caller.infer(
-                    step.model_name,
-                    step.model_version,
-                    step_inputs,
-                    list(step.output_map),
-                    request_id,
-                    forwarded,
+                    ModelCall(
+                        step.model_name,
+                        step.model_version,
+                        step_inputs,
+                        list(step.output_map),
+                        request_id,
+                        forwarded,
+                    )
                 )
             except SonicError as exc:
                 raise type(exc)(f"{step.describe(self.name)}: {exc}") from None
