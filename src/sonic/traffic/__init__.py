@@ -3,5 +3,6 @@
 
 :mod:`.schema` is the file format (columns, their meaning, reading a directory back); :mod:`.writer`
 the server's recorder (off the event loop, bounded, rotating). Both import ``pyarrow`` (the ``parquet``
-extra): the server imports them only when recording is asked for.
+extra): the server imports them only when recording is asked for. :mod:`.config` (what to record) and
+:mod:`.signatures` (input signatures by number, so a waiting record holds no nested tuple) do not.
 """
