@@ -89,7 +89,12 @@ def main() -> None:
         for server in servers.values():
             server.stop()
     summary: dict[str, Any] = {}
-    for key in ("requests_per_s", "loop_us_per_request", "other_threads_us_per_request"):
+    for key in (
+        "requests_per_s",
+        "server_cpu_us_per_request",
+        "loop_us_per_request",
+        "other_threads_us_per_request",
+    ):
         per_round = []
         for round_index in range(args.rounds):
             on, off = (
@@ -100,10 +105,12 @@ def main() -> None:
         summary[f"{key} on/off"] = {
             "rounds": [round(x, 3) for x in per_round],
             "median": statistics.median(per_round),
+            "min": min(per_round),
+            "max": max(per_round),
         }
     for variant in ("off", "on"):
         mine = [r for r in rows if r["variant"] == variant]
-        for key in ("loop_us_per_request", "other_threads_us_per_request"):
+        for key in ("server_cpu_us_per_request", "loop_us_per_request", "other_threads_us_per_request"):
             summary[f"{variant} {key} median"] = statistics.median(float(r[key]) for r in mine)
     print(summary)
     print(f"saved {save('traffic_overhead', {'rows': rows, 'summary': summary})}")

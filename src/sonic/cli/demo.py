@@ -48,6 +48,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--streams", type=int, default=None, help="event streams per job (protodune, miniaod)"
     )
+    parser.add_argument(
+        "--traffic-log",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the server records every request it sees (sonic serve --traffic-log DIR): "
+        "replay with sonic perf --replay DIR, tune with sonic analyze --traffic DIR",
+    )
     group = parser.add_argument_group("protodune")
     group.add_argument("--events", type=int, default=None, help="events (default 4)")
     group.add_argument(
@@ -131,7 +139,9 @@ def _run(args: argparse.Namespace, out: Path, log_path: Path) -> int:
     work = CpuWork.calibrate()
     print("no GPU here: the server runs the models on this machine's CPU")
     results: dict[str, Any] = {}
-    with ServerProcess.start([repository], log_path=out / "server.log") as server:
+    # The trace is complete once the server has stopped (its last file is renamed at shutdown).
+    traffic = ("--traffic-log", str(args.traffic_log)) if args.traffic_log is not None else ()
+    with ServerProcess.start([repository], extra_args=traffic, log_path=out / "server.log") as server:
         print(f"server ready at {server.grpc_address} (pid {server.pid})")
         if "protodune" in selected:
             results["protodune"] = protodune.run(pd, repository, server.grpc_address, out, work)
@@ -153,6 +163,8 @@ def _run(args: argparse.Namespace, out: Path, log_path: Path) -> int:
         screen.print(f"plot:   {path}")
     screen.print(f"report: {page.resolve()}  (one HTML file, plots inside; open it in a browser)")
     screen.print(f"data:   {out / 'summary.json'}; log: {log_path}")
+    if args.traffic_log is not None:
+        screen.print(f"traffic: {args.traffic_log} (sonic perf --replay, sonic analyze --traffic)")
     verdict = "OK" if identical else "OUTPUTS DIFFER between direct and service"
     screen.print(f"demo: {verdict} ({results['wall_s']:.0f} s)")
     return 0 if identical else 1

@@ -1,4 +1,6 @@
-"""What the demonstrators share: model repositories, tables, output comparison, plots."""
+"""What the demonstrators share: model repositories, the preamble of a run (the models timed directly on
+this CPU, the emulated rest of the event sized from it, the service client), tables, output comparison,
+plots."""
 
 from __future__ import annotations
 
@@ -16,8 +18,9 @@ from typing import Any
 import numpy as np
 from google.protobuf import text_format
 
+from sonic.client.config import ClientConfig
 from sonic.protocol.model_config import CONFIG_FILENAME, load_config_file
-from sonic.workflow import CpuModule, CpuWork, Event
+from sonic.workflow import CpuModule, CpuWork, Event, ServiceInference
 
 NO_BATCHING_SUFFIX = "_nobatch"
 
@@ -55,6 +58,25 @@ def build_models(
                     shutil.copy2(item, copy)
         (target / CONFIG_FILENAME).write_text(text_format.MessageToString(config))
     return repository
+
+
+def calibrate(
+    call: Callable[[], object], *, configured_s: float | None, per_ml: float, repeats: int = 1
+) -> tuple[float, float]:
+    """The preamble of every demonstrator: seconds per ``call`` (the event's models, run directly on this
+    CPU; one untimed call first, which builds the runtime for these shapes, then the mean of
+    ``repeats``), and the emulated rest of the event: ``configured_s``, else ``per_ml`` times that."""
+    call()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        call()
+    ml_s = (time.perf_counter() - start) / repeats
+    return ml_s, configured_s if configured_s is not None else per_ml * ml_s
+
+
+def service(address: str) -> ServiceInference:
+    """Service inference through ``sonic.client`` against the demo's one server."""
+    return ServiceInference(ClientConfig(servers=(address,)))
 
 
 def measure_rtt_s(address: str, calls: int = 30) -> float:

@@ -23,7 +23,15 @@ import numpy.typing as npt
 
 from sonic.client.config import ClientConfig
 from sonic.demos import projection
-from sonic.demos.common import NO_BATCHING_SUFFIX, EmulatedWork, compare_outputs, plot, table
+from sonic.demos.common import (
+    NO_BATCHING_SUFFIX,
+    EmulatedWork,
+    calibrate,
+    compare_outputs,
+    plot,
+    service,
+    table,
+)
 from sonic.demos.console import Progress
 from sonic.models.zoo.facile import make_inputs
 from sonic.perf import scaling
@@ -35,7 +43,6 @@ from sonic.workflow import (
     OutputCollector,
     RunReport,
     Scheduler,
-    ServiceInference,
     SonicModule,
     SyntheticSource,
 )
@@ -142,17 +149,14 @@ def run(config: HltConfig, repository: Path, server_address: str, out: Path, wor
           f"{config.rechits} channels per event")  # fmt: skip
     with DirectInference([repository]) as direct:
         sample = make_inputs(config.rechits, np.random.default_rng(5))
-        direct.infer(MODEL, sample)
-        start = time.perf_counter()
-        for _ in range(5):
-            direct.infer(MODEL, sample)
-        facile_s = (time.perf_counter() - start) / 5
-        rest_s = config.rest_s if config.rest_s is not None else REST_PER_FACILE * facile_s
+        facile_s, rest_s = calibrate(
+            lambda: direct.infer(MODEL, sample), configured_s=config.rest_s, per_ml=REST_PER_FACILE, repeats=5
+        )
         print(f"FACILE on this CPU: {facile_s * 1e3:.2f} ms/event -> rest of HLT {rest_s * 1e3:.1f} ms/event")
         direct_report, reference = _single(direct, MODEL, config, work, rest_s)
     client = ClientConfig(servers=(server_address,))
-    with ServiceInference(client) as service:
-        service_report, outputs = _single(service, MODEL, config, work, rest_s)
+    with service(server_address) as inference:
+        service_report, outputs = _single(inference, MODEL, config, work, rest_s)
     same = compare_outputs(reference, outputs)
     sweep: dict[str, list[dict[str, float]]] = {}
     threads = math.ceil(max(config.clients) / config.dask.workers)

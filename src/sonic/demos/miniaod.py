@@ -8,7 +8,6 @@ Reported: time per event and the fraction of it in inference, direct vs service.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,8 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sonic.client.config import ClientConfig
-from sonic.demos.common import EmulatedWork, compare_outputs, plot, table
+from sonic.demos.common import EmulatedWork, calibrate, compare_outputs, plot, service, table
 from sonic.demos.console import Progress
 from sonic.models.zoo import registry
 from sonic.workflow import (
@@ -30,7 +28,6 @@ from sonic.workflow import (
     OutputCollector,
     RunReport,
     Scheduler,
-    ServiceInference,
     SonicModule,
     SyntheticSource,
 )
@@ -122,21 +119,20 @@ def run(
         direct.load(*MODELS)
         sample = next(iter(SyntheticSource(make_event, 1, seed=77)))
         modules = [ModelModule(m) for m in MODELS]
-        for module in modules:  # warm-up
-            direct.infer(module.model, module.acquire(sample))
-        start = time.perf_counter()
-        for module in modules:
-            direct.infer(module.model, module.acquire(sample))
-        ml_s = time.perf_counter() - start
-        rest_s = (
-            config.rest_s if config.rest_s is not None else ml_s * (1 - SEED_ML_FRACTION) / SEED_ML_FRACTION
-        )
+
+        def one_event() -> None:
+            for module in modules:
+                direct.infer(module.model, module.acquire(sample))
+
+        # The rest is sized so the four models are the seed's fraction of the event.
+        per_ml = (1 - SEED_ML_FRACTION) / SEED_ML_FRACTION
+        ml_s, rest_s = calibrate(one_event, configured_s=config.rest_s, per_ml=per_ml)
         print(
             f"4 models on this CPU: {ml_s * 1e3:.1f} ms/event -> rest of MiniAOD {rest_s * 1e3:.0f} ms/event"
         )
         direct_report, reference = _run(config, direct, work, rest_s)
-    with ServiceInference(ClientConfig(servers=(server_address,))) as service:
-        service_report, outputs = _run(config, service, work, rest_s)
+    with service(server_address) as inference:
+        service_report, outputs = _run(config, inference, work, rest_s)
     same = compare_outputs(reference, outputs)
     results = {"direct": _fractions(direct_report), "service": _fractions(service_report)}
     rows = [

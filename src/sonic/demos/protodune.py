@@ -14,7 +14,6 @@ gRPC call), server compute (the server's executions, each counted once, per even
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,14 +22,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sonic.client.config import ClientConfig
 from sonic.demos import projection
 from sonic.demos.common import (
     NO_BATCHING_SUFFIX,
     EmulatedWork,
+    calibrate,
     compare_outputs,
     measure_rtt_s,
     plot,
+    service,
     table,
 )
 from sonic.demos.console import Progress
@@ -43,7 +43,6 @@ from sonic.workflow import (
     OutputCollector,
     RunReport,
     Scheduler,
-    ServiceInference,
     SonicModule,
     SyntheticSource,
 )
@@ -158,26 +157,24 @@ def run(
         event = next(iter(calibration))
         patches = cut_patches(event.get("image"), event.get("hit_wire"), event.get("hit_tick"))
         big = max(config.batch_sizes)
-        timings = []
-        for _ in range(2):  # the first pass warms up the runtime for these shapes
-            start = time.perf_counter()
+
+        def one_event() -> None:
             for first in range(0, config.patches, big):
                 direct.infer(MODEL, {"main_input": patches[first : first + big]})
-            timings.append(time.perf_counter() - start)
-        ml_cpu_s = timings[-1]
-        non_ml_s = config.non_ml_s if config.non_ml_s is not None else NON_ML_PER_ML * ml_cpu_s
+
+        ml_cpu_s, non_ml_s = calibrate(one_event, configured_s=config.non_ml_s, per_ml=NON_ML_PER_ML)
         print(f"ML on this CPU: {ml_cpu_s:.3f} s/event -> emulated non-ML work {non_ml_s:.3f} s/event")
         direct_report, reference = _run(config, direct, MODEL, big, work, non_ml_s)
     written = _write_outputs(out / "protodune", reference)
     rtt_s = measure_rtt_s(server_address)
     runs: dict[str, Any] = {"direct": {"batch": big, "dynamic_batching": True, "report": direct_report}}
     comparisons: dict[str, Any] = {}
-    with ServiceInference(ClientConfig(servers=(server_address,))) as service:
+    with service(server_address) as inference:
         for batch in config.batch_sizes:
             for dynamic in config.dynamic_batching:
                 model = MODEL if dynamic else MODEL + NO_BATCHING_SUFFIX
                 name = f"service b{batch} {'dyn' if dynamic else 'nodyn'}"
-                report, outputs = _run(config, service, model, batch, work, non_ml_s)
+                report, outputs = _run(config, inference, model, batch, work, non_ml_s)
                 runs[name] = {"batch": batch, "dynamic_batching": dynamic, "report": report, "model": model}
                 comparisons[name] = compare_outputs(reference, outputs)
     rows, results = [], {}

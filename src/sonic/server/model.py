@@ -265,7 +265,14 @@ class ModelVersion:
                 keep = traffic.wants_contents()
                 traffic.record(
                     request_row(
-                        request, self.version, item.batch_size, None, elapsed, error=exc, keep_contents=keep
+                        request,
+                        self.version,
+                        item.batch_size,
+                        None,
+                        elapsed,
+                        error=exc,
+                        keep_contents=keep,
+                        signatures=traffic.signatures,
                     )
                 )
             raise
@@ -286,7 +293,14 @@ class ModelVersion:
             arrays = [tensor.array for tensor in tensors]
             traffic.record(
                 request_row(
-                    request, self.version, item.batch_size, timing, elapsed, arrays, keep_contents=keep
+                    request,
+                    self.version,
+                    item.batch_size,
+                    timing,
+                    elapsed,
+                    arrays,
+                    keep_contents=keep,
+                    signatures=traffic.signatures,
                 )
             )
         return InferResponse(self.name, str(self.version), request.request_id, tensors)

@@ -6,6 +6,8 @@ only for the requests the recorder samples.
 
 from __future__ import annotations
 
+import functools
+import gc
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -17,6 +19,7 @@ from sonic.protocol.errors import SonicError
 from sonic.protocol.types import InferRequest, InputTensor
 from sonic.server.stats import RequestTiming
 from sonic.traffic.config import TrafficLogConfig
+from sonic.traffic.signatures import Signatures
 
 Pending = tuple[Any, ...]  # request_row's record, PENDING_FIELDS; made a table by traffic_table
 
@@ -25,6 +28,7 @@ class TrafficRecorder(Protocol):
     """What the server needs of the recorder (:class:`sonic.traffic.writer.TrafficLog`)."""
 
     enabled: bool
+    signatures: Signatures  # numbers the input signatures of the records it is handed
 
     def start(self) -> None: ...
 
@@ -42,7 +46,17 @@ def open_traffic_log(config: TrafficLogConfig | None) -> TrafficRecorder | None:
     from sonic.server.traffic_table import pending_to_table  # noqa: PLC0415  (pyarrow, as above)
     from sonic.traffic.writer import TrafficLog  # noqa: PLC0415  (pyarrow, only when recording)
 
-    return TrafficLog(config, pending_to_table)
+    signatures = Signatures()
+    recorder = TrafficLog(config, functools.partial(pending_to_table, signatures=signatures), signatures)
+    # pyarrow imports pandas on its first conversion (0.2 s, ~26,000 objects): here, before the server
+    # serves, not on the writer thread (holding the GIL) while it does. Then what is alive now — modules
+    # and configuration; the server calls this before it loads any model — is moved out of the garbage
+    # collector's reach: its full passes, ~300 ms each with pyarrow and pandas in the heap under load,
+    # walked it every time (docs/benchmarks.md, 2026-11-25). Nothing frozen here is ever garbage.
+    warm_up = InferRequest("warm-up", "", [InputTensor("X", "FP32", (1,), raw=bytes(4))])
+    pending_to_table([request_row(warm_up, 0, 1, None, 0)])
+    gc.freeze()
+    return recorder
 
 
 def _nbytes(tensor: InputTensor) -> int:
@@ -81,16 +95,19 @@ def request_row(
     error: BaseException | None = None,
     *,
     keep_contents: bool = False,
+    signatures: Signatures | None = None,
 ) -> Pending:
     """What the event loop keeps of a request: scalars in :data:`PENDING_FIELDS` order, the input
     signature (names, datatypes and shapes: repeated request after request, converted once per flush by
-    :mod:`.traffic_table`) and the sampled contents; no reference to a tensor."""
+    :mod:`.traffic_table`) and the sampled contents; no reference to a tensor. With ``signatures`` the
+    signature is its number there, so the record holds no nested tuple (why: :mod:`sonic.traffic.signatures`)."""
     status = "OK"
     if error is not None:
         status = error.code.name if isinstance(error, SonicError) else "CANCELLED"
     parameters = request.parameters
     sequence_id = parameters.get("sequence_id", "")
     timing = timing or _NO_TIMING
+    signature = tuple((t.name, t.datatype, t.shape) for t in request.inputs)
     return (
         time.time_ns() - total_ns,
         request.model_name,
@@ -98,7 +115,7 @@ def request_row(
         request.request_id,
         status,
         batch_size,
-        tuple((t.name, t.datatype, t.shape) for t in request.inputs),
+        signature if signatures is None else signatures.number(signature),
         sum(_nbytes(t) for t in request.inputs),
         sum(_array_bytes(a) for a in outputs),
         "" if sequence_id in ("", 0) else str(sequence_id),

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from sonic.server.traffic_rows import PENDING_FIELDS, Pending
 from sonic.traffic.schema import COLUMN_NAMES, arrow_schema
+from sonic.traffic.signatures import Signatures
 
 _AT = {name: index for index, name in enumerate(PENDING_FIELDS)}
 # The recorder finds a record's model and contents where it finds a row's (sonic.traffic.writer).
@@ -45,10 +46,12 @@ def _signature_columns(signatures: Sequence[Any]) -> dict[str, pa.Array]:
     }
 
 
-def pending_to_table(records: Sequence[Pending]) -> pa.Table:
+def pending_to_table(records: Sequence[Pending], signatures: Signatures | None = None) -> pa.Table:
+    """``signatures``: where the records' signature numbers are (None: records carry the signatures)."""
     schema = arrow_schema()
     fields = list(zip(*records, strict=True))
-    columns = _signature_columns(fields[_AT["signature"]])
+    found = fields[_AT["signature"]]
+    columns = _signature_columns(found if signatures is None else [signatures.resolve(s) for s in found])
     for field in schema:
         if field.name in columns:
             continue

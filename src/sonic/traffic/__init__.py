@@ -4,5 +4,6 @@
 :mod:`.schema` is the file format (columns, their meaning, reading a directory back); :mod:`.writer`
 the server's recorder (off the event loop, bounded, rotating). Both import ``pyarrow`` (the ``parquet``
 extra): the server imports them only when recording is asked for. :mod:`.config` (what to record, how
-much) does not, so the server's configuration can name it.
+much) and :mod:`.signatures` (input signatures by number, so a waiting record holds no nested tuple) do
+not, so the server's configuration can name them.
 """

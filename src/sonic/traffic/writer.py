@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from sonic.traffic.config import TrafficLogConfig
 from sonic.traffic.schema import COLUMNS, PARTIAL_SUFFIX, SUFFIX, arrow_schema
+from sonic.traffic.signatures import Signatures
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +63,17 @@ class TrafficLog:
     """Records rows (see :mod:`.schema`) to rotating Parquet files, one folder per model."""
 
     def __init__(
-        self, config: TrafficLogConfig, to_table: Callable[[list[tuple[Any, ...]]], pa.Table] | None = None
+        self,
+        config: TrafficLogConfig,
+        to_table: Callable[[list[tuple[Any, ...]]], pa.Table] | None = None,
+        signatures: Signatures | None = None,
     ) -> None:
         """``to_table``: makes the schema's table of what :meth:`record` was given, on the writer thread
-        (the event loop then hands over only small values); None: records are rows of the schema."""
+        (the event loop then hands over only small values); None: records are rows of the schema.
+        ``signatures``: the numbers ``to_table`` reads the records' input signatures from."""
         self.config = config
         self._to_table = to_table or _rows_to_table
+        self.signatures = signatures or Signatures()
         self.enabled = config.enabled
         self._pending: collections.deque[Row] = collections.deque()
         self._contents_bytes = 0
