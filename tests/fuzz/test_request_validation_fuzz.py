@@ -26,7 +26,7 @@ from sonic.protocol.errors import SonicError
 from sonic.protocol.types import InferRequest
 from sonic.server.config import ServerConfig
 from sonic.server.manager import ModelManager
-from sonic.server.runtime.work import WorkItem
+from sonic.server.work import WorkItem
 from sonic.testing.fuzz import mutated, one_in, run_bounded
 
 PEAK_BYTES = 4 << 20

@@ -22,7 +22,7 @@ from sonic.protocol.errors import FailedPreconditionError
 from sonic.protocol.types import InferRequest, InputTensor, check_parameters
 from sonic.server.decoupled import DecoupledCall
 from sonic.server.model import ModelVersion
-from sonic.server.runtime.responses import Streamed
+from sonic.server.responses import Streamed
 
 
 def _request(

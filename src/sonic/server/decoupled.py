@@ -3,7 +3,7 @@
 A decoupled model's request goes through the model's scheduler like any other (validation, queues,
 dynamic batching, an instance thread); the scheduler's answer only says that ``execute`` returned and
 the instance is free again. The responses come through the request's
-:class:`~sonic.server.runtime.responses.ResponseChannel`, during ``execute`` or later, from the model's
+:class:`~sonic.server.responses.ResponseChannel`, during ``execute`` or later, from the model's
 own threads, until the final flag. Used by ``ModelStreamInfer`` (:mod:`.frontends.grpc_methods`) and by
 BLS ``exec(decoupled=True)`` (:mod:`.calls_decoupled`).
 """
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from sonic.protocol.errors import InternalError, SonicError
 from sonic.protocol.types import InferRequest, InferResponse, OutputTensor
 from sonic.server.model import ModelVersion, failure_reason
-from sonic.server.runtime.responses import DEFAULT_MAX_QUEUED_RESPONSES, ResponseChannel, Streamed
-from sonic.server.runtime.work import ItemState, WorkItem
+from sonic.server.responses import DEFAULT_MAX_QUEUED_RESPONSES, ResponseChannel, Streamed
+from sonic.server.work import ItemState, WorkItem
 
 
 @dataclass(frozen=True, slots=True)

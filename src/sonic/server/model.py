@@ -32,9 +32,9 @@ from sonic.server.runtime.ragged import RaggedPlan
 from sonic.server.runtime.scheduler import Scheduler
 from sonic.server.runtime.sequence_scheduler import SequenceScheduler
 from sonic.server.runtime.sequences import SequencePolicy
-from sonic.server.runtime.work import RequestScheduler, WorkItem
 from sonic.server.stats import ModelStats
 from sonic.server.traffic_rows import TrafficRecorder, request_row
+from sonic.server.work import RequestScheduler, WorkItem
 
 
 def failure_reason(exc: BaseException) -> str:

@@ -36,8 +36,8 @@ from tritonclient.grpc import model_config_pb2
 from sonic.protocol.errors import ModelConfigError, quote
 from sonic.protocol.model_config import ModelSpec
 from sonic.server.paths import ModelFiles
-from sonic.server.runtime.responses import ResponseChannel, Streamed
-from sonic.server.runtime.work import RequestScheduler
+from sonic.server.responses import ResponseChannel, Streamed
+from sonic.server.work import RequestScheduler
 
 
 class ModelCaller(Protocol):

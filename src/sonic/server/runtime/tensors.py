@@ -19,7 +19,7 @@ import numpy.typing as npt
 from sonic.protocol.errors import InternalError, SonicError
 from sonic.server.backends.base import Backend, Batch, Request, RequestBackend
 from sonic.server.runtime.ragged import RaggedPlan, merge_inputs, scatter_output
-from sonic.server.runtime.work import ItemOutputs, WorkItem
+from sonic.server.work import ItemOutputs, WorkItem
 
 ALIGN_BYTES = 64  # TensorFlow (Eigen) takes a 64-byte-aligned input without copying it again
 ALIGN_MIN_BYTES = 1 << 16  # below this, aligning costs more (~10 us) than the copy it saves
