@@ -153,7 +153,7 @@ class _Where:
 
 
 def decode_infer_request(
-    body: bytes | bytearray, header_length: int | None, model_name: str, model_version: str, received_ns: int
+    body: bytes | bytearray, header_length: int | None, model_name: str, model_version: str
 ) -> tuple[InferRequest, OutputChoice]:
     header, offset = _parse_header(body, header_length)
     request_id = str(header.get("id", ""))
@@ -181,7 +181,6 @@ def decode_infer_request(
         inputs=inputs,
         request_id=request_id,
         outputs=outputs,
-        received_ns=received_ns,
         parameters=parameters,
         output_shm=output_shm,
     )
