@@ -39,7 +39,9 @@ class WorkItem:
     timeout_us: int = 0
     request_id: str = ""
     output_names: tuple[str, ...] | None = None  # None: every output
-    output_buffers: dict[str, npt.NDArray[Any]] | None = None  # shared memory to run into (alone only)
+    # Where outputs may be run into, as server.shm_request placed them (None: nowhere, never empty);
+    # handed to the backend only when the request runs alone.
+    output_buffers: dict[str, npt.NDArray[Any]] | None = None
     parameters: Mapping[str, object] = field(default_factory=dict)  # the request's parameters, as sent
     # A decoupled model's request: its responses go here; the future only says that execute returned.
     responses: ResponseChannel | None = None

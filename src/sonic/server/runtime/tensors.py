@@ -128,7 +128,7 @@ def merge(
     if len(batch) == 1:
         inputs = batch[0].inputs
         rows = [slice(0, batch[0].batch_size) if batched else slice(None)]
-        return Batch(inputs, output_names, requests, rows, batch[0].output_buffers or None)
+        return Batch(inputs, output_names, requests, rows, batch[0].output_buffers)
     inputs = {name: concatenate([item.inputs[name] for item in batch]) for name in batch[0].inputs}
     return Batch(inputs, output_names, requests, _rows(batch))
 
