@@ -128,7 +128,7 @@ def infer_requests(draw: st.DrawFn) -> bytes:
 
 
 def _decode(data: bytes) -> None:
-    request = decode_infer_request(data, 0)
+    request = decode_infer_request(data)
     for tensor in request.inputs:  # exactly one source of data each
         assert (tensor.raw is not None) + (tensor.array is not None) + (tensor.shm is not None) == 1
 

@@ -140,7 +140,7 @@ def test_infer_request_decode(case: tuple[bytes, int | None]) -> None:
     body, header_length = case
 
     def decode() -> None:
-        request, _ = decode_infer_request(body, header_length, "model", "", 0)
+        request, _ = decode_infer_request(body, header_length, "model", "")
         for tensor in request.inputs:
             if tensor.raw is not None:
                 assert len(tensor.raw) <= len(body)
@@ -151,7 +151,7 @@ def test_infer_request_decode(case: tuple[bytes, int | None]) -> None:
 @given(st.binary(max_size=512), st.none() | st.integers(-4, 600))
 def test_infer_request_decode_of_random_bytes(body: bytes, header_length: int | None) -> None:
     run_bounded(
-        lambda: decode_infer_request(body, header_length, "model", "1", 0),
+        lambda: decode_infer_request(body, header_length, "model", "1"),
         allowed=(SonicError,),
         max_peak_bytes=PEAK_BYTES,
     )

@@ -26,7 +26,7 @@ from sonic.protocol.errors import SonicError
 from sonic.protocol.types import InferRequest
 from sonic.server.config import ServerConfig
 from sonic.server.manager import ModelManager
-from sonic.server.runtime.work import WorkItem
+from sonic.server.work import WorkItem
 from sonic.testing.fuzz import mutated, one_in, run_bounded
 
 PEAK_BYTES = 4 << 20
@@ -122,7 +122,7 @@ def grpc_requests(draw: st.DrawFn) -> bytes:
 @given(grpc_requests())
 def test_grpc_request_against_the_model(served: Served, data: bytes) -> None:
     def decode_and_prepare() -> None:
-        item = served.prepare(grpc_codec.decode_infer_request(data, 0))
+        item = served.prepare(grpc_codec.decode_infer_request(data))
         assert 1 <= item.batch_size <= 1024
         assert item.inputs["INPUT0"].shape == (item.batch_size, FEATURES)
 
@@ -157,7 +157,7 @@ def json_requests(draw: st.DrawFn) -> bytes:
 @given(json_requests(), st.sampled_from(["", "1"]))
 def test_http_request_against_the_model(served: Served, body: bytes, version: str) -> None:
     def decode_and_prepare() -> None:
-        request, _ = http_json.decode_infer_request(body, None, "identity", version, 0)
+        request, _ = http_json.decode_infer_request(body, None, "identity", version)
         item = served.prepare(request)
         assert 1 <= item.batch_size <= 1024
 

@@ -17,8 +17,8 @@ from sonic.server.instance_thread import InstanceThread
 from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.policy import BatchPolicy, QueuePolicy
 from sonic.server.runtime.scheduler import Scheduler
-from sonic.server.runtime.work import WorkItem
 from sonic.server.stats import ModelStats
+from sonic.server.work import WorkItem
 
 pytestmark = pytest.mark.unit
 

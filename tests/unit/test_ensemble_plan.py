@@ -13,7 +13,7 @@ from sonic.protocol.errors import InvalidArgumentError, ModelConfigError
 from sonic.protocol.model_config import parse_config_text
 from sonic.server.backends.base import ModelCall
 from sonic.server.runtime.ensemble import EnsemblePlan, EnsembleScheduler
-from sonic.server.runtime.work import WorkItem
+from sonic.server.work import WorkItem
 
 pytestmark = pytest.mark.unit
 

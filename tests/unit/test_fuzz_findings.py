@@ -53,9 +53,9 @@ def test_bytes_json_data_that_is_a_number_is_refused_not_allocated() -> None:
     for a request of 80 bytes. BYTES elements are strings (or bytes over gRPC), anything else a 400."""
     for element in (2147483648, None, 1.5, {"a": 1}):
         with pytest.raises(InvalidArgumentError, match="BYTES element 0 must be a string"):
-            http_json.decode_infer_request(_json_request("BYTES", [element]), None, "m", "", 0)
+            http_json.decode_infer_request(_json_request("BYTES", [element]), None, "m", "")
     with pytest.raises(InvalidArgumentError, match="must be a list of strings"):
-        http_json.decode_infer_request(_json_request("BYTES", "abc", [3]), None, "m", "", 0)
+        http_json.decode_infer_request(_json_request("BYTES", "abc", [3]), None, "m", "")
 
 
 @pytest.mark.parametrize(
@@ -73,7 +73,7 @@ def test_bytes_json_data_that_is_a_number_is_refused_not_allocated() -> None:
 def test_json_integers_out_of_range_are_a_400(datatype: str, data: object) -> None:
     """Integers past the datatype's range raised OverflowError (answered INTERNAL), or were wrapped."""
     with pytest.raises(InvalidArgumentError, match=r"out of range|finite|not .* values"):
-        http_json.decode_infer_request(_json_request(datatype, data), None, "m", "", 0)
+        http_json.decode_infer_request(_json_request(datatype, data), None, "m", "")
 
 
 def test_typed_grpc_contents_out_of_range_are_a_400() -> None:
@@ -81,14 +81,14 @@ def test_typed_grpc_contents_out_of_range_are_a_400() -> None:
     request = service_pb2.ModelInferRequest(model_name="m")
     request.inputs.add(name="x", datatype="INT8", shape=[1]).contents.int_contents.append(300)
     with pytest.raises(InvalidArgumentError, match="value 300 is out of range for INT8"):
-        grpc_codec.decode_infer_request(request.SerializeToString(), 0)
+        grpc_codec.decode_infer_request(request.SerializeToString())
 
 
 def test_json_integers_in_range_still_decode() -> None:
-    request, _ = http_json.decode_infer_request(_json_request("UINT64", [2**64 - 1]), None, "m", "", 0)
+    request, _ = http_json.decode_infer_request(_json_request("UINT64", [2**64 - 1]), None, "m", "")
     assert request.inputs[0].array is not None
     assert int(request.inputs[0].array[0]) == 2**64 - 1
-    request, _ = http_json.decode_infer_request(_json_request("INT8", [[-128, 127]], [2]), None, "m", "", 0)
+    request, _ = http_json.decode_infer_request(_json_request("INT8", [[-128, 127]], [2]), None, "m", "")
     assert request.inputs[0].array is not None
     assert request.inputs[0].array.tolist() == [-128, 127]
 
@@ -168,13 +168,13 @@ def test_json_integers_mixed_with_other_values_are_range_checked() -> None:
     """``[2147483648, null]`` for UINT8 made an object array, which the range check skipped: numpy
     wrapped the value (a DeprecationWarning). Each integer of such data is checked now."""
     with pytest.raises(InvalidArgumentError, match="value 2147483648 is out of range for UINT8"):
-        http_json.decode_infer_request(_json_request("UINT8", [2147483648, None], [2]), None, "m", "", 0)
+        http_json.decode_infer_request(_json_request("UINT8", [2147483648, None], [2]), None, "m", "")
 
 
 def test_json_floats_past_fp32_become_infinities_as_in_triton() -> None:
     """``1e300`` for FP32 raised numpy's RuntimeWarning (overflow in cast) on the way to inf; Triton's C++
     cast gives inf silently, and so does sonic now (no warning: an error where warnings are errors)."""
-    request, _ = http_json.decode_infer_request(_json_request("FP32", [1e300, -1e300], [2]), None, "m", "", 0)
+    request, _ = http_json.decode_infer_request(_json_request("FP32", [1e300, -1e300], [2]), None, "m", "")
     assert request.inputs[0].array is not None
     assert request.inputs[0].array.tolist() == [float("inf"), float("-inf")]
 

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.unit
 
 def _round_trip(request: WireRequest):  # type: ignore[no-untyped-def]
     head, tail = encode_request(request)
-    return decode_infer_request(b"".join([head.SerializeToString(), *tail]), received_ns=7)
+    return decode_infer_request(b"".join([head.SerializeToString(), *tail]))
 
 
 def test_request_round_trip_with_parameters() -> None:
@@ -36,12 +36,7 @@ def test_request_round_trip_with_parameters() -> None:
         parameters={**parameters, "note": "text"},
     )
     decoded = _round_trip(request)
-    assert (decoded.model_name, decoded.model_version, decoded.request_id, decoded.received_ns) == (
-        "m",
-        "3",
-        "id-1",
-        7,
-    )
+    assert (decoded.model_name, decoded.model_version, decoded.request_id) == ("m", "3", "id-1")
     assert decoded.parameters == {**parameters, "note": "text"}
     assert (decoded.priority, decoded.timeout_us) == (2, 100)
     assert decoded.outputs == ["OUT"]
@@ -77,4 +72,4 @@ def test_typed_contents_with_a_negative_dimension_is_invalid_argument() -> None:
     tensor = request.inputs.add(name="TEXT", datatype="BYTES", shape=[-1])
     tensor.contents.bytes_contents.append(b"a")
     with pytest.raises(InvalidArgumentError, match=r"shape \[-1\] has a negative dimension"):
-        decode_infer_request(request.SerializeToString(), 0)
+        decode_infer_request(request.SerializeToString())

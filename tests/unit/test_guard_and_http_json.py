@@ -98,7 +98,7 @@ def test_decode_binary_inputs_are_views() -> None:
         "outputs": [{"name": "Y", "parameters": {"binary_data": False}}, {"name": "Z"}],
     }
     body, length = _binary_body(header, a.tobytes())
-    request, choice = decode_infer_request(body, length, "m", "", 0)
+    request, choice = decode_infer_request(body, length, "m", "")
     assert request.request_id == "r7"
     assert request.priority == 2
     assert isinstance(request.inputs[0].raw, memoryview)
@@ -127,7 +127,7 @@ def test_decode_binary_inputs_are_views() -> None:
 def test_decode_errors(header: dict[str, object], tail: bytes, length_delta: int, fragment: str) -> None:
     body, length = _binary_body(header, tail)
     with pytest.raises(InvalidArgumentError, match=fragment):
-        decode_infer_request(body, length + length_delta, "m", "", 0)
+        decode_infer_request(body, length + length_delta, "m", "")
 
 
 def test_encode_mixed_outputs() -> None:

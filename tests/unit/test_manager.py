@@ -24,8 +24,8 @@ from sonic.server.manager import ModelManager
 from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.policy import BatchPolicy
 from sonic.server.runtime.scheduler import Scheduler
-from sonic.server.runtime.work import WorkItem
 from sonic.server.stats import ModelStats
+from sonic.server.work import WorkItem
 
 pytestmark = pytest.mark.unit
 

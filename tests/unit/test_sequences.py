@@ -21,7 +21,7 @@ from sonic.server.runtime.sequences import (
     control_tensors,
     state_tensors,
 )
-from sonic.server.runtime.work import WorkItem
+from sonic.server.work import WorkItem
 
 MS = 1_000_000
 

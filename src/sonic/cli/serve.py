@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sonic.cli.serve_security import add_security_arguments, security_from_args
@@ -197,29 +198,40 @@ def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None
     return factory
 
 
-def run(args: argparse.Namespace) -> int:
+class _StartupError(Exception):
+    """What stops ``sonic serve`` before it serves: reported once, by :func:`run`, with exit status 2."""
+
+
+@contextlib.contextmanager
+def _refused(*kinds: type[Exception], what: str = "") -> Iterator[None]:
+    """A start-up step whose ``kinds`` of failure are the user's to fix: one line, no traceback."""
     try:
+        yield
+    except kinds as exc:
+        raise _StartupError(f"{what}{exc}") from exc
+
+
+def _startup(args: argparse.Namespace) -> tuple[ServerConfig, Callable[[], asyncio.AbstractEventLoop] | None]:
+    """Logging, Triton's flags, the configuration and the event loop, in that order."""
+    with _refused(OSError, what="--log-file: "):
         if args.triton_log_file:  # first: as Triton's, every record goes there, the flag notices too
             configure_logging(args.log_level, args.log_format, Path(args.triton_log_file))
-    except OSError as exc:
-        print(f"sonic serve: --log-file: {exc}", file=sys.stderr)
-        return 2
-    try:
+    with _refused(ValueError):
         triton = apply_triton_flags(args, log)
-    except ValueError as exc:
-        print(f"sonic serve: {exc}", file=sys.stderr)
-        return 2
     if args.serve_log_format is not None or triton.log_level is not None or triton.log_file is not None:
         log_format = "json" if args.serve_log_format == "json" else args.log_format
         configure_logging(triton.log_level or args.log_level, log_format, triton.log_file)
-    try:
+    with _refused(ValueError, OSError, argparse.ArgumentTypeError):
         config = config_from_args(args, triton)
-    except (ValueError, OSError, argparse.ArgumentTypeError) as exc:
-        print(f"sonic serve: {exc}", file=sys.stderr)
-        return 2
-    try:
+    with _refused(ImportError):
         loop_factory = _loop_factory(args.loop)
-    except ImportError as exc:
+    return config, loop_factory
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config, loop_factory = _startup(args)
+    except _StartupError as exc:
         print(f"sonic serve: {exc}", file=sys.stderr)
         return 2
     try:

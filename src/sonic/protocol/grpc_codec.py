@@ -147,7 +147,7 @@ class _ModelName:
         return f"model {quote(self._name)}"
 
 
-def decode_infer_request(data: bytes | bytearray | memoryview, received_ns: int) -> InferRequest:
+def decode_infer_request(data: bytes | bytearray | memoryview) -> InferRequest:
     """A serialized ``ModelInferRequest`` as our request type, tensor bytes left in place."""
     rest, raw = split_raw_contents(data)
     try:
@@ -194,7 +194,6 @@ def decode_infer_request(data: bytes | bytearray | memoryview, received_ns: int)
         inputs=inputs,
         request_id=head.id,
         outputs=[o.name for o in head.outputs] or None,
-        received_ns=received_ns,
         parameters=parameters_from_proto(head.parameters, str(model)) if head.parameters else {},
         output_shm={
             o.name: ref

@@ -134,131 +134,151 @@ def _shm_ref(parameters: dict[str, Any], where: str) -> ShmRef | None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Where:
+    """The one prefix of every error about a request: its id (when it has one) and the model, then the tensor."""
+
+    model: str  # "[request id: ...] model 'name'"
+
+    @classmethod
+    def of(cls, request_id: str, model_name: str) -> _Where:
+        rid = f"[request id: {clip(request_id)}] " if request_id else ""
+        return cls(f"{rid}model {quote(model_name)}")
+
+    def input(self, name: str) -> str:
+        return f"{self.model} input {quote(name)}"
+
+    def output(self, name: str) -> str:
+        return f"{self.model} output {quote(name)}"
+
+
 def decode_infer_request(
-    body: bytes | bytearray, header_length: int | None, model_name: str, model_version: str, received_ns: int
+    body: bytes | bytearray, header_length: int | None, model_name: str, model_version: str
 ) -> tuple[InferRequest, OutputChoice]:
     header, offset = _parse_header(body, header_length)
-    view = memoryview(body)
     request_id = str(header.get("id", ""))
-    rid = f"[request id: {clip(request_id)}] " if request_id else ""
+    where = _Where.of(request_id, model_name)
     parameters = header.get("parameters") or {}
     if not isinstance(parameters, dict):
-        raise InvalidArgumentError(f"{rid}model {quote(model_name)}: 'parameters' must be an object")
-    check_parameters(parameters, f"{rid}model {quote(model_name)}")
+        raise InvalidArgumentError(f"{where.model}: 'parameters' must be an object")
+    check_parameters(parameters, where.model)
     raw_inputs = header.get("inputs")
     if not isinstance(raw_inputs, list):
-        raise InvalidArgumentError(f"{rid}model {quote(model_name)}: the request has no 'inputs' list")
+        raise InvalidArgumentError(f"{where.model}: the request has no 'inputs' list")
+    view = memoryview(body)
     inputs: list[InputTensor] = []
     for item in raw_inputs:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise InvalidArgumentError(f"{rid}model {quote(model_name)}: every input needs a 'name'")
-        name = item["name"]
-        where = f"{rid}model {quote(model_name)} input {quote(name)}"
-        shape_list = item.get("shape")
-        if not isinstance(shape_list, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) for d in shape_list
-        ):
-            raise InvalidArgumentError(f"{where}: 'shape' must be a list of integers, got {shape_list!r}")
-        shape = tuple(shape_list)
-        datatype_name = item.get("datatype")
-        if not isinstance(datatype_name, str):
-            raise InvalidArgumentError(f"{where}: 'datatype' is missing")
-        input_parameters = item.get("parameters") or {}
-        if not isinstance(input_parameters, dict):
-            raise InvalidArgumentError(f"{where}: 'parameters' must be an object")
-        given = [
-            field
-            for field, present in (
-                ("data", "data" in item),
-                ("binary_data_size", "binary_data_size" in input_parameters),
-                ("shared_memory_region", "shared_memory_region" in input_parameters),
-            )
-            if present
-        ]
-        if len(given) > 1:  # Triton's words, checked where Triton checks it: before the data is read
-            raise InvalidArgumentError(
-                f"{where}: Input must set only one of the following fields: 'data', 'binary_data_size' in "
-                f"'parameters', 'shared_memory_region' in 'parameters'. But set "
-                + " ".join(quote(field) for field in given)
-            )
-        shm = _shm_ref(input_parameters, where)
-        if shm is not None:
-            inputs.append(InputTensor(name, datatype_name, shape, shm=shm))
-            continue
-        if "binary_data_size" in input_parameters:
-            size = _int_parameter(input_parameters, "binary_data_size", where)
-            if size < 0 or offset + size > len(body):
-                raise InvalidArgumentError(
-                    f"{where}: binary_data_size {size} runs past the end of the request body "
-                    f"({len(body) - offset} bytes of binary data left)"
-                )
-            inputs.append(InputTensor(name, datatype_name, shape, raw=view[offset : offset + size]))
-            offset += size
-            continue
-        if "data" not in item:
-            raise InvalidArgumentError(f"{where}: neither 'data' nor parameters.binary_data_size")
-        datatype = dtypes.from_name(datatype_name)
-        data = item["data"]
-        if datatype.name != "BYTES" and isinstance(data, list) and data and isinstance(data[0], list):
-            try:
-                data = np.asarray(data)  # nested lists: let numpy flatten them (typed, checked, later)
-            except (ValueError, TypeError, OverflowError) as exc:
-                raise InvalidArgumentError(f"{where}: 'data' is not a regular nested list: {exc}") from None
-        elif datatype.name == "BYTES" and isinstance(data, list):
-            try:
-                data = np.asarray(data, dtype=np.object_).reshape(-1)
-            except (ValueError, TypeError) as exc:
-                raise InvalidArgumentError(f"{where}: 'data' is not a regular nested list: {exc}") from None
-        inputs.append(
-            InputTensor(
-                name, datatype_name, shape, array=dtypes.array_from_contents(data, datatype, shape, where)
-            )
-        )
+        tensor, offset = _decode_input(item, view, offset, where)
+        inputs.append(tensor)
     if offset != len(body):
         raise InvalidArgumentError(
-            f"{rid}model {quote(model_name)}: {len(body) - offset} bytes of binary data left over after the inputs"
+            f"{where.model}: {len(body) - offset} bytes of binary data left over after the inputs"
         )
-    binary_default = parameters.get("binary_data_output", False)
-    binary: dict[str, bool] = {}
-    output_shm: dict[str, ShmRef] = {}
-    outputs: list[str] | None = None
-    raw_outputs = header.get("outputs")
-    if raw_outputs is not None:
-        if not isinstance(raw_outputs, list):
-            raise InvalidArgumentError(f"{rid}model {quote(model_name)}: 'outputs' must be a list")
-        outputs = []
-        for item in raw_outputs:
-            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-                raise InvalidArgumentError(
-                    f"{rid}model {quote(model_name)}: every requested output needs a 'name'"
-                )
-            outputs.append(item["name"])
-            output_parameters = item.get("parameters") or {}
-            if not isinstance(output_parameters, dict):
-                raise InvalidArgumentError(
-                    f"{rid}model {quote(model_name)} output {quote(item['name'])}: bad 'parameters'"
-                )
-            ref = _shm_ref(output_parameters, f"{rid}model {quote(model_name)} output {quote(item['name'])}")
-            if ref is not None:
-                output_shm[item["name"]] = ref
-            if output_parameters.get("classification"):
-                raise InvalidArgumentError(
-                    f"{rid}model {quote(model_name)} output {quote(item['name'])}: the classification extension is "
-                    "not supported by this server"
-                )
-            if "binary_data" in output_parameters:
-                binary[item["name"]] = bool(output_parameters["binary_data"])
+    outputs, output_shm, binary = _decode_outputs(header.get("outputs"), where)
     request = InferRequest(
         model_name=model_name,
         model_version=model_version,
         inputs=inputs,
         request_id=request_id,
         outputs=outputs,
-        received_ns=received_ns,
         parameters=parameters,
         output_shm=output_shm,
     )
-    return request, OutputChoice(binary_default, binary)
+    return request, OutputChoice(parameters.get("binary_data_output", False), binary)
+
+
+def _decode_input(item: object, body: memoryview, offset: int, where: _Where) -> tuple[InputTensor, int]:
+    """One entry of ``inputs``, and the offset of the next binary tensor in ``body``."""
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        raise InvalidArgumentError(f"{where.model}: every input needs a 'name'")
+    name = item["name"]
+    at = where.input(name)
+    shape_list = item.get("shape")
+    if not isinstance(shape_list, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) for d in shape_list
+    ):
+        raise InvalidArgumentError(f"{at}: 'shape' must be a list of integers, got {shape_list!r}")
+    shape = tuple(shape_list)
+    datatype_name = item.get("datatype")
+    if not isinstance(datatype_name, str):
+        raise InvalidArgumentError(f"{at}: 'datatype' is missing")
+    parameters = item.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise InvalidArgumentError(f"{at}: 'parameters' must be an object")
+    given = [
+        field
+        for field, present in (
+            ("data", "data" in item),
+            ("binary_data_size", "binary_data_size" in parameters),
+            ("shared_memory_region", "shared_memory_region" in parameters),
+        )
+        if present
+    ]
+    if len(given) > 1:  # Triton's words, checked where Triton checks it: before the data is read
+        raise InvalidArgumentError(
+            f"{at}: Input must set only one of the following fields: 'data', 'binary_data_size' in "
+            f"'parameters', 'shared_memory_region' in 'parameters'. But set "
+            + " ".join(quote(field) for field in given)
+        )
+    shm = _shm_ref(parameters, at)
+    if shm is not None:
+        return InputTensor(name, datatype_name, shape, shm=shm), offset
+    if "binary_data_size" in parameters:
+        size = _int_parameter(parameters, "binary_data_size", at)
+        if size < 0 or offset + size > len(body):
+            raise InvalidArgumentError(
+                f"{at}: binary_data_size {size} runs past the end of the request body "
+                f"({len(body) - offset} bytes of binary data left)"
+            )
+        return InputTensor(name, datatype_name, shape, raw=body[offset : offset + size]), offset + size
+    if "data" not in item:
+        raise InvalidArgumentError(f"{at}: neither 'data' nor parameters.binary_data_size")
+    datatype = dtypes.from_name(datatype_name)
+    array = dtypes.array_from_contents(_json_contents(item["data"], datatype.name, at), datatype, shape, at)
+    return InputTensor(name, datatype_name, shape, array=array), offset
+
+
+def _json_contents(data: Any, datatype_name: str, at: str) -> Any:
+    """An input's JSON ``data``, nested lists flattened by numpy (typed and checked later)."""
+    try:
+        if datatype_name != "BYTES" and isinstance(data, list) and data and isinstance(data[0], list):
+            return np.asarray(data)
+        if datatype_name == "BYTES" and isinstance(data, list):
+            return np.asarray(data, dtype=np.object_).reshape(-1)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InvalidArgumentError(f"{at}: 'data' is not a regular nested list: {exc}") from None
+    return data
+
+
+def _decode_outputs(
+    raw_outputs: object, where: _Where
+) -> tuple[list[str] | None, dict[str, ShmRef], dict[str, bool]]:
+    """``outputs``: the names asked for (None: every output), their shared memory, their binary choice."""
+    binary: dict[str, bool] = {}
+    output_shm: dict[str, ShmRef] = {}
+    if raw_outputs is None:
+        return None, output_shm, binary
+    if not isinstance(raw_outputs, list):
+        raise InvalidArgumentError(f"{where.model}: 'outputs' must be a list")
+    outputs: list[str] = []
+    for item in raw_outputs:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise InvalidArgumentError(f"{where.model}: every requested output needs a 'name'")
+        name = item["name"]
+        outputs.append(name)
+        parameters = item.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise InvalidArgumentError(f"{where.output(name)}: bad 'parameters'")
+        ref = _shm_ref(parameters, where.output(name))
+        if ref is not None:
+            output_shm[name] = ref
+        if parameters.get("classification"):
+            raise InvalidArgumentError(
+                f"{where.output(name)}: the classification extension is not supported by this server"
+            )
+        if "binary_data" in parameters:
+            binary[name] = bool(parameters["binary_data"])
+    return outputs, output_shm, binary
 
 
 # --- inference responses --------------------------------------------------------------------------------

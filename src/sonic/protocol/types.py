@@ -93,17 +93,16 @@ class InputTensor:
 
 @dataclass(slots=True)
 class InferRequest:
+    """An inference request as the wire carries it, and nothing more: what the server learns or decides
+    about it (arrival time, trace headers, shared memory read and placed) travels beside it."""
+
     model_name: str
     model_version: str
     inputs: list[InputTensor]
     request_id: str = ""
     outputs: list[str] | None = None  # None: every output of the model
-    received_ns: int = 0  # perf_counter_ns when the frontend got it
     parameters: dict[str, object] = field(default_factory=dict)  # checked by check_parameters
     output_shm: dict[str, ShmRef] = field(default_factory=dict)  # outputs to write into shared memory
-    # Views of those regions, shaped as the outputs will be, that a backend may write into directly.
-    output_buffers: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
-    trace_headers: dict[str, str] | None = None  # W3C traceparent/tracestate, read only when tracing
 
     @property
     def priority(self) -> int:

@@ -20,6 +20,7 @@ import numpy.typing as npt
 from sonic.protocol import dtypes
 from sonic.protocol.types import InferRequest, InferResponse, OutputTensor
 from sonic.server.model import ModelVersion
+from sonic.server.shm_request import RequestMemory
 
 _SEPARATOR = b"\x00"
 
@@ -34,16 +35,18 @@ class ResponseCache:
         return len(self._entries)
 
     @staticmethod
-    def key(model: ModelVersion, request: InferRequest) -> bytes:
+    def key(model: ModelVersion, request: InferRequest, memory: RequestMemory | None = None) -> bytes:
+        """Over the inputs' bytes as received, or as read from shared memory (``memory``)."""
         digest = hashlib.blake2b(digest_size=32)
         digest.update(f"{model.name}\x00{model.version}\x00".encode())
         if request.outputs is not None:
             digest.update(",".join(request.outputs).encode())
-        for tensor in sorted(request.inputs, key=lambda t: t.name):
+        for index, tensor in sorted(enumerate(request.inputs), key=lambda t: t[1].name):
             digest.update(_SEPARATOR)
             digest.update(f"{tensor.name}\x00{tensor.datatype}\x00{tensor.shape}\x00".encode())
-            if tensor.raw is not None:
-                digest.update(tensor.raw)
+            raw = tensor.raw if tensor.shm is None or memory is None else memory.inputs[index]
+            if raw is not None:
+                digest.update(raw)
             elif tensor.array is not None:
                 digest.update(dtypes.array_to_bytes(tensor.array, dtypes.from_name(tensor.datatype)))
         return digest.digest()
@@ -78,11 +81,15 @@ def _owned(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
 
 
 async def infer_through_cache(
-    cache: ResponseCache, model: ModelVersion, request: InferRequest
+    cache: ResponseCache,
+    model: ModelVersion,
+    request: InferRequest,
+    received_ns: int = 0,
+    memory: RequestMemory | None = None,
 ) -> InferResponse:
     started = time.perf_counter_ns()
-    received = request.received_ns or started
-    key = cache.key(model, request)
+    received = received_ns or started
+    key = cache.key(model, request, memory)
     outputs = cache.get(key)
     stats = model.stats
     if outputs is not None:
@@ -92,7 +99,7 @@ async def infer_through_cache(
         stats.last_inference_ms = time.time_ns() // 1_000_000
         return InferResponse(model.name, str(model.version), request.request_id, list(outputs))
     lookup_ns = time.perf_counter_ns() - started
-    response = await model.infer(request)
+    response = await model.infer(request, received_ns, memory)
     inserted = time.perf_counter_ns()
     cache.put(key, response.outputs)
     stats.cache_miss.add(lookup_ns + time.perf_counter_ns() - inserted)

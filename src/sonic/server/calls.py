@@ -19,7 +19,7 @@ from sonic.protocol.errors import FailedPreconditionError
 from sonic.server.backends.base import ModelCall
 from sonic.server.calls_decoupled import stream_blocking
 from sonic.server.model import ModelVersion
-from sonic.server.runtime.responses import Streamed
+from sonic.server.responses import Streamed
 
 
 class ServerModelCaller:

@@ -18,7 +18,7 @@ from sonic.protocol.types import InferRequest
 from sonic.server.backends.base import ModelCall
 from sonic.server.decoupled import DecoupledCall
 from sonic.server.model import ModelVersion
-from sonic.server.runtime.responses import Streamed
+from sonic.server.responses import Streamed
 
 
 class _Stream:

@@ -7,11 +7,11 @@ them as JSON); inference uses the lighter :mod:`sonic.protocol.types` dataclasse
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 
 from tritonclient.grpc import service_pb2
 
 import sonic
-from sonic.protocol import dtypes
 from sonic.protocol.errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -20,14 +20,15 @@ from sonic.protocol.errors import (
     UnimplementedError,
     quote,
 )
-from sonic.protocol.types import InferRequest, InferResponse, ShmRef
+from sonic.protocol.types import InferRequest, InferResponse
 from sonic.server.cache import ResponseCache, infer_through_cache
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.decoupled import DecoupledCall, StreamAnswer
 from sonic.server.load_config import parse_override
 from sonic.server.manager import ModelManager
 from sonic.server.observe import RequestObserver
-from sonic.server.shm import SharedMemoryRegistry, output_buffer, write_output
+from sonic.server.shm import SharedMemoryRegistry
+from sonic.server.shm_request import resolve
 
 EXTENSIONS = (
     "model_repository",
@@ -39,6 +40,15 @@ EXTENSIONS = (
     "system_shared_memory",
     "binary_tensor_data",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """What a front end knows of an inference request beyond its wire form: when it arrived
+    (``perf_counter_ns``, the start of its latency) and its W3C trace headers (read only when tracing)."""
+
+    received_ns: int
+    trace_headers: dict[str, str] | None = None
 
 
 class DataPlane:
@@ -169,7 +179,9 @@ class DataPlane:
 
     # --- inference ------------------------------------------------------------------------------------
 
-    async def infer(self, request: InferRequest, endpoint: str = "ModelInfer RPC") -> InferResponse:
+    async def infer(
+        self, request: InferRequest, arrival: Arrival, endpoint: str = "ModelInfer RPC"
+    ) -> InferResponse:
         """One request, one response. ``endpoint`` names the caller in the refusal of a decoupled model."""
         if not self.accepting:
             msg = "server is not accepting requests (starting up or shutting down)"
@@ -177,8 +189,10 @@ class DataPlane:
         self.in_flight += 1
         try:
             if self.observer is not None:
-                return await self.observer(lambda r: self._infer(r, endpoint), request)
-            return await self._infer(request, endpoint)
+                return await self.observer(
+                    lambda r: self._infer(r, arrival.received_ns, endpoint), request, arrival.trace_headers
+                )
+            return await self._infer(request, arrival.received_ns, endpoint)
         finally:
             self.in_flight -= 1
 
@@ -186,7 +200,9 @@ class DataPlane:
         """Whether the model answers with a stream of responses (NOT_FOUND/UNAVAILABLE as for inference)."""
         return self.models.get(name, version).decoupled
 
-    async def infer_decoupled(self, request: InferRequest) -> AsyncGenerator[StreamAnswer, None]:
+    async def infer_decoupled(
+        self, request: InferRequest, arrival: Arrival
+    ) -> AsyncGenerator[StreamAnswer, None]:
         """A decoupled model's responses to one request, as it sends them; the last one is final.
 
         Inputs may be in shared memory; outputs may not (each response has its own).
@@ -200,8 +216,8 @@ class DataPlane:
                 f"model {quote(request.model_name)} is decoupled: its outputs cannot go to shared memory "
                 "(each of its responses would overwrite the region)"
             )
-        await self._read_input_shm(request)
-        call = DecoupledCall.start(model, request)
+        memory = await resolve(self.shared_memory, request, model.spec, cached=False)
+        call = DecoupledCall.start(model, request, received_ns=arrival.received_ns, memory=memory)
         self.in_flight += 1
         try:
             while True:
@@ -213,44 +229,18 @@ class DataPlane:
             self.in_flight -= 1
             call.close()
 
-    async def _read_input_shm(self, request: InferRequest) -> None:
-        """Inputs in shared memory: views of mapped regions, or copies (checked against the object's size)."""
-        for tensor in request.inputs:
-            if tensor.shm is not None:
-                where = f"model {quote(request.model_name)} input {quote(tensor.name)}"
-                region = self.shared_memory.get(tensor.shm.region, where)
-                tensor.raw = await region.read(tensor.shm.offset, tensor.shm.byte_size, where)
-
-    async def _infer(self, request: InferRequest, endpoint: str) -> InferResponse:
+    async def _infer(self, request: InferRequest, received_ns: int, endpoint: str) -> InferResponse:
         model = self.models.get(request.model_name, request.model_version)
         if model.decoupled:  # Triton's words and status
             raise UnimplementedError(f"{endpoint} doesn't support models with decoupled transaction policy")
-        await self._read_input_shm(request)
         cached = self.cache is not None and model.config.response_cache.enable
-        batch = request.inputs[0].shape[0] if request.inputs and request.inputs[0].shape else 0
-        for name, wanted in request.output_shm.items():
-            # Checked before running the model so a bad region costs no inference.
-            where = f"model {quote(request.model_name)} output {quote(name)}"
-            region = self.shared_memory.get(wanted.region, where)
-            view = region.output_view(wanted.offset, wanted.byte_size, where)
-            # The cache keeps outputs past the request: they must not be views of a client's region.
-            buffer = None if cached else output_buffer(model.spec, batch, name, wanted.byte_size, view)
-            if buffer is not None:
-                request.output_buffers[name] = buffer
+        memory = await resolve(self.shared_memory, request, model.spec, cached)
         if self.cache is not None and cached:
-            response = await infer_through_cache(self.cache, model, request)
+            response = await infer_through_cache(self.cache, model, request, received_ns, memory)
         else:
-            response = await model.infer(request)
-        for output in response.outputs:
-            target = request.output_shm.get(output.name)
-            if target is None:
-                continue
-            where = f"model {quote(request.model_name)} output {quote(output.name)}"
-            region = self.shared_memory.get(target.region, where)
-            datatype = dtypes.from_name(output.datatype)
-            array = output.array
-            written = await write_output(region, target.offset, target.byte_size, array, datatype, where)
-            output.shm = ShmRef(target.region, written, target.offset)
+            response = await model.infer(request, received_ns, memory)
+        if memory is not None:
+            await memory.write(self.shared_memory, response)
         return response
 
     # --- system shared memory ---------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 A decoupled model's request goes through the model's scheduler like any other (validation, queues,
 dynamic batching, an instance thread); the scheduler's answer only says that ``execute`` returned and
 the instance is free again. The responses come through the request's
-:class:`~sonic.server.runtime.responses.ResponseChannel`, during ``execute`` or later, from the model's
+:class:`~sonic.server.responses.ResponseChannel`, during ``execute`` or later, from the model's
 own threads, until the final flag. Used by ``ModelStreamInfer`` (:mod:`.frontends.grpc_methods`) and by
 BLS ``exec(decoupled=True)`` (:mod:`.calls_decoupled`).
 """
@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from sonic.protocol.errors import InternalError, SonicError
 from sonic.protocol.types import InferRequest, InferResponse, OutputTensor
 from sonic.server.model import ModelVersion, failure_reason
-from sonic.server.runtime.responses import DEFAULT_MAX_QUEUED_RESPONSES, ResponseChannel, Streamed
-from sonic.server.runtime.work import ItemState, WorkItem
+from sonic.server.responses import DEFAULT_MAX_QUEUED_RESPONSES, ResponseChannel, Streamed
+from sonic.server.shm_request import RequestMemory
+from sonic.server.work import ItemState, WorkItem
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,14 +35,19 @@ class DecoupledCall:
     """Create with :meth:`start` on the event loop; read with :meth:`next`; always :meth:`close`."""
 
     def __init__(
-        self, model: ModelVersion, request: InferRequest, item: WorkItem, channel: ResponseChannel
+        self,
+        model: ModelVersion,
+        request: InferRequest,
+        item: WorkItem,
+        channel: ResponseChannel,
+        received_ns: int = 0,
     ) -> None:
         self._model = model
         self._request = request
         self._item = item
         self._channel = channel
         self._done = False
-        self._received_ns = request.received_ns or time.perf_counter_ns()
+        self._received_ns = received_ns or time.perf_counter_ns()
         self._task = asyncio.get_running_loop().create_task(self._execute())
         # Kept by the model version until done: an execution outlives a reader that went away.
         model.background.add(self._task)
@@ -49,13 +55,22 @@ class DecoupledCall:
 
     @classmethod
     def start(
-        cls, model: ModelVersion, request: InferRequest, max_queued: int = DEFAULT_MAX_QUEUED_RESPONSES
+        cls,
+        model: ModelVersion,
+        request: InferRequest,
+        max_queued: int = DEFAULT_MAX_QUEUED_RESPONSES,
+        *,
+        received_ns: int = 0,
+        memory: RequestMemory | None = None,
     ) -> DecoupledCall:
-        """Validate ``request`` (raises InvalidArgumentError) and queue it for the model."""
-        item = model.prepare(request)
+        """Validate ``request`` (raises InvalidArgumentError) and queue it for the model.
+
+        ``received_ns``: when it arrived (0: now); ``memory``: its inputs read from shared memory.
+        """
+        item = model.prepare(request, memory)
         channel = ResponseChannel(max_queued)
         item.responses = channel
-        return cls(model, request, item, channel)
+        return cls(model, request, item, channel, received_ns)
 
     async def _execute(self) -> None:
         stats = self._model.stats

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Iterator
 
 from tritonclient.grpc import model_config_pb2
 
@@ -217,64 +218,20 @@ class ModelManager:
         files: ModelFiles,
         version: int,
     ) -> ModelVersion:
-        version_dir = files.folder / str(version)
-        model_path = files.version_file(version, "default_model_filename", config.default_model_filename)
-        loop = asyncio.get_running_loop()
-        instances: list[ModelInstance] = []
-        options = self._config.backend_options.get(backend_cls.name, {})
-        caller = ServerModelCaller(self.get, loop)
-        scheduler = backend_cls.create_scheduler(
-            InstanceContext(
-                config=config,
-                spec=spec,
-                version=version,
-                version_dir=version_dir,
-                model_path=model_path,
-                instance_name=config.name,
-                device_kind="cpu",
-                device_id=0,
-                options=options,
-                models=caller,
-                allow_links_outside=files.allow_links_outside,
-            )
-        )
+        context = self._contexts(config, spec, backend_cls, files, version)
+        scheduler = backend_cls.create_scheduler(context(config.name, "cpu", 0))
         if scheduler is not None:  # the backend runs requests itself, with no instance
             return ModelVersion.create(config, spec, version, [], backend_cls, scheduler)
         merged = not issubclass(backend_cls, RequestBackend)
         samples = warmup_samples(config, spec, files, merged_batches=merged)
+        instances: list[ModelInstance] = []
         try:
-            for group in config.instance_group:
-                kind = "gpu" if group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU else "cpu"
-                devices = list(group.gpus) if kind == "gpu" else [0]
-                for device in devices:
-                    for index in range(group.count):
-                        instance_name = (
-                            f"{group.name}_{device}_{index}" if kind == "gpu" else f"{group.name}_{index}"
-                        )
-                        thread = InstanceThread(f"sonic-{instance_name}")
-                        context = InstanceContext(
-                            config=config,
-                            spec=spec,
-                            version=version,
-                            version_dir=version_dir,
-                            model_path=model_path,
-                            instance_name=instance_name,
-                            device_kind=kind,
-                            device_id=device,
-                            options=options,
-                            models=caller,
-                            allow_links_outside=files.allow_links_outside,
-                        )
-                        try:
-                            backend = await thread.run(backend_cls, context)
-                        except BaseException:
-                            thread.shutdown()
-                            raise
-                        instance = ModelInstance(instance_name, backend, thread, passive=group.passive)
-                        instances.append(instance)
-                        self._limit(instance, group, device if kind == "gpu" else CPU_DEVICE)
-                        if samples:  # before the model reports ready, as Triton's model_warmup
-                            await thread.run(run_warmup, config, spec, files, backend, samples)
+            for group, kind, device, name in _instance_slots(config):
+                instance = await _start_instance(backend_cls, context(name, kind, device), group.passive)
+                instances.append(instance)
+                self._limit(instance, group, device if kind == "gpu" else CPU_DEVICE)
+                if samples:  # before the model reports ready, as Triton's model_warmup
+                    await instance.thread.run(run_warmup, config, spec, files, instance.backend, samples)
             # Inside the try: a scheduler refusing the config (sequence, ragged) closes the instances.
             model = ModelVersion.create(config, spec, version, instances, backend_cls, files=files)
         except BaseException:
@@ -283,6 +240,37 @@ class ModelManager:
         if self._config.metrics_port is not None and self._config.metrics_histograms:
             model.stats.enable_histograms()
         return model
+
+    def _contexts(
+        self,
+        config: model_config_pb2.ModelConfig,
+        spec: ModelSpec,
+        backend_cls: type[backends.Backend],
+        files: ModelFiles,
+        version: int,
+    ) -> Callable[[str, str, int], InstanceContext]:
+        """The one factory of a version's ``InstanceContext``s: each instance adds its name and device."""
+        version_dir = files.folder / str(version)
+        model_path = files.version_file(version, "default_model_filename", config.default_model_filename)
+        options = self._config.backend_options.get(backend_cls.name, {})
+        caller = ServerModelCaller(self.get, asyncio.get_running_loop())
+
+        def context(instance_name: str, device_kind: str, device_id: int) -> InstanceContext:
+            return InstanceContext(
+                config=config,
+                spec=spec,
+                version=version,
+                version_dir=version_dir,
+                model_path=model_path,
+                instance_name=instance_name,
+                device_kind=device_kind,
+                device_id=device_id,
+                options=options,
+                models=caller,
+                allow_links_outside=files.allow_links_outside,
+            )
+
+        return context
 
     def _limit(
         self, instance: ModelInstance, group: model_config_pb2.ModelInstanceGroup, device: int
@@ -363,3 +351,30 @@ class ModelManager:
     async def close(self) -> None:
         for name in list(self._entries):
             await self.unload(name)
+
+
+def _instance_slots(
+    config: model_config_pb2.ModelConfig,
+) -> Iterator[tuple[model_config_pb2.ModelInstanceGroup, str, int, str]]:
+    """Each instance the config's ``instance_group``s ask for: its group, device kind, device and name."""
+    for group in config.instance_group:
+        if group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU:
+            for device in group.gpus:
+                for index in range(group.count):
+                    yield group, "gpu", device, f"{group.name}_{device}_{index}"
+        else:
+            for index in range(group.count):
+                yield group, "cpu", 0, f"{group.name}_{index}"
+
+
+async def _start_instance(
+    backend_cls: type[backends.Backend], context: InstanceContext, passive: bool
+) -> ModelInstance:
+    """One instance: its thread, and the backend object created on it (the thread stops if that fails)."""
+    thread = InstanceThread(f"sonic-{context.instance_name}")
+    try:
+        backend = await thread.run(backend_cls, context)
+    except BaseException:
+        thread.shutdown()
+        raise
+    return ModelInstance(context.instance_name, backend, thread, passive=passive)

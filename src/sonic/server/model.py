@@ -32,9 +32,10 @@ from sonic.server.runtime.ragged import RaggedPlan
 from sonic.server.runtime.scheduler import Scheduler
 from sonic.server.runtime.sequence_scheduler import SequenceScheduler
 from sonic.server.runtime.sequences import SequencePolicy
-from sonic.server.runtime.work import RequestScheduler, WorkItem
+from sonic.server.shm_request import RequestMemory
 from sonic.server.stats import ModelStats
 from sonic.server.traffic_rows import TrafficRecorder, request_row
+from sonic.server.work import RequestScheduler, WorkItem
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -129,7 +130,10 @@ class ModelVersion:
         rid = f"[request id: {clip(request.request_id)}] " if request.request_id else ""
         return f"{rid}model '{self.name}' version {self.version} input {quote(tensor)}"
 
-    def _decode_input(self, request: InferRequest, tensor: InputTensor) -> npt.NDArray[Any]:
+    def _decode_input(
+        self, request: InferRequest, tensor: InputTensor, raw: bytes | memoryview | None
+    ) -> npt.NDArray[Any]:
+        """``raw``: the tensor's bytes, as received or read from shared memory (None: typed contents)."""
 
         def where() -> str:  # built only for an error: this runs for every input of every request
             return self._where(request, tensor.name)
@@ -169,8 +173,8 @@ class ModelVersion:
             sample = shape
         if sample != spec.dims and not _shape_matches(sample, spec.dims):
             raise unexpected_shape()
-        if tensor.raw is not None:
-            array = dtypes.array_from_bytes(tensor.raw, spec.datatype, shape, where)
+        if raw is not None:
+            array = dtypes.array_from_bytes(raw, spec.datatype, shape, where)
         elif tensor.array is not None:
             array = tensor.array
             if tuple(array.shape) != shape:
@@ -190,16 +194,21 @@ class ModelVersion:
                 ) from None
         return array
 
-    def prepare(self, request: InferRequest) -> WorkItem:
-        """Validate and decode a request into a work item (raises InvalidArgumentError)."""
+    def prepare(self, request: InferRequest, memory: RequestMemory | None = None) -> WorkItem:
+        """Validate and decode a request into a work item (raises InvalidArgumentError).
+
+        ``memory``: the request's shared memory as the data plane resolved it: inputs in shared memory
+        decode from the bytes read there, and the work item gets the buffers its outputs may run into.
+        """
         arrays: dict[str, npt.NDArray[Any]] = {}
-        for tensor in request.inputs:
+        for index, tensor in enumerate(request.inputs):
             if tensor.name in arrays:
                 raise InvalidArgumentError(
                     f"{self._where(request, tensor.name)}: input {quote(tensor.name)} already exists in request"
                 )
+            raw = tensor.raw if tensor.shm is None or memory is None else memory.inputs[index]
             arrays[tensor.name] = self.backend.convert_input(
-                self.name, tensor.name, self._decode_input(request, tensor)
+                self.name, tensor.name, self._decode_input(request, tensor, raw)
             )
         missing = [n for n, s in self.spec.inputs.items() if n not in arrays and not s.optional]
         if missing:
@@ -236,13 +245,17 @@ class ModelVersion:
             timeout_us=request.timeout_us,
             request_id=request.request_id,
             output_names=tuple(request.outputs) if request.outputs is not None else None,
-            output_buffers=request.output_buffers or None,
+            output_buffers=memory.buffers if memory is not None else None,
             parameters=request.parameters,
         )
 
     # --- inference ------------------------------------------------------------------------------------
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(
+        self, request: InferRequest, received_ns: int = 0, memory: RequestMemory | None = None
+    ) -> InferResponse:
+        """``received_ns``: when the request arrived (0: now, a model-to-model call); ``memory``: its
+        shared memory (:meth:`prepare`)."""
         if self.decoupled:
             # Only model-to-model calls get here (the front ends refuse in their own words): Triton's
             # words for a BLS call without decoupled=True.
@@ -251,9 +264,9 @@ class ModelVersion:
                 "The current BLS request call doesn't support models using the decoupled transaction policy. "
                 "Please use 'decoupled=True' argument to the 'exec' or 'async_exec' calls for decoupled models.'"
             )
-        received = request.received_ns or time.perf_counter_ns()
+        received = received_ns or time.perf_counter_ns()
         # A request refused by validation never reaches the model: Triton counts it in no statistic.
-        item = self.prepare(request)
+        item = self.prepare(request, memory)
         traffic = self.traffic if self.traffic is not None and self.traffic.enabled else None
         self.stats.pending_requests += 1
         try:

@@ -47,7 +47,10 @@ class RequestObserver:
         self._ids = itertools.count(1)
         self._prefix = f"s{os.getpid()}-"
 
-    async def __call__(self, infer: Infer, request: InferRequest) -> InferResponse:
+    async def __call__(
+        self, infer: Infer, request: InferRequest, trace_headers: dict[str, str] | None = None
+    ) -> InferResponse:
+        """``trace_headers``: the request's W3C ``traceparent``/``tracestate``, the parent of its span."""
         request_id = request.request_id or f"{self._prefix}{next(self._ids)}"
         started = time.perf_counter_ns()
         if self._tracer is None:
@@ -57,7 +60,7 @@ class RequestObserver:
             "sonic.model_version": request.model_version,
             "sonic.request_id": request_id,
         }
-        parent = self._extract(request.trace_headers) if request.trace_headers else None
+        parent = self._extract(trace_headers) if trace_headers else None
         with self._tracer.start_as_current_span("sonic.infer", context=parent, attributes=attributes) as span:
             return await self._run(infer, request, request_id, started, span)
 

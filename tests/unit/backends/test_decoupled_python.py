@@ -18,7 +18,7 @@ from sonic.protocol.model_config import fill_defaults, parse_config_text, valida
 from sonic.server.backends.base import Request
 from sonic.server.backends.onnxruntime import OnnxRuntimeBackend
 from sonic.server.model import ModelVersion
-from sonic.server.runtime.responses import ChannelClosedError, ResponseChannel, Streamed
+from sonic.server.responses import ChannelClosedError, ResponseChannel, Streamed
 
 pytestmark = pytest.mark.unit
 

@@ -17,7 +17,7 @@ from sonic.protocol.model_config import parse_config_text
 from sonic.server.backends import pb_utils as bls
 from sonic.server.backends.base import ModelCall
 from sonic.server.backends.python import config_to_dict
-from sonic.server.runtime.responses import Streamed
+from sonic.server.responses import Streamed
 
 pytestmark = pytest.mark.unit
 

@@ -31,7 +31,8 @@ BUILTIN_BACKENDS = {
     "trees": "sonic.server.backends.trees:TreesBackend",
     # Triton's FIL backend name, so FIL model repositories load unchanged.
     "fil": "sonic.server.backends.trees:FilBackend",
-    "ensemble": "sonic.server.backends.ensemble:EnsembleBackend",
+    # An ensemble is a scheduler: its entry lives with it in the runtime (imported by name, as every entry).
+    "ensemble": "sonic.server.runtime.ensemble:EnsembleBackend",
     # TensorFlow (the `tensorflow` extra): Triton's backend name and its two platforms' file layouts.
     "tensorflow": "sonic.server.backends.tensorflow:TensorFlowBackend",
     "tensorflow_graphdef": "sonic.server.backends.tensorflow:TensorFlowGraphDefBackend",

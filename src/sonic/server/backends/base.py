@@ -39,8 +39,8 @@ from sonic.protocol.errors import ModelConfigError, quote
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InputTensor, check_parameters
 from sonic.server.paths import ModelFiles
-from sonic.server.runtime.responses import ResponseChannel, Streamed
-from sonic.server.runtime.work import RequestScheduler
+from sonic.server.responses import ResponseChannel, Streamed
+from sonic.server.work import RequestScheduler
 
 
 @dataclass(frozen=True)

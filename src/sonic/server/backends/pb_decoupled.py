@@ -22,7 +22,7 @@ from sonic.server.backends.pb_utils import (
     InferenceResponse,
     TritonModelException,
 )
-from sonic.server.runtime.responses import ChannelClosedError, ResponseChannel, Streamed
+from sonic.server.responses import ChannelClosedError, ResponseChannel, Streamed
 
 Convert = Callable[[object], dict[str, npt.NDArray[Any]] | Exception]
 

@@ -24,7 +24,7 @@ from sonic.protocol.grpc_codec import (
 )
 from sonic.protocol.types import InferRequest, InferResponse
 from sonic.protocol.wire import wrap_stream_response
-from sonic.server.dataplane import DataPlane
+from sonic.server.dataplane import Arrival, DataPlane
 from sonic.server.decoupled import StreamAnswer
 from sonic.server.frontends.gate import as_sonic_error
 
@@ -147,9 +147,8 @@ class GrpcMethods:
         self, data: bytes | bytearray | memoryview, trace_headers: dict[str, str] | None = None
     ) -> list[bytes | memoryview]:
         """``ModelInfer``: a serialized request in, the serialized response's pieces out."""
-        request = decode_infer_request(data, time.perf_counter_ns())
-        request.trace_headers = trace_headers
-        response = await self.dataplane.infer(request)
+        arrival = Arrival(time.perf_counter_ns(), trace_headers)
+        response = await self.dataplane.infer(decode_infer_request(data), arrival)
         return encode_infer_response(response)
 
     async def stream_responses(
@@ -158,16 +157,16 @@ class GrpcMethods:
         """One ``ModelStreamInfer`` request's messages, as pieces: one for most models, zero or more for a
         decoupled one. Errors travel inside the stream, as Triton's do."""
         try:
-            request = decode_infer_request(data, time.perf_counter_ns())
-            request.trace_headers = trace_headers
+            arrival = Arrival(time.perf_counter_ns(), trace_headers)
+            request = decode_infer_request(data)
             if not self.dataplane.is_decoupled(request.model_name, request.model_version):
-                response = await self.dataplane.infer(request)
+                response = await self.dataplane.infer(request, arrival)
                 yield wrap_stream_response(encode_infer_response(response, final=True))
                 return
         except Exception as exc:  # noqa: BLE001  (reported in the stream message)
             yield [encode_stream_error(data, as_sonic_error(exc).message)]
             return
-        answers = self.dataplane.infer_decoupled(request)
+        answers = self.dataplane.infer_decoupled(request, arrival)
         async with aclosing(answers):
             try:
                 # The request is validated and queued here: its errors are answered as other models' are.

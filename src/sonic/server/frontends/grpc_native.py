@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 MEMO_BUDGET_BYTES = 32 << 20  # all connections' header-block memos together
 # A stream's responses queued and not yet sent (the client reads slower than a decoupled model sends)
 # past which the next response waits for that queue to empty: with the model's sender bounded too
-# (sonic.server.runtime.responses), a model that sends forever holds at most about this much here.
+# (sonic.server.responses), a model that sends forever holds at most about this much here.
 MAX_QUEUED_STREAM_BYTES = 4 << 20
 
 

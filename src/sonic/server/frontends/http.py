@@ -35,7 +35,7 @@ from sonic.protocol.errors import (
 )
 from sonic.server.budget import BudgetHold, RequestBudget
 from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES, TlsConfig
-from sonic.server.dataplane import DataPlane
+from sonic.server.dataplane import Arrival, DataPlane
 from sonic.server.frontends.aiohttp_listener import AiohttpListener
 from sonic.server.frontends.base import Frontend
 from sonic.server.frontends.gate import CallGate, as_sonic_error
@@ -352,14 +352,14 @@ class HttpFrontend(Frontend):
         if header_length is not None and not (header_length.isascii() and header_length.isdigit()):
             raise InvalidArgumentError(f"{http_json.HEADER_LENGTH} must be an integer, got {header_length!r}")
         length = int(header_length) if header_length is not None else None
-        decode = functools.partial(http_json.decode_infer_request, body, length, name, version, received_ns)
+        decode = functools.partial(http_json.decode_infer_request, body, length, name, version)
         # The JSON part is what costs (binary tensors stay views): a large one is parsed off the loop.
         if (len(body) if length is None else length) < OFF_LOOP_BYTES:
             infer_request, choice = decode()
         else:
             infer_request, choice = await asyncio.to_thread(decode)
-        infer_request.trace_headers = self._gate.trace_context(request.headers.get)
-        response = await self._dataplane.infer(infer_request, "HTTP end point")
+        arrival = Arrival(received_ns, self._gate.trace_context(request.headers.get))
+        response = await self._dataplane.infer(infer_request, arrival, "HTTP end point")
         payload, json_length = http_json.encode_infer_response(response, choice)
         if json_length is None:
             return web.Response(body=payload, content_type=JSON)

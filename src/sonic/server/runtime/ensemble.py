@@ -17,6 +17,11 @@ The graph is checked when the ensemble loads (every tensor produced once, every 
 no cycle). The manager loads an ensemble only when every step model has a ready version and unloads
 it with a step (``server/ensemble_steps.py``); step models are still looked up per request, so a
 step being reloaded fails the request with that model's own UNAVAILABLE/NOT_FOUND error.
+
+:class:`EnsembleBackend` is the platform's entry in the backend registry (``sonic.server.backends``
+names it by module path, as it names every backend): it checks the graph at load and hands the
+manager this scheduler instead of instances. It lives here, with the scheduler, so that the backends
+never import the runtime (``tests/unit/test_layering.py``).
 """
 
 from __future__ import annotations
@@ -26,15 +31,16 @@ import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
 
 import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.errors import InternalError, ModelConfigError, SonicError, UnavailableError
-from sonic.server.backends.base import ModelCall
-from sonic.server.runtime.work import ItemOutputs, WorkItem
+from sonic.server.backends.base import Backend, InstanceContext, ModelCall
 from sonic.server.stats import RequestTiming
+from sonic.server.work import ItemOutputs, WorkItem
 
 Arrays = dict[str, npt.NDArray[Any]]
 
@@ -283,3 +289,29 @@ class EnsembleScheduler:
         self._closing = True
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout_s)
+
+
+class EnsembleBackend(Backend):
+    """The ``ensemble`` platform's registry entry: no model file, a graph check at load, this scheduler."""
+
+    name: ClassVar[str] = "ensemble"
+    default_filename: ClassVar[str] = ""  # an ensemble has no model file
+
+    @classmethod
+    def auto_complete_config(cls, config: model_config_pb2.ModelConfig, model_path: Path) -> None:
+        del model_path
+        EnsemblePlan.from_config(config)  # refuse a broken graph at load time
+
+    @classmethod
+    def create_scheduler(cls, context: InstanceContext) -> EnsembleScheduler:
+        if context.models is None:
+            raise ModelConfigError(f"ensemble '{context.config.name}' needs a server to call its step models")
+        return EnsembleScheduler(EnsemblePlan.from_config(context.config), context.models)
+
+    def execute(
+        self, inputs: Mapping[str, npt.NDArray[Any]], output_names: Sequence[str]
+    ) -> dict[str, npt.NDArray[Any]]:
+        # Never reached: create_scheduler always answers, so the manager creates no instance.
+        del inputs, output_names
+        msg = "ensembles run through their EnsembleScheduler, not as instances"
+        raise InternalError(msg)

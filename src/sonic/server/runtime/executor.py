@@ -24,7 +24,7 @@ from sonic.server.runtime.queues import RequestQueues
 from sonic.server.runtime.ragged import RaggedPlan
 from sonic.server.runtime.rate_limiter import RateLimiter
 from sonic.server.runtime.tensors import BatchResult, run_batch
-from sonic.server.runtime.work import WorkItem
+from sonic.server.work import WorkItem
 
 
 @dataclass(eq=False)

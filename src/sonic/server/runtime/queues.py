@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from sonic.server.runtime.work import ItemState, WorkItem
+from sonic.server.work import ItemState, WorkItem
 
 
 @dataclass(eq=False)

@@ -17,8 +17,8 @@ from sonic.server.runtime.executor import Execution, Executor, ModelInstance
 from sonic.server.runtime.policy import BatchPolicy
 from sonic.server.runtime.ragged import RaggedPlan
 from sonic.server.runtime.rate_limiter import no_active_instance
-from sonic.server.runtime.work import ItemOutputs, ItemState, WorkItem
 from sonic.server.stats import ModelStats, RequestTiming
+from sonic.server.work import ItemOutputs, ItemState, WorkItem
 
 
 class Scheduler:

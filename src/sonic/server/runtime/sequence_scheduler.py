@@ -30,8 +30,8 @@ from sonic.server.runtime.sequences import (
     state_tensors,
 )
 from sonic.server.runtime.tensors import BatchResult, run_batch
-from sonic.server.runtime.work import ItemOutputs, ItemState, WorkItem
 from sonic.server.stats import ModelStats, RequestTiming
+from sonic.server.work import ItemOutputs, ItemState, WorkItem
 
 # One position of an execution: the sequence, its request and flags (None: an empty direct slot).
 Position = tuple[Sequence, WorkItem, Flags] | None

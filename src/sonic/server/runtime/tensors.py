@@ -19,7 +19,7 @@ import numpy.typing as npt
 from sonic.protocol.errors import InternalError, SonicError
 from sonic.server.backends.base import Backend, Batch, Request, RequestBackend
 from sonic.server.runtime.ragged import RaggedPlan, merge_inputs, scatter_output
-from sonic.server.runtime.work import ItemOutputs, WorkItem
+from sonic.server.work import ItemOutputs, WorkItem
 
 ALIGN_BYTES = 64  # TensorFlow (Eigen) takes a 64-byte-aligned input without copying it again
 ALIGN_MIN_BYTES = 1 << 16  # below this, aligning costs more (~10 us) than the copy it saves
@@ -128,7 +128,7 @@ def merge(
     if len(batch) == 1:
         inputs = batch[0].inputs
         rows = [slice(0, batch[0].batch_size) if batched else slice(None)]
-        return Batch(inputs, output_names, requests, rows, batch[0].output_buffers or None)
+        return Batch(inputs, output_names, requests, rows, batch[0].output_buffers)
     inputs = {name: concatenate([item.inputs[name] for item in batch]) for name in batch[0].inputs}
     return Batch(inputs, output_names, requests, _rows(batch))
 

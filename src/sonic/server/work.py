@@ -1,7 +1,8 @@
 """A request on its way through a scheduler, and the interface every scheduler offers a model version.
 
-This module depends on nothing else of the server, so backends (the ensemble's own scheduler), the
-batcher and the model version can all use it without importing each other.
+This module sits below both the runtime and the backends (it imports only the response channel and the
+statistics' timing), so a backend's ``create_scheduler``, the batcher and the model version can all
+use it without importing each other.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy.typing as npt
 
-from sonic.server.runtime.responses import ResponseChannel
+from sonic.server.responses import ResponseChannel
 from sonic.server.stats import RequestTiming
 
 ItemOutputs = dict[str, npt.NDArray[Any]]
@@ -38,7 +39,9 @@ class WorkItem:
     timeout_us: int = 0
     request_id: str = ""
     output_names: tuple[str, ...] | None = None  # None: every output
-    output_buffers: dict[str, npt.NDArray[Any]] | None = None  # shared memory to run into (alone only)
+    # Where outputs may be run into, as server.shm_request placed them (None: nowhere, never empty);
+    # handed to the backend only when the request runs alone.
+    output_buffers: dict[str, npt.NDArray[Any]] | None = None
     parameters: Mapping[str, object] = field(default_factory=dict)  # the request's parameters, as sent
     # A decoupled model's request: its responses go here; the future only says that execute returned.
     responses: ResponseChannel | None = None

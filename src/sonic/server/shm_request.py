@@ -1,0 +1,86 @@
+"""One request's system shared memory, resolved once: inputs read, outputs placed, outputs written.
+
+The data plane calls :func:`resolve` before the model sees the request; the result goes alongside the
+request (the wire type :class:`~sonic.protocol.types.InferRequest` is never changed) into
+``ModelVersion.prepare``, which decodes the inputs from the bytes read here and hands the output
+buffers to the work item. Where each output goes is decided here, once: a view of the client's mapped
+region that a backend may run straight into, a buffer of the server copied into the region after, or
+nothing (the shape is not known before running, or the response cache keeps the outputs). The region is
+written in one place, :meth:`RequestMemory.write`, which copies nothing when the backend ran into the
+view already (``Region.write``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy.typing as npt
+
+from sonic.protocol import dtypes
+from sonic.protocol.errors import quote
+from sonic.protocol.model_config import ModelSpec
+from sonic.protocol.types import InferRequest, InferResponse, ShmRef
+from sonic.server.shm import SharedMemoryRegistry, output_buffer, write_output
+
+
+@dataclass(frozen=True, slots=True)
+class OutputPlace:
+    """Where one output goes: a place in a region, named again when written (it may be unregistered
+    meanwhile), and the error prefix that names the output."""
+
+    ref: ShmRef
+    where: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMemory:
+    """A request's shared memory: the bytes of its inputs in shared memory (by their index in the
+    request), where its outputs go, and the buffers a backend may run them into (None: none)."""
+
+    inputs: dict[int, memoryview]
+    outputs: dict[str, OutputPlace]
+    buffers: dict[str, npt.NDArray[Any]] | None
+
+    async def write(self, shared_memory: SharedMemoryRegistry, response: InferResponse) -> None:
+        """Each output with a place into its region; the response then names the bytes written."""
+        for output in response.outputs:
+            place = self.outputs.get(output.name)
+            if place is None:
+                continue
+            ref = place.ref
+            region = shared_memory.get(ref.region, place.where)
+            datatype = dtypes.from_name(output.datatype)
+            written = await write_output(
+                region, ref.offset, ref.byte_size, output.array, datatype, place.where
+            )
+            output.shm = ShmRef(ref.region, written, ref.offset)
+
+
+async def resolve(
+    shared_memory: SharedMemoryRegistry, request: InferRequest, spec: ModelSpec, cached: bool
+) -> RequestMemory | None:
+    """Read the inputs in shared memory (views of mapped regions, or copies checked against the object's
+    size) and place the outputs, checked before the model runs so a bad region costs no inference.
+    ``cached``: the response cache keeps the outputs past the request, so they get no buffer (they must
+    not be views of a client's region). None when the request names no shared memory."""
+    if not request.output_shm and all(tensor.shm is None for tensor in request.inputs):
+        return None
+    inputs: dict[int, memoryview] = {}
+    for index, tensor in enumerate(request.inputs):
+        if tensor.shm is not None:
+            where = f"model {quote(request.model_name)} input {quote(tensor.name)}"
+            region = shared_memory.get(tensor.shm.region, where)
+            inputs[index] = await region.read(tensor.shm.offset, tensor.shm.byte_size, where)
+    batch = request.inputs[0].shape[0] if request.inputs and request.inputs[0].shape else 0
+    outputs: dict[str, OutputPlace] = {}
+    buffers: dict[str, npt.NDArray[Any]] = {}
+    for name, wanted in request.output_shm.items():
+        where = f"model {quote(request.model_name)} output {quote(name)}"
+        region = shared_memory.get(wanted.region, where)
+        view = region.output_view(wanted.offset, wanted.byte_size, where)
+        buffer = None if cached else output_buffer(spec, batch, name, wanted.byte_size, view)
+        if buffer is not None:
+            buffers[name] = buffer
+        outputs[name] = OutputPlace(wanted, where)
+    return RequestMemory(inputs, outputs, buffers or None)
