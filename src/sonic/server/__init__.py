@@ -8,10 +8,12 @@
   :mod:`.repository` and :mod:`.load_config` (what a model loads with), :mod:`.paths` (the one choke point for
   files a configuration names), :mod:`.ensemble_steps`, :mod:`.model` (a loaded version: validation,
   scheduling, statistics), :mod:`.instance_thread` (the thread owning an instance), :mod:`.warmup`;
-- execution: :mod:`.runtime` (scheduling), :mod:`.backends` (one module per framework), :mod:`.decoupled`
+- execution: :mod:`.work` (the work item and the scheduler interface) and :mod:`.responses` (a decoupled
+  request's response channel), below both :mod:`.runtime` (scheduling) :mod:`.backends` (one module per framework), :mod:`.decoupled`
   (a decoupled model's responses), :mod:`.calls` and :mod:`.calls_decoupled` (model-to-model calls: ensembles, BLS),
   :mod:`.cache` (response cache);
-- around them: :mod:`.shm` and :mod:`.shm_open` (system shared memory), :mod:`.stats` and :mod:`.metrics`
+- around them: :mod:`.shm`, :mod:`.shm_open` and :mod:`.shm_request` (system shared memory; one request's
+  regions resolved once), :mod:`.stats` and :mod:`.metrics`
   (statistics, Prometheus), :mod:`.observe` (log record and span per request), :mod:`.traffic_rows` and
   :mod:`.traffic_table` (``--traffic-log``).
 """
