@@ -1,0 +1,80 @@
+"""``sonic perf -f FILE --csv-format perf_analyzer`` against real perf_analyzer 2.51's ``-f`` file.
+
+Both tools measure the same ``sonic serve`` in one test; the files must have the same header, the same
+number of columns in every row, rows for the same levels sorted the same way (by increasing
+inferences/s), and plausible figures in each.
+"""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sonic.cli.main import main
+from sonic.launch import ServerProcess
+
+from .conftest import PerfAnalyzer
+
+pytestmark = pytest.mark.integration
+
+QUICK_ARGS = ["--measurement-interval-s", "0.5", "--stable-windows", "2", "--max-windows", "3"]
+QUICK_ARGS += ["--stability-percentage", "1000"]
+
+
+def _read(path: Path) -> tuple[list[str], list[list[str]]]:
+    with path.open(newline="") as handle:
+        header, *rows = list(csv.reader(handle))
+    return header, rows
+
+
+def _check_rows(header: list[str], rows: list[list[str]], levels: set[str]) -> None:
+    assert len(rows) == len(levels)
+    assert all(len(r) == len(header) for r in rows), rows
+    assert {r[0] for r in rows} == levels
+    throughputs = [float(r[1]) for r in rows]
+    assert all(t > 0 for t in throughputs)
+    assert throughputs == sorted(throughputs)  # perf_analyzer sorts its summary by inferences/s
+    column = {name: header.index(name) for name in header}
+    for r in rows:
+        assert all(int(cell) >= 0 for cell in r[2:])  # every time: whole microseconds
+        p50, p90, p95, p99 = (int(r[column[f"p{q} latency"]]) for q in (50, 90, 95, 99))
+        assert 0 < p50 <= p90 <= p95 <= p99
+        if "Avg latency" in column:
+            assert int(r[column["Avg latency"]]) > 0
+            assert int(r[column["response wait"]]) > 0
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["plain", "verbose"])
+def test_same_file_as_perf_analyzer(
+    perf_server: ServerProcess, perf_analyzer: PerfAnalyzer, tmp_path: Path, verbose: bool
+) -> None:
+    verbose_args = ["--verbose-csv"] if verbose else []
+    theirs, ours = tmp_path / "perf_analyzer.csv", tmp_path / "sonic.csv"
+    command = [
+        str(perf_analyzer.binary),
+        *("-m", "identity", "-b", "2", "-i", "grpc", "-u", perf_server.grpc_address),
+        *("--concurrency-range", "1:2", "--measurement-mode", "count_windows"),
+        *("--measurement-request-count", "50", "--stability-percentage", "1000", "-f", str(theirs)),
+        *verbose_args,
+    ]
+    result = subprocess.run(
+        command, env=perf_analyzer.env, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    code = main(
+        ["perf", "-m", "identity", "-b", "2", "-u", perf_server.grpc_address, "--concurrency", "1:2", "-q",
+         *QUICK_ARGS, "-f", str(ours), "--csv-format", "perf_analyzer", *verbose_args]
+    )  # fmt: skip
+    assert code == 0
+
+    their_header, their_rows = _read(theirs)
+    our_header, our_rows = _read(ours)
+    assert our_header == their_header
+    assert our_header[:3] == ["Concurrency", "Inferences/Second", "Client Send"]
+    assert ("Avg latency" in our_header) is verbose
+    assert "Server Queue" in our_header  # both servers' statistics were read
+    _check_rows(their_header, their_rows, {"1", "2"})
+    _check_rows(our_header, our_rows, {"1", "2"})
