@@ -4,7 +4,7 @@ For each backend the same model is run two ways, each by ``--concurrency`` threa
 ``--seconds``:
 
 - served: ``--concurrency`` closed-loop callers of the project's lean gRPC load generator
-  (``benchmarks.common.grpc_load``: pre-serialized requests of ``--rows`` rows) against
+  (``benchmarks.harness.load.grpc_load``: pre-serialized requests of ``--rows`` rows) against
   ``sonic serve``, started here on a free loopback port with dynamic batching on;
 - direct: every thread calls the framework itself in this process (TorchScript module, Python
   model's ``execute``, ``Booster.inplace_predict``, the ensemble's two steps one after the other).
@@ -43,7 +43,8 @@ import torch
 import xgboost
 
 import triton_python_backend_utils as pb_utils
-from benchmarks.common import grpc_load, infer_request_bytes, machine, save
+from benchmarks.harness.load import grpc_load, infer_request_bytes
+from benchmarks.harness.report import machine, save
 from sonic.launch import ServerProcess
 
 FEATURES = 16

@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from benchmarks.common import RESULTS, grpc_load, infer_request_bytes
 from benchmarks.compare import THREADS, build_repositories
+from benchmarks.harness.load import grpc_load, infer_request_bytes
+from benchmarks.harness.report import RESULTS
 from sonic.launch import ServerProcess
 from sonic.models.zoo import registry
 

@@ -27,7 +27,8 @@ import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from benchmarks.common import cpu_seconds, machine, save
+from benchmarks.harness.processes import cpu_seconds
+from benchmarks.harness.report import machine, save
 from sonic.launch import ServerProcess
 from sonic.launch.triton import TritonProcess
 

@@ -27,13 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import (
-    infer_request_bytes,
-    load_with_server_cpu,
-    machine,
-    save,
-    steady_malloc,
-)
+from benchmarks.harness.load import infer_request_bytes, load_with_server_cpu
+from benchmarks.harness.processes import steady_malloc
+from benchmarks.harness.report import machine, save
 from sonic.launch import ServerProcess, free_port, terminate
 from sonic.testing.repository import write_test_repository
 
@@ -147,7 +143,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--window-s", type=float, default=4.0)
     args = parser.parse_args()
-    steady_malloc()  # this process is the load generator: see benchmarks.common.steady_malloc
+    steady_malloc()  # this process is the load generator: see benchmarks.harness.processes.steady_malloc
     result = run(args.rounds, args.window_s)
     for label, entry in result["summary"].items():
         print(label, entry)

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import cpu_seconds, own_libpython_for_triton, site_paths
 from benchmarks.compare import RAW, THREADS, TRITON_MODEL, triton_config, tritonclient_run
+from benchmarks.harness.processes import cpu_seconds, own_libpython_for_triton, site_paths
 from sonic.launch import ServerProcess
 from sonic.launch.triton import TritonProcess
 from sonic.testing.repository import MODELS, write_test_repository

@@ -1,7 +1,7 @@
 """Paired A/B of ``sonic serve`` from two or more source trees: server CPU per request and requests/s.
 
 Every tree's server runs at once; the same lean load generator (pre-serialized ModelInferRequest over
-grpc.aio, ``benchmarks.common.grpc_load``) visits them in turn, the order reversed every other round,
+grpc.aio, ``benchmarks.harness.load.grpc_load``) visits them in turn, the order reversed every other round,
 so load from elsewhere hits all alike and each round gives a ratio. Workloads: identity ``[1, 16]`` FP32
 at 32 in flight, and 1693 x 48 x 48 x 1 FP32 (15.6 MB each way) at 1 in flight. ``--protocol http``
 sends the same tensors to the HTTP/REST front end instead (binary tensor extension, aiohttp client,
@@ -29,13 +29,9 @@ import numpy.typing as npt
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from benchmarks.common import (
-    cpu_seconds,
-    infer_request_bytes,
-    load_with_server_cpu,
-    save,
-    steady_malloc,
-)
+from benchmarks.harness.load import infer_request_bytes, load_with_server_cpu
+from benchmarks.harness.processes import cpu_seconds, steady_malloc
+from benchmarks.harness.report import save
 from sonic.launch import ServerProcess
 from sonic.protocol.model_config import parse_config_text
 from sonic.testing.repository import write_test_repository
@@ -117,7 +113,7 @@ def main() -> None:
         help="NAME=ARGS: more sonic serve arguments for one tree (the same PATH may run under two NAMEs)",
     )
     args = parser.parse_args()
-    steady_malloc()  # this process is the load generator: see benchmarks.common.steady_malloc
+    steady_malloc()  # this process is the load generator: see benchmarks.harness.processes.steady_malloc
     trees = dict(item.split("=", 1) for item in args.tree)
     repository = write_test_repository(Path(tempfile.mkdtemp(prefix="sonic-ab-")), "sonic")
     if args.instances:  # every tree runs the same instance count, whatever its defaults

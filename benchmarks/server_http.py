@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from benchmarks.common import cpu_seconds
+from benchmarks.harness.processes import cpu_seconds
 from sonic.launch import ServerProcess
 from sonic.models.build import build_repository
 from sonic.models.simple import write_sample_repository

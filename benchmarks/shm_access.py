@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from benchmarks.common import machine, save
+from benchmarks.harness.report import machine, save
 from sonic.launch import ServerProcess
 from sonic.protocol import dtypes
 from sonic.server.shm import Region, SharedMemoryRegistry, write_output

@@ -7,7 +7,7 @@ model runs the same GraphDef through one TensorFlow session per instance (callab
 Triton's own TensorFlow backend would; ``dynamic_batching { }`` and two CPU instances on both servers
 (sonic's default for a TensorFlow CPU group, Triton's too). Each round runs, back to back: the
 direct window (``--concurrency`` threads on one session in this process), then the same closed-loop
-load (``benchmarks.common.grpc_load``, pre-encoded requests, one event each) against each server.
+load (``benchmarks.harness.load.grpc_load``, pre-encoded requests, one event each) against each server.
 
 Usage: ``./dev bench tensorflow_triton [--seconds 5] [--concurrency 8] [--repeats 3]``.
 Writes ``benchmarks/results/tensorflow_triton.json``.
@@ -20,14 +20,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import (
-    infer_request_bytes,
-    load_with_cpu,
-    machine,
-    own_libpython_for_triton,
-    save,
-    site_paths,
-)
+from benchmarks.harness.load import infer_request_bytes, load_with_cpu
+from benchmarks.harness.processes import own_libpython_for_triton, site_paths
+from benchmarks.harness.report import machine, save
 from benchmarks.tensorflow_deepmet import direct_backend, direct_window
 from sonic.launch import ServerProcess
 from sonic.launch.triton import TritonProcess
