@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from benchmarks.compare import THREADS, build_repositories
+from benchmarks.compare.repositories import build_repositories
+from benchmarks.compare.workloads import THREADS
 from benchmarks.harness.load import grpc_load, infer_request_bytes
 from benchmarks.harness.report import RESULTS
 from sonic.launch import ServerProcess

@@ -24,8 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.compare import RAW, THREADS, TRITON_MODEL, triton_config, tritonclient_run
-from benchmarks.harness.processes import cpu_seconds, own_libpython_for_triton, site_paths
+from benchmarks.compare.repositories import RAW, write_triton_model
+from benchmarks.compare.workloads import THREADS
+from benchmarks.harness.load import tritonclient_run
+from benchmarks.harness.processes import cpu_seconds, own_libpython_for_triton
 from sonic.launch import ServerProcess
 from sonic.launch.triton import TritonProcess
 from sonic.testing.repository import MODELS, write_test_repository
@@ -46,13 +48,7 @@ def context_switches(pid: int) -> int:
 def build() -> dict[str, Path]:
     sonic_repo, triton_repo = RAW / "rate-sonic", RAW / "rate-triton"
     write_test_repository(sonic_repo, "sonic", tuple(m for m in MODELS if m.name == "identity"))
-    config = (sonic_repo / "identity" / "config.pbtxt").read_text()
-    (triton_repo / "identity" / "1").mkdir(parents=True, exist_ok=True)
-    (triton_repo / "identity" / "config.pbtxt").write_text(triton_config(config))
-    paths = site_paths()
-    onnx = sonic_repo / "identity" / "1" / "model.onnx"
-    source = TRITON_MODEL.format(onnx=str(onnx), paths=paths, threads=THREADS)
-    (triton_repo / "identity" / "1" / "model.py").write_text(source)
+    write_triton_model(triton_repo, "identity", sonic_repo)
     return {"sonic": sonic_repo, "triton": triton_repo}
 
 

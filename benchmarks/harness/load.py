@@ -1,4 +1,5 @@
-"""``sonic perf``'s load generator in one-window form, and the CPU a window cost the server and the load."""
+"""One window of load: ``sonic perf``'s generator (pre-serialized requests), or ``tritonclient.grpc.aio`` as an
+application calls it; and the CPU a window cost the server and the load generator."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy.typing as npt
+import tritonclient.grpc.aio as triton_aio
+from tritonclient.grpc import InferInput
+from tritonclient.utils import np_to_triton_dtype
 
 from benchmarks.harness.processes import cpu_seconds
 from sonic.perf.engine import LoadGenerator, LoadLevel, MeasurementConfig
@@ -115,3 +119,67 @@ def load_with_server_cpu(
     """:func:`load_with_cpu` without the load generator's share."""
     load = load_with_cpu(address, payload, pid, concurrency=concurrency, window_s=window_s)
     return load.result, load.server_cpu_us_per_request
+
+
+async def tritonclient_run(
+    address: str,
+    model: str,
+    feeds: dict[str, npt.NDArray[Any]],
+    concurrency: int,
+    window_s: float,
+    warmup_s: float,
+) -> dict[str, float]:
+    """``concurrency`` coroutines of tritonclient.grpc.aio, each building its InferInputs per call."""
+    client = triton_aio.InferenceServerClient(address)
+    latencies: list[float] = []
+    measuring = False
+
+    async def call() -> None:
+        tensors = []
+        for name, array in feeds.items():
+            tensor = InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            tensor.set_data_from_numpy(array)
+            tensors.append(tensor)
+        begin = time.perf_counter()
+        await client.infer(model, tensors)
+        if measuring:
+            latencies.append(time.perf_counter() - begin)
+
+    async def worker(deadline: float) -> None:
+        while time.perf_counter() < deadline:
+            await call()
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(concurrency):
+                group.create_task(worker(time.perf_counter() + warmup_s))
+        measuring = True
+        start = time.perf_counter()
+        async with asyncio.TaskGroup() as group:
+            for _ in range(concurrency):
+                group.create_task(worker(start + window_s))
+        elapsed = time.perf_counter() - start
+    finally:
+        await client.close()
+    batch = len(next(iter(feeds.values())))
+    latencies.sort()
+    return {
+        "requests_per_s": len(latencies) / elapsed,
+        "inferences_per_s": len(latencies) * batch / elapsed,
+        "requests": len(latencies),
+        "p50_ms": 1e3 * latencies[len(latencies) // 2],
+        "p99_ms": 1e3 * latencies[int(len(latencies) * 0.99)],
+    }
+
+
+async def tritonclient_once(address: str, model: str, feeds: dict[str, npt.NDArray[Any]]) -> None:
+    client = triton_aio.InferenceServerClient(address)
+    try:
+        tensors = []
+        for name, array in feeds.items():
+            tensor = InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            tensor.set_data_from_numpy(array)
+            tensors.append(tensor)
+        await client.infer(model, tensors, client_timeout=120.0)
+    finally:
+        await client.close()
