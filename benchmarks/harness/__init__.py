@@ -8,6 +8,7 @@
 - :mod:`benchmarks.harness.load`: ``sonic perf``'s load generator in one-window form, with the CPU it cost.
 - :mod:`benchmarks.harness.processes`: CPU time and RSS from /proc, steady malloc, Triton's Python stub.
 - :mod:`benchmarks.harness.report`: the machine, the saved JSON under benchmarks/results/, Markdown tables.
+- :mod:`benchmarks.harness.tls`: a throwaway CA and server certificate for runs that measure TLS.
 
 Scripts run as modules (``python -m benchmarks.NAME`` or ``./dev bench NAME``) so these import.
 """
