@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,8 @@ from benchmarks.compare.repositories import RAW, write_triton_model
 from benchmarks.compare.workloads import THREADS
 from benchmarks.harness.load import tritonclient_run
 from benchmarks.harness.processes import cpu_seconds, own_libpython_for_triton
+from benchmarks.harness.ratios import paired_ratios
+from benchmarks.harness.rounds import ordered
 from sonic.launch import ServerProcess
 from sonic.launch.triton import TritonProcess
 from sonic.testing.repository import MODELS, write_test_repository
@@ -121,23 +122,24 @@ def main() -> None:
     args = parser.parse_args()
     repositories = build()
     names = ["sonic", "triton"] + (["sonic-base"] if args.baseline_src else [])
-    ratios: dict[str, list[float]] = {name: [] for name in names if name != "triton"}
+    rows: list[dict[str, float | int | str]] = []
     for index in range(args.rounds):
-        order = names[index % len(names) :] + names[: index % len(names)]
-        rates = {}
-        for name in order:
+        for name in ordered(names, index, "rotate"):
             w = one_window(name, repositories, args.window_s, args.warmup_s, args.baseline_src)
-            rates[name] = w.requests_per_s
+            rows.append({"round": index, "server": name, "requests_per_s": w.requests_per_s})
             print(
                 f"round {index + 1} {name:10s} {w.requests_per_s:8.0f} req/s  {w.cores:.2f} cores  "
                 f"{w.cpu_us_per_request:5.0f} CPU us/request  {w.switches_per_request:5.2f} switches/request",
                 flush=True,
             )
-        for name, values in ratios.items():
-            values.append(rates[name] / rates["triton"])
-            print(f"round {index + 1} {name}/triton {values[-1]:.2f}", flush=True)
-    for name, values in ratios.items():
-        print(f"median {name}/triton {statistics.median(values):.2f} over {args.rounds} rounds")
+        for name in names:
+            ratio = paired_ratios([r for r in rows if r["round"] == index], "requests_per_s", name, "triton")
+            if name != "triton" and ratio is not None:
+                print(f"round {index + 1} {name}/triton {ratio.median:.2f}", flush=True)
+    for name in names:
+        ratio = paired_ratios(rows, "requests_per_s", name, "triton")
+        if name != "triton" and ratio is not None:
+            print(f"median {name}/triton {ratio.text()} over {args.rounds} rounds")
 
 
 if __name__ == "__main__":
