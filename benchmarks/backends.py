@@ -27,9 +27,9 @@ import argparse
 import asyncio
 import importlib.util
 import os
+import shutil
 import statistics
 import tempfile
-import textwrap
 import threading
 import time
 import warnings
@@ -48,74 +48,14 @@ from benchmarks.harness.report import machine, save
 from sonic.launch import ServerProcess
 
 FEATURES = 16
-
-PY_MODEL = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-MEAN = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
-STD = np.linspace(0.5, 2.0, 16, dtype=np.float32)
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "RAW").as_numpy()
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SCALED", (x - MEAN) / STD)]))
-        return responses
-"""
-
-CONFIGS = {
-    "mlp": """
-        name: "mlp"
-        platform: "pytorch_libtorch"
-        max_batch_size: 256
-        input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 16 ] } ]
-        output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-        dynamic_batching { }
-        parameters { key: "INTRA_OP_THREAD_COUNT" value: { string_value: "1" } }
-        """,
-    "scale": """
-        name: "scale"
-        backend: "python"
-        max_batch_size: 256
-        input [ { name: "RAW" data_type: TYPE_FP32 dims: [ 16 ] } ]
-        output [ { name: "SCALED" data_type: TYPE_FP32 dims: [ 16 ] } ]
-        dynamic_batching { }
-        """,
-    "bdt": """
-        name: "bdt"
-        backend: "fil"
-        max_batch_size: 256
-        input [ { name: "input__0" data_type: TYPE_FP32 dims: [ 16 ] } ]
-        output [ { name: "output__0" data_type: TYPE_FP32 dims: [ 1 ] } ]
-        dynamic_batching { }
-        parameters [
-          { key: "model_type" value: { string_value: "xgboost_json" } },
-          { key: "thread_count" value: { string_value: "1" } }
-        ]
-        """,
-    "chain": """
-        name: "chain"
-        platform: "ensemble"
-        max_batch_size: 256
-        input [ { name: "RAW" data_type: TYPE_FP32 dims: [ 16 ] } ]
-        output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
-        ensemble_scheduling { step [
-          { model_name: "scale" model_version: -1
-            input_map { key: "RAW" value: "RAW" } output_map { key: "SCALED" value: "scaled" } },
-          { model_name: "mlp" model_version: -1
-            input_map { key: "INPUT__0" value: "scaled" } output_map { key: "OUTPUT__0" value: "OUT" } }
-        ] }
-        """,
-}
+TEMPLATE_REPOSITORY = Path(__file__).resolve().parent / "templates" / "backends_repository"
 
 
 def build(repo: Path) -> dict[str, Any]:
-    for name, config in CONFIGS.items():
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "config.pbtxt").write_text(textwrap.dedent(config).lstrip())
+    # The configs and the Python model are files (templates/backends_repository); the rest is made here.
+    shutil.copytree(TEMPLATE_REPOSITORY, repo, dirs_exist_ok=True)
+    for name in ("mlp", "bdt", "chain"):  # version folders of what is made here (the ensemble's stays empty)
+        (repo / name / "1").mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(
         torch.nn.Linear(FEATURES, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4), torch.nn.Softmax(-1)
@@ -124,7 +64,6 @@ def build(repo: Path) -> dict[str, Any]:
         warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript: what pytorch_libtorch serves
         scripted = torch.jit.trace(mlp, torch.randn(2, FEATURES))  # type: ignore[no-untyped-call]
         torch.jit.save(scripted, str(repo / "mlp" / "1" / "model.pt"))
-    (repo / "scale" / "1" / "model.py").write_text(PY_MODEL)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(2000, FEATURES)).astype(np.float32)
     booster = xgboost.train(
