@@ -47,25 +47,41 @@ def _check_rows(header: list[str], rows: list[list[str]], levels: set[str]) -> N
             assert int(r[column["response wait"]]) > 0
 
 
-@pytest.mark.parametrize("verbose", [False, True], ids=["plain", "verbose"])
+# (perf_analyzer's load options, sonic perf's, the levels both must report, the first column's name)
+LOADS = {
+    "concurrency": (["--concurrency-range", "1:2"], ["--concurrency", "1:2"], {"1", "2"}, "Concurrency"),
+    "rate": (
+        ["--request-rate-range", "100:200:100"],
+        ["--request-rate", "100:200:100"],
+        {"100", "200"},
+        "Request Rate",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("load", "verbose"),
+    [("concurrency", False), ("concurrency", True), ("rate", False)],
+    ids=["plain", "verbose", "rate"],
+)
 def test_same_file_as_perf_analyzer(
-    perf_server: ServerProcess, perf_analyzer: PerfAnalyzer, tmp_path: Path, verbose: bool
+    perf_server: ServerProcess, perf_analyzer: PerfAnalyzer, tmp_path: Path, load: str, verbose: bool
 ) -> None:
+    their_load, our_load, levels, first_column = LOADS[load]
     verbose_args = ["--verbose-csv"] if verbose else []
     theirs, ours = tmp_path / "perf_analyzer.csv", tmp_path / "sonic.csv"
     command = [
         str(perf_analyzer.binary),
-        *("-m", "identity", "-b", "2", "-i", "grpc", "-u", perf_server.grpc_address),
-        *("--concurrency-range", "1:2", "--measurement-mode", "count_windows"),
-        *("--measurement-request-count", "50", "--stability-percentage", "1000", "-f", str(theirs)),
-        *verbose_args,
+        *("-m", "identity", "-b", "2", "-i", "grpc", "-u", perf_server.grpc_address, *their_load),
+        *("--measurement-mode", "count_windows", "--measurement-request-count", "50"),
+        *("--stability-percentage", "1000", "-f", str(theirs), *verbose_args),
     ]
     result = subprocess.run(
         command, env=perf_analyzer.env, capture_output=True, text=True, timeout=240, check=False
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     code = main(
-        ["perf", "-m", "identity", "-b", "2", "-u", perf_server.grpc_address, "--concurrency", "1:2", "-q",
+        ["perf", "-m", "identity", "-b", "2", "-u", perf_server.grpc_address, *our_load, "-q",
          *QUICK_ARGS, "-f", str(ours), "--csv-format", "perf_analyzer", *verbose_args]
     )  # fmt: skip
     assert code == 0
@@ -73,8 +89,8 @@ def test_same_file_as_perf_analyzer(
     their_header, their_rows = _read(theirs)
     our_header, our_rows = _read(ours)
     assert our_header == their_header
-    assert our_header[:3] == ["Concurrency", "Inferences/Second", "Client Send"]
+    assert our_header[:3] == [first_column, "Inferences/Second", "Client Send"]
     assert ("Avg latency" in our_header) is verbose
     assert "Server Queue" in our_header  # both servers' statistics were read
-    _check_rows(their_header, their_rows, {"1", "2"})
-    _check_rows(our_header, our_rows, {"1", "2"})
+    _check_rows(their_header, their_rows, levels)
+    _check_rows(our_header, our_rows, levels)
