@@ -44,7 +44,7 @@ import xgboost
 
 import triton_python_backend_utils as pb_utils
 from benchmarks.harness.load import grpc_load, infer_request_bytes
-from benchmarks.harness.report import machine, save
+from benchmarks.harness.report import machine, markdown_table, save
 from sonic.launch import ServerProcess
 
 FEATURES = 16
@@ -196,11 +196,12 @@ def main() -> None:
         f"concurrency {args.concurrency}, {args.rows} rows per request, median of {args.repeats} x "
         f"{args.seconds:.0f} s, {os.cpu_count()} CPUs, load average {load}\n"
     )
-    print("| backend | model | served req/s | direct calls/s | served / direct |")
-    print("|---|---|---:|---:|---:|")
-    for backend, (model, _) in SERVED.items():
-        ratio = served[backend] / direct[backend]
-        print(f"| {backend} | {model} | {served[backend]:,.0f} | {direct[backend]:,.0f} | {ratio:.2f} |")
+    header = ["backend", "model", "served req/s", "direct calls/s", "served / direct"]
+    cells = [
+        [b, model, f"{served[b]:,.0f}", f"{direct[b]:,.0f}", f"{served[b] / direct[b]:.2f}"]
+        for b, (model, _) in SERVED.items()
+    ]
+    print("\n".join(markdown_table(header, cells, numeric_from=2)))
     settings = {k: getattr(args, k) for k in ("seconds", "concurrency", "rows", "repeats")}
     points = {
         b: {"model": SERVED[b][0], "served_req_per_s": served[b], "direct_calls_per_s": direct[b]}
