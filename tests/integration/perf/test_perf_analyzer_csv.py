@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import csv
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sonic.cli.main import main
 from sonic.launch import ServerProcess
+from sonic.models.simple import IDENTITY_CONFIG, identity_model
 
 from .conftest import PerfAnalyzer
 
@@ -47,6 +49,17 @@ def _check_rows(header: list[str], rows: list[list[str]], levels: set[str]) -> N
             assert int(r[column["response wait"]]) > 0
 
 
+@pytest.fixture(scope="module")
+def cached_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """``identity`` with ``response_cache { enable: true }`` behind a server with a response cache."""
+    repository = tmp_path_factory.mktemp("perf-cached")
+    identity_model(repository / "identity" / "1" / "model.onnx")
+    config = IDENTITY_CONFIG.lstrip() + "response_cache { enable: true }\n"
+    (repository / "identity" / "config.pbtxt").write_text(config)
+    with ServerProcess.start([repository], extra_args=["--cache-size-bytes", str(16 << 20)]) as process:
+        yield process
+
+
 # (perf_analyzer's load options, sonic perf's, the levels both must report, the first column's name)
 LOADS = {
     "concurrency": (["--concurrency-range", "1:2"], ["--concurrency", "1:2"], {"1", "2"}, "Concurrency"),
@@ -67,12 +80,26 @@ LOADS = {
 def test_same_file_as_perf_analyzer(
     perf_server: ServerProcess, perf_analyzer: PerfAnalyzer, tmp_path: Path, load: str, verbose: bool
 ) -> None:
+    _compare(perf_server, perf_analyzer, tmp_path, load, verbose)
+
+
+def test_cache_columns_as_perf_analyzer(
+    cached_server: ServerProcess, perf_analyzer: PerfAnalyzer, tmp_path: Path
+) -> None:
+    header = _compare(cached_server, perf_analyzer, tmp_path, "concurrency", False)
+    assert header[8:11] == ["Server Cache Hit", "Server Cache Miss", "Client Recv"]
+
+
+def _compare(
+    server: ServerProcess, perf_analyzer: PerfAnalyzer, tmp_path: Path, load: str, verbose: bool
+) -> list[str]:
+    """Both tools against ``server``; checks both files and returns their common header."""
     their_load, our_load, levels, first_column = LOADS[load]
     verbose_args = ["--verbose-csv"] if verbose else []
     theirs, ours = tmp_path / "perf_analyzer.csv", tmp_path / "sonic.csv"
     command = [
         str(perf_analyzer.binary),
-        *("-m", "identity", "-b", "2", "-i", "grpc", "-u", perf_server.grpc_address, *their_load),
+        *("-m", "identity", "-b", "2", "-i", "grpc", "-u", server.grpc_address, *their_load),
         *("--measurement-mode", "count_windows", "--measurement-request-count", "50"),
         *("--stability-percentage", "1000", "-f", str(theirs), *verbose_args),
     ]
@@ -81,7 +108,7 @@ def test_same_file_as_perf_analyzer(
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     code = main(
-        ["perf", "-m", "identity", "-b", "2", "-u", perf_server.grpc_address, *our_load, "-q",
+        ["perf", "-m", "identity", "-b", "2", "-u", server.grpc_address, *our_load, "-q",
          *QUICK_ARGS, "-f", str(ours), "--csv-format", "perf_analyzer", *verbose_args]
     )  # fmt: skip
     assert code == 0
@@ -94,3 +121,4 @@ def test_same_file_as_perf_analyzer(
     assert "Server Queue" in our_header  # both servers' statistics were read
     _check_rows(their_header, their_rows, levels)
     _check_rows(our_header, our_rows, levels)
+    return our_header
