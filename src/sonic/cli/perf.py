@@ -153,6 +153,8 @@ def write_outputs(report: PerfReport, args: argparse.Namespace) -> None:
 
 def csv_options_error(args: argparse.Namespace) -> str | None:
     """The CSV options that would otherwise be accepted and ignored."""
+    if args.replay is not None and (args.csv is not None or args.csv_format != "sonic" or args.verbose_csv):
+        return "--replay reports with --json; -f/--csv, --csv-format and --verbose-csv are for load levels"
     if args.csv_format != "sonic" and args.csv is None:
         return f"--csv-format {args.csv_format} needs -f/--csv FILE"
     if args.verbose_csv and args.csv_format != "perf_analyzer":
@@ -163,14 +165,14 @@ def csv_options_error(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    problem = csv_options_error(args)
+    if problem is not None:
+        print(f"sonic perf: {problem}", file=sys.stderr)
+        return 2
     if args.replay is not None:
         return run_replay(args)
     if not args.model:
         print("sonic perf: -m/--model is required (or --replay DIR)", file=sys.stderr)
-        return 2
-    problem = csv_options_error(args)
-    if problem is not None:
-        print(f"sonic perf: {problem}", file=sys.stderr)
         return 2
     try:
         config = config_from_args(args)

@@ -107,6 +107,7 @@ def test_server_columns_only_when_every_level_has_statistics() -> None:
     [
         (["--csv-format", "perf_analyzer"], "--csv-format perf_analyzer needs -f/--csv FILE"),
         (["-f", "out.csv", "--verbose-csv"], "--verbose-csv applies to --csv-format perf_analyzer"),
+        (["--replay", "traffic", "-f", "out.csv"], "--replay reports with --json"),
     ],
 )
 def test_csv_options_never_ignored(
