@@ -15,6 +15,7 @@ from benchmarks.compare import summary as compare_summary
 from benchmarks.harness.report import replace_between
 
 from sonic.models.zoo import registry
+from sonic.testing.repository import MODELS, write_test_repository
 
 pytestmark = pytest.mark.unit
 
@@ -82,17 +83,14 @@ def test_table_says_by_how_much_a_target_is_missed(tmp_path: Path) -> None:
     assert bare.read_text() == "# B\n"
 
 
-def test_repositories_copy_the_templates_and_write_their_settings(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(repositories, "RAW", tmp_path)
-    built = repositories.build_repositories()
-    model = built["triton"] / "identity" / "1"
+def test_triton_model_is_the_template_with_its_settings_beside_it(tmp_path: Path) -> None:
+    sonic_repo = write_test_repository(
+        tmp_path / "sonic", "sonic", tuple(m for m in MODELS if m.name == "identity")
+    )
+    repositories.write_triton_model(tmp_path / "triton", "identity", sonic_repo)
+    model = tmp_path / "triton" / "identity" / "1"
     assert (model / "model.py").read_text() == (repositories.TEMPLATES / "triton_onnx_model.py").read_text()
     settings = json.loads((model / "compare_settings.json").read_text())
-    assert settings["onnx"] == str(built["sonic"] / "identity" / "1" / "model.onnx")
+    assert settings["onnx"] == str(sonic_repo / "identity" / "1" / "model.onnx")
     assert settings["threads"] == 2
-    assert (built["mlserver"] / "compare_runtime.py").is_file()
-    assert (
-        json.loads((built["mlserver"] / "deepcalo" / "model-settings.json").read_text())["name"] == "deepcalo"
-    )
+    assert 'backend: "python"' in (tmp_path / "triton" / "identity" / "config.pbtxt").read_text()
