@@ -121,6 +121,16 @@ def load_with_server_cpu(
     return load.result, load.server_cpu_us_per_request
 
 
+def tritonclient_inputs(feeds: dict[str, npt.NDArray[Any]]) -> list[InferInput]:
+    """The InferInputs of one call, built as an application builds them: per call."""
+    tensors = []
+    for name, array in feeds.items():
+        tensor = InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        tensor.set_data_from_numpy(array)
+        tensors.append(tensor)
+    return tensors
+
+
 async def tritonclient_run(
     address: str,
     model: str,
@@ -135,11 +145,7 @@ async def tritonclient_run(
     measuring = False
 
     async def call() -> None:
-        tensors = []
-        for name, array in feeds.items():
-            tensor = InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-            tensor.set_data_from_numpy(array)
-            tensors.append(tensor)
+        tensors = tritonclient_inputs(feeds)
         begin = time.perf_counter()
         await client.infer(model, tensors)
         if measuring:
@@ -173,13 +179,9 @@ async def tritonclient_run(
 
 
 async def tritonclient_once(address: str, model: str, feeds: dict[str, npt.NDArray[Any]]) -> None:
+    """One call: a server's first-call costs (imports, first thread, allocations) out of every window."""
     client = triton_aio.InferenceServerClient(address)
     try:
-        tensors = []
-        for name, array in feeds.items():
-            tensor = InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-            tensor.set_data_from_numpy(array)
-            tensors.append(tensor)
-        await client.infer(model, tensors, client_timeout=120.0)
+        await client.infer(model, tritonclient_inputs(feeds), client_timeout=120.0)
     finally:
         await client.close()
