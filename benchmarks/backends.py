@@ -4,7 +4,7 @@ For each backend the same model is run two ways, each by ``--concurrency`` threa
 ``--seconds``:
 
 - served: ``--concurrency`` closed-loop callers of the project's lean gRPC load generator
-  (``benchmarks.common.grpc_load``: pre-serialized requests of ``--rows`` rows) against
+  (``benchmarks.harness.load.grpc_load``: pre-serialized requests of ``--rows`` rows) against
   ``sonic serve``, started here on a free loopback port with dynamic batching on;
 - direct: every thread calls the framework itself in this process (TorchScript module, Python
   model's ``execute``, ``Booster.inplace_predict``, the ensemble's two steps one after the other).
@@ -27,9 +27,9 @@ import argparse
 import asyncio
 import importlib.util
 import os
+import shutil
 import statistics
 import tempfile
-import textwrap
 import threading
 import time
 import warnings
@@ -43,78 +43,19 @@ import torch
 import xgboost
 
 import triton_python_backend_utils as pb_utils
-from benchmarks.common import grpc_load, infer_request_bytes, machine, save
+from benchmarks.harness.load import grpc_load, infer_request_bytes
+from benchmarks.harness.report import machine, markdown_table, save
 from sonic.launch import ServerProcess
 
 FEATURES = 16
-
-PY_MODEL = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-MEAN = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
-STD = np.linspace(0.5, 2.0, 16, dtype=np.float32)
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "RAW").as_numpy()
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SCALED", (x - MEAN) / STD)]))
-        return responses
-"""
-
-CONFIGS = {
-    "mlp": """
-        name: "mlp"
-        platform: "pytorch_libtorch"
-        max_batch_size: 256
-        input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 16 ] } ]
-        output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-        dynamic_batching { }
-        parameters { key: "INTRA_OP_THREAD_COUNT" value: { string_value: "1" } }
-        """,
-    "scale": """
-        name: "scale"
-        backend: "python"
-        max_batch_size: 256
-        input [ { name: "RAW" data_type: TYPE_FP32 dims: [ 16 ] } ]
-        output [ { name: "SCALED" data_type: TYPE_FP32 dims: [ 16 ] } ]
-        dynamic_batching { }
-        """,
-    "bdt": """
-        name: "bdt"
-        backend: "fil"
-        max_batch_size: 256
-        input [ { name: "input__0" data_type: TYPE_FP32 dims: [ 16 ] } ]
-        output [ { name: "output__0" data_type: TYPE_FP32 dims: [ 1 ] } ]
-        dynamic_batching { }
-        parameters [
-          { key: "model_type" value: { string_value: "xgboost_json" } },
-          { key: "thread_count" value: { string_value: "1" } }
-        ]
-        """,
-    "chain": """
-        name: "chain"
-        platform: "ensemble"
-        max_batch_size: 256
-        input [ { name: "RAW" data_type: TYPE_FP32 dims: [ 16 ] } ]
-        output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
-        ensemble_scheduling { step [
-          { model_name: "scale" model_version: -1
-            input_map { key: "RAW" value: "RAW" } output_map { key: "SCALED" value: "scaled" } },
-          { model_name: "mlp" model_version: -1
-            input_map { key: "INPUT__0" value: "scaled" } output_map { key: "OUTPUT__0" value: "OUT" } }
-        ] }
-        """,
-}
+TEMPLATE_REPOSITORY = Path(__file__).resolve().parent / "templates" / "backends_repository"
 
 
 def build(repo: Path) -> dict[str, Any]:
-    for name, config in CONFIGS.items():
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "config.pbtxt").write_text(textwrap.dedent(config).lstrip())
+    # The configs and the Python model are files (templates/backends_repository); the rest is made here.
+    shutil.copytree(TEMPLATE_REPOSITORY, repo, dirs_exist_ok=True)
+    for name in ("mlp", "bdt", "chain"):  # version folders of what is made here (the ensemble's stays empty)
+        (repo / name / "1").mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(
         torch.nn.Linear(FEATURES, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4), torch.nn.Softmax(-1)
@@ -123,7 +64,6 @@ def build(repo: Path) -> dict[str, Any]:
         warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript: what pytorch_libtorch serves
         scripted = torch.jit.trace(mlp, torch.randn(2, FEATURES))  # type: ignore[no-untyped-call]
         torch.jit.save(scripted, str(repo / "mlp" / "1" / "model.pt"))
-    (repo / "scale" / "1" / "model.py").write_text(PY_MODEL)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(2000, FEATURES)).astype(np.float32)
     booster = xgboost.train(
@@ -256,11 +196,12 @@ def main() -> None:
         f"concurrency {args.concurrency}, {args.rows} rows per request, median of {args.repeats} x "
         f"{args.seconds:.0f} s, {os.cpu_count()} CPUs, load average {load}\n"
     )
-    print("| backend | model | served req/s | direct calls/s | served / direct |")
-    print("|---|---|---:|---:|---:|")
-    for backend, (model, _) in SERVED.items():
-        ratio = served[backend] / direct[backend]
-        print(f"| {backend} | {model} | {served[backend]:,.0f} | {direct[backend]:,.0f} | {ratio:.2f} |")
+    header = ["backend", "model", "served req/s", "direct calls/s", "served / direct"]
+    cells = [
+        [b, model, f"{served[b]:,.0f}", f"{direct[b]:,.0f}", f"{served[b] / direct[b]:.2f}"]
+        for b, (model, _) in SERVED.items()
+    ]
+    print("\n".join(markdown_table(header, cells, numeric_from=2)))
     settings = {k: getattr(args, k) for k in ("seconds", "concurrency", "rows", "repeats")}
     points = {
         b: {"model": SERVED[b][0], "served_req_per_s": served[b], "direct_calls_per_s": direct[b]}

@@ -30,7 +30,7 @@ import numpy.typing as npt
 import tritonclient.grpc.aio as triton_aio
 from tritonclient.grpc import InferInput
 
-from benchmarks.common import steady_malloc
+from benchmarks.harness.processes import steady_malloc
 from sonic.client import AsyncClient, CallTiming, ClientConfig, SharedMemoryMode, ShmRequest
 from sonic.launch import ServerProcess
 from sonic.launch.triton import TritonProcess
@@ -233,7 +233,7 @@ def main() -> None:
     parser.add_argument("--small-only", action="store_true", help="only the [1, 16] cases")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/client.json"))
     args = parser.parse_args()
-    steady_malloc()  # this process is the load generator: see benchmarks.common.steady_malloc
+    steady_malloc()  # this process is the load generator: see benchmarks.harness.processes.steady_malloc
     with tempfile.TemporaryDirectory(prefix="sonic-bench-") as tmp:
         repo = write_test_repository(Path(tmp) / "repo", args.server)
         if args.server == "sonic":

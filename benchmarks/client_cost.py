@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import machine, save
+from benchmarks.harness.report import machine, save
 from sonic.launch import ServerProcess
 from sonic.testing.repository import write_test_repository
 

@@ -21,13 +21,14 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import machine, save
+from benchmarks.harness.ratios import spread
+from benchmarks.harness.report import machine, save
+from benchmarks.harness.servers import parse_named
 from sonic.launch import ServerProcess
 from sonic.testing.repository import write_test_repository
 
@@ -75,7 +76,7 @@ def main() -> None:
     parser.add_argument("--save-as", default="client_vs_tritonclient", help="results file name")
     parser.add_argument("--valgrind-requests", default="1500,300", help="A,B requests of the two runs")
     args = parser.parse_args()
-    trees: dict[str, str | None] = dict(item.split("=", 1) for item in args.tree or ["after=src"])
+    trees: dict[str, str | None] = {**parse_named(args.tree or ["after=src"], "--tree")}
     if TRITON in trees:
         parser.error(f"'{TRITON}' names the tritonclient run: give the tree another name")
     clients = {**trees, TRITON: None}
@@ -108,8 +109,8 @@ def main() -> None:
                 measured = rounds[mode][name]
                 row: dict[str, float] = {}  # only what was measured (--alternations 0: instructions)
                 if measured:
-                    row["requests_per_s"] = statistics.median(r for r, _ in measured)
-                    row["cpu_us_per_request"] = statistics.median(c for _, c in measured)
+                    row["requests_per_s"] = spread(r for r, _ in measured).median
+                    row["cpu_us_per_request"] = spread(c for _, c in measured).median
                 if args.instructions:
                     kind = f"{'triton' if src is None else 'sonic'}-{mode}"
                     row["instructions_per_request"] = _instructions(kind, src, server.grpc_address, counts)

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from benchmarks.common import grpc_load, infer_request_bytes, machine, save
-from benchmarks.compare import tritonclient_run
+from benchmarks.harness.load import grpc_load, infer_request_bytes, tritonclient_run
+from benchmarks.harness.report import machine, save
 from sonic.launch import ServerProcess
 from sonic.models.build import build_model
 from sonic.models.zoo.deepcalo import DEEPCALO

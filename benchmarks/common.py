@@ -1,192 +1,39 @@
-"""Shared pieces of the benchmark scripts: the ``sonic perf`` load generator in one-window form, RSS, results."""
+"""The names ``benchmarks.common`` had before :mod:`benchmarks.harness`, for scripts written against it.
 
-from __future__ import annotations
+New code imports from the harness modules; this module only forwards (the lead may drop it once no
+script on any branch imports it).
+"""
 
-import asyncio
-import ctypes
-import ctypes.util
-import json
-import os
-import platform
-import site
-import sysconfig
-import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+from benchmarks.harness.load import (
+    CpuLoad,
+    LoadResult,
+    grpc_load,
+    infer_request_bytes,
+    load_with_cpu,
+    load_with_server_cpu,
+)
+from benchmarks.harness.processes import (
+    cpu_seconds,
+    own_libpython_for_triton,
+    peak_rss_mb,
+    site_paths,
+    steady_malloc,
+)
+from benchmarks.harness.report import RESULTS, machine, save
 
-import numpy.typing as npt
-
-from sonic.perf.engine import LoadGenerator, LoadLevel, MeasurementConfig
-from sonic.perf.transport import Transport
-from sonic.protocol.grpc_codec import encode_infer_request
-
-RESULTS = Path(__file__).parent / "results"
-
-
-def infer_request_bytes(model: str, inputs: dict[str, npt.NDArray[Any]], datatypes: dict[str, str]) -> bytes:
-    """A serialized ModelInferRequest, built once and sent many times."""
-    return encode_infer_request(model, "", inputs, datatypes)
-
-
-@dataclass
-class LoadResult:
-    concurrency: int
-    requests: int
-    seconds: float
-    requests_per_s: float
-    inferences_per_s: float
-    p50_ms: float
-    p90_ms: float
-    p99_ms: float
-    mean_ms: float
-
-
-async def grpc_load(
-    address: str,
-    payload: bytes | Sequence[bytes],
-    *,
-    concurrency: int,
-    batch: int,
-    duration_s: float,
-    warmup_s: float,
-    transport: str = "grpcio",
-) -> LoadResult:
-    """Closed loop with ``concurrency`` callers: one window of ``duration_s`` after ``warmup_s`` of load.
-
-    The engine of ``sonic perf`` (src/sonic/perf/engine.py) with a single window, so the benchmark
-    scripts and the CLI measure the same way.
-    """
-    measurement = MeasurementConfig(window_s=duration_s, stable_windows=1, max_windows=1, warmup_s=warmup_s)
-    async with Transport(address, model="", kind=transport) as channel:
-        payloads = [payload] if isinstance(payload, bytes) else list(payload)  # several: sent in random order
-        generator = LoadGenerator(channel, payloads, batch_size=batch, measurement=measurement)
-        result = await generator.run(LoadLevel(concurrency=concurrency))
-    if not result.requests:
-        raise RuntimeError(f"no request completed in the {duration_s} s window; make it longer")
-    latency = result.latency
-    return LoadResult(
-        concurrency=concurrency,
-        requests=result.requests,
-        seconds=round(result.duration_s, 3),
-        requests_per_s=round(result.requests_per_s, 1),
-        inferences_per_s=round(result.inferences_per_s, 1),
-        p50_ms=round(latency.p50_us / 1000, 3),
-        p90_ms=round(latency.p90_us / 1000, 3),
-        p99_ms=round(latency.p99_us / 1000, 3),
-        mean_ms=round(latency.mean_us / 1000, 3),
-    )
-
-
-M_TRIM_THRESHOLD = -1  # glibc mallopt parameters (malloc.h)
-M_MMAP_THRESHOLD = -3
-
-
-def steady_malloc(threshold_bytes: int = 64 << 20) -> bool:
-    """Keep this process's large allocations on the heap (glibc), so load generators measure steadily.
-
-    A load generator receiving 15.6 MB responses allocates 15.6 MB per request. glibc serves that with a
-    fresh mmap (page faults and kernel zeroing of every page: ~2x the time per request here) until its
-    dynamic threshold happens to rise past the size, so the same run measured ~400 or ~900 MB/s depending
-    on what the process had freed before. Fixing the thresholds takes the chance out, for every server
-    alike. Returns False where it cannot be set (not glibc).
-    """
-    libc_name = ctypes.util.find_library("c")
-    if libc_name is None:
-        return False
-    libc = ctypes.CDLL(libc_name)
-    if not hasattr(libc, "mallopt"):
-        return False
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold_bytes)) and bool(
-        libc.mallopt(M_TRIM_THRESHOLD, 2 * threshold_bytes)
-    )
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process and its threads (children not included), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@dataclass(frozen=True)
-class CpuLoad:
-    """A load window and the CPU it cost: the server's and this process's (the load generator's)."""
-
-    result: LoadResult
-    server_cpu_us_per_request: float
-    client_cpu_us_per_request: float
-
-
-def load_with_cpu(
-    address: str, payload: bytes, pid: int, *, concurrency: int, window_s: float, transport: str = "grpcio"
-) -> CpuLoad:
-    """One :func:`grpc_load` window (batch 1, after 1 s of warm-up load) and the CPU µs per request of
-    the server and of this process over the window alone (the warm-up runs first, outside the count)."""
-
-    def window(seconds: float) -> LoadResult:
-        return asyncio.run(
-            grpc_load(
-                address,
-                payload,
-                concurrency=concurrency,
-                batch=1,
-                duration_s=seconds,
-                warmup_s=0.0,
-                transport=transport,
-            )
-        )
-
-    window(1.0)
-    server_before, client_before = cpu_seconds(pid), time.process_time()
-    result = window(window_s)
-    requests = max(result.requests, 1)
-    return CpuLoad(
-        result,
-        1e6 * (cpu_seconds(pid) - server_before) / requests,
-        1e6 * (time.process_time() - client_before) / requests,
-    )
-
-
-def load_with_server_cpu(
-    address: str, payload: bytes, pid: int, *, concurrency: int, window_s: float
-) -> tuple[LoadResult, float]:
-    """:func:`load_with_cpu` without the load generator's share."""
-    load = load_with_cpu(address, payload, pid, concurrency=concurrency, window_s=window_s)
-    return load.result, load.server_cpu_us_per_request
-
-
-def peak_rss_mb(pid: int) -> float:
-    """VmHWM: the process's peak resident set size."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def machine() -> dict[str, Any]:
-    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
-
-
-def save(name: str, payload: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
-    payload = {"benchmark": name, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **payload}
-    path.write_text(json.dumps(payload, indent=2, default=asdict))
-    return path
-
-
-def site_paths() -> list[str]:
-    """This environment's site-packages: put first on ``sys.path`` by a model of Triton's Python
-    backend, whose stub runs a bare interpreter that ignores the venv."""
-    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]
-    return list(dict.fromkeys(paths))
-
-
-def own_libpython_for_triton() -> None:
-    """The Python-backend stub links libpython: point it (through this process's environment, which
-    Triton's launcher copies) at this interpreter's own."""
-    libdir = sysconfig.get_config_var("LIBDIR")
-    os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (libdir, os.environ.get("LD_LIBRARY_PATH")) if p
-    )
+__all__ = [
+    "RESULTS",
+    "CpuLoad",
+    "LoadResult",
+    "cpu_seconds",
+    "grpc_load",
+    "infer_request_bytes",
+    "load_with_cpu",
+    "load_with_server_cpu",
+    "machine",
+    "own_libpython_for_triton",
+    "peak_rss_mb",
+    "save",
+    "site_paths",
+    "steady_malloc",
+]

@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import collections
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,8 +25,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from benchmarks.common import RESULTS, grpc_load, infer_request_bytes
-from benchmarks.compare import THREADS, build_repositories
+from benchmarks.compare.repositories import build_repositories
+from benchmarks.compare.workloads import THREADS
+from benchmarks.harness.load import grpc_load, infer_request_bytes
+from benchmarks.harness.ratios import paired_ratios
+from benchmarks.harness.report import RESULTS
+from benchmarks.harness.rounds import visits
+from benchmarks.harness.servers import ServerSet
 from sonic.launch import ServerProcess
 from sonic.models.zoo import registry
 
@@ -99,27 +103,21 @@ def switch_interval() -> None:
     repositories = build_repositories()
     cases = {"facile b16000 c2": ("facile", 16000, 2), "deepcalo b10 c32": ("deepcalo", 10, 32)}
     cases["identity b1 c32"] = ("identity", 1, 32)
-    figures: dict[str, dict[str, list[float]]] = {case: {"5 ms": [], "0.5 ms": []} for case in cases}
-    with tempfile.TemporaryDirectory(prefix="sonic-switch-") as folder:
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="sonic-switch-") as folder, ServerSet() as servers:
         Path(folder, "sitecustomize.py").write_text("import sys\n\nsys.setswitchinterval(0.0005)\n")
         env = {**os.environ, "PYTHONPATH": folder}
-        with (
-            ServerProcess.start([repositories["sonic"]], extra_args=SERVE_ARGS) as default,
-            ServerProcess.start([repositories["sonic"]], extra_args=SERVE_ARGS, env=env) as short,
-        ):
-            servers = {"5 ms": default, "0.5 ms": short}
-            for round_index in range(4):
-                for case, (model, batch, concurrency) in cases.items():
-                    names = list(servers) if round_index % 2 == 0 else list(servers)[::-1]
-                    for name in names:
-                        rate = load(servers[name].grpc_address, model, batch, concurrency, 3.0)
-                        figures[case][name].append(rate)
-                        print(f"[{round_index}] {case:18s} {name:6s} {rate:12,.0f} inf/s", flush=True)
-    for case, by_name in figures.items():
-        ratios = [b / a for a, b in zip(by_name["5 ms"], by_name["0.5 ms"], strict=True)]
-        print(
-            f"{case}: 0.5 ms / 5 ms = {statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
-        )
+        servers.add("5 ms", ServerProcess.start([repositories["sonic"]], extra_args=SERVE_ARGS))
+        servers.add("0.5 ms", ServerProcess.start([repositories["sonic"]], extra_args=SERVE_ARGS, env=env))
+        for visit in visits(4, list(cases), list(servers), how="alternate"):
+            model, batch, concurrency = cases[visit.workload]
+            rate = load(servers[visit.server].grpc_address, model, batch, concurrency, 3.0)
+            rows.append({"round": visit.round, "case": visit.workload, "server": visit.server, "rate": rate})
+            print(f"[{visit.round}] {visit.workload:18s} {visit.server:6s} {rate:12,.0f} inf/s", flush=True)
+    for case in cases:
+        ratio = paired_ratios([r for r in rows if r["case"] == case], "rate", "0.5 ms", "5 ms")
+        if ratio is not None:
+            print(f"{case}: 0.5 ms / 5 ms = {ratio.median:.2f}x [{ratio.min:.2f}-{ratio.max:.2f}]")
 
 
 def main() -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -27,7 +26,11 @@ import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from benchmarks.common import cpu_seconds, machine, save
+from benchmarks.harness.processes import tree_cpu_seconds
+from benchmarks.harness.ratios import per_server
+from benchmarks.harness.report import machine, save
+from benchmarks.harness.rounds import visits
+from benchmarks.harness.servers import ServerSet
 from sonic.launch import ServerProcess
 from sonic.launch.triton import TritonProcess
 
@@ -49,15 +52,6 @@ def repository() -> Path:
     (repo / "square_int32" / "config.pbtxt").write_text(CONFIG)
     (repo / "square_int32" / "1" / "model.py").write_bytes(MODEL.read_bytes())
     return repo
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU time of a process and of its descendants (Triton's Python backend stubs)."""
-    total = cpu_seconds(pid)
-    for children in Path(f"/proc/{pid}/task").glob("*/children"):
-        for child in children.read_text().split():
-            total += tree_cpu_seconds(int(child))
-    return total
 
 
 def one_stream(address: str, responses: int) -> float:
@@ -89,45 +83,39 @@ def main() -> None:
     repo = repository()
     # Triton's Python stub runs the interpreter on PATH: this one, with numpy and the pb_utils module.
     os.environ["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
-    rates: dict[str, list[float]] = {"sonic": [], "triton": []}
-    cpu_us: dict[str, list[float]] = {"sonic": [], "triton": []}
-    with (
-        ServerProcess.start([repo]) as sonic,
-        TritonProcess.start([repo], models=["square_int32"]) as triton,
-    ):
-        addresses = {"sonic": sonic.grpc_address, "triton": triton.addresses["grpc"]}
-        pids = {"sonic": sonic.process.pid, "triton": triton.process.pid}
-        for address in addresses.values():  # warm-up: first imports, first thread
+    rows: list[dict[str, float | int | str]] = []
+    with ServerSet() as servers:
+        servers.add("sonic", ServerProcess.start([repo]))
+        servers.add("triton", TritonProcess.start([repo], models=["square_int32"]))
+        for address in servers.addresses().values():  # warm-up: first imports, first thread
             one_stream(address, 100)
-        for index in range(args.rounds):
-            order = list(addresses) if index % 2 == 0 else list(reversed(addresses))
-            for name in order:
-                before = tree_cpu_seconds(pids[name])
-                rates[name].append(one_stream(addresses[name], args.responses))
-                cpu_us[name].append((tree_cpu_seconds(pids[name]) - before) / args.responses * 1e6)
-                print(
-                    f"round {index + 1} {name:6s} {rates[name][-1]:8.0f} responses/s "
-                    f"{cpu_us[name][-1]:6.0f} server CPU us/response",
-                    flush=True,
-                )
-    medians = {name: statistics.median(values) for name, values in rates.items()}
-    cpu_medians = {name: statistics.median(values) for name, values in cpu_us.items()}
-    for name, value in medians.items():
+        for visit in visits(args.rounds, ["stream"], list(servers), how="alternate"):
+            server = servers[visit.server]
+            before = tree_cpu_seconds(server.pid)
+            rate = one_stream(server.grpc_address, args.responses)
+            cpu_us = (tree_cpu_seconds(server.pid) - before) / args.responses * 1e6
+            rows.append({"round": visit.round, "server": visit.server, "rate": rate, "cpu_us": cpu_us})
+            print(
+                f"round {visit.round + 1} {visit.server:6s} {rate:8.0f} responses/s {cpu_us:6.0f} server CPU us/response",
+                flush=True,
+            )
+    rates, cpu = per_server(rows, "rate"), per_server(rows, "cpu_us")
+    for name, value in rates.items():
         print(
-            f"median {name:6s} {value:8.0f} responses/s {cpu_medians[name]:6.0f} server CPU us/response "
+            f"median {name:6s} {value.median:8.0f} responses/s {cpu[name].median:6.0f} server CPU us/response "
             f"over {args.rounds} rounds"
         )
-    print(f"sonic/triton rate {medians['sonic'] / medians['triton']:.2f}")
-    print(f"sonic/triton CPU per response {cpu_medians['sonic'] / cpu_medians['triton']:.2f}")
+    print(f"sonic/triton rate {rates['sonic'].median / rates['triton'].median:.2f}")
+    print(f"sonic/triton CPU per response {cpu['sonic'].median / cpu['triton'].median:.2f}")
     path = save(
         "decoupled_stream",
         {
             "machine": machine(),
             "responses_per_request": args.responses,
-            "rounds": rates,
-            "medians": medians,
-            "server_cpu_us_per_response": cpu_us,
-            "server_cpu_us_per_response_medians": cpu_medians,
+            "rounds": {name: list(f.values) for name, f in rates.items()},
+            "medians": {name: f.median for name, f in rates.items()},
+            "server_cpu_us_per_response": {name: list(f.values) for name, f in cpu.items()},
+            "server_cpu_us_per_response_medians": {name: f.median for name, f in cpu.items()},
         },
     )
     print(f"saved {path}")

@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import grpc_load, infer_request_bytes, machine, save
+from benchmarks.harness.load import grpc_load, infer_request_bytes
+from benchmarks.harness.report import machine, save
 from sonic.client import AsyncClient, ClientConfig
 from sonic.deploy.local import LocalSettings, LocalStack
 from sonic.models.simple import write_sample_repository

@@ -10,7 +10,8 @@ engine: pre-serialized ModelInferRequest over grpc.aio):
 
 Workloads: identity ``[1, 16]`` FP32 at concurrency 1, 8 and 32 (requests/s, server CPU µs per request),
 and 1693 x 48 x 48 x 1 FP32 (15.6 MB each way) at concurrency 1 (MB/s of request tensor; the do-nothing
-servicer is left out: it returns no tensor). Rounds alternate the servers; ratios are per round.
+servicer is left out: it returns no tensor). Rounds rotate the servers; ratios are per round.
+The do-nothing servicer is ``templates/do_nothing_grpc.py``.
 
     .venv/bin/python -m benchmarks.grpc_frontend [--rounds 3] [--window-s 4]
 """
@@ -18,57 +19,51 @@ servicer is left out: it returns no tensor). Rounds alternate the servers; ratio
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.common import (
-    infer_request_bytes,
-    load_with_server_cpu,
-    machine,
-    save,
-    steady_malloc,
-)
-from sonic.launch import ServerProcess, free_port, terminate
+from benchmarks.harness.load import infer_request_bytes, load_with_server_cpu
+from benchmarks.harness.processes import steady_malloc
+from benchmarks.harness.ratios import paired_ratios, per_server
+from benchmarks.harness.report import machine, save
+from benchmarks.harness.rounds import visits
+from benchmarks.harness.servers import ServerSet
+from sonic.launch import ServerHandle, ServerProcess, free_port, terminate
+from sonic.launch.process import temporary_log
 from sonic.testing.repository import write_test_repository
 
 LARGE_SHAPE = (1693, 48, 48, 1)
-DO_NOTHING = """
-import sys, grpc, uvloop
-from grpc import aio
-
-async def infer(data, context):
-    return b""
-
-async def main():
-    server = aio.server()
-    handler = grpc.unary_unary_rpc_method_handler(infer)
-    service = grpc.method_handlers_generic_handler("inference.GRPCInferenceService", {"ModelInfer": handler})
-    server.add_generic_rpc_handlers((service,))
-    server.add_insecure_port("127.0.0.1:" + sys.argv[1])
-    await server.start()
-    print("ready", flush=True)
-    await server.wait_for_termination()
-
-uvloop.run(main())
-"""
+SERVERS = ("native", "grpcio", "do-nothing")
+DO_NOTHING = Path(__file__).resolve().parent / "templates" / "do_nothing_grpc.py"
 
 
-def start_do_nothing() -> tuple[subprocess.Popen[str], str]:
+@dataclass(frozen=True)
+class Workload:
+    label: str
+    payload: bytes
+    concurrency: int
+    tensor_bytes: int = 0  # the transfer workload: MB/s of request tensor
+
+    def servers(self) -> tuple[str, ...]:
+        return SERVERS[:2] if self.tensor_bytes else SERVERS  # the do-nothing servicer returns no tensor
+
+
+def start_do_nothing() -> ServerHandle:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-c", DO_NOTHING, str(port)], stdout=subprocess.PIPE, text=True
+        [sys.executable, str(DO_NOTHING), str(port)], stdout=subprocess.PIPE, text=True
     )
     assert process.stdout is not None
     if process.stdout.readline().strip() != "ready":
         terminate(process, timeout_s=5)
         raise RuntimeError("the do-nothing servicer did not start")
-    return process, f"127.0.0.1:{port}"
+    return ServerHandle(process, {"grpc": f"127.0.0.1:{port}"}, temporary_log("do-nothing-"))
 
 
 def run(rounds: int, window_s: float) -> dict[str, Any]:
@@ -76,66 +71,46 @@ def run(rounds: int, window_s: float) -> dict[str, Any]:
     small = infer_request_bytes("identity", {"INPUT0": np.ones((1, 16), np.float32)}, {"INPUT0": "FP32"})
     large_array = np.random.default_rng(0).random(LARGE_SHAPE, dtype=np.float32)
     large = infer_request_bytes("identity_large", {"INPUT0": large_array}, {"INPUT0": "FP32"})
-    workloads = [("identity c1", small, 1), ("identity c8", small, 8), ("identity c32", small, 32)]
-    workloads.append(("15.6 MB c1", large, 1))
-    native = ServerProcess.start([repository])
-    grpcio = ServerProcess.start([repository], extra_args=["--grpc-server", "grpcio"])
-    nothing, nothing_address = start_do_nothing()
-    servers = {
-        "native": (native.grpc_address, native.pid),
-        "grpcio": (grpcio.grpc_address, grpcio.pid),
-        "do-nothing": (nothing_address, nothing.pid),
-    }
+    workloads = [Workload(f"identity c{c}", small, c) for c in (1, 8, 32)]
+    workloads.append(Workload("15.6 MB c1", large, 1, large_array.nbytes))
     rows: list[dict[str, Any]] = []
-    try:
-        for round_index in range(rounds):
-            order = list(servers)[round_index % 3 :] + list(servers)[: round_index % 3]
-            for label, payload, concurrency in workloads:
-                for name in order:
-                    if name == "do-nothing" and label.startswith("15.6"):
-                        continue
-                    address, pid = servers[name]
-                    result, cpu_us = load_with_server_cpu(
-                        address, payload, pid, concurrency=concurrency, window_s=window_s
-                    )
-                    row = {"round": round_index, "workload": label, "server": name, **vars(result)}
-                    row["server_cpu_us_per_request"] = round(cpu_us, 1)
-                    if label.startswith("15.6"):
-                        row["MB_per_s"] = round(result.requests_per_s * large_array.nbytes / 1e6, 1)
-                    rows.append(row)
-                    print(
-                        f"round {round_index} {label:14s} {name:10s} {result.requests_per_s:9.1f} req/s "
-                        f"p50 {result.p50_ms:7.2f} ms  server CPU {row['server_cpu_us_per_request']} µs/req",
-                        flush=True,
-                    )
-    finally:
-        native.stop()
-        grpcio.stop()
-        terminate(nothing, timeout_s=5)
+    with ServerSet() as servers:
+        servers.add("native", ServerProcess.start([repository]))
+        servers.add("grpcio", ServerProcess.start([repository], extra_args=["--grpc-server", "grpcio"]))
+        servers.add("do-nothing", start_do_nothing())
+        for visit in visits(rounds, workloads, Workload.servers, how="rotate"):
+            workload, server = visit.workload, servers[visit.server]
+            result, cpu_us = load_with_server_cpu(
+                server.grpc_address,
+                workload.payload,
+                server.pid,
+                concurrency=workload.concurrency,
+                window_s=window_s,
+            )
+            row = {"round": visit.round, "workload": workload.label, "server": visit.server, **vars(result)}
+            row["server_cpu_us_per_request"] = round(cpu_us, 1)
+            if workload.tensor_bytes:
+                row["MB_per_s"] = round(result.requests_per_s * workload.tensor_bytes / 1e6, 1)
+            rows.append(row)
+            print(
+                f"round {visit.round} {workload.label:14s} {visit.server:10s} {result.requests_per_s:9.1f} req/s "
+                f"p50 {result.p50_ms:7.2f} ms  server CPU {row['server_cpu_us_per_request']} µs/req",
+                flush=True,
+            )
     return {"rows": rows, "summary": summarize(rows), "machine": machine(), "window_s": window_s}
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per workload: each server's median req/s and server CPU per request, native's per-round ratios."""
     summary: dict[str, Any] = {}
     for label in dict.fromkeys(row["workload"] for row in rows):
-        per_round: dict[int, dict[str, float]] = {}
-        cpu: dict[str, list[float]] = {}
-        for row in rows:
-            if row["workload"] == label:
-                per_round.setdefault(row["round"], {})[row["server"]] = row["requests_per_s"]
-                cpu.setdefault(row["server"], []).append(row["server_cpu_us_per_request"])
-        names = sorted({name for figures in per_round.values() for name in figures})
-        entry: dict[str, Any] = {
-            name: statistics.median(figures[name] for figures in per_round.values()) for name in names
-        }
-        entry["server_cpu_us_per_request"] = {name: statistics.median(values) for name, values in cpu.items()}
+        mine = [row for row in rows if row["workload"] == label]
+        entry: dict[str, Any] = {name: f.median for name, f in per_server(mine, "requests_per_s").items()}
+        cpu = per_server(mine, "server_cpu_us_per_request")
+        entry["server_cpu_us_per_request"] = {name: f.median for name, f in cpu.items()}
         for reference in ("grpcio", "do-nothing"):
-            ratios = [f["native"] / f[reference] for f in per_round.values() if reference in f]
-            if ratios:
-                entry[f"native/{reference}"] = {
-                    "median": round(statistics.median(ratios), 2),
-                    "rounds": [round(r, 2) for r in ratios],
-                }
+            if (ratio := paired_ratios(mine, "requests_per_s", "native", reference)) is not None:
+                entry[f"native/{reference}"] = ratio.as_dict(digits=2)
         summary[label] = entry
     return summary
 
@@ -147,7 +122,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--window-s", type=float, default=4.0)
     args = parser.parse_args()
-    steady_malloc()  # this process is the load generator: see benchmarks.common.steady_malloc
+    steady_malloc()  # this process is the load generator: see benchmarks.harness.processes.steady_malloc
     result = run(args.rounds, args.window_s)
     for label, entry in result["summary"].items():
         print(label, entry)

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import grpc_load, infer_request_bytes, machine, save
+from benchmarks.harness.load import grpc_load, infer_request_bytes
+from benchmarks.harness.report import machine, save
 from sonic.client import ClientConfig, SyncClient
 from sonic.launch import ServerProcess
 from sonic.models.build import build_model

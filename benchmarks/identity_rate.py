@@ -17,15 +17,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import cpu_seconds, own_libpython_for_triton, site_paths
-from benchmarks.compare import RAW, THREADS, TRITON_MODEL, triton_config, tritonclient_run
+from benchmarks.compare.repositories import RAW, write_triton_model
+from benchmarks.compare.workloads import THREADS
+from benchmarks.harness.load import tritonclient_run
+from benchmarks.harness.processes import cpu_seconds, own_libpython_for_triton
+from benchmarks.harness.ratios import paired_ratios
+from benchmarks.harness.rounds import ordered
 from sonic.launch import ServerProcess
 from sonic.launch.triton import TritonProcess
 from sonic.testing.repository import MODELS, write_test_repository
@@ -46,13 +49,7 @@ def context_switches(pid: int) -> int:
 def build() -> dict[str, Path]:
     sonic_repo, triton_repo = RAW / "rate-sonic", RAW / "rate-triton"
     write_test_repository(sonic_repo, "sonic", tuple(m for m in MODELS if m.name == "identity"))
-    config = (sonic_repo / "identity" / "config.pbtxt").read_text()
-    (triton_repo / "identity" / "1").mkdir(parents=True, exist_ok=True)
-    (triton_repo / "identity" / "config.pbtxt").write_text(triton_config(config))
-    paths = site_paths()
-    onnx = sonic_repo / "identity" / "1" / "model.onnx"
-    source = TRITON_MODEL.format(onnx=str(onnx), paths=paths, threads=THREADS)
-    (triton_repo / "identity" / "1" / "model.py").write_text(source)
+    write_triton_model(triton_repo, "identity", sonic_repo)
     return {"sonic": sonic_repo, "triton": triton_repo}
 
 
@@ -125,23 +122,24 @@ def main() -> None:
     args = parser.parse_args()
     repositories = build()
     names = ["sonic", "triton"] + (["sonic-base"] if args.baseline_src else [])
-    ratios: dict[str, list[float]] = {name: [] for name in names if name != "triton"}
+    rows: list[dict[str, float | int | str]] = []
     for index in range(args.rounds):
-        order = names[index % len(names) :] + names[: index % len(names)]
-        rates = {}
-        for name in order:
+        for name in ordered(names, index, "rotate"):
             w = one_window(name, repositories, args.window_s, args.warmup_s, args.baseline_src)
-            rates[name] = w.requests_per_s
+            rows.append({"round": index, "server": name, "requests_per_s": w.requests_per_s})
             print(
                 f"round {index + 1} {name:10s} {w.requests_per_s:8.0f} req/s  {w.cores:.2f} cores  "
                 f"{w.cpu_us_per_request:5.0f} CPU us/request  {w.switches_per_request:5.2f} switches/request",
                 flush=True,
             )
-        for name, values in ratios.items():
-            values.append(rates[name] / rates["triton"])
-            print(f"round {index + 1} {name}/triton {values[-1]:.2f}", flush=True)
-    for name, values in ratios.items():
-        print(f"median {name}/triton {statistics.median(values):.2f} over {args.rounds} rounds")
+        for name in names:
+            ratio = paired_ratios([r for r in rows if r["round"] == index], "requests_per_s", name, "triton")
+            if name != "triton" and ratio is not None:
+                print(f"round {index + 1} {name}/triton {ratio.median:.2f}", flush=True)
+    for name in names:
+        ratio = paired_ratios(rows, "requests_per_s", name, "triton")
+        if name != "triton" and ratio is not None:
+            print(f"median {name}/triton {ratio.text()} over {args.rounds} rounds")
 
 
 if __name__ == "__main__":

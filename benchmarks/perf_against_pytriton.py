@@ -19,7 +19,7 @@ from pytriton.decorators import batch
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 
-from benchmarks.common import RESULTS
+from benchmarks.harness.report import RESULTS
 
 GRPC_PORT = 18001
 

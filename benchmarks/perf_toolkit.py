@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, machine, save
+from benchmarks.harness.report import RESULTS, machine, save
 from sonic.launch import ServerProcess
 from sonic.models.build import build_model
 from sonic.models.simple import IDENTITY_CONFIG, identity_model

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import grpc_load, infer_request_bytes, machine, save
+from benchmarks.harness.load import grpc_load, infer_request_bytes
+from benchmarks.harness.report import machine, save
 from sonic.launch import ServerProcess
 from sonic.models.ragged import write_ragged_sum
 

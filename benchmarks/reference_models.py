@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import threading
 import time
@@ -33,6 +32,8 @@ import onnxruntime as ort
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
+from benchmarks.harness.ratios import spread
+from benchmarks.harness.report import machine
 from sonic.launch import ServerProcess
 from sonic.models.build import build_repository
 from sonic.models.zoo import ReferenceModel, registry
@@ -184,15 +185,15 @@ def main() -> None:
             after = server_stats(server.grpc_address, name)
             ratios = [s["throughput"] / d["throughput"] for d, s in pairs]
             delta = {key: after[key] - before[key] for key in after}
-            direct_ms = statistics.median(d["batch_ms"] for d, _ in pairs)
+            direct_ms = spread(d["batch_ms"] for d, _ in pairs).median
             record = {
                 "model": name,
                 "seed_batch_size": model.seed_batch_size,
                 "window_s": seconds,
                 "direct_batch_ms": direct_ms,
-                "direct_throughput": statistics.median(d["throughput"] for d, _ in pairs),
-                "served_throughput": statistics.median(s["throughput"] for _, s in pairs),
-                "ratio_median": statistics.median(ratios),
+                "direct_throughput": spread(d["throughput"] for d, _ in pairs).median,
+                "served_throughput": spread(s["throughput"] for _, s in pairs).median,
+                "ratio_median": spread(ratios).median,
                 "ratios": ratios,
                 # Diagnostics. Rows per execution above the seed batch: dynamic batching merged
                 # requests. Compute per row, server vs direct: the model itself ran slower in the
@@ -217,7 +218,7 @@ def main() -> None:
     report = {
         "benchmark": "reference_models",
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "onnxruntime": ort.__version__},
+        "machine": {**machine(), "onnxruntime": ort.__version__},
         # The machine is shared: its 1-minute load average before and after says how much.
         "load_average_1m": {"before": load_before[0], "after": os.getloadavg()[0]},
         "concurrency": CONCURRENCY,

@@ -1,7 +1,7 @@
 """Paired A/B of ``sonic serve`` from two or more source trees: server CPU per request and requests/s.
 
 Every tree's server runs at once; the same lean load generator (pre-serialized ModelInferRequest over
-grpc.aio, ``benchmarks.common.grpc_load``) visits them in turn, the order reversed every other round,
+grpc.aio, ``benchmarks.harness.load.grpc_load``) visits them in turn, the order reversed every other round,
 so load from elsewhere hits all alike and each round gives a ratio. Workloads: identity ``[1, 16]`` FP32
 at 32 in flight, and 1693 x 48 x 48 x 1 FP32 (15.6 MB each way) at 1 in flight. ``--protocol http``
 sends the same tensors to the HTTP/REST front end instead (binary tensor extension, aiohttp client,
@@ -17,10 +17,9 @@ import argparse
 import asyncio
 import json
 import os
-import shlex
-import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -29,18 +28,26 @@ import numpy.typing as npt
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from benchmarks.common import (
-    cpu_seconds,
-    infer_request_bytes,
-    load_with_server_cpu,
-    save,
-    steady_malloc,
-)
-from sonic.launch import ServerProcess
+from benchmarks.harness.load import infer_request_bytes, load_with_server_cpu
+from benchmarks.harness.processes import cpu_seconds, steady_malloc
+from benchmarks.harness.ratios import paired_ratios, per_server
+from benchmarks.harness.report import save
+from benchmarks.harness.rounds import visits
+from benchmarks.harness.servers import ServerSet, parse_named, start_trees
+from sonic.launch import ServerHandle, ServerProcess
 from sonic.protocol.model_config import parse_config_text
 from sonic.testing.repository import write_test_repository
 
 LARGE_SHAPE = (1693, 48, 48, 1)
+
+
+@dataclass(frozen=True)
+class Workload:
+    label: str
+    model: str
+    array: npt.NDArray[np.float32]
+    concurrency: int
+    window_s: float
 
 
 def http_request(model: str, array: npt.NDArray[np.float32]) -> tuple[str, bytes, dict[str, str]]:
@@ -87,6 +94,25 @@ async def _http_window(
     return done
 
 
+def measure(workload: Workload, server: ServerHandle, protocol: str) -> tuple[float, float]:
+    """Requests/s and server CPU µs per request of one window (after 1 s of warm-up load)."""
+    if protocol == "http":
+        assert isinstance(server, ServerProcess)
+        request = http_request(workload.model, workload.array)
+        return http_load_with_server_cpu(
+            server.http_address,
+            request,
+            server.pid,
+            concurrency=workload.concurrency,
+            window_s=workload.window_s,
+        )
+    payload = infer_request_bytes(workload.model, {"INPUT0": workload.array}, {"INPUT0": "FP32"})
+    result, cpu_us = load_with_server_cpu(
+        server.grpc_address, payload, server.pid, concurrency=workload.concurrency, window_s=workload.window_s
+    )
+    return result.requests_per_s, cpu_us
+
+
 def http_load_with_server_cpu(
     address: str, request: tuple[str, bytes, dict[str, str]], pid: int, *, concurrency: int, window_s: float
 ) -> tuple[float, float]:
@@ -97,6 +123,16 @@ def http_load_with_server_cpu(
     before, start = cpu_seconds(pid), time.perf_counter()
     done = max(asyncio.run(_http_window(url, body, headers, concurrency, window_s)), 1)
     return done / (time.perf_counter() - start), 1e6 * (cpu_seconds(pid) - before) / done
+
+
+def configure_instances(repository: Path, instances: int) -> None:
+    """Every tree runs the same instance count, whatever its defaults."""
+    for name in ("identity", "identity_large"):
+        path = repository / name / "config.pbtxt"
+        config = parse_config_text(path.read_text(), name)
+        config.ClearField("instance_group")
+        config.instance_group.add(count=instances, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
+        path.write_text(text_format.MessageToString(config))
 
 
 def main() -> None:
@@ -117,83 +153,59 @@ def main() -> None:
         help="NAME=ARGS: more sonic serve arguments for one tree (the same PATH may run under two NAMEs)",
     )
     args = parser.parse_args()
-    steady_malloc()  # this process is the load generator: see benchmarks.common.steady_malloc
-    trees = dict(item.split("=", 1) for item in args.tree)
+    steady_malloc()  # this process is the load generator: see benchmarks.harness.processes.steady_malloc
+    trees = parse_named(args.tree, "--tree")
     repository = write_test_repository(Path(tempfile.mkdtemp(prefix="sonic-ab-")), "sonic")
-    if args.instances:  # every tree runs the same instance count, whatever its defaults
-        for name in ("identity", "identity_large"):
-            path = repository / name / "config.pbtxt"
-            config = parse_config_text(path.read_text(), name)
-            config.ClearField("instance_group")
-            config.instance_group.add(count=args.instances, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
-            path.write_text(text_format.MessageToString(config))
-    small = infer_request_bytes("identity", {"INPUT0": np.ones((1, 16), np.float32)}, {"INPUT0": "FP32"})
+    if args.instances:
+        configure_instances(repository, args.instances)
     large_array = np.random.default_rng(0).random(LARGE_SHAPE, dtype=np.float32)
-    large = infer_request_bytes("identity_large", {"INPUT0": large_array}, {"INPUT0": "FP32"})
-    workloads = (("identity b1 c32", small, 32, 3.0), ("15.6 MB c1", large, 1, 4.0))
-    http_requests = {
-        "identity b1 c32": http_request("identity", np.ones((1, 16), np.float32)),
-        "15.6 MB c1": http_request("identity_large", large_array),
-    }
-    extra = ["--http-port", "0"] if args.protocol == "http" else []
-    per_tree = {name: shlex.split(more) for name, more in (item.split("=", 1) for item in args.server_args)}
-    servers = {
-        name: ServerProcess.start(
-            [repository],
-            env={**os.environ, "PYTHONPATH": str(Path(src).resolve())},
-            extra_args=[*extra, *per_tree.get(name, [])],
-        )
-        for name, src in trees.items()
-    }
+    small_array = np.ones((1, 16), np.float32)
+    workloads = (
+        Workload("identity b1 c32", "identity", small_array, 32, 3.0),
+        Workload("15.6 MB c1", "identity_large", large_array, 1, 4.0),
+    )
     rows: list[dict[str, float | int | str]] = []
-    try:
-        for round_index in range(args.rounds):
-            names = list(servers) if round_index % 2 == 0 else list(servers)[::-1]
-            for label, payload, concurrency, window_s in workloads:
-                for name in names:
-                    server = servers[name]
-                    if args.protocol == "http":
-                        rate, cpu_us = http_load_with_server_cpu(
-                            server.http_address,
-                            http_requests[label],
-                            server.pid,
-                            concurrency=concurrency,
-                            window_s=window_s,
-                        )
-                    else:
-                        result, cpu_us = load_with_server_cpu(
-                            server.grpc_address,
-                            payload,
-                            server.pid,
-                            concurrency=concurrency,
-                            window_s=window_s,
-                        )
-                        rate = result.requests_per_s
-                    rows.append(
-                        {
-                            "round": round_index,
-                            "workload": label,
-                            "tree": name,
-                            "requests_per_s": rate,
-                            "server_cpu_us_per_request": cpu_us,
-                        }
-                    )
-                    print(
-                        f"round {round_index} {label:16s} {name:8s} {rate:9.1f} req/s "
-                        f"{cpu_us:8.0f} server CPU µs/req  load {os.getloadavg()[0]:.1f}",
-                        flush=True,
-                    )
-    finally:
-        for server in servers.values():
-            server.stop()
+    with ServerSet() as servers:
+        extra = ["--http-port", "0"] if args.protocol == "http" else []
+        start_trees(
+            servers,
+            trees,
+            [repository],
+            extra_args=extra,
+            per_tree_args=parse_named(args.server_args, "--server-args"),
+        )
+        for visit in visits(args.rounds, workloads, list(trees), how="alternate"):
+            workload, name = visit.workload, visit.server
+            rate, cpu_us = measure(workload, servers[name], args.protocol)
+            rows.append(
+                {
+                    "round": visit.round,
+                    "workload": workload.label,
+                    "tree": name,
+                    "requests_per_s": rate,
+                    "server_cpu_us_per_request": cpu_us,
+                }
+            )
+            print(
+                f"round {visit.round} {workload.label:16s} {name:8s} {rate:9.1f} req/s "
+                f"{cpu_us:8.0f} server CPU µs/req  load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
     summary: dict[str, dict[str, float]] = {}
-    for label, *_ in workloads:
+    for workload in workloads:
+        mine = [r for r in rows if r["workload"] == workload.label]
+        rates, cpus = (
+            per_server(mine, "requests_per_s", who="tree"),
+            per_server(mine, "server_cpu_us_per_request", who="tree"),
+        )
         for name in trees:
-            mine = [r for r in rows if r["workload"] == label and r["tree"] == name]
-            rate = statistics.median(float(r["requests_per_s"]) for r in mine)
-            cpu = statistics.median(float(r["server_cpu_us_per_request"]) for r in mine)
-            summary[f"{label} {name}"] = {"requests_per_s": rate, "server_cpu_us_per_request": cpu}
-            print(f"{label:16s} {name:8s} median {rate:9.1f} req/s  {cpu:8.0f} server CPU µs/req")
+            rate, cpu = rates[name].median, cpus[name].median
+            summary[f"{workload.label} {name}"] = {"requests_per_s": rate, "server_cpu_us_per_request": cpu}
+            print(f"{workload.label:16s} {name:8s} median {rate:9.1f} req/s  {cpu:8.0f} server CPU µs/req")
+        first = next(iter(trees))
+        for name in list(trees)[1:]:
+            if (ratio := paired_ratios(mine, "requests_per_s", name, first, who="tree")) is not None:
+                print(f"{workload.label:16s} {name}/{first} req/s per round {ratio.text()}")
     name = "server_ab" + (f"-{args.tag}" if args.tag else "")
     results = {"trees": trees, "protocol": args.protocol, "rows": rows, "summary": summary}
     print(f"saved {save(name, results)}")

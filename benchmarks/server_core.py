@@ -22,15 +22,9 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from benchmarks.common import (
-    RESULTS,
-    grpc_load,
-    infer_request_bytes,
-    machine,
-    peak_rss_mb,
-    save,
-    steady_malloc,
-)
+from benchmarks.harness.load import grpc_load, infer_request_bytes
+from benchmarks.harness.processes import peak_rss_mb, steady_malloc
+from benchmarks.harness.report import RESULTS, machine, save
 from sonic.launch import ServerProcess
 from sonic.models.build import build_model
 from sonic.models.simple import identity_model
@@ -203,7 +197,7 @@ def main() -> None:
         "--quick", action="store_true", help="short windows (a smoke run, not for the record)"
     )
     args = parser.parse_args()
-    steady_malloc()  # this process is the load generator: see benchmarks.common.steady_malloc
+    steady_malloc()  # this process is the load generator: see benchmarks.harness.processes.steady_malloc
     result = run(args.repeats, args.quick)
     result["machine"] = machine()
     path = save("server_core", result)

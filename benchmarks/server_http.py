@@ -10,19 +10,15 @@ threads, each with its own client, back to back). Ratios are taken per round (pa
 from other users of a shared machine falls on both sides of each ratio alike. Server CPU time
 per request (from /proc) is reported beside throughput: it excludes the client's work.
 
-    python benchmarks/server_http.py --repeats 3 --out benchmarks/results/server_http.json
+    python -m benchmarks.server_http --repeats 3 --out benchmarks/results/server_http.json
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
-import os
-import platform
 import random
-import statistics
 import tempfile
 import threading
 import time
@@ -34,58 +30,19 @@ from typing import Any
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
-from benchmarks.common import cpu_seconds
+from benchmarks.harness.processes import cpu_seconds
+from benchmarks.harness.ratios import paired_ratios, per_server
+from benchmarks.harness.report import machine
+from benchmarks.harness.rounds import visits
+from benchmarks.harness.servers import ServerSet
+from benchmarks.harness.tls import make_certificates
+from benchmarks.metrics_histogram import histogram_cost_ns
 from sonic.launch import ServerProcess
 from sonic.models.build import build_repository
 from sonic.models.simple import write_sample_repository
 
 WORKLOADS = {"emtrk_michel": ("main_input", (48, 48, 1), 235), "identity": ("INPUT0", (16,), 1)}
-
-
-def make_certificates(folder: Path) -> dict[str, Path]:
-    """A self-signed CA and a server certificate for 127.0.0.1 (TLS overhead runs)."""
-    import ipaddress  # noqa: PLC0415
-
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench CA")])
-
-    def build(subject: x509.Name, public: Any, ca: bool) -> x509.Certificate:
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(name)
-            .public_key(public)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        )
-        if not ca:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                critical=False,
-            )
-        return builder.sign(ca_key, hashes.SHA256())
-
-    paths = {"ca": folder / "ca.pem", "cert": folder / "server.pem", "key": folder / "server.key"}
-    paths["ca"].write_bytes(build(name, ca_key.public_key(), True).public_bytes(serialization.Encoding.PEM))
-    server_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    paths["cert"].write_bytes(
-        build(server_name, key.public_key(), False).public_bytes(serialization.Encoding.PEM)
-    )
-    paths["key"].write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return paths
 
 
 def make_client(protocol: str, address: str, certs: dict[str, Path] | None) -> Any:
@@ -182,31 +139,75 @@ CONFIGS: dict[str, Callable[[dict[str, Path]], list[str]]] = {
 }
 
 
-def histogram_cost_ns(calls: int = 200_000) -> dict[str, float]:
-    """What metrics add per request: ModelStats.record_success with and without latency histograms.
+def measure(
+    servers: ServerSet, model: str, args: argparse.Namespace, certs: dict[str, Path], rng: random.Random
+) -> list[dict[str, Any]]:
+    """Every round visits every (configuration, protocol) in a shuffled order: a paired design, so the
+    load other users put on a shared machine falls on all of them alike."""
+    runs: list[dict[str, Any]] = []
+    slots = [f"{config}/{protocol}" for config in args.configs for protocol in ("grpc", "http")]
+    for visit in visits(args.repeats, [model], slots, how="shuffle", seed=rng.randrange(1 << 30)):
+        config, protocol = visit.server.split("/")
+        server = servers[config]
+        assert isinstance(server, ServerProcess)
+        address = server.grpc_address if protocol == "grpc" else server.http_address
+        tls = certs if config == "tls" else None
+        result = run_load(protocol, address, model, args.clients, args.duration_s, tls, server.pid)
+        run = {
+            "round": visit.round,
+            "config": config,
+            "model": model,
+            "protocol": protocol,
+            "slot": visit.server,
+        }
+        runs.append(run | result)
+        print(json.dumps(runs[-1]), flush=True)
+    return runs
 
-    The nv_* counters cost nothing extra (rendered at scrape time from statistics kept anyway);
-    the histograms' per-request observation is the only addition, measured here directly.
-    """
-    from sonic.server.stats import ModelStats, RequestTiming  # noqa: PLC0415
 
-    timing = RequestTiming(
-        queue_ns=12_000, compute_input_ns=3_000, compute_infer_ns=250_000, compute_output_ns=2_000
-    )
-    result = {}
-    for label, histograms in (("off", False), ("on", True)):
-        best = float("inf")
-        for _ in range(5):
-            stats = ModelStats()
-            if histograms:
-                stats.enable_histograms()
-            began = time.perf_counter_ns()
-            for index in range(calls):
-                stats.record_success(300_000 + index, timing, 1)
-            best = min(best, (time.perf_counter_ns() - began) / calls)
-        result[f"record_success_{label}_ns"] = best
-    result["histogram_added_ns"] = result["record_success_on_ns"] - result["record_success_off_ns"]
-    return result
+def summarize(runs: list[dict[str, Any]], models: list[str], configs: list[str]) -> dict[str, Any]:
+    """Per model: median req/s and server CPU per request of each (configuration, protocol); paired
+    per-round ratios of HTTP to gRPC and of metrics and TLS to plain."""
+
+    def cpu_per_request(mine: list[dict[str, Any]], slot: str) -> float:
+        chosen = [r for r in mine if r["slot"] == slot]
+        cpu_us = sum(r["server_cpu_us_per_request"] * r["requests"] for r in chosen)
+        return float(cpu_us / sum(r["requests"] for r in chosen))
+
+    def paired(mine: list[dict[str, Any]], ours: str, reference: str) -> dict[str, float]:
+        ratio = paired_ratios(mine, "requests_per_s", ours, reference, who="slot")
+        assert ratio is not None, f"no round measured both {ours} and {reference}"
+        return {"median": ratio.median, "min": ratio.min, "max": ratio.max}
+
+    summary: dict[str, Any] = {}
+    for model in models:
+        mine = [r for r in runs if r["model"] == model]
+        rates = per_server(mine, "requests_per_s", who="slot")
+        entry: dict[str, Any] = {}
+        for slot in (f"{c}/{p}" for c in configs for p in ("grpc", "http")):
+            entry[f"{slot.replace('/', '_')}_req_per_s"] = rates[slot].median
+            entry[f"{slot.replace('/', '_')}_server_cpu_us_per_req"] = cpu_per_request(mine, slot)
+        entry["http_over_grpc"] = paired(mine, "plain/http", "plain/grpc")
+        entry["http_over_grpc_server_cpu"] = cpu_per_request(mine, "plain/http") / cpu_per_request(
+            mine, "plain/grpc"
+        )
+        for config in ("metrics", "tls"):
+            for protocol in ("grpc", "http") if config in configs else ():
+                ours, plain = f"{config}/{protocol}", f"plain/{protocol}"
+                entry[f"{config}_over_plain_{protocol}"] = paired(mine, ours, plain)
+                entry[f"{config}_over_plain_{protocol}_server_cpu"] = cpu_per_request(
+                    mine, ours
+                ) / cpu_per_request(mine, plain)
+        summary[model] = entry
+    micro = histogram_cost_ns()
+    for model in models:
+        mine = [r for r in runs if r["model"] == model]
+        cpu = per_server(mine, "server_cpu_us_per_request", who="slot")
+        for protocol in ("grpc", "http"):
+            share = micro["histogram_added_ns"] / 1000 / cpu[f"plain/{protocol}"].median
+            micro[f"histogram_share_of_server_cpu_{model}_{protocol}"] = share
+    summary["metrics_micro"] = micro
+    return summary
 
 
 def main() -> int:
@@ -219,6 +220,8 @@ def main() -> int:
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/server_http.json"))
     args = parser.parse_args()
+    if "plain" not in args.configs:
+        parser.error("--configs: the ratios are taken against 'plain'; include it")
 
     with tempfile.TemporaryDirectory(prefix="sonic-bench-") as tmp:
         folder = Path(tmp)
@@ -229,97 +232,23 @@ def main() -> int:
             write_sample_repository(repository)
         certs = make_certificates(folder)
         runs: list[dict[str, Any]] = []
-        # Every configuration's server runs at once (idle ones use no CPU: nothing polls), and each
-        # round visits every (configuration, protocol) in a shuffled order: a paired design, so the
-        # load other users put on a shared machine falls on all of them alike.
-        order = random.Random(7)
-        with contextlib.ExitStack() as stack:
-            servers = {
-                config: stack.enter_context(
-                    ServerProcess.start([repository], extra_args=CONFIGS[config](certs))
-                )
-                for config in args.configs
-            }
-            for round_index in range(args.repeats):
-                for model in args.models:
-                    slots = [(config, protocol) for config in args.configs for protocol in ("grpc", "http")]
-                    order.shuffle(slots)
-                    for config, protocol in slots:
-                        server = servers[config]
-                        address = server.grpc_address if protocol == "grpc" else server.http_address
-                        result = run_load(
-                            protocol, address, model, args.clients, args.duration_s,
-                            certs if config == "tls" else None, server.pid,
-                        )  # fmt: skip
-                        run = {"round": round_index, "config": config, "model": model, "protocol": protocol}
-                        runs.append(run | result)
-                        print(json.dumps(runs[-1]), flush=True)
+        rng = random.Random(7)
+        # Every configuration's server runs at once (idle ones use no CPU: nothing polls).
+        with ServerSet() as servers:
+            for config in args.configs:
+                servers.add(config, ServerProcess.start([repository], extra_args=CONFIGS[config](certs)))
+            for model in args.models:
+                runs += measure(servers, model, args, certs, rng)
             if "metrics" in servers:
-                with urllib.request.urlopen(
-                    f"http://{servers['metrics'].metrics_address}/metrics"
-                ) as response:
+                metrics = servers["metrics"]
+                assert isinstance(metrics, ServerProcess)
+                with urllib.request.urlopen(f"http://{metrics.metrics_address}/metrics") as response:
                     assert b"nv_inference_request_success" in response.read()
-
-    def select(config: str, model: str, protocol: str) -> list[dict[str, Any]]:
-        return [
-            r for r in runs if r["config"] == config and r["model"] == model and r["protocol"] == protocol
-        ]
-
-    def median(config: str, model: str, protocol: str, key: str = "requests_per_s") -> float:
-        values = [r[key] for r in select(config, model, protocol)]
-        return statistics.median(values) if values else float("nan")
-
-    def paired(model: str, a: tuple[str, str], b: tuple[str, str]) -> dict[str, float]:
-        """Per-round throughput ratio a/b: median and range over the rounds."""
-        ratios = [
-            x["requests_per_s"] / y["requests_per_s"]
-            for x, y in zip(select(a[0], model, a[1]), select(b[0], model, b[1]), strict=True)
-        ]
-        return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
-
-    def cpu_per_request(config: str, model: str, protocol: str) -> float:
-        chosen = select(config, model, protocol)
-        cpu_us = sum(r["server_cpu_us_per_request"] * r["requests"] for r in chosen)
-        return float(cpu_us / sum(r["requests"] for r in chosen))
-
-    summary: dict[str, Any] = {}
-    for model in args.models:
-        entry: dict[str, Any] = {}
-        for config in args.configs:
-            for protocol in ("grpc", "http"):
-                entry[f"{config}_{protocol}_req_per_s"] = median(config, model, protocol)
-                entry[f"{config}_{protocol}_server_cpu_us_per_req"] = cpu_per_request(config, model, protocol)
-        entry["http_over_grpc"] = paired(model, ("plain", "http"), ("plain", "grpc"))
-        entry["http_over_grpc_server_cpu"] = cpu_per_request("plain", model, "http") / cpu_per_request(
-            "plain", model, "grpc"
-        )
-        for config in ("metrics", "tls"):
-            if config not in args.configs:
-                continue
-            for protocol in ("grpc", "http"):
-                entry[f"{config}_over_plain_{protocol}"] = paired(
-                    model, (config, protocol), ("plain", protocol)
-                )
-                entry[f"{config}_over_plain_{protocol}_server_cpu"] = cpu_per_request(
-                    config, model, protocol
-                ) / cpu_per_request("plain", model, protocol)
-        summary[model] = entry
-    micro = histogram_cost_ns()
-    for model in args.models:
-        for protocol in ("grpc", "http"):
-            cpu_us = median("plain", model, protocol, "server_cpu_us_per_request")
-            micro[f"histogram_share_of_server_cpu_{model}_{protocol}"] = (
-                micro["histogram_added_ns"] / 1000 / cpu_us
-            )
-    summary["metrics_micro"] = micro
+    summary = summarize(runs, args.models, args.configs)
     report = {
         "benchmark": "server_http",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-        },
+        "machine": machine(),
         "settings": {"repeats": args.repeats, "duration_s": args.duration_s, "clients": args.clients},
         "summary": summary,
         "runs": runs,

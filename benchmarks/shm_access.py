@@ -35,11 +35,15 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from benchmarks.common import machine, save
+from benchmarks.harness.ratios import per_server
+from benchmarks.harness.report import machine, save
+from benchmarks.harness.rounds import visits
+from benchmarks.harness.servers import ServerSet
 from sonic.launch import ServerProcess
 from sonic.protocol import dtypes
 from sonic.server.shm import Region, SharedMemoryRegistry, write_output
@@ -153,24 +157,23 @@ def _requests(before: str, rounds: int) -> dict[str, dict[str, float]]:
             "mapped": (after, []),
             "copied": (after, ["--shm-copy-always"]),
         }
-        servers = {
-            label: ServerProcess.start(
-                [repository], extra_args=args, env={**os.environ, "PYTHONPATH": str(src)}
-            )
-            for label, (src, args) in variants.items()
+        figures: list[dict[str, Any]] = []
+        with ServerSet() as servers:
+            for label, (src, args) in variants.items():
+                env = {**os.environ, "PYTHONPATH": str(src)}
+                servers.add(label, ServerProcess.start([repository], extra_args=args, env=env))
+            for visit in visits(rounds, REQUESTS, list(servers), how="rotate"):
+                model, batch, dims = visit.workload
+                name = f"{model} batch {batch} ({batch * int(np.prod(dims)) * 4} B)"
+                us = _request_us(servers[visit.server].grpc_address, model, batch, dims, 4 * ROUND_S)
+                figures.append({"round": visit.round, "request": name, "server": visit.server, "us": us})
+        names = dict.fromkeys(row["request"] for row in figures)
+        return {
+            name: {
+                k: f.median for k, f in per_server([r for r in figures if r["request"] == name], "us").items()
+            }
+            for name in names
         }
-        try:
-            figures: dict[str, dict[str, list[float]]] = {}
-            for _ in range(rounds):
-                for model, batch, dims in REQUESTS:
-                    name = f"{model} batch {batch} ({batch * int(np.prod(dims)) * 4} B)"
-                    for label, server in servers.items():
-                        us = _request_us(server.grpc_address, model, batch, dims, 4 * ROUND_S)
-                        figures.setdefault(name, {}).setdefault(label, []).append(us)
-            return {name: {k: statistics.median(v) for k, v in by.items()} for name, by in figures.items()}
-        finally:
-            for server in servers.values():
-                server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Served vs direct throughput of the DeepMET-like TensorFlow GraphDef (concurrency 8).
 
-- served over the socket: ``--concurrency`` closed-loop gRPC callers (``benchmarks.common.grpc_load``,
+- served over the socket: ``--concurrency`` closed-loop gRPC callers (``benchmarks.harness.load.grpc_load``,
   pre-encoded requests, one event per request, as CMSSW's DeepMET producer sends) against
   ``sonic serve`` with the config's dynamic batching;
 - served through ``sonic.client``: ``--concurrency`` tasks calling ``AsyncClient.infer`` with the
@@ -43,7 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.backends import run_threads
-from benchmarks.common import cpu_seconds, infer_request_bytes, load_with_cpu, machine, save
+from benchmarks.harness.load import infer_request_bytes, load_with_cpu
+from benchmarks.harness.processes import cpu_seconds
+from benchmarks.harness.report import machine, save
 from sonic.client import AsyncClient, ClientConfig
 from sonic.launch import ServerProcess
 from sonic.models import deepmet

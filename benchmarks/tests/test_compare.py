@@ -1,23 +1,27 @@
-"""The pure parts of benchmarks/compare.py: configs for the other servers, paired ratios, the docs table.
+"""The pure parts of benchmarks/compare/: configs for the other servers, paired ratios, the docs table.
 
 Here, next to the benchmarks, because it tests their harness, which is not part of the installed package.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from benchmarks import compare
+from benchmarks.compare import repositories
+from benchmarks.compare import summary as compare_summary
+from benchmarks.harness.report import replace_between
 
 from sonic.models.zoo import registry
+from sonic.testing.repository import MODELS, write_test_repository
 
 pytestmark = pytest.mark.unit
 
 
 def test_triton_config_switches_backend_and_pins_one_cpu_instance() -> None:
-    text = compare.triton_config(registry()["deepcalo"].config_text)
+    text = repositories.triton_config(registry()["deepcalo"].config_text)
     assert 'backend: "python"' in text
     assert "onnxruntime" not in text
     assert "instance_group [ { kind: KIND_CPU count: 1 } ]" in text
@@ -25,11 +29,13 @@ def test_triton_config_switches_backend_and_pins_one_cpu_instance() -> None:
 
 
 def test_mlserver_settings_use_the_config_delay_with_a_floor() -> None:
-    deepcalo = compare.mlserver_settings("deepcalo", Path("/m.onnx"), registry()["deepcalo"].config_text, 32)
+    deepcalo = repositories.mlserver_settings(
+        "deepcalo", Path("/m.onnx"), registry()["deepcalo"].config_text, 32
+    )
     assert deepcalo["max_batch_time"] == pytest.approx(200e-6)
     assert deepcalo["max_batch_size"] == 32
-    assert deepcalo["parameters"] == {"uri": "/m.onnx"}
-    no_delay = compare.mlserver_settings("identity", Path("/i.onnx"), "dynamic_batching { }", 32)
+    assert deepcalo["parameters"] == {"uri": "/m.onnx", "extra": {"threads": 2}}
+    no_delay = repositories.mlserver_settings("identity", Path("/i.onnx"), "dynamic_batching { }", 32)
     assert no_delay["max_batch_time"] == pytest.approx(100e-6)
 
 
@@ -45,7 +51,7 @@ def _rows() -> list[dict[str, Any]]:
 
 
 def test_ratios_are_paired_within_a_round() -> None:
-    summary = compare.summarize({"rows": _rows()})["identity_b1"]
+    summary = compare_summary.summarize({"rows": _rows()})["identity_b1"]
     assert summary["metric"] == "requests_per_s"
     assert summary["servers"]["sonic"]["median"] == pytest.approx(200.0)
     # Rounds give 1.5 and 0.5: the median of paired ratios, not the ratio of medians (1.0).
@@ -60,16 +66,31 @@ def test_table_says_by_how_much_a_target_is_missed(tmp_path: Path) -> None:
     rows = [
         {**r, "requests_per_s": r["requests_per_s"] / 4} if r["server"] == "sonic" else r for r in _rows()
     ]
-    lines = compare.table(compare.summarize({"rows": rows}))
+    lines = compare_summary.table(compare_summary.summarize({"rows": rows}))
     assert "triton: 0.25x [0.12-0.38] vs ≥ 0.7x — missed by 64%" in lines[-1]
     docs = tmp_path / "benchmarks.md"
-    docs.write_text(f"# B\n\n## Comparisons\n\n{compare.TABLE_START}\nold\n{compare.TABLE_END}\n\nprose\n")
-    assert compare.update_docs(lines, docs)
+    docs.write_text(
+        f"# B\n\n## Comparisons\n\n{compare_summary.TABLE_START}\nold\n{compare_summary.TABLE_END}\n\nprose\n"
+    )
+    assert replace_between(docs, compare_summary.TABLE_START, compare_summary.TABLE_END, lines)
     text = docs.read_text()
     assert "old" not in text
     assert "missed by 64%" in text
-    assert text.endswith(f"{compare.TABLE_END}\n\nprose\n")
+    assert text.endswith(f"{compare_summary.TABLE_END}\n\nprose\n")
     bare = tmp_path / "bare.md"
     bare.write_text("# B\n")
-    assert not compare.update_docs(lines, bare)
+    assert not replace_between(bare, compare_summary.TABLE_START, compare_summary.TABLE_END, lines)
     assert bare.read_text() == "# B\n"
+
+
+def test_triton_model_is_the_template_with_its_settings_beside_it(tmp_path: Path) -> None:
+    sonic_repo = write_test_repository(
+        tmp_path / "sonic", "sonic", tuple(m for m in MODELS if m.name == "identity")
+    )
+    repositories.write_triton_model(tmp_path / "triton", "identity", sonic_repo)
+    model = tmp_path / "triton" / "identity" / "1"
+    assert (model / "model.py").read_text() == (repositories.TEMPLATES / "triton_onnx_model.py").read_text()
+    settings = json.loads((model / "compare_settings.json").read_text())
+    assert settings["onnx"] == str(sonic_repo / "identity" / "1" / "model.onnx")
+    assert settings["threads"] == 2
+    assert 'backend: "python"' in (tmp_path / "triton" / "identity" / "config.pbtxt").read_text()

@@ -10,6 +10,7 @@ from pathlib import Path
 from sonic.cli.perf_replay import add_replay_arguments, run_replay
 from sonic.perf.engine import LoadLevel, MeasurementConfig, PerfConfig, PerfReport, run_perf
 from sonic.perf.inputs import parse_shape
+from sonic.perf.perf_analyzer_csv import write_perf_analyzer_csv
 from sonic.perf.ranges import parse_range
 from sonic.perf.report import row, summary_line, write_csv, write_json
 from sonic.perf.stats import Window
@@ -70,7 +71,18 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="open loop spacing",
     )
     add_measurement_arguments(parser)
-    parser.add_argument("--csv", type=Path, help="write one row per level here")
+    parser.add_argument("-f", "--csv", type=Path, help="write one row per level here")
+    parser.add_argument(
+        "--csv-format",
+        choices=["sonic", "perf_analyzer"],
+        default="sonic",
+        help="sonic: every figure sonic perf has (default); perf_analyzer: perf_analyzer 2.51's -f columns",
+    )
+    parser.add_argument(
+        "--verbose-csv",
+        action="store_true",
+        help="with --csv-format perf_analyzer: add Avg latency, request/response and response wait",
+    )
     parser.add_argument("--json", type=Path, help="write the full report here")
     parser.add_argument("--plot", type=Path, help="write a PNG here (needs the 'perf' extra)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no live progress")
@@ -125,7 +137,9 @@ def config_from_args(args: argparse.Namespace) -> PerfConfig:
 
 def write_outputs(report: PerfReport, args: argparse.Namespace) -> None:
     rows = [row(r) for r in report.results]
-    if args.csv:
+    if args.csv and args.csv_format == "perf_analyzer":
+        write_perf_analyzer_csv(report, args.csv, verbose=args.verbose_csv)
+    elif args.csv:
         write_csv(rows, args.csv)
     if args.json:
         write_json(report, args.json)
@@ -137,7 +151,24 @@ def write_outputs(report: PerfReport, args: argparse.Namespace) -> None:
         )
 
 
+def csv_options_error(args: argparse.Namespace) -> str | None:
+    """The CSV options that would otherwise be accepted and ignored."""
+    if args.replay is not None and (args.csv is not None or args.csv_format != "sonic" or args.verbose_csv):
+        return "--replay reports with --json; -f/--csv, --csv-format and --verbose-csv are for load levels"
+    if args.csv_format != "sonic" and args.csv is None:
+        return f"--csv-format {args.csv_format} needs -f/--csv FILE"
+    if args.verbose_csv and args.csv_format != "perf_analyzer":
+        return (
+            "--verbose-csv applies to --csv-format perf_analyzer (the sonic format has every column already)"
+        )
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
+    problem = csv_options_error(args)
+    if problem is not None:
+        print(f"sonic perf: {problem}", file=sys.stderr)
+        return 2
     if args.replay is not None:
         return run_replay(args)
     if not args.model:

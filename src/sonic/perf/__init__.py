@@ -8,6 +8,7 @@
 - :mod:`sonic.perf.inputs`: input tensors from the server's model metadata and config, or a file.
 - :mod:`sonic.perf.transport`: how requests travel (gRPC today; the seam for shared memory).
 - :mod:`sonic.perf.report` and :mod:`sonic.perf.plot`: CSV, JSON and PNG output.
+- :mod:`sonic.perf.perf_analyzer_csv`: perf_analyzer 2.51's ``-f`` CSV (``--csv-format perf_analyzer``).
 - :mod:`sonic.perf.analyze` and :mod:`sonic.perf.analyze_report`: start our server per candidate
   config, measure, rank, write the best ``config.pbtxt`` and a report.
 - :mod:`sonic.perf.scaling` and :mod:`sonic.perf.simulate`: seed 002's model, its fit, a simulation.

@@ -40,6 +40,7 @@ class ModelInfo:
     name: str
     max_batch_size: int
     inputs: tuple[InputSpec, ...]
+    response_cache: bool = False  # config.pbtxt's response_cache { enable: true }
 
     @property
     def datatypes(self) -> dict[str, str]:
@@ -54,7 +55,9 @@ def model_info(
     for tensor in metadata.inputs:
         shape = tuple(int(d) for d in tensor.shape)
         inputs.append(InputSpec(tensor.name, tensor.datatype, shape[1:] if max_batch_size > 0 else shape))
-    return ModelInfo(metadata.name, max_batch_size, tuple(inputs))
+    return ModelInfo(
+        metadata.name, max_batch_size, tuple(inputs), response_cache=bool(config.config.response_cache.enable)
+    )
 
 
 def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:

@@ -8,7 +8,7 @@ nanoseconds per phase, divided by the number of successful requests in between.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from tritonclient.grpc import service_pb2
@@ -70,6 +70,26 @@ def is_stable(windows: Sequence[Window], *, percentage: float, count: int = 3) -
     return True
 
 
+PHASES = ("queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
+
+
+@dataclass(frozen=True)
+class PhaseAverages:
+    """Each server phase's time over that phase's own count, whole nanoseconds (perf_analyzer's rule).
+
+    A response-cache hit counts as a successful request without queue or compute, so these averages
+    differ from the per-request ones of ``ServerBreakdown`` on a cached model; elsewhere they agree.
+    """
+
+    queue_ns: int = 0
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0
+    compute_ns: int = 0  # the three compute phases together, over the compute input count
+    cache_hit_ns: int = 0
+    cache_miss_ns: int = 0
+
+
 @dataclass(frozen=True)
 class ServerBreakdown:
     """Average time per successful request in each server phase, microseconds, between two snapshots.
@@ -88,6 +108,7 @@ class ServerBreakdown:
     compute_infer_us: float
     compute_output_us: float
     overhead_us: float
+    per_count: PhaseAverages = field(default_factory=PhaseAverages)
 
     @property
     def average_batch(self) -> float:
@@ -96,29 +117,18 @@ class ServerBreakdown:
 
 def _totals(response: service_pb2.ModelStatisticsResponse) -> dict[str, int]:
     """Sum over the versions in one response (Triton answers per version)."""
-    totals = dict.fromkeys(
-        (
-            "success_count",
-            "success_ns",
-            "fail_count",
-            "queue_ns",
-            "compute_input_ns",
-            "compute_infer_ns",
-            "compute_output_ns",
-            "inference_count",
-            "execution_count",
-        ),
-        0,
-    )
+    keys = ["success_count", "success_ns", "fail_count", "inference_count", "execution_count"]
+    keys += [f"{phase}_{unit}" for phase in PHASES for unit in ("ns", "count")]
+    totals = dict.fromkeys(keys, 0)
     for stats in response.model_stats:
         inference = stats.inference_stats
         totals["success_count"] += inference.success.count
         totals["success_ns"] += inference.success.ns
         totals["fail_count"] += inference.fail.count
-        totals["queue_ns"] += inference.queue.ns
-        totals["compute_input_ns"] += inference.compute_input.ns
-        totals["compute_infer_ns"] += inference.compute_infer.ns
-        totals["compute_output_ns"] += inference.compute_output.ns
+        for phase in PHASES:
+            duration = getattr(inference, phase)
+            totals[f"{phase}_ns"] += duration.ns
+            totals[f"{phase}_count"] += duration.count
         totals["inference_count"] += stats.inference_count
         totals["execution_count"] += stats.execution_count
     return totals
@@ -138,6 +148,22 @@ def server_breakdown(
         per_request_us(k) for k in ("queue_ns", "compute_input_ns", "compute_infer_ns", "compute_output_ns")
     ]
     request_us = per_request_us("success_ns")
+
+    def per_count_ns(phase: str) -> int:
+        count = delta[f"{phase}_count"]
+        return delta[f"{phase}_ns"] // count if count > 0 else 0
+
+    compute_ns = sum(delta[f"compute_{step}_ns"] for step in ("input", "infer", "output"))
+    compute_count = delta["compute_input_count"]
+    per_count = PhaseAverages(
+        queue_ns=per_count_ns("queue"),
+        compute_input_ns=per_count_ns("compute_input"),
+        compute_infer_ns=per_count_ns("compute_infer"),
+        compute_output_ns=per_count_ns("compute_output"),
+        compute_ns=compute_ns // compute_count if compute_count > 0 else 0,
+        cache_hit_ns=per_count_ns("cache_hit"),
+        cache_miss_ns=per_count_ns("cache_miss"),
+    )
     return ServerBreakdown(
         requests=requests,
         inferences=delta["inference_count"],
@@ -149,4 +175,5 @@ def server_breakdown(
         compute_infer_us=phases[2],
         compute_output_us=phases[3],
         overhead_us=max(0.0, request_us - sum(phases)),
+        per_count=per_count,
     )

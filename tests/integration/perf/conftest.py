@@ -1,8 +1,11 @@
-"""A repository for the perf toolkit tests and one `sonic serve` over it."""
+"""A repository for the perf toolkit tests and one `sonic serve` over it; NVIDIA's perf_analyzer."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -57,3 +60,32 @@ def perf_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def perf_server(perf_repository: Path) -> Iterator[ServerProcess]:
     with ServerProcess.start([perf_repository]) as process:
         yield process
+
+
+PERF_ANALYZER_DIR = Path(__file__).resolve().parents[3] / ".tools" / "perf_analyzer"
+
+
+@dataclass(frozen=True)
+class PerfAnalyzer:
+    """The perf_analyzer binary of the tritonclient 2.51.0 wheel and the environment it runs in."""
+
+    binary: Path
+    env: dict[str, str]
+
+
+@pytest.fixture
+def perf_analyzer() -> PerfAnalyzer:
+    """Skips when the binary is absent: ``tools/install-perf-analyzer.sh`` (``./dev test`` runs it) unpacks
+    it with libb64; libcudart comes from the ``nvidia-cuda-runtime-cu12`` wheel in the test group."""
+    binary = PERF_ANALYZER_DIR / "bin" / "perf_analyzer"
+    if not binary.is_file():
+        pytest.skip("no perf_analyzer: run tools/install-perf-analyzer.sh (./dev test does)")
+    spec = importlib.util.find_spec("nvidia.cuda_runtime")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("no libcudart: pip install nvidia-cuda-runtime-cu12 (test dependency group)")
+    cudart = Path(next(iter(spec.submodule_search_locations))) / "lib"
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (str(PERF_ANALYZER_DIR / "lib"), str(cudart), env.get("LD_LIBRARY_PATH")) if p
+    )
+    return PerfAnalyzer(binary, env)

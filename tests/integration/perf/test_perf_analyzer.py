@@ -8,8 +8,6 @@ libb64 come from ``tools/install-perf-analyzer.sh`` (``./dev test`` runs it); li
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -20,24 +18,9 @@ import pytest
 from sonic.launch import ServerProcess
 from sonic.models.simple import write_sample_repository
 
+from .conftest import PerfAnalyzer
+
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[3]
-TOOL = ROOT / ".tools" / "perf_analyzer"
-
-
-def _environment() -> dict[str, str]:
-    if not (TOOL / "bin" / "perf_analyzer").is_file():
-        pytest.skip("no perf_analyzer: run tools/install-perf-analyzer.sh (./dev test does)")
-    spec = importlib.util.find_spec("nvidia.cuda_runtime")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("no libcudart: pip install nvidia-cuda-runtime-cu12 (test dependency group)")
-    cudart = Path(next(iter(spec.submodule_search_locations))) / "lib"
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (str(TOOL / "lib"), str(cudart), env.get("LD_LIBRARY_PATH")) if p
-    )
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -59,18 +42,21 @@ def served() -> Iterator[ServerProcess]:
     ],
     ids=["grpc", "grpc-streaming", "grpc-shm", "grpc-streaming-shm", "http", "http-shm"],
 )
-def test_perf_analyzer_runs_cleanly(served: ServerProcess, protocol: str, options: list[str]) -> None:
-    env = _environment()
+def test_perf_analyzer_runs_cleanly(
+    served: ServerProcess, perf_analyzer: PerfAnalyzer, protocol: str, options: list[str]
+) -> None:
     url = served.grpc_address if protocol == "grpc" else served.http_address
     command = [
-        str(TOOL / "bin" / "perf_analyzer"),
+        str(perf_analyzer.binary),
         *("-m", "identity", "-b", "2", "-i", protocol, "-u", url, "--concurrency-range", "2"),
         *("--measurement-mode", "count_windows", "--measurement-request-count", "20"),
         # A shared, loaded machine: any spread between windows counts as stable; this checks the protocol.
         *("--stability-percentage", "1000"),
         *options,
     ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, check=False)
+    result = subprocess.run(
+        command, env=perf_analyzer.env, capture_output=True, text=True, timeout=240, check=False
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert "Successful request count" in output, output[-3000:]

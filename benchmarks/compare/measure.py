@@ -1,0 +1,174 @@
+"""One window of one workload on one server (or the direct ceiling), and the rounds that visit them all.
+
+Every server is started once and stays up; each round visits every (workload, server) pair with the
+server order rotated between rounds (``benchmarks.harness.rounds``). A server that died (MLServer under
+15.6 MB tensors, past its memory cap) is restarted and the restart recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy.typing as npt
+import onnxruntime as ort
+from tritonclient.utils import np_to_triton_dtype
+
+from benchmarks.compare.repositories import build_repositories
+from benchmarks.compare.servers import NAMES, start_server
+from benchmarks.compare.workloads import THREADS, WORKLOADS, Workload, make_inputs
+from benchmarks.harness.load import grpc_load, infer_request_bytes, tritonclient_once, tritonclient_run
+from benchmarks.harness.processes import cpu_seconds
+from benchmarks.harness.rounds import visits
+from benchmarks.harness.servers import ServerSet
+from sonic.models.zoo import registry
+
+
+def direct_run(
+    session: ort.InferenceSession,
+    feeds: dict[str, npt.NDArray[Any]],
+    batch: int,
+    window_s: float,
+    warmup_s: float,
+) -> dict[str, float]:
+    start = time.perf_counter()
+    while time.perf_counter() - start < warmup_s:
+        session.run(None, feeds)
+    count = 0
+    start = time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < window_s or count < 2:
+        session.run(None, feeds)
+        count += 1
+    return {"requests_per_s": count / elapsed, "inferences_per_s": count * batch / elapsed, "requests": count}
+
+
+def measure(
+    workload: Workload,
+    server: str,
+    addresses: dict[str, str],
+    feeds: dict[str, npt.NDArray[Any]],
+    sessions: dict[str, ort.InferenceSession],
+    window_s: float,
+) -> dict[str, float]:
+    warmup_s = 2.0 if workload.slow else 1.0
+    window_s = window_s * 2 if workload.slow else window_s
+    if server == "direct":
+        return direct_run(sessions[workload.model], feeds, workload.batch, window_s, warmup_s)
+    if workload.load == "tritonclient":
+        return asyncio.run(
+            tritonclient_run(
+                addresses[server], workload.model, feeds, workload.concurrency, window_s, warmup_s
+            )
+        )
+    datatypes = {name: np_to_triton_dtype(array.dtype) for name, array in feeds.items()}
+    payload = infer_request_bytes(workload.model, feeds, datatypes)
+    try:
+        result = asyncio.run(
+            grpc_load(
+                addresses[server],
+                payload,
+                concurrency=workload.concurrency,
+                batch=workload.batch,
+                duration_s=window_s,
+                warmup_s=warmup_s,
+                transport="native" if workload.load == "native" else "grpcio",
+            )
+        )
+    except RuntimeError as exc:  # no request completed within the window: the server is that slow
+        print(f"    {server} {workload.key}: {exc}", flush=True)
+        return {"requests_per_s": 0.0, "inferences_per_s": 0.0, "requests": 0}
+    return {
+        "requests_per_s": result.requests_per_s,
+        "inferences_per_s": result.inferences_per_s,
+        "requests": result.requests,
+        "p50_ms": result.p50_ms,
+        "p99_ms": result.p99_ms,
+    }
+
+
+def sessions_for(workloads: Sequence[Workload], repository: Any) -> dict[str, ort.InferenceSession]:
+    """The direct ceiling's onnxruntime sessions, set up as every server's."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = THREADS
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return {
+        name: ort.InferenceSession(
+            str(repository / name / "1" / "model.onnx"), options, providers=["CPUExecutionProvider"]
+        )
+        for name in {w.model for w in workloads}
+    }
+
+
+def run(
+    rounds: int, window_s: float, only: set[str] | None, servers_wanted: Sequence[str] = NAMES
+) -> dict[str, Any]:
+    repositories = build_repositories()
+    models = registry()
+    workloads = [w for w in WORKLOADS if only is None or w.key in only]
+    feeds = {w.key: make_inputs(w, models) for w in workloads}
+    sessions = sessions_for(workloads, repositories["sonic"])
+    measured = {"direct", *servers_wanted}
+    rows: list[dict[str, Any]] = []
+    restarts: list[dict[str, Any]] = []
+    with ServerSet() as running:
+        for name in servers_wanted:
+            running.add(name, start_server(name, repositories))
+        for workload in workloads:  # first-call costs stay out of every window
+            for server in workload.servers:
+                if server in running:
+                    asyncio.run(
+                        tritonclient_once(running[server].grpc_address, workload.model, feeds[workload.key])
+                    )
+
+        def servers_of(workload: Workload) -> list[str]:
+            return [s for s in workload.servers if s in measured]
+
+        for visit in visits(rounds, workloads, servers_of, how="rotate"):
+            workload, server = visit.workload, visit.server
+            if server in running and (code := running[server].process.poll()) is not None:
+                # MLServer was OOM-killed by 15.6 MB tensors in trial runs: restart, and say so.
+                print(f"    {server} exited with code {code}: restarting it", flush=True)
+                restarts.append(
+                    {"round": visit.round, "workload": workload.key, "server": server, "exit_code": code}
+                )
+                running.replace(server, start_server(server, repositories))
+            pid = running[server].pid if server in running else os.getpid()
+            addresses = running.addresses()
+            cpu_before, load_before = cpu_seconds(pid), os.getloadavg()[0]
+            result = measure(workload, server, addresses, feeds[workload.key], sessions, window_s)
+            row = {
+                "round": visit.round,
+                "workload": workload.key,
+                "server": server,
+                **{k: round(v, 3) for k, v in result.items()},
+                "server_cpu_s": round(cpu_seconds(pid) - cpu_before, 3),
+                "load_average": round((load_before + os.getloadavg()[0]) / 2, 2),
+            }
+            if workload.kind == "transfer":
+                row["MB_per_s"] = round(
+                    result["requests_per_s"] * feeds[workload.key]["INPUT0"].nbytes / 1e6, 1
+                )
+            rows.append(row)
+            shown = (
+                f"{row['MB_per_s']:8.0f} MB/s"
+                if "MB_per_s" in row
+                else f"{result['inferences_per_s']:10.0f} inf/s"
+            )
+            print(
+                f"[{visit.round}] {workload.label:32s} {server:13s} {shown} {result['requests_per_s']:8.0f} req/s "
+                f"(load {row['load_average']})",
+                flush=True,
+            )
+    return {
+        "threads": THREADS,
+        "rounds": rounds,
+        "window_s": window_s,
+        "servers": ["direct", *servers_wanted],
+        "cores": "not pinned: servers, load generator and direct runs share the 2 cores (and other users' jobs)",
+        "workloads": [vars(w) for w in workloads],
+        "restarts": restarts,
+        "rows": rows,
+    }

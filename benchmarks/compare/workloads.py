@@ -1,0 +1,58 @@
+"""What the comparison measures: the workloads, which servers each visits, and their inputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from sonic.models.zoo import ReferenceModel
+
+THREADS = 2  # intra-op threads of every onnxruntime session
+ZOO = ("emtrk_michel", "facile", "deepcalo", "resnet_top")
+MODELS = (*ZOO, "identity", "identity_large")
+LARGE_SHAPE = (1693, 48, 48, 1)
+SERVERS = ("direct", "sonic", "sonic-grpcio", "triton", "mlserver")
+SERVED = ("sonic", "triton", "mlserver")
+
+
+@dataclass(frozen=True)
+class Workload:
+    key: str
+    label: str
+    model: str
+    batch: int
+    concurrency: int
+    kind: str  # "compute", "rate" or "transfer": which targets apply
+    servers: tuple[str, ...]
+    # "lean" (pre-serialized, grpc.aio), "native" (pre-serialized, sonic's HTTP/2), "tritonclient"
+    load: str = "lean"
+    slow: bool = False  # long executions: longer warm-up and window
+
+
+WORKLOADS = (
+    Workload("emtrk_b1693", "EmTrkMichelId b1693 c2", "emtrk_michel", 1693, 2, "compute", ("direct", *SERVED), slow=True),
+    Workload("facile_b16000", "FACILE b16000 c2", "facile", 16000, 2, "compute", ("direct", *SERVED)),
+    Workload("resnet_top_b10", "ResNet top b10 c2", "resnet_top", 10, 2, "compute", ("direct", *SERVED), slow=True),
+    Workload("deepcalo_b10", "DeepCalo b10 c32", "deepcalo", 10, 32, "rate", SERVERS),
+    Workload("facile_b100", "FACILE b100 c32", "facile", 100, 32, "rate", SERVERS),
+    Workload("identity_b1", "identity b1 c32", "identity", 1, 32, "rate", SERVERS),
+    Workload("identity_b1_tc", "identity b1 c32, tritonclient", "identity", 1, 32, "rate", SERVERS[1:], "tritonclient"),
+    Workload("large_15mb", "15.6 MB tensors c1", "identity_large", LARGE_SHAPE[0], 1, "transfer", (*SERVED, "sonic-grpcio"), slow=True),
+    # The same with sonic perf's lighter load generator (sonic.client's HTTP/2): no targets, shows what the load costs.
+    Workload("identity_b1_native", "identity b1 c32, native load", "identity", 1, 32, "rate", SERVERS[1:], "native"),
+    Workload("large_15mb_native", "15.6 MB tensors c1, native load", "identity_large", LARGE_SHAPE[0], 1, "transfer", (*SERVED, "sonic-grpcio"), "native", slow=True),
+)  # fmt: skip
+
+
+def make_inputs(workload: Workload, models: dict[str, ReferenceModel]) -> dict[str, npt.NDArray[Any]]:
+    rng = np.random.default_rng(0)
+    if workload.model == "identity":
+        return {"INPUT0": np.ones((workload.batch, 16), np.float32)}
+    if workload.model == "identity_large":
+        return {"INPUT0": rng.standard_normal(LARGE_SHAPE).astype(np.float32)}
+    return {
+        k: np.ascontiguousarray(v) for k, v in models[workload.model].make_inputs(workload.batch, rng).items()
+    }

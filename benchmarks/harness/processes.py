@@ -1,0 +1,73 @@
+"""What a benchmark reads of a process (CPU time, peak RSS, from /proc) and sets in one (steady malloc;
+the environment Triton's Python-backend stub needs)."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import site
+import sysconfig
+from pathlib import Path
+
+M_TRIM_THRESHOLD = -1  # glibc mallopt parameters (malloc.h)
+M_MMAP_THRESHOLD = -3
+
+
+def steady_malloc(threshold_bytes: int = 64 << 20) -> bool:
+    """Keep this process's large allocations on the heap (glibc), so load generators measure steadily.
+
+    A load generator receiving 15.6 MB responses allocates 15.6 MB per request. glibc serves that with a
+    fresh mmap (page faults and kernel zeroing of every page: ~2x the time per request here) until its
+    dynamic threshold happens to rise past the size, so the same run measured ~400 or ~900 MB/s depending
+    on what the process had freed before. Fixing the thresholds takes the chance out, for every server
+    alike. Returns False where it cannot be set (not glibc).
+    """
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
+        return False
+    libc = ctypes.CDLL(libc_name)
+    if not hasattr(libc, "mallopt"):
+        return False
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold_bytes)) and bool(
+        libc.mallopt(M_TRIM_THRESHOLD, 2 * threshold_bytes)
+    )
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its threads (children not included), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of a process and of its living descendants (Triton's Python-backend stubs)."""
+    total = cpu_seconds(pid)
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in children.read_text().split():
+            total += tree_cpu_seconds(int(child))
+    return total
+
+
+def peak_rss_mb(pid: int) -> float:
+    """VmHWM: the process's peak resident set size."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def site_paths() -> list[str]:
+    """This environment's site-packages: put first on ``sys.path`` by a model of Triton's Python
+    backend, whose stub runs a bare interpreter that ignores the venv."""
+    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]
+    return list(dict.fromkeys(paths))
+
+
+def own_libpython_for_triton() -> None:
+    """The Python-backend stub links libpython: point it (through this process's environment, which
+    Triton's launcher copies) at this interpreter's own."""
+    libdir = sysconfig.get_config_var("LIBDIR")
+    os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (libdir, os.environ.get("LD_LIBRARY_PATH")) if p
+    )
