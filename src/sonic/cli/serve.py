@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -14,7 +15,7 @@ from pathlib import Path
 from sonic.cli.serve_security import add_security_arguments, security_from_args
 from sonic.cli.serve_traffic import add_traffic_arguments, traffic_config_from_args
 from sonic.cli.triton_flags import TritonSettings, add_triton_arguments, apply_triton_flags
-from sonic.logs import configure_logging
+from sonic.logs import LogControl, LogSettings, configure_logging
 from sonic.protocol.errors import SonicError
 from sonic.protocol.wire import MAX_MESSAGE_BYTES
 from sonic.server.config import (
@@ -97,7 +98,7 @@ def _add_frontend_arguments(parser: argparse.ArgumentParser) -> None:
         dest="serve_log_format",
         choices=["text", "json", "default", "ISO8601"],
         default=None,
-        help="as 'sonic --log-format', accepted here too (Triton's default/ISO8601: text)",
+        help="as 'sonic --log-format', or Triton's: default (text), ISO8601 (text, ISO 8601 UTC times)",
     )
     group.add_argument(
         "--log-requests",
@@ -169,8 +170,8 @@ def _stdout_to_log() -> None:
     os.dup2(stderr, stdout)
 
 
-async def serve(config: ServerConfig) -> None:
-    server = Server(config)
+async def serve(config: ServerConfig, log_control: LogControl | None = None) -> None:
+    server = Server(config, log_control=log_control)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -200,6 +201,21 @@ def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None
     return factory
 
 
+def log_settings_from_args(args: argparse.Namespace, triton: TritonSettings) -> LogSettings:
+    """``sonic --log-level/--log-format``, ``serve --log-format`` and Triton's ``--log-*`` flags, as one
+    set of settings (the flags win: they are the more specific)."""
+    log_format = args.serve_log_format or args.log_format
+    settings = LogSettings.from_level(
+        args.log_level,
+        "default" if log_format == "text" else log_format,
+        str(triton.log_file) if triton.log_file is not None else "",
+    )
+    if triton.log_switches.get("log_verbose_level", 0) < 0:
+        msg = f"--log-verbose={triton.log_switches['log_verbose_level']}: expected an integer >= 0"
+        raise ValueError(msg)
+    return dataclasses.replace(settings, **triton.log_switches)  # type: ignore[arg-type]
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         if args.triton_log_file:  # first: as Triton's, every record goes there, the flag notices too
@@ -209,12 +225,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         triton = apply_triton_flags(args, log)
+        log_control = LogControl.install(log_settings_from_args(args, triton))
     except ValueError as exc:
         print(f"sonic serve: {exc}", file=sys.stderr)
         return 2
-    if args.serve_log_format is not None or triton.log_level is not None or triton.log_file is not None:
-        log_format = "json" if args.serve_log_format == "json" else args.log_format
-        configure_logging(triton.log_level or args.log_level, log_format, triton.log_file)
+    except OSError as exc:
+        print(f"sonic serve: --log-file: {exc}", file=sys.stderr)
+        return 2
     try:
         config = config_from_args(args, triton)
     except (ValueError, OSError, argparse.ArgumentTypeError) as exc:
@@ -227,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
-            runner.run(serve(config))
+            runner.run(serve(config, log_control))
     except (SonicError, OSError, ImportError, ValueError) as exc:
         print(f"sonic serve: {exc}", file=sys.stderr)
         return 1

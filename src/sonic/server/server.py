@@ -14,12 +14,14 @@ import logging
 from contextlib import suppress
 from typing import Any
 
+from sonic.logs import LogControl
 from sonic.protocol.errors import ModelConfigError, SonicError
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend
 from sonic.server.frontends.factory import configured_frontends
 from sonic.server.guard import Guard
+from sonic.server.log_settings import LogSettingsService
 from sonic.server.manager import ModelManager
 from sonic.server.observe import RequestObserver, load_tracer
 from sonic.server.traffic_rows import open_traffic_log
@@ -36,12 +38,17 @@ class ServerState(enum.Enum):
 
 
 class Server:
-    def __init__(self, config: ServerConfig, *, tracer_provider: Any = None) -> None:
-        """``tracer_provider``: an OpenTelemetry provider; None uses the global one."""
+    def __init__(
+        self, config: ServerConfig, *, tracer_provider: Any = None, log_control: LogControl | None = None
+    ) -> None:
+        """``tracer_provider``: an OpenTelemetry provider; None uses the global one. ``log_control``: the
+        process's log handler that the log-settings API changes (``sonic serve``'s); None: a server inside
+        another program, whose API changes only the ``sonic`` loggers' level."""
         self.config = config
         self.traffic = open_traffic_log(config.traffic_log)
         self.models = ModelManager(config, traffic=self.traffic)
         self.dataplane = DataPlane(config, self.models)
+        self.dataplane.log_settings = LogSettingsService(log_control or LogControl.in_process())
         if config.log_requests or config.otel_tracing:
             tracer = load_tracer(tracer_provider) if config.otel_tracing else None
             self.dataplane.observer = RequestObserver(log_requests=config.log_requests, tracer=tracer)

@@ -27,6 +27,7 @@ from sonic.protocol.wire import wrap_stream_response
 from sonic.server.dataplane import DataPlane
 from sonic.server.decoupled import StreamAnswer
 from sonic.server.frontends.gate import as_sonic_error
+from sonic.server.log_settings import changes_from_grpc, settings_to_grpc
 
 # gRPC's standard health service (grpc-health-probe, Kubernetes gRPC probes), as Triton serves it: only
 # Check. Its two messages are one field each, so they are read and written by hand.
@@ -113,6 +114,10 @@ class GrpcMethods:
         async def cuda_shm_status(r: Any) -> Any:
             return dp.cuda_shared_memory_status(r.name)
 
+        async def log_settings(r: Any) -> Any:
+            settings = await dp.log_settings.update(changes_from_grpc(r))
+            return settings_to_grpc(settings, pb.LogSettingsResponse())
+
         handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
             "ServerLive": server_live,
             "ServerReady": server_ready,
@@ -130,6 +135,7 @@ class GrpcMethods:
             "CudaSharedMemoryRegister": cuda_shm_register,
             "CudaSharedMemoryUnregister": cuda_shm_unregister,
             "CudaSharedMemoryStatus": cuda_shm_status,
+            "LogSettings": log_settings,
         }
         return {
             name: UnaryMethod(getattr(pb, f"{name}Request"), getattr(pb, f"{name}Response"), handler)

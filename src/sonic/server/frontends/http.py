@@ -41,6 +41,7 @@ from sonic.server.frontends.base import Frontend
 from sonic.server.frontends.gate import CallGate, as_sonic_error
 from sonic.server.frontends.http_body import PayloadTooLargeError, read_body, refuse_body
 from sonic.server.guard import CallKind
+from sonic.server.log_settings import changes_from_json
 from sonic.server.tls import http_ssl_context
 
 log = logging.getLogger(__name__)
@@ -270,6 +271,11 @@ class HttpFrontend(Frontend):
             if len(parts) == 4 and parts[1] == "models" and parts[3] in {"load", "unload"}:
                 _expect(method, "POST", request)
                 return CallKind.CONTROL, lambda: self._repository_action(request, parts[2], parts[3], hold)
+        if parts == ["logging"]:
+            if method == "GET":
+                return CallKind.CONTROL, lambda: sync(lambda: _json_response(dp.log_settings.current()))
+            _expect(method, "POST", request)
+            return CallKind.CONTROL, lambda: self._logging(request, hold)
         if head == "systemsharedmemory":
             return self._route_shm(method, parts[1:], request, hold)
         if head == "cudasharedmemory" and parts[-1] in {
@@ -368,6 +374,10 @@ class HttpFrontend(Frontend):
             content_type="application/octet-stream",
             headers={http_json.HEADER_LENGTH: str(json_length)},
         )
+
+    async def _logging(self, request: web.BaseRequest, hold: BudgetHold) -> web.StreamResponse:
+        payload = await self._json_body(request, hold)
+        return _json_response(await self._dataplane.log_settings.update(changes_from_json(payload)))
 
     async def _repository_index(self, request: web.BaseRequest, hold: BudgetHold) -> web.StreamResponse:
         payload = await self._json_body(request, hold)
