@@ -122,3 +122,12 @@ def test_traffic_log_is_refused_without_a_directory(server: ServerProcess) -> No
         client.update_log_settings({"traffic_log": True})
     assert error.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert "--traffic-log DIR" in str(error.value)
+    http_client = httpclient.InferenceServerClient(server.http_address)
+    try:
+        with pytest.raises(InferenceServerException) as http_error:
+            http_client.update_log_settings({"traffic_log": False})
+        assert http_error.value.status() == "400"
+        assert "--traffic-log DIR" in str(http_error.value)
+        assert "traffic_log" not in http_client.get_log_settings()  # shown only with a folder
+    finally:
+        http_client.close()

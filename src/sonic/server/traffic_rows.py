@@ -16,33 +16,19 @@ import numpy.typing as npt
 from sonic.protocol.errors import SonicError
 from sonic.protocol.types import InferRequest, InputTensor
 from sonic.server.stats import RequestTiming
-from sonic.traffic.config import TrafficLogConfig
 
 Pending = tuple[Any, ...]  # request_row's record, PENDING_FIELDS; made a table by traffic_table
 
 
 class TrafficRecorder(Protocol):
-    """What the server needs of the recorder (:class:`sonic.traffic.writer.TrafficLog`)."""
+    """What a model needs of the recorder (:class:`sonic.server.traffic_switch.TrafficSwitch`)."""
 
-    enabled: bool
-
-    def start(self) -> None: ...
+    @property
+    def enabled(self) -> bool: ...
 
     def wants_contents(self) -> bool: ...
 
     def record(self, pending: Pending) -> None: ...
-
-    def close(self) -> None: ...
-
-
-def open_traffic_log(config: TrafficLogConfig | None) -> TrafficRecorder | None:
-    """The recorder ``sonic serve --traffic-log`` asks for (not started), or None."""
-    if config is None:
-        return None
-    from sonic.server.traffic_table import pending_to_table  # noqa: PLC0415  (pyarrow, as above)
-    from sonic.traffic.writer import TrafficLog  # noqa: PLC0415  (pyarrow, only when recording)
-
-    return TrafficLog(config, pending_to_table)
 
 
 def _nbytes(tensor: InputTensor) -> int:

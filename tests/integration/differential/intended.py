@@ -73,6 +73,12 @@ def _log_setting_value(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     return unknown_format or wrapped_level
 
 
+def _traffic_log_key(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    # Both servers of the harness run without --traffic-log: sonic refuses the key, Triton ignores it.
+    named = "traffic_log" in (call.what or "")
+    return named and triton.code in {"OK", "200"} and sonic.code in {"INVALID_ARGUMENT", "400"}
+
+
 def _string_sequence_id(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     return sonic.code in CLIENT_ERRORS and "is a string, but control input" in sonic.message
 
@@ -286,6 +292,15 @@ INTENDED: tuple[Intended, ...] = (
         "A 503 tells clients and load balancers to retry elsewhere, for the client's fault; the level is "
         "a uint32 on gRPC, and a number that does not fit is a mistake, not a level.",
         _log_setting_value,
+    ),
+    Intended(
+        "traffic-log-key",
+        "The log settings hold sonic's own key `traffic_log` (recording the traffic log on or off) on a "
+        "server started with `--traffic-log DIR`; without it the key is not shown, and setting it is "
+        "INVALID_ARGUMENT/400 naming `--traffic-log`. Triton ignores the key (OK/200).",
+        "One switch for both the log and the traffic recording, through the API that clients already "
+        "have; a caller that asks to record where nothing can be recorded is told so.",
+        _traffic_log_key,
     ),
 )
 
