@@ -35,11 +35,11 @@ def _nbytes(tensor: InputTensor) -> int:
     if tensor.raw is not None:
         return len(tensor.raw)
     if tensor.array is not None:
-        return _array_bytes(tensor.array)
+        return array_bytes(tensor.array)
     return tensor.shm.byte_size if tensor.shm is not None else 0
 
 
-def _array_bytes(array: npt.NDArray[Any]) -> int:
+def array_bytes(array: npt.NDArray[Any]) -> int:
     if array.dtype == np.object_:  # BYTES: the elements' own lengths, as on the wire
         return sum(len(x) if isinstance(x, bytes | str) else 0 for x in array.flat)
     return array.nbytes
@@ -67,10 +67,15 @@ def request_row(
     error: BaseException | None = None,
     *,
     keep_contents: bool = False,
+    responses: int | None = None,
+    output_bytes: int | None = None,
 ) -> Pending:
     """What the event loop keeps of a request: scalars in :data:`PENDING_FIELDS` order, the input
     signature (names, datatypes and shapes: repeated request after request, converted once per flush by
-    :mod:`.traffic_table`) and the sampled contents; no reference to a tensor."""
+    :mod:`.traffic_table`) and the sampled contents; no reference to a tensor.
+
+    ``responses`` and ``output_bytes``: what a decoupled request's stream carried (counted as it went);
+    by default one response of ``outputs``, none on error."""
     status = "OK"
     if error is not None:
         status = error.code.name if isinstance(error, SonicError) else "CANCELLED"
@@ -86,7 +91,7 @@ def request_row(
         batch_size,
         tuple((t.name, t.datatype, t.shape) for t in request.inputs),
         sum(_nbytes(t) for t in request.inputs),
-        sum(_array_bytes(a) for a in outputs),
+        sum(array_bytes(a) for a in outputs) if output_bytes is None else output_bytes,
         "" if sequence_id in ("", 0) else str(sequence_id),
         parameters.get("sequence_start") is True,
         parameters.get("sequence_end") is True,
@@ -99,6 +104,7 @@ def request_row(
         total_ns,
         timing.execution,
         timing.execution_batch_size,
+        (0 if error is not None else 1) if responses is None else responses,
         _contents(request) if keep_contents else None,
     )
 
@@ -127,5 +133,6 @@ PENDING_FIELDS = (
     "total_ns",
     "executed_batch_id",
     "executed_batch_size",
+    "responses",
     "contents",
 )
