@@ -31,6 +31,7 @@ from sonic.protocol.wire import SERVICE
 from sonic.server.budget import RequestBudget
 from sonic.server.config import ServerConfig
 from sonic.server.dataplane import DataPlane
+from sonic.server.frontends.base import FrontendSettings
 from sonic.server.frontends.gate import CallGate
 from sonic.server.frontends.grpc_native import GrpcConnection, NativeGrpcFrontend
 from sonic.server.manager import ModelManager
@@ -66,14 +67,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         runner.run(manager.load_all())
         dataplane.accepting = True
         budget = RequestBudget(config.request_buffer_budget_bytes, config.request_buffer_wait_s)
-        frontend = NativeGrpcFrontend(
-            dataplane,
-            CallGate(dataplane, None),
-            "127.0.0.1",
-            0,
-            max_message_bytes=MAX_MESSAGE_BYTES,
-            budget=budget,
-        )
+        settings = FrontendSettings("127.0.0.1", max_message_bytes=MAX_MESSAGE_BYTES)
+        frontend = NativeGrpcFrontend(dataplane, CallGate(dataplane, None), 0, settings, budget=budget)
         yield Served(frontend, runner)
         dataplane.accepting = False
         runner.run(manager.close())

@@ -25,6 +25,7 @@ from sonic.models.simple import IDENTITY_CONFIG, identity_model
 from sonic.server.budget import RequestBudget
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.dataplane import DataPlane
+from sonic.server.frontends.base import FrontendSettings
 from sonic.server.frontends.gate import CallGate
 from sonic.server.frontends.http import HttpFrontend
 from sonic.server.manager import ModelManager
@@ -52,14 +53,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         runner.run(manager.load_all())
         dataplane.accepting = True
         budget = RequestBudget(config.request_buffer_budget_bytes, config.request_buffer_wait_s)
-        frontend = HttpFrontend(
-            dataplane,
-            CallGate(dataplane, None),
-            "127.0.0.1",
-            0,
-            max_message_bytes=MAX_MESSAGE_BYTES,
-            budget=budget,
-        )
+        settings = FrontendSettings("127.0.0.1", max_message_bytes=MAX_MESSAGE_BYTES)
+        frontend = HttpFrontend(dataplane, CallGate(dataplane, None), 0, settings, budget=budget)
         runner.run(frontend.start())
         yield Served(frontend.port, runner)
         runner.run(frontend.stop(1.0))

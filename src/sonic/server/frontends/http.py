@@ -35,10 +35,9 @@ from sonic.protocol.errors import (
     http_status,
 )
 from sonic.server.budget import BudgetHold, RequestBudget
-from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES, TlsConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.aiohttp_listener import AiohttpListener
-from sonic.server.frontends.base import Frontend
+from sonic.server.frontends.base import Frontend, FrontendSettings
 from sonic.server.frontends.gate import CallGate, as_sonic_error
 from sonic.server.frontends.http_body import PayloadTooLargeError, read_body, refuse_body
 from sonic.server.frontends.http_connections import ClientCountingServer
@@ -105,25 +104,21 @@ class HttpFrontend(Frontend):
         self,
         dataplane: DataPlane,
         gate: CallGate,
-        host: str,
         port: int,
+        settings: FrontendSettings,
         *,
-        max_message_bytes: int,
-        tls: TlsConfig | None = None,
-        max_connections_per_client: int | None = None,
-        max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES,
         budget: RequestBudget,
     ) -> None:
         self._dataplane = dataplane
         self._budget = budget
-        self._max_decompressed_bytes = max_decompressed_bytes
+        self._max_decompressed_bytes = settings.max_decompressed_bytes
         self._gate = gate
-        self.host = host
+        self.host = settings.host
         self.port = port
-        self._max_connections_per_client = max_connections_per_client
+        self._max_connections_per_client = settings.max_connections_per_client
         self._server: ClientCountingServer | None = None
-        self._max_message_bytes = max_message_bytes
-        self._ssl_context = http_ssl_context(tls) if tls is not None else None
+        self._max_message_bytes = settings.max_message_bytes
+        self._ssl_context = http_ssl_context(settings.tls) if settings.tls is not None else None
         self._listener = AiohttpListener()
 
     # --- lifecycle ------------------------------------------------------------------------------------
