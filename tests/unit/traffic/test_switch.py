@@ -35,13 +35,14 @@ def test_concurrent_switches_open_one_recording_and_a_stop_leaves_whole_files(tm
 
     async def scenario() -> None:
         await switch.start()
-        assert not switch.recording
+        states = [switch.recording]
         switch.record(request_row(InferRequest("m", "", []), 1, 1, None, 10))  # off: dropped
         await asyncio.gather(switch.set_recording(True), switch.set_recording(True))
-        assert switch.recording
+        states.append(switch.recording)
         switch.record(request_row(InferRequest("m", "", [], request_id="kept"), 1, 1, None, 10))
         await asyncio.gather(switch.set_recording(False), switch.set_recording(False))
-        assert not switch.recording
+        states.append(switch.recording)
+        assert states == [False, True, False]
         await switch.close()
 
     asyncio.run(scenario())  # the stops wake the writer at once: no wait for its hour-long flush interval
