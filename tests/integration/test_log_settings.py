@@ -131,3 +131,17 @@ def test_traffic_log_is_refused_without_a_directory(server: ServerProcess) -> No
         assert "traffic_log" not in http_client.get_log_settings()  # shown only with a folder
     finally:
         http_client.close()
+
+
+def test_the_grpcio_front_end_serves_log_settings_too(test_repository: Path, tmp_path: Path) -> None:
+    repository = tmp_path / "models"
+    shutil.copytree(test_repository / "identity", repository / "identity")
+    with (
+        ServerProcess.start([repository], extra_args=["--grpc-server", "grpcio"]) as process,
+        grpcclient.InferenceServerClient(process.grpc_address) as client,
+    ):
+        client.update_log_settings({"log_verbose_level": 1})
+        assert _grpc_settings(client) == {**TRITON_DEFAULTS, "log_verbose_level": 1}
+        with pytest.raises(InferenceServerException) as error:
+            client.update_log_settings({"log_file": "x.log"})
+    assert error.value.status() == "StatusCode.UNIMPLEMENTED"
