@@ -41,7 +41,7 @@ from sonic.server.frontends.base import Frontend, FrontendSettings
 from sonic.server.frontends.gate import CallGate, as_sonic_error
 from sonic.server.frontends.http_body import PayloadTooLargeError, read_body, refuse_body
 from sonic.server.frontends.http_connections import ClientCountingServer
-from sonic.server.frontends.http_routes import Route, match, with_versions
+from sonic.server.frontends.http_routes import Route, RouteTable, with_versions
 from sonic.server.guard import CallKind
 from sonic.server.log_settings import changes_from_json
 from sonic.server.tls import http_ssl_context
@@ -183,7 +183,7 @@ class HttpFrontend(Frontend):
             )
         if parts and parts[0] == "cudasharedmemory":
             return self._route_cuda(parts)
-        route, params = match(self._ROUTES, method, parts, f"{request.method} {request.path}")
+        route, params = self._ROUTES.match(method, parts, f"{request.method} {request.path}")
         call = _Call(request, params, received_ns, hold)
         return route.kind, lambda: route.handler(self, call)
 
@@ -329,33 +329,40 @@ class HttpFrontend(Frontend):
     _G, _P = "GET", "POST"
     # (method, pattern) -> handler, first match wins (http_routes); each models/{name} route also under
     # models/{name}/versions/{version}.
-    _ROUTES: tuple[Route[Handler], ...] = with_versions(
-        (
-            Route(_G, (), CallKind.CONTROL, _server_metadata),
-            Route(_G, ("health", "live"), CallKind.HEALTH, _server_live),
-            Route(_G, ("health", "ready"), CallKind.HEALTH, _server_ready),
-            Route(_G, ("models", "stats"), CallKind.CONTROL, _model_statistics),
-            Route(_G, ("models", "{name}"), CallKind.CONTROL, _model_metadata),
-            Route(_G, ("models", "{name}", "ready"), CallKind.HEALTH, _model_ready),
-            Route(_G, ("models", "{name}", "config"), CallKind.CONTROL, _model_config),
-            Route(_G, ("models", "{name}", "stats"), CallKind.CONTROL, _model_statistics),
-            Route(_P, ("models", "{name}", "infer"), CallKind.INFER, _infer),
-            Route(_P, ("repository", "index"), CallKind.INDEX, _repository_index),
-            Route(_P, ("repository", "models", "{name}", "load"), CallKind.CONTROL, _repository_load),
-            Route(_P, ("repository", "models", "{name}", "unload"), CallKind.CONTROL, _repository_unload),
-            Route(_G, ("logging",), CallKind.CONTROL, _log_settings),
-            Route(_P, ("logging",), CallKind.CONTROL, _update_log_settings),
-            Route(_G, ("systemsharedmemory", "status"), CallKind.CONTROL, _shm_status),
-            Route(_G, ("systemsharedmemory", "region", "{name}", "status"), CallKind.CONTROL, _shm_status),
-            Route(
-                _P, ("systemsharedmemory", "region", "{name+}", "register"), CallKind.CONTROL, _shm_register
-            ),
-            Route(_P, ("systemsharedmemory", "unregister"), CallKind.CONTROL, _shm_unregister),
-            Route(
-                _P,
-                ("systemsharedmemory", "region", "{name}", "unregister"),
-                CallKind.CONTROL,
-                _shm_unregister,
-            ),
+    _ROUTES: RouteTable[Handler] = RouteTable(
+        with_versions(
+            (
+                Route(_G, (), CallKind.CONTROL, _server_metadata),
+                Route(_G, ("health", "live"), CallKind.HEALTH, _server_live),
+                Route(_G, ("health", "ready"), CallKind.HEALTH, _server_ready),
+                Route(_G, ("models", "stats"), CallKind.CONTROL, _model_statistics),
+                Route(_G, ("models", "{name}"), CallKind.CONTROL, _model_metadata),
+                Route(_G, ("models", "{name}", "ready"), CallKind.HEALTH, _model_ready),
+                Route(_G, ("models", "{name}", "config"), CallKind.CONTROL, _model_config),
+                Route(_G, ("models", "{name}", "stats"), CallKind.CONTROL, _model_statistics),
+                Route(_P, ("models", "{name}", "infer"), CallKind.INFER, _infer),
+                Route(_P, ("repository", "index"), CallKind.INDEX, _repository_index),
+                Route(_P, ("repository", "models", "{name}", "load"), CallKind.CONTROL, _repository_load),
+                Route(_P, ("repository", "models", "{name}", "unload"), CallKind.CONTROL, _repository_unload),
+                Route(_G, ("logging",), CallKind.CONTROL, _log_settings),
+                Route(_P, ("logging",), CallKind.CONTROL, _update_log_settings),
+                Route(_G, ("systemsharedmemory", "status"), CallKind.CONTROL, _shm_status),
+                Route(
+                    _G, ("systemsharedmemory", "region", "{name}", "status"), CallKind.CONTROL, _shm_status
+                ),
+                Route(
+                    _P,
+                    ("systemsharedmemory", "region", "{name+}", "register"),
+                    CallKind.CONTROL,
+                    _shm_register,
+                ),
+                Route(_P, ("systemsharedmemory", "unregister"), CallKind.CONTROL, _shm_unregister),
+                Route(
+                    _P,
+                    ("systemsharedmemory", "region", "{name}", "unregister"),
+                    CallKind.CONTROL,
+                    _shm_unregister,
+                ),
+            )
         )
     )
