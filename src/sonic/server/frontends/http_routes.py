@@ -10,7 +10,7 @@ method to use.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -31,7 +31,7 @@ class Route(Generic[H]):
 @dataclass(frozen=True, slots=True)
 class _Compiled(Generic[H]):
     route: Route[H]
-    literals: tuple[tuple[int, str], ...]  # (position, text) that must be equal
+    literals: tuple[tuple[int, str], ...]  # (position, text) that must be equal, past the first segment
     captures: tuple[tuple[int, str, str], ...]  # (position, name, rule: "", "+" not empty, "digits")
 
 
@@ -39,7 +39,8 @@ def _compile(route: Route[H]) -> _Compiled[H]:
     literals, captures = [], []
     for position, segment in enumerate(route.pattern):
         if not segment.startswith("{"):
-            literals.append((position, segment))
+            if position:  # the first segment is the table's key: already equal
+                literals.append((position, segment))
             continue
         name = segment.strip("{}+")
         rule = "+" if segment.endswith("+}") else "digits" if name == "version" else ""
@@ -72,9 +73,11 @@ class RouteTable(Generic[H]):
             first = route.pattern[0] if route.pattern else ""
             self._by_shape.setdefault((len(route.pattern), first), []).append(_compile(route))
 
-    def match(self, method: str, parts: Sequence[str], where: str) -> tuple[Route[H], dict[str, str]]:
-        """The route for ``method`` and ``parts`` with its captured segments; NotFoundError naming ``where``
-        (the request's method and path) when there is none."""
+    def match(
+        self, method: str, parts: Sequence[str], where: Callable[[], str]
+    ) -> tuple[Route[H], dict[str, str]]:
+        """The route for ``method`` and ``parts`` with its captured segments; NotFoundError naming
+        ``where()`` (the request's method and path, written only then) when there is none."""
         allowed: list[str] = []
         for compiled in self._by_shape.get((len(parts), parts[0] if parts else ""), ()):
             params = _capture(compiled, parts)
@@ -85,7 +88,7 @@ class RouteTable(Generic[H]):
             if compiled.route.method not in allowed:
                 allowed.append(compiled.route.method)
         hint = f" (use {' or '.join(allowed)})" if allowed else ""
-        raise NotFoundError(f"no such endpoint: {where}{hint}")
+        raise NotFoundError(f"no such endpoint: {where()}{hint}")
 
 
 def with_versions(routes: Sequence[Route[H]]) -> list[Route[H]]:
