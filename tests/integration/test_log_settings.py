@@ -62,13 +62,13 @@ def test_verbose_level_shows_debug_records_and_log_info_hides_info(server: Serve
     http_client = httpclient.InferenceServerClient(server.http_address)
     try:
         http_client.update_log_settings({"log_warning": True})  # a change asked at level 0: no DEBUG line
-        assert "log settings asked to change: log_warning" not in server.log_path.read_text()
+        assert "log settings asked to change: 'log_warning'" not in server.log_path.read_text()
         answer = http_client.update_log_settings({"log_verbose_level": 2})
         assert answer == {**TRITON_DEFAULTS, "log_verbose_level": 2}
         with grpcclient.InferenceServerClient(server.grpc_address) as grpc_client:
             grpc_client.update_log_settings({"log_error": True})
             log = server.log_path.read_text()
-            assert "log settings asked to change: log_error" in log  # DEBUG, now shown
+            assert "log settings asked to change: 'log_error'" in log  # DEBUG, now shown
             assert "log settings changed: log_error=True" in log  # INFO
             grpc_client.update_log_settings({"log_info": False, "log_verbose_level": 0})
             grpc_client.update_log_settings({"log_error": False})

@@ -100,3 +100,11 @@ def test_a_refused_update_changes_nothing() -> None:
     assert service.current()["log_verbose_level"] == 0
     assert asyncio.run(service.update({"log_verbose_level": 1}))["log_verbose_level"] == 1
     assert "traffic_log" not in service.current()
+
+
+def test_a_clients_key_cannot_forge_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    service = LogSettingsService(LogControl(LogSettings(), None, logging.getLogger("sonic.test_forge")))
+    with caplog.at_level(logging.DEBUG, logger="sonic.server.log_settings"):
+        asyncio.run(service.update({"x\nERROR forged": 1}))
+    assert "\n" not in caplog.text.strip()
+    assert "'x\\nERROR forged'" in caplog.text

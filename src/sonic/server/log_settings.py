@@ -94,7 +94,8 @@ class LogSettingsService:
 
     async def update(self, changes: Mapping[str, object]) -> dict[str, Setting]:
         """Apply ``changes`` (checked whole first) and return the settings then in force."""
-        log.debug("log settings asked to change: %s", ", ".join(changes) or "nothing")
+        # The keys as reprs: a client's key is any string, and a newline in it must not forge a log line.
+        log.debug("log settings asked to change: %s", ", ".join(map(repr, changes)) or "nothing")
         checked = check_changes(changes, traffic=self.traffic is not None)
         recording = checked.pop(TRAFFIC_KEY, None)
         if recording is not None and self.traffic is not None:
