@@ -5,10 +5,11 @@ status table (bodies are ``{"error": "..."}``). aiohttp's low-level ``web.Server
 its router or middlewares: the path is split once and looked up in our route table (``_ROUTES``,
 :mod:`.http_routes`), which keeps the per-request cost to parsing (llhttp, in C) plus our own work.
 Request bodies grow chunk by chunk as they arrive, charged to the server's request-buffer budget
-(:mod:`sonic.server.budget`) until the request is answered, and binary tensors are sliced out of them without copies. Every body is bounded: a Content-Length
-over ``max_message_bytes`` is answered 413 before a byte is read, gzip/deflate bodies are inflated
-(off the loop when large) up to ``max_decompressed_bytes``, and large JSON is parsed in a thread; JSON
-that cannot be parsed, however it fails (nesting included), is a 400 that says why.
+(:mod:`sonic.server.budget`) until the request is answered, and binary tensors are sliced out of them
+without copies. Every body is bounded: a Content-Length over ``max_message_bytes`` is answered 413
+before a byte is read, gzip/deflate bodies are inflated (off the loop when large) up to
+``max_decompressed_bytes``, and large JSON is parsed in a thread; JSON that cannot be parsed, however
+it fails (nesting included), is a 400 that says why.
 """
 
 from __future__ import annotations
