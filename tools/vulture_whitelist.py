@@ -20,6 +20,7 @@ tb
 _.pause_writing  # asyncio.Protocol flow control (protocol/h2asyncio.py)
 _.resume_writing
 _.teardown  # dask.distributed WorkerPlugin (workflow/dask_plugin.py)
+_.formatTime  # logging.Formatter (logs.py IsoTextFormatter)
 
 # --- attributes libraries read after we set them ---------------------------------------------------------
 _.intra_op_num_threads  # onnxruntime.SessionOptions
@@ -30,6 +31,7 @@ _.ir_version  # onnx.ModelProto
 _.momentum  # torch BatchNorm (models/zoo/resnet.py)
 _.int64_param  # protobuf InferParameter fields
 _.double_param
+_.uint32_param  # protobuf LogSettings SettingValue field
 _.header_table  # hpack.Decoder (protocol/http2.py)
 _.header_table_size  # hpack.Encoder (tests/fuzz/test_h2_fuzz.py)
 _.warn_missing_crossrefs  # coffea NanoAODSchema option (tests/integration/coffea)

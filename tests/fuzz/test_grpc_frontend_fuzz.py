@@ -29,6 +29,7 @@ from sonic.protocol.errors import GrpcCode
 from sonic.protocol.grpc_call import decode_grpc_message, grpc_message_prefix
 from sonic.protocol.http2 import PREFACE, Flag, FrameType, frame, settings_frame
 from sonic.protocol.wire import SERVICE
+from sonic.server.frontends.base import FrontendSettings
 from sonic.server.frontends.grpc_native import GrpcConnection, NativeGrpcFrontend
 from sonic.testing.fuzz import mutated, one_in
 from sonic.testing.h2 import RecordingTransport, parse_frames
@@ -53,14 +54,8 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     with identity_plane(tmp_path_factory.mktemp("repository")) as plane:
-        frontend = NativeGrpcFrontend(
-            plane.dataplane,
-            plane.gate,
-            "127.0.0.1",
-            0,
-            max_message_bytes=MAX_MESSAGE_BYTES,
-            budget=plane.budget,
-        )
+        settings = FrontendSettings("127.0.0.1", max_message_bytes=MAX_MESSAGE_BYTES)
+        frontend = NativeGrpcFrontend(plane.dataplane, plane.gate, 0, settings, budget=plane.budget)
         yield Served(frontend, plane.runner)
 
 

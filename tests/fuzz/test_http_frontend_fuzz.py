@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from tests.fuzz.served import identity_plane
 
 from sonic.server.config import ModelControlMode
+from sonic.server.frontends.base import FrontendSettings
 from sonic.server.frontends.http import HttpFrontend
 from sonic.testing.fuzz import mutated, one_in
 
@@ -39,14 +40,8 @@ class Served:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     # Explicit model control: loads (with a ``config`` override from the request) are open to clients.
     with identity_plane(tmp_path_factory.mktemp("repository"), ModelControlMode.EXPLICIT) as plane:
-        frontend = HttpFrontend(
-            plane.dataplane,
-            plane.gate,
-            "127.0.0.1",
-            0,
-            max_message_bytes=MAX_MESSAGE_BYTES,
-            budget=plane.budget,
-        )
+        settings = FrontendSettings("127.0.0.1", max_message_bytes=MAX_MESSAGE_BYTES)
+        frontend = HttpFrontend(plane.dataplane, plane.gate, 0, settings, budget=plane.budget)
         plane.runner.run(frontend.start())
         yield Served(frontend.port, plane.runner)
         plane.runner.run(frontend.stop(1.0))

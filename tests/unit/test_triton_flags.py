@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from sonic.cli.main import build_parser
-from sonic.cli.serve import config_from_args
+from sonic.cli.serve import config_from_args, log_settings_from_args
 from sonic.cli.triton_flags import TRITON_FLAGS, TritonSettings, apply_triton_flags
+from sonic.logs import LogSettings
 from sonic.server.config import RateLimitConfig, ServerConfig
 from sonic.server.runtime.rate_limiter import ResourceCount
 
@@ -62,6 +63,21 @@ def test_logging_flags_set_the_level(tmp_path: Path) -> None:
     assert _parse(f"--model-repository={tmp_path}", "--log-verbose", "1")[1].log_level == "DEBUG"
     assert _parse(f"--model-repository={tmp_path}", "--log-info=false")[1].log_level == "WARNING"
     assert _parse(f"--model-repository={tmp_path}", "--log-info=true")[1].log_level is None
+
+
+def test_logging_flags_are_tritons_independent_switches(tmp_path: Path) -> None:
+    args, triton = _parse(f"--model-repository={tmp_path}", "--log-warning=false", "--log-verbose=3")
+    settings = log_settings_from_args(args, triton)
+    assert settings == LogSettings(log_warning=False, log_verbose_level=3)
+    args = build_parser().parse_args(
+        ["--log-level", "WARNING", "serve", f"--model-repository={tmp_path}", "--log-format=ISO8601"]
+    )
+    assert log_settings_from_args(args, apply_triton_flags(args, log)) == LogSettings(
+        log_info=False, log_format="ISO8601"
+    )
+    args, triton = _parse(f"--model-repository={tmp_path}", "--log-verbose=-1")
+    with pytest.raises(ValueError, match="--log-verbose=-1: expected an integer >= 0"):
+        log_settings_from_args(args, triton)
 
 
 def test_auto_complete_switches(tmp_path: Path) -> None:

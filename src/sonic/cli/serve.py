@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 from sonic.cli.serve_security import add_security_arguments, security_from_args
 from sonic.cli.serve_traffic import add_traffic_arguments, traffic_config_from_args
 from sonic.cli.triton_flags import TritonSettings, add_triton_arguments, apply_triton_flags
-from sonic.logs import configure_logging
+from sonic.logs import LogControl, LogSettings, configure_logging
 from sonic.protocol.errors import SonicError
 from sonic.protocol.wire import MAX_MESSAGE_BYTES
 from sonic.server.config import (
@@ -97,7 +98,7 @@ def _add_frontend_arguments(parser: argparse.ArgumentParser) -> None:
         dest="serve_log_format",
         choices=["text", "json", "default", "ISO8601"],
         default=None,
-        help="as 'sonic --log-format', accepted here too (Triton's default/ISO8601: text)",
+        help="as 'sonic --log-format', or Triton's: default (text), ISO8601 (text, ISO 8601 UTC times)",
     )
     group.add_argument(
         "--log-requests",
@@ -169,8 +170,8 @@ def _stdout_to_log() -> None:
     os.dup2(stderr, stdout)
 
 
-async def serve(config: ServerConfig) -> None:
-    server = Server(config)
+async def serve(config: ServerConfig, log_control: LogControl | None = None) -> None:
+    server = Server(config, log_control=log_control)
     # SIGINT/SIGTERM: drain; a second one exits at once; the previous handlers are back on return.
     with ShutdownSignals(asyncio.get_running_loop(), server) as signals:
         try:
@@ -198,6 +199,21 @@ def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None
     return factory
 
 
+def log_settings_from_args(args: argparse.Namespace, triton: TritonSettings) -> LogSettings:
+    """``sonic --log-level/--log-format``, ``serve --log-format`` and Triton's ``--log-*`` flags, as one
+    set of settings (the flags win: they are the more specific)."""
+    log_format = args.serve_log_format or args.log_format
+    settings = LogSettings.from_level(
+        args.log_level,
+        "default" if log_format == "text" else log_format,
+        str(triton.log_file) if triton.log_file is not None else "",
+    )
+    if triton.log_switches.get("log_verbose_level", 0) < 0:
+        msg = f"--log-verbose={triton.log_switches['log_verbose_level']}: expected an integer >= 0"
+        raise ValueError(msg)
+    return dataclasses.replace(settings, **triton.log_switches)  # type: ignore[arg-type]
+
+
 class _StartupError(Exception):
     """What stops ``sonic serve`` before it serves: reported once, by :func:`run`, with exit status 2."""
 
@@ -211,32 +227,33 @@ def _refused(*kinds: type[Exception], what: str = "") -> Iterator[None]:
         raise _StartupError(f"{what}{exc}") from exc
 
 
-def _startup(args: argparse.Namespace) -> tuple[ServerConfig, Callable[[], asyncio.AbstractEventLoop] | None]:
+def _startup(
+    args: argparse.Namespace,
+) -> tuple[ServerConfig, Callable[[], asyncio.AbstractEventLoop] | None, LogControl]:
     """Logging, Triton's flags, the configuration and the event loop, in that order."""
     with _refused(OSError, what="--log-file: "):
         if args.triton_log_file:  # first: as Triton's, every record goes there, the flag notices too
             configure_logging(args.log_level, args.log_format, Path(args.triton_log_file))
     with _refused(ValueError):
         triton = apply_triton_flags(args, log)
-    if args.serve_log_format is not None or triton.log_level is not None or triton.log_file is not None:
-        log_format = "json" if args.serve_log_format == "json" else args.log_format
-        configure_logging(triton.log_level or args.log_level, log_format, triton.log_file)
+    with _refused(OSError, what="--log-file: "), _refused(ValueError):
+        log_control = LogControl.install(log_settings_from_args(args, triton))
     with _refused(ValueError, OSError, argparse.ArgumentTypeError):
         config = config_from_args(args, triton)
     with _refused(ImportError):
         loop_factory = _loop_factory(args.loop)
-    return config, loop_factory
+    return config, loop_factory, log_control
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        config, loop_factory = _startup(args)
+        config, loop_factory, log_control = _startup(args)
     except _StartupError as exc:
         print(f"sonic serve: {exc}", file=sys.stderr)
         return 2
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
-            runner.run(serve(config))
+            runner.run(serve(config, log_control))
     except (SonicError, OSError, ImportError, ValueError) as exc:
         print(f"sonic serve: {exc}", file=sys.stderr)
         return 1

@@ -17,7 +17,13 @@ def add_traffic_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="record every request to Parquet files here",
+        help="record every request to Parquet files here (the only way to name the folder)",
+    )
+    group.add_argument(
+        "--traffic-log-start",
+        choices=["on", "off"],
+        default=None,
+        help="off: record only once the log-settings API sets traffic_log true (default: on)",
     )
     group.add_argument(
         "--traffic-log-max-file-mb", type=float, default=64.0, help="a file closes past this size"
@@ -42,9 +48,13 @@ def add_traffic_arguments(parser: argparse.ArgumentParser) -> None:
 
 def traffic_config_from_args(args: argparse.Namespace) -> TrafficLogConfig | None:
     if args.traffic_log is None:
+        if args.traffic_log_start is not None:
+            msg = f"--traffic-log-start {args.traffic_log_start} needs --traffic-log DIR (where to record)"
+            raise ValueError(msg)
         return None
     return TrafficLogConfig(
         directory=args.traffic_log,
+        enabled=args.traffic_log_start != "off",
         max_file_bytes=int(args.traffic_log_max_file_mb * (1 << 20)),
         max_total_bytes=int(args.traffic_log_max_total_mb * (1 << 20)),
         sample_contents_every=args.traffic_log_sample_contents_every,

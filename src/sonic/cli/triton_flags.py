@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
@@ -39,9 +39,9 @@ TRITON_FLAGS: dict[str, TritonFlag] = {
     "--model-store": TritonFlag(IMPLEMENTED, "list", "same as --model-repository"),
     "--id": TritonFlag(IMPLEMENTED, "str", "server name in ServerMetadata (default triton, as Triton)"),
     "--log-verbose": TritonFlag(IMPLEMENTED, "int", "> 0: DEBUG logs"),
-    "--log-info": TritonFlag(IMPLEMENTED, "bool", "false: WARNING and up"),
-    "--log-warning": TritonFlag(IMPLEMENTED, "bool", "false: ERROR and up"),
-    "--log-error": TritonFlag(IMPLEMENTED, "bool", "false: CRITICAL only"),
+    "--log-info": TritonFlag(IMPLEMENTED, "bool", "false: no INFO records"),
+    "--log-warning": TritonFlag(IMPLEMENTED, "bool", "false: no WARNING records"),
+    "--log-error": TritonFlag(IMPLEMENTED, "bool", "false: no ERROR (or CRITICAL) records"),
     "--exit-on-error": TritonFlag(IMPLEMENTED, "bool", "true: exit when a model fails to load at start"),
     "--strict-model-config": TritonFlag(
         IMPLEMENTED, "bool", "true: no auto-complete (configs must be whole)"
@@ -167,6 +167,8 @@ class TritonSettings:
 
     log_level: str | None = None
     log_file: Path | None = None
+    # The --log-* flags given, by LogSettings field (log_info, ..., log_verbose_level): Triton's switches.
+    log_switches: dict[str, bool | int] = field(default_factory=dict)
     exit_on_error: bool = False
     auto_complete: bool = True
     rate_limit: RateLimitConfig | None = None  # --rate-limit execution_count
@@ -224,6 +226,11 @@ def _rate_limit(given: dict[str, object]) -> RateLimitConfig | None:
 def _map_logging(given: dict[str, object], settings: TritonSettings) -> None:
     if "--log-file" in given:
         settings.log_file = Path(str(given["--log-file"]))
+    for flag in ("--log-info", "--log-warning", "--log-error"):
+        if flag in given:
+            settings.log_switches[flag[2:].replace("-", "_")] = parse_bool(flag, str(given[flag]))
+    if "--log-verbose" in given:
+        settings.log_switches["log_verbose_level"] = _int("--log-verbose", str(given["--log-verbose"]))
     if _int("--log-verbose", str(given.get("--log-verbose", "0"))) > 0:
         settings.log_level = "DEBUG"
         return

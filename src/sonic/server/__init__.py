@@ -14,6 +14,7 @@
   :mod:`.cache` (response cache);
 - around them: :mod:`.shm`, :mod:`.shm_open` and :mod:`.shm_request` (system shared memory; one request's
   regions resolved once), :mod:`.stats` and :mod:`.metrics`
-  (statistics, Prometheus), :mod:`.observe` (log record and span per request), :mod:`.traffic_rows` and
-  :mod:`.traffic_table` (``--traffic-log``).
+  (statistics, Prometheus), :mod:`.observe` (log record and span per request), :mod:`.traffic_rows`,
+  :mod:`.traffic_table` and :mod:`.traffic_switch` (``--traffic-log``, switched on and off),
+  :mod:`.log_settings` (Triton's log-settings API).
 """

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from tritonclient.grpc import service_pb2
 
 import sonic
+from sonic.logs import LogControl
 from sonic.protocol.errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -25,6 +26,7 @@ from sonic.server.cache import ResponseCache, infer_through_cache
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.decoupled import DecoupledCall, StreamAnswer
 from sonic.server.load_config import parse_override
+from sonic.server.log_settings import LogSettingsService
 from sonic.server.manager import ModelManager
 from sonic.server.observe import RequestObserver
 from sonic.server.shm import SharedMemoryRegistry
@@ -39,6 +41,7 @@ EXTENSIONS = (
     "parameters",
     "system_shared_memory",
     "binary_tensor_data",
+    "logging",
 )
 
 
@@ -63,6 +66,8 @@ class DataPlane:
         self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes > 0 else None
         self.observer: RequestObserver | None = None  # request logs / tracing, when configured
         self.in_flight = 0  # inference requests being served: those left at the drain timeout are cut off
+        # The log-settings API; the server replaces it with its own (its log handler, its traffic recorder).
+        self.log_settings = LogSettingsService(LogControl.in_process())
 
     @property
     def wants_trace_context(self) -> bool:

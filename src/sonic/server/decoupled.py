@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sonic.protocol.errors import InternalError, SonicError
 from sonic.protocol.types import InferRequest, InferResponse, OutputTensor
 from sonic.server.model import ModelVersion, failure_reason
 from sonic.server.responses import DEFAULT_MAX_QUEUED_RESPONSES, ResponseChannel, Streamed
 from sonic.server.shm_request import RequestMemory
+from sonic.server.stats import RequestTiming
+from sonic.server.traffic_rows import TrafficRecorder, array_bytes, request_row
 from sonic.server.work import ItemState, WorkItem
 
 
@@ -48,10 +50,14 @@ class DecoupledCall:
         self._channel = channel
         self._done = False
         self._received_ns = received_ns or time.perf_counter_ns()
+        traffic = model.traffic
+        self._record = _Record(traffic) if traffic is not None and traffic.enabled else None
         self._task = asyncio.get_running_loop().create_task(self._execute())
         # Kept by the model version until done: an execution outlives a reader that went away.
         model.background.add(self._task)
         self._task.add_done_callback(model.background.discard)
+        if self._record is not None:
+            self._task.add_done_callback(lambda _: self._recorded("executed"))
 
     @classmethod
     def start(
@@ -77,6 +83,8 @@ class DecoupledCall:
         stats.pending_requests += 1
         try:
             _, timing = await self._model.scheduler.submit(self._item)
+            if self._record is not None:
+                self._record.timing = timing
         except asyncio.CancelledError:
             stats.record_failure(time.perf_counter_ns() - self._received_ns, "CANCELED")
             raise
@@ -95,6 +103,8 @@ class DecoupledCall:
             raise RuntimeError(msg)
         items = await self._channel.get_all(most)
         self._done = items[-1].final  # nothing is sent after the final flag
+        if self._record is not None:
+            self._record.count(items)
         return [self.answer(item) for item in items]
 
     def answer(self, item: Streamed) -> StreamAnswer:
@@ -118,5 +128,54 @@ class DecoupledCall:
         dropped; a request still queued leaves the queue."""
         if not self._done:
             self._channel.cancel()
+            if self._record is not None and self._record.error is None:
+                self._record.error = asyncio.CancelledError()  # the reader left before the final flag
         if self._item.state is ItemState.QUEUED:
             self._task.cancel()
+        if self._record is not None:
+            self._recorded("read")
+
+    def _recorded(self, part: str) -> None:
+        """One traffic record, once the execution is over and the stream read or left (in either order)."""
+        record = self._record
+        if record is None or part in record.parts:
+            return
+        record.parts.add(part)
+        if len(record.parts) < 2:
+            return
+        elapsed = time.perf_counter_ns() - self._received_ns
+        request, item = self._request, self._item
+        record.traffic.record(
+            request_row(
+                request,
+                self._model.version,
+                item.batch_size,
+                record.timing,
+                elapsed,
+                error=record.error,
+                keep_contents=record.traffic.wants_contents(),
+                signatures=record.traffic.signatures,
+                responses=record.responses,
+                output_bytes=record.output_bytes,
+            )
+        )
+
+
+@dataclass(slots=True)
+class _Record:
+    """What a decoupled request's traffic record gathers while its stream goes on."""
+
+    traffic: TrafficRecorder
+    timing: RequestTiming | None = None
+    responses: int = 0
+    output_bytes: int = 0
+    error: BaseException | None = None
+    parts: set[str] = field(default_factory=set)  # "executed", "read": recorded when both are over
+
+    def count(self, items: list[Streamed]) -> None:
+        for item in items:
+            if item.error is not None:
+                self.error = item.error
+            elif item.outputs is not None:
+                self.responses += 1
+                self.output_bytes += sum(array_bytes(array) for array in item.outputs.values())

@@ -20,6 +20,7 @@ from contextlib import suppress
 from types import FrameType, TracebackType
 from typing import Any, Self
 
+from sonic.logs import LogControl
 from sonic.protocol.errors import ModelConfigError, SonicError
 from sonic.protocol.wire import ModelState
 from sonic.server.config import ModelControlMode, ServerConfig
@@ -27,9 +28,10 @@ from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend
 from sonic.server.frontends.factory import configured_frontends
 from sonic.server.guard import Guard
+from sonic.server.log_settings import LogSettingsService
 from sonic.server.manager import ModelManager
 from sonic.server.observe import RequestObserver, load_tracer
-from sonic.server.traffic_rows import open_traffic_log
+from sonic.server.traffic_switch import open_traffic_log
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +45,17 @@ class ServerState(enum.Enum):
 
 
 class Server:
-    def __init__(self, config: ServerConfig, *, tracer_provider: Any = None) -> None:
-        """``tracer_provider``: an OpenTelemetry provider; None uses the global one."""
+    def __init__(
+        self, config: ServerConfig, *, tracer_provider: Any = None, log_control: LogControl | None = None
+    ) -> None:
+        """``tracer_provider``: an OpenTelemetry provider; None uses the global one. ``log_control``: the
+        process's log handler that the log-settings API changes (``sonic serve``'s); None: a server inside
+        another program, whose API changes only the ``sonic`` loggers' level."""
         self.config = config
         self.traffic = open_traffic_log(config.traffic_log)
         self.models = ModelManager(config, traffic=self.traffic)
         self.dataplane = DataPlane(config, self.models)
+        self.dataplane.log_settings = LogSettingsService(log_control or LogControl.in_process(), self.traffic)
         if config.log_requests or config.otel_tracing:
             tracer = load_tracer(tracer_provider) if config.otel_tracing else None
             self.dataplane.observer = RequestObserver(log_requests=config.log_requests, tracer=tracer)
@@ -83,7 +90,7 @@ class Server:
             raise RuntimeError(f"server can only be started once (state: {self.state.value})")
         self.state = ServerState.STARTING
         if self.traffic is not None:
-            self.traffic.start()
+            await self.traffic.start()
         mode = self.config.model_control_mode
         # The first line of a start that may take minutes (one more per model loaded): what
         # `sonic deploy local` shows and times its --ready-timeout-s from.
@@ -160,7 +167,7 @@ class Server:
                 self._log_drain(grace_s, cut_off[0] if cut_off else 0)
         await self.models.close()
         if self.traffic is not None:  # after the models: the last requests' records are written too
-            await asyncio.to_thread(self.traffic.close)
+            await self.traffic.close()
         self.dataplane.shared_memory.close()
         self.state = ServerState.STOPPED
         log.info("server stopped")

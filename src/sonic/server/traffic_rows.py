@@ -6,8 +6,6 @@ only for the requests the recorder samples.
 
 from __future__ import annotations
 
-import functools
-import gc
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -18,56 +16,34 @@ import numpy.typing as npt
 from sonic.protocol.errors import SonicError
 from sonic.protocol.types import InferRequest, InputTensor
 from sonic.server.stats import RequestTiming
-from sonic.traffic.config import TrafficLogConfig
 from sonic.traffic.signatures import Signatures
 
 Pending = tuple[Any, ...]  # request_row's record, PENDING_FIELDS; made a table by traffic_table
 
 
 class TrafficRecorder(Protocol):
-    """What the server needs of the recorder (:class:`sonic.traffic.writer.TrafficLog`)."""
+    """What a model needs of the recorder (:class:`sonic.server.traffic_switch.TrafficSwitch`)."""
 
-    enabled: bool
-    signatures: Signatures  # numbers the input signatures of the records it is handed
+    @property
+    def enabled(self) -> bool: ...
 
-    def start(self) -> None: ...
+    @property
+    def signatures(self) -> Signatures: ...  # numbers the input signatures of the records it is handed
 
     def wants_contents(self) -> bool: ...
 
     def record(self, pending: Pending) -> None: ...
-
-    def close(self) -> None: ...
-
-
-def open_traffic_log(config: TrafficLogConfig | None) -> TrafficRecorder | None:
-    """The recorder ``sonic serve --traffic-log`` asks for (not started), or None."""
-    if config is None:
-        return None
-    from sonic.server.traffic_table import pending_to_table  # noqa: PLC0415  (pyarrow, as above)
-    from sonic.traffic.writer import TrafficLog  # noqa: PLC0415  (pyarrow, only when recording)
-
-    signatures = Signatures()
-    recorder = TrafficLog(config, functools.partial(pending_to_table, signatures=signatures), signatures)
-    # pyarrow imports pandas on its first conversion (0.2 s, ~26,000 objects): here, before the server
-    # serves, not on the writer thread (holding the GIL) while it does. Then what is alive now — modules
-    # and configuration; the server calls this before it loads any model — is moved out of the garbage
-    # collector's reach: its full passes, ~300 ms each with pyarrow and pandas in the heap under load,
-    # walked it every time (docs/benchmarks.md, 2026-11-25). Nothing frozen here is ever garbage.
-    warm_up = InferRequest("warm-up", "", [InputTensor("X", "FP32", (1,), raw=bytes(4))])
-    pending_to_table([request_row(warm_up, 0, 1, None, 0)])
-    gc.freeze()
-    return recorder
 
 
 def _nbytes(tensor: InputTensor) -> int:
     if tensor.raw is not None:
         return len(tensor.raw)
     if tensor.array is not None:
-        return _array_bytes(tensor.array)
+        return array_bytes(tensor.array)
     return tensor.shm.byte_size if tensor.shm is not None else 0
 
 
-def _array_bytes(array: npt.NDArray[Any]) -> int:
+def array_bytes(array: npt.NDArray[Any]) -> int:
     if array.dtype == np.object_:  # BYTES: the elements' own lengths, as on the wire
         return sum(len(x) if isinstance(x, bytes | str) else 0 for x in array.flat)
     return array.nbytes
@@ -96,11 +72,16 @@ def request_row(
     *,
     keep_contents: bool = False,
     signatures: Signatures | None = None,
+    responses: int | None = None,
+    output_bytes: int | None = None,
 ) -> Pending:
     """What the event loop keeps of a request: scalars in :data:`PENDING_FIELDS` order, the input
     signature (names, datatypes and shapes: repeated request after request, converted once per flush by
     :mod:`.traffic_table`) and the sampled contents; no reference to a tensor. With ``signatures`` the
-    signature is its number there, so the record holds no nested tuple (why: :mod:`sonic.traffic.signatures`)."""
+    signature is its number there, so the record holds no nested tuple (why: :mod:`sonic.traffic.signatures`).
+
+    ``responses`` and ``output_bytes``: what a decoupled request's stream carried (counted as it went);
+    by default one response of ``outputs``, none on error."""
     status = "OK"
     if error is not None:
         status = error.code.name if isinstance(error, SonicError) else "CANCELLED"
@@ -117,7 +98,7 @@ def request_row(
         batch_size,
         signature if signatures is None else signatures.number(signature),
         sum(_nbytes(t) for t in request.inputs),
-        sum(_array_bytes(a) for a in outputs),
+        sum(array_bytes(a) for a in outputs) if output_bytes is None else output_bytes,
         "" if sequence_id in ("", 0) else str(sequence_id),
         parameters.get("sequence_start") is True,
         parameters.get("sequence_end") is True,
@@ -130,6 +111,7 @@ def request_row(
         total_ns,
         timing.execution,
         timing.execution_batch_size,
+        (0 if error is not None else 1) if responses is None else responses,
         _contents(request) if keep_contents else None,
     )
 
@@ -158,5 +140,6 @@ PENDING_FIELDS = (
     "total_ns",
     "executed_batch_id",
     "executed_batch_size",
+    "responses",
     "contents",
 )

@@ -4,6 +4,8 @@
 when complete, so readers see only whole files. The schema version is in each file's metadata
 (``sonic.traffic.schema``). Times are integers: ``arrival_unix_ns`` the wall clock when the server
 received the request, durations in microseconds. Tensor contents are kept only for sampled requests.
+A decoupled model's request is one row too, written when its stream ends, with the number of responses
+it carried. Files of schema version 1 (before that column) read as version 2.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: the responses column, for decoupled models' requests (1: without it)
+READABLE_VERSIONS = ("1", "2")
 METADATA_KEY = b"sonic.traffic.schema"
 SUFFIX = ".parquet"
 PARTIAL_SUFFIX = ".parquet.partial"
@@ -54,6 +58,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("total_us", "int64", "receipt to answer, inside the server"),
     Column("executed_batch_id", "int64", "which execution it joined (per model version; 0: unknown)"),
     Column("executed_batch_size", "int32", "batch size of that execution (its requests' sizes summed)"),
+    Column(
+        "responses",
+        "int32",
+        "responses sent: a decoupled model's stream may carry 0 or more; others 1 (0 on error)",
+    ),
     Column("contents", "list<binary>", "raw input bytes in input order, for sampled requests; else null"),
 )
 COLUMN_NAMES = tuple(column.name for column in COLUMNS)
@@ -74,6 +83,16 @@ def arrow_schema() -> pa.Schema:
     return pa.schema(fields, metadata={METADATA_KEY: SCHEMA_VERSION.encode()})
 
 
+def _upgraded(table: pa.Table) -> pa.Table:
+    """A table of an earlier schema version as the current one: version 1 recorded no decoupled model's
+    request, so each of its requests had one response, or none when it failed."""
+    if "responses" not in table.column_names:
+        ok = pc.equal(table.column("status"), "OK")
+        responses = pc.cast(ok, pa.int32())
+        table = table.add_column(table.column_names.index("contents"), "responses", responses)
+    return table.select(list(COLUMN_NAMES)).cast(arrow_schema())
+
+
 def traffic_files(directory: Path) -> Iterator[Path]:
     """The complete traffic files under ``directory`` (every model), oldest name first."""
     yield from sorted(directory.glob(f"*/*{SUFFIX}"), key=lambda p: (p.parent.name, p.name))
@@ -87,9 +106,11 @@ def read_traffic(directory: Path, models: tuple[str, ...] = ()) -> pa.Table:
             continue
         table = pq.read_table(path)
         version = (table.schema.metadata or {}).get(METADATA_KEY)
-        if version != SCHEMA_VERSION.encode():
-            raise ValueError(f"{path}: traffic schema {version!r}, this sonic reads {SCHEMA_VERSION!r}")
-        tables.append(table)
+        if version not in {v.encode() for v in READABLE_VERSIONS}:
+            raise ValueError(
+                f"{path}: traffic schema {version!r}, this sonic reads {', '.join(READABLE_VERSIONS)}"
+            )
+        tables.append(_upgraded(table))
     if not tables:
         return arrow_schema().empty_table()
     return pa.concat_tables(tables).sort_by("arrival_unix_ns")

@@ -65,6 +65,20 @@ def _fp16_json(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     return triton.message.startswith("sending FP16 data via JSON is not supported") and sonic.code == "200"
 
 
+def _log_setting_value(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    if not (isinstance(call, HttpCall) and call.path == "/v2/logging" and sonic.code == "400"):
+        return False
+    unknown_format = triton.code == "503" and triton.message.startswith("invalid argument for --log_format")
+    wrapped_level = triton.code == "200" and "expect int32 for 'log_verbose_level', got int" in sonic.message
+    return unknown_format or wrapped_level
+
+
+def _traffic_log_key(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    # Both servers of the harness run without --traffic-log: sonic refuses the key, Triton ignores it.
+    named = "traffic_log" in (call.what or "")
+    return named and triton.code in {"OK", "200"} and sonic.code in {"INVALID_ARGUMENT", "400"}
+
+
 def _string_sequence_id(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     return sonic.code in CLIENT_ERRORS and "is a string, but control input" in sonic.message
 
@@ -181,8 +195,8 @@ INTENDED: tuple[Intended, ...] = (
         "client-fault-not-internal",
         "Triton answers INTERNAL/500 for a client's fault: unparseable protobuf or JSON, JSON `shape` "
         "with a negative number, JSON `data` that does not fill `shape`, a shared-memory key that does "
-        "not exist or is empty, a load of a model that is not in the repository. sonic answers "
-        "INVALID_ARGUMENT/400 or NOT_FOUND/404 with what was wrong.",
+        "not exist or is empty, a load of a model that is not in the repository, a log setting of the "
+        "wrong JSON type. sonic answers INVALID_ARGUMENT/400 or NOT_FOUND/404 with what was wrong.",
         "A 5xx tells clients and load balancers (Envoy outlier detection, the sonic client's "
         "failover) that the server is at fault and invites a retry elsewhere; these are the client's "
         "faults and a retry gives the same answer.",
@@ -231,7 +245,7 @@ INTENDED: tuple[Intended, ...] = (
     Intended(
         "server-metadata",
         "ServerMetadata (`GET /v2`): `version` is sonic's own, not `2.51.0`; `extensions` lists what "
-        "sonic implements (no `classification`, `cuda_shared_memory`, `logging`, `trace`). `name` is "
+        "sonic implements (no `classification`, `cuda_shared_memory`, `trace`). `name` is "
         "the same: `triton` unless `--id` says otherwise.",
         "A client that reads the extensions learns what it can use; a version that claimed Triton's "
         "would make bug reports point at the wrong server.",
@@ -269,6 +283,24 @@ INTENDED: tuple[Intended, ...] = (
         "answers OK (200) as an unload of any name that is not loaded does, on Triton's gRPC too.",
         "The answer says the name is the fault, not the path; unloading what is not loaded is no error.",
         _empty_name,
+    ),
+    Intended(
+        "log-setting-values",
+        "`POST /v2/logging` with a `log_format` other than `default`/`ISO8601`: Triton answers 503, sonic "
+        "400 (gRPC: INVALID_ARGUMENT on both). A `log_verbose_level` of 2^32 or more: Triton takes it "
+        "modulo 2^32 (2^32 turns verbose logging off), sonic refuses it (400).",
+        "A 503 tells clients and load balancers to retry elsewhere, for the client's fault; the level is "
+        "a uint32 on gRPC, and a number that does not fit is a mistake, not a level.",
+        _log_setting_value,
+    ),
+    Intended(
+        "traffic-log-key",
+        "The log settings hold sonic's own key `traffic_log` (recording the traffic log on or off) on a "
+        "server started with `--traffic-log DIR`; without it the key is not shown, and setting it is "
+        "INVALID_ARGUMENT/400 naming `--traffic-log`. Triton ignores the key (OK/200).",
+        "One switch for both the log and the traffic recording, through the API that clients already "
+        "have; a caller that asks to record where nothing can be recorded is told so.",
+        _traffic_log_key,
     ),
 )
 

@@ -269,3 +269,58 @@ def malformed_calls(draw: st.DrawFn) -> Call:
     if isinstance(valid, GrpcCall):
         return GrpcCall(valid.method, body, what=f"{how} of {valid.what}")
     return HttpCall(valid.method, valid.path, body, valid.headers, what=f"{how} of {valid.what}")
+
+
+LOG_KEYS = (
+    "log_info",
+    "log_warning",
+    "log_error",
+    "log_verbose_level",
+    "log_format",
+    "log_file",
+    "log_warnings",
+)
+LOG_VALUES = (True, False, 0, 1, 7, "default", "ISO8601", "xx", "1", None)
+LOG_DEFAULTS = {
+    "log_info": True,
+    "log_warning": True,
+    "log_error": True,
+    "log_verbose_level": 0,
+    "log_format": "default",
+}
+
+
+def _log_request(settings: dict[str, object]) -> Message:
+    request = service_pb2.LogSettingsRequest()
+    for key, value in settings.items():
+        entry = request.settings[key]
+        if isinstance(value, bool):
+            entry.bool_param = value
+        elif isinstance(value, int):
+            entry.uint32_param = value
+        elif isinstance(value, str):
+            entry.string_param = value
+        else:
+            entry.SetInParent()  # a value with no field set
+    message: Message = request
+    return message
+
+
+@st.composite
+def log_settings_cases(draw: st.DrawFn) -> list[Call]:
+    """One change of one log setting (any key, any type), both servers' settings read back, then the
+    defaults set again (every case starts from them: Triton applies a change key by key, sonic whole)."""
+    key = draw(st.sampled_from(LOG_KEYS))
+    value: object = draw(st.sampled_from(LOG_VALUES))
+    if draw(st.booleans()):
+        change: Call = _grpc("LogSettings", _log_request({key: value}))
+    else:
+        value = draw(st.sampled_from([value, value, 2**32, -1, 1.5]))
+        change = _http("POST", "/v2/logging", {key: value})
+    return [
+        change,
+        _grpc("LogSettings", service_pb2.LogSettingsRequest()),
+        _http("GET", "/v2/logging"),
+        _grpc("LogSettings", _log_request(LOG_DEFAULTS)),
+        _http("POST", "/v2/logging", LOG_DEFAULTS),
+    ]

@@ -29,6 +29,7 @@ from tests.integration.differential.strategies import (
     SequenceCase,
     control_cases,
     infer_cases,
+    log_settings_cases,
     malformed_calls,
     metadata_calls,
     sequence_cases,
@@ -142,3 +143,10 @@ def test_metadata(both: Both, call: Call) -> None:
 @given(call=malformed_calls())
 def test_malformed(both: Both, call: Call) -> None:
     both.compare(call)
+
+
+@budget(30)
+@given(calls=log_settings_cases())
+def test_log_settings(both: Both, calls: list[Call]) -> None:
+    for call in calls:
+        both.compare(call)

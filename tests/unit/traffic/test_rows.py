@@ -94,3 +94,11 @@ def test_signatures_past_the_limit_are_handed_over_whole() -> None:
     assert len(signatures.known) == 1
     table = pending_to_table(records, signatures)
     assert table.column("input_shapes").to_pylist() == [[[1, 4]], [[2, 4]], [[1, 4]], [[2, 4]]]
+
+
+def test_responses_one_on_success_none_on_error_or_as_a_stream_counted() -> None:
+    assert _row(request_row(_request(), 1, 1, None, 10))["responses"] == 1
+    failed = request_row(_request(), 1, 1, None, 10, error=UnavailableError("gone"))
+    assert _row(failed)["responses"] == 0
+    streamed = _row(request_row(_request(), 1, 1, None, 10, responses=5, output_bytes=40))
+    assert (streamed["responses"], streamed["output_bytes"]) == (5, 40)

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from sonic.traffic.config import TrafficLogConfig
-from sonic.traffic.schema import COLUMN_NAMES, METADATA_KEY, SCHEMA_VERSION, read_traffic, traffic_files
+from sonic.traffic.schema import (
+    COLUMN_NAMES,
+    METADATA_KEY,
+    SCHEMA_VERSION,
+    arrow_schema,
+    read_traffic,
+    traffic_files,
+)
 from sonic.traffic.writer import Row, TrafficLog
 
 pytestmark = pytest.mark.unit
@@ -39,6 +47,7 @@ def _row(model: str = "m", arrival: int = 1, contents: list[bytes] | None = None
         "total_us": 20,
         "executed_batch_id": 3,
         "executed_batch_size": 4,
+        "responses": 1,
         "contents": contents,
     }
     assert tuple(values) == COLUMN_NAMES
@@ -130,3 +139,26 @@ def test_files_of_an_earlier_run_count_towards_the_total(tmp_path: Path) -> None
 def test_sizes_must_be_positive(tmp_path: Path, option: str) -> None:
     with pytest.raises(ValueError, match=option):
         TrafficLogConfig(tmp_path, **{option: 0})  # type: ignore[arg-type]
+
+
+def test_files_of_schema_version_1_read_as_the_current_version(tmp_path: Path) -> None:
+    rows = [_row("m", 1), (*_row("m", 2)[:4], "INVALID_ARGUMENT", *_row("m", 2)[5:])]
+    current = arrow_schema()
+    old_schema = pa.schema([f for f in current if f.name != "responses"], metadata={METADATA_KEY: b"1"})
+    columns = [
+        list(values)
+        for name, values in zip(COLUMN_NAMES, zip(*rows, strict=True), strict=True)
+        if name != "responses"
+    ]
+    folder = tmp_path / "traffic" / "m"
+    folder.mkdir(parents=True)
+    pq.write_table(
+        pa.Table.from_arrays(
+            [pa.array(c, type=f.type) for c, f in zip(columns, old_schema, strict=True)], schema=old_schema
+        ),
+        folder / "traffic-old.parquet",
+    )
+    table = read_traffic(tmp_path / "traffic")
+    assert table.column_names == list(COLUMN_NAMES)
+    assert table.column("responses").to_pylist() == [1, 0]  # one response each, none for the refused one
+    assert table.schema.metadata[METADATA_KEY] == SCHEMA_VERSION.encode()

@@ -6,6 +6,7 @@ trace context, error mapping).
 
 - gRPC: :mod:`.grpc_native` (the default, on our HTTP/2 server side in :mod:`.h2`, one call in
   :mod:`.grpc_native_call`) or :mod:`.grpc_aio` (grpcio), both serving :mod:`.grpc_methods`;
-- HTTP/REST: :mod:`.http` with :mod:`.http_body` (bounded bodies); ``GET /metrics``: :mod:`.metrics`; both on
+- HTTP/REST: :mod:`.http` with :mod:`.http_routes` (the route table), :mod:`.http_connections` (aiohttp's
+  server, counting clients) and :mod:`.http_body` (bounded bodies); ``GET /metrics``: :mod:`.metrics`; both on
   :mod:`.aiohttp_listener`.
 """

@@ -8,12 +8,39 @@ what is left is cancelled.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
+
+from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES, ServerConfig, TlsConfig
 
 
 def host_port(host: str, port: int) -> str:
     """``HOST:PORT``, with an IPv6 host in brackets."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@dataclass(frozen=True)
+class FrontendSettings:
+    """What the request-carrying front ends (gRPC, HTTP/REST) are configured with, taken once from the
+    server's configuration; each front end reads the fields that apply to it."""
+
+    host: str
+    max_message_bytes: int  # largest gRPC message / HTTP body, as received (and inflated)
+    tls: TlsConfig | None = None
+    max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES  # a compressed body, once inflated
+    max_concurrent_streams: int | None = None  # gRPC, per connection; None: the stack's own
+    max_connections_per_client: int | None = None  # HTTP, open connections per client address
+
+    @classmethod
+    def from_config(cls, config: ServerConfig) -> FrontendSettings:
+        return cls(
+            host=config.host,
+            max_message_bytes=config.grpc_max_message_bytes,
+            tls=config.tls,
+            max_decompressed_bytes=config.grpc_max_decompressed_bytes,
+            max_concurrent_streams=config.grpc_max_concurrent_streams,
+            max_connections_per_client=config.http_max_connections_per_client,
+        )
 
 
 class Frontend(Protocol):

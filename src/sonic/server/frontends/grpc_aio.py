@@ -16,9 +16,8 @@ from grpc import aio
 
 from sonic.protocol.grpc_codec import grpc_status
 from sonic.protocol.wire import SERVICE
-from sonic.server.config import TlsConfig
 from sonic.server.dataplane import DataPlane
-from sonic.server.frontends.base import Frontend
+from sonic.server.frontends.base import Frontend, FrontendSettings
 from sonic.server.frontends.gate import CallGate, as_sonic_error
 from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, GrpcMethods, UnaryMethod
 from sonic.server.tls import grpc_server_credentials
@@ -42,29 +41,20 @@ class GrpcAioFrontend(Frontend):
     name = "grpc"
     carries_requests = True
 
-    def __init__(
-        self,
-        dataplane: DataPlane,
-        gate: CallGate,
-        host: str,
-        port: int,
-        *,
-        max_message_bytes: int,
-        tls: TlsConfig | None = None,
-        max_concurrent_streams: int | None = None,
-    ) -> None:
+    def __init__(self, dataplane: DataPlane, gate: CallGate, port: int, settings: FrontendSettings) -> None:
         self._methods = GrpcMethods(dataplane)
         self._gate = gate
-        self.host = host
+        self.host = settings.host
         self.port = port
+        tls = settings.tls
         self._credentials = grpc_server_credentials(tls) if tls is not None else None
         options: list[tuple[str, Any]] = [
-            ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", settings.max_message_bytes),
+            ("grpc.max_receive_message_length", settings.max_message_bytes),
             ("grpc.so_reuseport", 0),
         ]
-        if max_concurrent_streams is not None:
-            options.append(("grpc.max_concurrent_streams", max_concurrent_streams))
+        if settings.max_concurrent_streams is not None:
+            options.append(("grpc.max_concurrent_streams", settings.max_concurrent_streams))
         self._server = aio.server(options=options)
         self._server.add_generic_rpc_handlers((self._handlers(), self._health_handlers()))
 

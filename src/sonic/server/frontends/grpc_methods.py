@@ -7,13 +7,14 @@ serialized bytes to serialized pieces through the codec of :mod:`sonic.protocol.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
-from tritonclient.grpc import service_pb2
+from tritonclient.grpc import service_pb2 as pb
 
 from sonic.protocol.errors import InvalidArgumentError
 from sonic.protocol.grpc_codec import (
@@ -27,6 +28,7 @@ from sonic.protocol.wire import wrap_stream_response
 from sonic.server.dataplane import Arrival, DataPlane
 from sonic.server.decoupled import StreamAnswer
 from sonic.server.frontends.gate import as_sonic_error
+from sonic.server.log_settings import changes_from_grpc, settings_to_grpc
 
 # gRPC's standard health service (grpc-health-probe, Kubernetes gRPC probes), as Triton serves it: only
 # Check. Its two messages are one field each, so they are read and written by hand.
@@ -42,98 +44,92 @@ class UnaryMethod:
     handler: Callable[[Any], Awaitable[Any]]
 
 
+def _parameters(request: Any) -> dict[str, object]:
+    """A repository call's parameters: each value's set field (None when none is set)."""
+    parameters: dict[str, object] = {}
+    for key, param in request.parameters.items():
+        which = param.WhichOneof("parameter_choice")
+        parameters[key] = getattr(param, which) if which else None
+    return parameters
+
+
+async def _repository_load(dp: DataPlane, r: Any) -> Any:
+    await dp.load_model(r.model_name, _parameters(r))
+    return pb.RepositoryModelLoadResponse()
+
+
+async def _repository_unload(dp: DataPlane, r: Any) -> Any:
+    await dp.unload_model(r.model_name, _parameters(r))
+    return pb.RepositoryModelUnloadResponse()
+
+
+async def _log_settings(dp: DataPlane, r: Any) -> Any:
+    settings = await dp.log_settings.update(changes_from_grpc(r))
+    return settings_to_grpc(settings, pb.LogSettingsResponse())
+
+
+def _shm_register(dp: DataPlane, r: Any) -> Any:
+    dp.system_shared_memory_register(r.name, r.key, r.offset, r.byte_size)
+    return pb.SystemSharedMemoryRegisterResponse()
+
+
+def _shm_unregister(dp: DataPlane, r: Any) -> Any:
+    dp.system_shared_memory_unregister(r.name)
+    return pb.SystemSharedMemoryUnregisterResponse()
+
+
+def _cuda_shm_register(dp: DataPlane, r: Any) -> Any:
+    dp.cuda_shared_memory_register(r.name)  # refuses (UNIMPLEMENTED): no CUDA regions here
+    return pb.CudaSharedMemoryRegisterResponse()
+
+
+def _cuda_shm_unregister(dp: DataPlane, r: Any) -> Any:
+    dp.cuda_shared_memory_unregister(r.name)
+    return pb.CudaSharedMemoryUnregisterResponse()
+
+
+# Method name -> what answers it from the data plane and the request message: the answer itself, or
+# (the three that wait on the data plane) an awaitable of it. Request and response types are the
+# service's ``<name>Request``/``<name>Response``.
+_ANSWERS: dict[str, Callable[[DataPlane, Any], Any]] = {
+    "ServerLive": lambda dp, _: pb.ServerLiveResponse(live=dp.server_live()),
+    "ServerReady": lambda dp, _: pb.ServerReadyResponse(ready=dp.server_ready()),
+    "ModelReady": lambda dp, r: pb.ModelReadyResponse(ready=dp.model_ready(r.name, r.version)),
+    "ServerMetadata": lambda dp, _: dp.server_metadata(),
+    "ModelMetadata": lambda dp, r: dp.model_metadata(r.name, r.version),
+    "ModelConfig": lambda dp, r: dp.model_config(r.name, r.version),
+    "ModelStatistics": lambda dp, r: dp.model_statistics(r.name, r.version),
+    "RepositoryIndex": lambda dp, r: dp.repository_index(r.ready),
+    "RepositoryModelLoad": _repository_load,
+    "RepositoryModelUnload": _repository_unload,
+    "SystemSharedMemoryRegister": _shm_register,
+    "SystemSharedMemoryUnregister": _shm_unregister,
+    "SystemSharedMemoryStatus": lambda dp, r: dp.system_shared_memory_status(r.name),
+    "CudaSharedMemoryRegister": _cuda_shm_register,
+    "CudaSharedMemoryUnregister": _cuda_shm_unregister,
+    "CudaSharedMemoryStatus": lambda dp, r: dp.cuda_shared_memory_status(r.name),
+    "LogSettings": _log_settings,
+}
+
+
+def _bound(dp: DataPlane, answer: Callable[[DataPlane, Any], Any]) -> Callable[[Any], Awaitable[Any]]:
+    async def handler(request: Any) -> Any:
+        result = answer(dp, request)
+        return await result if inspect.isawaitable(result) else result
+
+    return handler
+
+
 class GrpcMethods:
     """Every method of the service, bound to one data plane."""
 
     def __init__(self, dataplane: DataPlane) -> None:
         self.dataplane = dataplane
-        self.unary = self._unary_methods(dataplane)
-
-    def _unary_methods(self, dp: DataPlane) -> dict[str, UnaryMethod]:
-        pb = service_pb2
-
-        async def server_live(_: Any) -> Any:
-            return pb.ServerLiveResponse(live=dp.server_live())
-
-        async def server_ready(_: Any) -> Any:
-            return pb.ServerReadyResponse(ready=dp.server_ready())
-
-        async def model_ready(r: Any) -> Any:
-            return pb.ModelReadyResponse(ready=dp.model_ready(r.name, r.version))
-
-        async def server_metadata(_: Any) -> Any:
-            return dp.server_metadata()
-
-        async def model_metadata(r: Any) -> Any:
-            return dp.model_metadata(r.name, r.version)
-
-        async def model_config(r: Any) -> Any:
-            return dp.model_config(r.name, r.version)
-
-        async def model_statistics(r: Any) -> Any:
-            return dp.model_statistics(r.name, r.version)
-
-        async def repository_index(r: Any) -> Any:
-            return dp.repository_index(r.ready)
-
-        async def repository_load(r: Any) -> Any:
-            parameters: dict[str, object] = {}
-            for key, param in r.parameters.items():
-                which = param.WhichOneof("parameter_choice")
-                parameters[key] = getattr(param, which) if which else None
-            await dp.load_model(r.model_name, parameters)
-            return pb.RepositoryModelLoadResponse()
-
-        async def repository_unload(r: Any) -> Any:
-            parameters: dict[str, object] = {}
-            for key, param in r.parameters.items():
-                which = param.WhichOneof("parameter_choice")
-                parameters[key] = getattr(param, which) if which else None
-            await dp.unload_model(r.model_name, parameters)
-            return pb.RepositoryModelUnloadResponse()
-
-        async def shm_register(r: Any) -> Any:
-            dp.system_shared_memory_register(r.name, r.key, r.offset, r.byte_size)
-            return pb.SystemSharedMemoryRegisterResponse()
-
-        async def shm_unregister(r: Any) -> Any:
-            dp.system_shared_memory_unregister(r.name)
-            return pb.SystemSharedMemoryUnregisterResponse()
-
-        async def shm_status(r: Any) -> Any:
-            return dp.system_shared_memory_status(r.name)
-
-        async def cuda_shm_register(r: Any) -> Any:
-            dp.cuda_shared_memory_register(r.name)
-
-        async def cuda_shm_unregister(r: Any) -> Any:
-            dp.cuda_shared_memory_unregister(r.name)
-            return pb.CudaSharedMemoryUnregisterResponse()
-
-        async def cuda_shm_status(r: Any) -> Any:
-            return dp.cuda_shared_memory_status(r.name)
-
-        handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
-            "ServerLive": server_live,
-            "ServerReady": server_ready,
-            "ModelReady": model_ready,
-            "ServerMetadata": server_metadata,
-            "ModelMetadata": model_metadata,
-            "ModelConfig": model_config,
-            "ModelStatistics": model_statistics,
-            "RepositoryIndex": repository_index,
-            "RepositoryModelLoad": repository_load,
-            "RepositoryModelUnload": repository_unload,
-            "SystemSharedMemoryRegister": shm_register,
-            "SystemSharedMemoryUnregister": shm_unregister,
-            "SystemSharedMemoryStatus": shm_status,
-            "CudaSharedMemoryRegister": cuda_shm_register,
-            "CudaSharedMemoryUnregister": cuda_shm_unregister,
-            "CudaSharedMemoryStatus": cuda_shm_status,
-        }
-        return {
-            name: UnaryMethod(getattr(pb, f"{name}Request"), getattr(pb, f"{name}Response"), handler)
-            for name, handler in handlers.items()
+        self.unary = {
+            name: UnaryMethod(
+                getattr(pb, f"{name}Request"), getattr(pb, f"{name}Response"), _bound(dataplane, answer)
+            )
+            for name, answer in _ANSWERS.items()
         }
 
     def health_check(self, data: bytes | bytearray | memoryview) -> bytes:

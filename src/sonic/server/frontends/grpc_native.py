@@ -39,9 +39,8 @@ from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits, MemoBudget
 from sonic.protocol.http2 import encode_headers
 from sonic.protocol.wire import SERVICE, parts_size
 from sonic.server.budget import RequestBudget
-from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES, TlsConfig
 from sonic.server.dataplane import DataPlane
-from sonic.server.frontends.base import Frontend
+from sonic.server.frontends.base import Frontend, FrontendSettings
 from sonic.server.frontends.gate import CallGate, as_sonic_error
 from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, GrpcMethods, UnaryMethod
 from sonic.server.frontends.grpc_native_call import (
@@ -334,29 +333,29 @@ class NativeGrpcFrontend(Frontend):
         self,
         dataplane: DataPlane,
         gate: CallGate,
-        host: str,
         port: int,
+        settings: FrontendSettings,
         *,
-        max_message_bytes: int,
-        tls: TlsConfig | None = None,
-        max_concurrent_streams: int | None = None,
-        max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES,
         http2_limits: Http2Limits = SERVER_LIMITS,
         budget: RequestBudget,
     ) -> None:
         self.methods = GrpcMethods(dataplane)
         self.budget = budget
         self.gate = gate
-        self.host = host
+        self.host = settings.host
         self.port = port
-        self.max_message_bytes = max_message_bytes
+        max_message_bytes = self.max_message_bytes = settings.max_message_bytes
         # gRPC's message limit holds for the inflated message too (as grpcio checks it).
-        self.message_limits = MessageLimits(max_message_bytes, min(max_decompressed_bytes, max_message_bytes))
-        if max_concurrent_streams is not None:
-            http2_limits = dataclasses.replace(http2_limits, max_concurrent_streams=max_concurrent_streams)
+        self.message_limits = MessageLimits(
+            max_message_bytes, min(settings.max_decompressed_bytes, max_message_bytes)
+        )
+        if settings.max_concurrent_streams is not None:
+            http2_limits = dataclasses.replace(
+                http2_limits, max_concurrent_streams=settings.max_concurrent_streams
+            )
         self.http2_limits = http2_limits
         self.memo_budget = MemoBudget(MEMO_BUDGET_BYTES)
-        self._ssl_context = grpc_ssl_context(tls) if tls is not None else None
+        self._ssl_context = grpc_ssl_context(settings.tls) if settings.tls is not None else None
         names = [*self.methods.unary, "ModelInfer", "ModelStreamInfer"]
         self.paths = {f"/{SERVICE}/{name}".encode(): name for name in names}
         self.paths[HEALTH_CHECK_PATH.encode()] = "HealthCheck"

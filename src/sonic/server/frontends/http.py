@@ -2,13 +2,14 @@
 
 A thin adapter like the gRPC one: route, call the data plane, render JSON, map errors through the one
 status table (bodies are ``{"error": "..."}``). aiohttp's low-level ``web.Server`` is used without
-its router or middlewares: the path is split once and matched by hand, which keeps the per-request
-cost to parsing (llhttp, in C) plus our own work. Request bodies grow chunk by chunk as they arrive,
-charged to the server's request-buffer budget (:mod:`sonic.server.budget`) until the request is answered,
-and binary tensors are sliced out of them without copies. Every body is bounded: a Content-Length
-over ``max_message_bytes`` is answered 413 before a byte is read, gzip/deflate bodies are inflated
-(off the loop when large) up to ``max_decompressed_bytes``, and large JSON is parsed in a thread; JSON
-that cannot be parsed, however it fails (nesting included), is a 400 that says why.
+its router or middlewares: the path is split once and looked up in our route table (``_ROUTES``,
+:mod:`.http_routes`), which keeps the per-request cost to parsing (llhttp, in C) plus our own work.
+Request bodies grow chunk by chunk as they arrive, charged to the server's request-buffer budget
+(:mod:`sonic.server.budget`) until the request is answered, and binary tensors are sliced out of them
+without copies. Every body is bounded: a Content-Length over ``max_message_bytes`` is answered 413
+before a byte is read, gzip/deflate bodies are inflated (off the loop when large) up to
+``max_decompressed_bytes``, and large JSON is parsed in a thread; JSON that cannot be parsed, however
+it fails (nesting included), is a 400 that says why.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeGuard
 from urllib.parse import unquote
 
@@ -34,13 +36,15 @@ from sonic.protocol.errors import (
     http_status,
 )
 from sonic.server.budget import BudgetHold, RequestBudget
-from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES, TlsConfig
 from sonic.server.dataplane import Arrival, DataPlane
 from sonic.server.frontends.aiohttp_listener import AiohttpListener
-from sonic.server.frontends.base import Frontend
+from sonic.server.frontends.base import Frontend, FrontendSettings
 from sonic.server.frontends.gate import CallGate, as_sonic_error
 from sonic.server.frontends.http_body import PayloadTooLargeError, read_body, refuse_body
+from sonic.server.frontends.http_connections import ClientCountingServer
+from sonic.server.frontends.http_routes import Route, RouteTable, with_versions
 from sonic.server.guard import CallKind
+from sonic.server.log_settings import changes_from_json
 from sonic.server.tls import http_ssl_context
 
 log = logging.getLogger(__name__)
@@ -68,61 +72,29 @@ def _health(ok: bool) -> web.Response:
     return web.Response(status=200 if ok else 400)
 
 
-async def _cuda_status(dp: DataPlane, name: str) -> web.StreamResponse:
-    dp.cuda_shared_memory_status(name)
-    return _json_response([])
-
-
 def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-async def _cuda_unregister(dp: DataPlane, name: str) -> web.StreamResponse:
-    dp.cuda_shared_memory_unregister(name)
-    return web.Response(status=200)
+@dataclass(slots=True)  # not frozen: made per request, where a frozen one costs ~1 µs more
+class _Call:
+    """One request's route: its captured path segments and what the handler may need of it."""
+
+    request: web.BaseRequest
+    params: dict[str, str]
+    received_ns: int
+    hold: BudgetHold
+
+    @property
+    def name(self) -> str:
+        return self.params.get("name", "")
+
+    @property
+    def version(self) -> str:
+        return self.params.get("version", "")
 
 
-class _Server(web.Server):
-    """aiohttp's low-level server, counting open connections per client address, and telling a request
-    that waits for room in the request buffer budget that its connection is gone (aiohttp does not
-    cancel handlers): at shutdown, or a close seen while reading. A connection paused for lack of room
-    is not read, so its client's close is seen only when the wait ends (its bound, or room).
-
-    Connections over ``max_per_client`` are accepted but every request on them is answered 429 and
-    the connection closed, so the client learns why instead of seeing a reset.
-    """
-
-    def __init__(self, handler: Any, *, max_per_client: int | None, **kwargs: Any) -> None:
-        super().__init__(handler, **kwargs)
-        self._max_per_client = max_per_client
-        self._open: dict[str, int] = {}
-        self._hosts: dict[object, str] = {}
-        self.refused: set[object] = set()  # transports over the limit
-        self.holds: dict[object, BudgetHold] = {}  # by connection (aiohttp's handler), its request's
-
-    def connection_made(self, handler: Any, transport: Any) -> None:
-        super().connection_made(handler, transport)
-        if self._max_per_client is None:
-            return
-        peer = transport.get_extra_info("peername")
-        host = str(peer[0]) if peer else "unknown"
-        self._hosts[transport] = host
-        self._open[host] = self._open.get(host, 0) + 1
-        if self._open[host] > self._max_per_client:
-            self.refused.add(transport)
-
-    def connection_lost(self, handler: Any, exc: BaseException | None = None) -> None:
-        hold = self.holds.pop(handler, None)
-        if hold is not None:
-            hold.abandon()
-        transport = handler.transport
-        host = self._hosts.pop(transport, None)
-        if host is not None:
-            self.refused.discard(transport)
-            self._open[host] -= 1
-            if not self._open[host]:
-                del self._open[host]
-        super().connection_lost(handler, exc)
+Handler = Callable[[Any, _Call], Awaitable[web.StreamResponse]]  # an HttpFrontend method
 
 
 class HttpFrontend(Frontend):
@@ -133,32 +105,28 @@ class HttpFrontend(Frontend):
         self,
         dataplane: DataPlane,
         gate: CallGate,
-        host: str,
         port: int,
+        settings: FrontendSettings,
         *,
-        max_message_bytes: int,
-        tls: TlsConfig | None = None,
-        max_connections_per_client: int | None = None,
-        max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES,
         budget: RequestBudget,
     ) -> None:
         self._dataplane = dataplane
         self._budget = budget
-        self._max_decompressed_bytes = max_decompressed_bytes
+        self._max_decompressed_bytes = settings.max_decompressed_bytes
         self._gate = gate
-        self.host = host
+        self.host = settings.host
         self.port = port
-        self._max_connections_per_client = max_connections_per_client
-        self._server: _Server | None = None
-        self._max_message_bytes = max_message_bytes
-        self._ssl_context = http_ssl_context(tls) if tls is not None else None
+        self._max_connections_per_client = settings.max_connections_per_client
+        self._server: ClientCountingServer | None = None
+        self._max_message_bytes = settings.max_message_bytes
+        self._ssl_context = http_ssl_context(settings.tls) if settings.tls is not None else None
         self._listener = AiohttpListener()
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
         # auto_decompress off: aiohttp would inflate on the loop with no cap; read_body does it bounded.
-        server = self._server = _Server(
+        server = self._server = ClientCountingServer(
             self._handle,
             max_per_client=self._max_connections_per_client,
             access_log=None,
@@ -214,119 +182,30 @@ class HttpFrontend(Frontend):
             raise InvalidArgumentError(
                 f"invalid path {request.raw_path!r}: names are one path component, without '.' or '..'"
             )
-        dp = self._dataplane
+        if parts and parts[0] == "cudasharedmemory":
+            return self._route_cuda(parts)
+        route, params = self._ROUTES.match(method, parts, lambda: f"{request.method} {request.path}")
+        call = _Call(request, params, received_ns, hold)
+        return route.kind, lambda: route.handler(self, call)
 
-        async def sync(result: Callable[[], web.StreamResponse]) -> web.StreamResponse:
-            return result()
-
-        def get(kind: CallKind, make: Callable[[], web.StreamResponse]) -> tuple[CallKind, Any]:
-            _expect(method, "GET", request)
-            return kind, lambda: sync(make)
-
-        if not parts:
-            return get(
-                CallKind.CONTROL, lambda: _json_response(http_json.message_to_json(dp.server_metadata()))
-            )
-        head = parts[0]
-        if head == "health" and len(parts) == 2 and parts[1] in {"live", "ready"}:
-            check = dp.server_live if parts[1] == "live" else dp.server_ready
-            return get(CallKind.HEALTH, lambda: _health(check()))
-        if head == "models" and parts[1:] == ["stats"]:
-            return get(
-                CallKind.CONTROL, lambda: _json_response(http_json.message_to_json(dp.model_statistics()))
-            )
-        if head == "models" and len(parts) >= 2:
-            name, rest = parts[1], parts[2:]
-            version = ""
-            if len(rest) >= 2 and rest[0] == "versions":
-                version, rest = rest[1], rest[2:]
-                if not (version.isascii() and version.isdigit()):  # Triton's routes take digits only: 404
-                    raise NotFoundError(f"no such endpoint: {request.method} {request.path}")
-            action = rest[0] if len(rest) == 1 else ("" if not rest else None)
-            if action == "":
-                return get(
-                    CallKind.CONTROL,
-                    lambda: _json_response(http_json.message_to_json(dp.model_metadata(name, version))),
-                )
-            if action == "ready":
-                return get(CallKind.HEALTH, lambda: _health(dp.model_ready(name, version)))
-            if action == "config":
-                return get(
-                    CallKind.CONTROL,
-                    lambda: _json_response(http_json.message_to_json(dp.model_config(name, version).config)),
-                )
-            if action == "stats":
-                return get(
-                    CallKind.CONTROL,
-                    lambda: _json_response(http_json.message_to_json(dp.model_statistics(name, version))),
-                )
-            if action == "infer":
-                _expect(method, "POST", request)
-                return CallKind.INFER, lambda: self._infer(request, name, version, received_ns, hold)
-        if head == "repository":
-            if parts[1:] == ["index"]:
-                _expect(method, "POST", request)
-                return CallKind.INDEX, lambda: self._repository_index(request, hold)
-            if len(parts) == 4 and parts[1] == "models" and parts[3] in {"load", "unload"}:
-                _expect(method, "POST", request)
-                return CallKind.CONTROL, lambda: self._repository_action(request, parts[2], parts[3], hold)
-        if head == "systemsharedmemory":
-            return self._route_shm(method, parts[1:], request, hold)
-        if head == "cudasharedmemory" and parts[-1] in {
-            "status",
-            "unregister",
-        }:  # as Triton: none, nothing to do
-            cuda_name = parts[2] if len(parts) == 4 and parts[1] == "region" else ""
-            if parts[-1] == "status":
-                return CallKind.CONTROL, lambda: _cuda_status(dp, cuda_name)
-            return CallKind.CONTROL, lambda: _cuda_unregister(dp, cuda_name)
-        if head == "cudasharedmemory":
+    def _route_cuda(self, parts: list[str]) -> tuple[CallKind, Callable[[], Awaitable[web.StreamResponse]]]:
+        """``/v2/cudasharedmemory``: status and unregister answered as Triton's (no region, nothing to do),
+        whatever the method; the rest is 501."""
+        if parts[-1] not in {"status", "unregister"}:
             msg = "CUDA shared memory is not supported by this server; use system shared memory"
             raise UnimplementedError(msg)
-        raise NotFoundError(f"no such endpoint: {request.method} {request.path}")
-
-    def _route_shm(
-        self, method: str, parts: list[str], request: web.BaseRequest, hold: BudgetHold
-    ) -> tuple[CallKind, Callable[[], Awaitable[web.StreamResponse]]]:
-        """``[region/NAME/](status|register|unregister)`` under ``/v2/systemsharedmemory``."""
-        name = ""
-        if len(parts) == 3 and parts[0] == "region":
-            name, parts = parts[1], parts[2:]
-        action = parts[0] if len(parts) == 1 else None
+        name = parts[2] if len(parts) == 4 and parts[1] == "region" else ""
         dp = self._dataplane
-        if action == "status":
-            _expect(method, "GET", request)
 
-            async def status() -> web.StreamResponse:
-                regions = dp.system_shared_memory_status(name).regions
-                return _json_response([http_json.message_to_json(regions[key]) for key in sorted(regions)])
+        async def status() -> web.StreamResponse:
+            dp.cuda_shared_memory_status(name)
+            return _json_response([])
 
-            return CallKind.CONTROL, status
-        if action == "register" and name:
-            _expect(method, "POST", request)
+        async def unregister() -> web.StreamResponse:
+            dp.cuda_shared_memory_unregister(name)
+            return web.Response(status=200)
 
-            async def register() -> web.StreamResponse:
-                payload = await self._json_body(request, hold)
-                key, offset, size = payload.get("key"), payload.get("offset", 0), payload.get("byte_size")
-                # bool is an int to Python, never to the protocol ("offset": true is no offset).
-                if not isinstance(key, str) or not _is_int(offset) or not _is_int(size):
-                    raise InvalidArgumentError(
-                        f"register of region '{name}': expected {{'key': str, 'offset': int, 'byte_size': int}}, "
-                        f"got {payload}"
-                    )
-                dp.system_shared_memory_register(name, key, offset, size)
-                return web.Response(status=200)
-
-            return CallKind.CONTROL, register
-        if action == "unregister":
-            _expect(method, "POST", request)
-
-            async def unregister() -> web.StreamResponse:
-                dp.system_shared_memory_unregister(name)
-                return web.Response(status=200)
-
-            return CallKind.CONTROL, unregister
-        raise NotFoundError(f"no such endpoint: {request.method} {request.path}")
+        return CallKind.CONTROL, status if parts[-1] == "status" else unregister
 
     # --- handlers -------------------------------------------------------------------------------------
 
@@ -343,10 +222,34 @@ class HttpFrontend(Frontend):
             raise InvalidArgumentError(msg)
         return payload
 
-    async def _infer(
-        self, request: web.BaseRequest, name: str, version: str, received_ns: int, hold: BudgetHold
-    ) -> web.StreamResponse:
-        body = await read_body(request, self._max_message_bytes, self._max_decompressed_bytes, hold)
+    async def _server_metadata(self, _: _Call) -> web.StreamResponse:
+        return _json_response(http_json.message_to_json(self._dataplane.server_metadata()))
+
+    async def _server_live(self, _: _Call) -> web.StreamResponse:
+        return _health(self._dataplane.server_live())
+
+    async def _server_ready(self, _: _Call) -> web.StreamResponse:
+        return _health(self._dataplane.server_ready())
+
+    async def _model_ready(self, call: _Call) -> web.StreamResponse:
+        return _health(self._dataplane.model_ready(call.name, call.version))
+
+    async def _model_metadata(self, call: _Call) -> web.StreamResponse:
+        return _json_response(
+            http_json.message_to_json(self._dataplane.model_metadata(call.name, call.version))
+        )
+
+    async def _model_config(self, call: _Call) -> web.StreamResponse:
+        config = self._dataplane.model_config(call.name, call.version).config
+        return _json_response(http_json.message_to_json(config))
+
+    async def _model_statistics(self, call: _Call) -> web.StreamResponse:
+        statistics = self._dataplane.model_statistics(call.name, call.version)
+        return _json_response(http_json.message_to_json(statistics))
+
+    async def _infer(self, call: _Call) -> web.StreamResponse:
+        request, name, version, received_ns = call.request, call.name, call.version, call.received_ns
+        body = await read_body(request, self._max_message_bytes, self._max_decompressed_bytes, call.hold)
         header_length = request.headers.get(http_json.HEADER_LENGTH)
         # ASCII digits only: int() would also take spaces, "1_0" and other scripts' digits.
         if header_length is not None and not (header_length.isascii() and header_length.isdigit()):
@@ -369,8 +272,35 @@ class HttpFrontend(Frontend):
             headers={http_json.HEADER_LENGTH: str(json_length)},
         )
 
-    async def _repository_index(self, request: web.BaseRequest, hold: BudgetHold) -> web.StreamResponse:
-        payload = await self._json_body(request, hold)
+    async def _log_settings(self, _: _Call) -> web.StreamResponse:
+        return _json_response(self._dataplane.log_settings.current())
+
+    async def _update_log_settings(self, call: _Call) -> web.StreamResponse:
+        payload = await self._json_body(call.request, call.hold)
+        return _json_response(await self._dataplane.log_settings.update(changes_from_json(payload)))
+
+    async def _shm_status(self, call: _Call) -> web.StreamResponse:
+        regions = self._dataplane.system_shared_memory_status(call.name).regions
+        return _json_response([http_json.message_to_json(regions[key]) for key in sorted(regions)])
+
+    async def _shm_register(self, call: _Call) -> web.StreamResponse:
+        payload = await self._json_body(call.request, call.hold)
+        key, offset, size = payload.get("key"), payload.get("offset", 0), payload.get("byte_size")
+        # bool is an int to Python, never to the protocol ("offset": true is no offset).
+        if not isinstance(key, str) or not _is_int(offset) or not _is_int(size):
+            raise InvalidArgumentError(
+                f"register of region '{call.name}': expected {{'key': str, 'offset': int, 'byte_size': int}}, "
+                f"got {payload}"
+            )
+        self._dataplane.system_shared_memory_register(call.name, key, offset, size)
+        return web.Response(status=200)
+
+    async def _shm_unregister(self, call: _Call) -> web.StreamResponse:
+        self._dataplane.system_shared_memory_unregister(call.name)
+        return web.Response(status=200)
+
+    async def _repository_index(self, call: _Call) -> web.StreamResponse:
+        payload = await self._json_body(call.request, call.hold)
         index = self._dataplane.repository_index(bool(payload.get("ready", False)))
         rows = [http_json.message_to_json(row) for row in index.models]
         for row in rows:  # Triton leaves empty fields out of index rows
@@ -379,10 +309,15 @@ class HttpFrontend(Frontend):
                     row.pop(key, None)
         return _json_response(rows)
 
-    async def _repository_action(
-        self, request: web.BaseRequest, name: str, action: str, hold: BudgetHold
-    ) -> web.StreamResponse:
-        payload = await self._json_body(request, hold)
+    async def _repository_load(self, call: _Call) -> web.StreamResponse:
+        return await self._repository_action(call, "load")
+
+    async def _repository_unload(self, call: _Call) -> web.StreamResponse:
+        return await self._repository_action(call, "unload")
+
+    async def _repository_action(self, call: _Call, action: str) -> web.StreamResponse:
+        name = call.name
+        payload = await self._json_body(call.request, call.hold)
         parameters = payload.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise InvalidArgumentError(f"{action} of '{name}': 'parameters' must be an object")
@@ -392,7 +327,43 @@ class HttpFrontend(Frontend):
             await self._dataplane.unload_model(name, parameters)
         return web.Response(status=200)
 
-
-def _expect(method: str, wanted: str, request: web.BaseRequest) -> None:
-    if method != wanted:
-        raise NotFoundError(f"no such endpoint: {request.method} {request.path} (use {wanted})")
+    _G, _P = "GET", "POST"
+    # (method, pattern) -> handler, first match wins (http_routes); each models/{name} route also under
+    # models/{name}/versions/{version}.
+    _ROUTES: RouteTable[Handler] = RouteTable(
+        with_versions(
+            (
+                Route(_G, (), CallKind.CONTROL, _server_metadata),
+                Route(_G, ("health", "live"), CallKind.HEALTH, _server_live),
+                Route(_G, ("health", "ready"), CallKind.HEALTH, _server_ready),
+                Route(_G, ("models", "stats"), CallKind.CONTROL, _model_statistics),
+                Route(_G, ("models", "{name}"), CallKind.CONTROL, _model_metadata),
+                Route(_G, ("models", "{name}", "ready"), CallKind.HEALTH, _model_ready),
+                Route(_G, ("models", "{name}", "config"), CallKind.CONTROL, _model_config),
+                Route(_G, ("models", "{name}", "stats"), CallKind.CONTROL, _model_statistics),
+                Route(_P, ("models", "{name}", "infer"), CallKind.INFER, _infer),
+                Route(_P, ("repository", "index"), CallKind.INDEX, _repository_index),
+                Route(_P, ("repository", "models", "{name}", "load"), CallKind.CONTROL, _repository_load),
+                Route(_P, ("repository", "models", "{name}", "unload"), CallKind.CONTROL, _repository_unload),
+                Route(_G, ("logging",), CallKind.CONTROL, _log_settings),
+                Route(_P, ("logging",), CallKind.CONTROL, _update_log_settings),
+                Route(_G, ("systemsharedmemory", "status"), CallKind.CONTROL, _shm_status),
+                Route(
+                    _G, ("systemsharedmemory", "region", "{name}", "status"), CallKind.CONTROL, _shm_status
+                ),
+                Route(
+                    _P,
+                    ("systemsharedmemory", "region", "{name+}", "register"),
+                    CallKind.CONTROL,
+                    _shm_register,
+                ),
+                Route(_P, ("systemsharedmemory", "unregister"), CallKind.CONTROL, _shm_unregister),
+                Route(
+                    _P,
+                    ("systemsharedmemory", "region", "{name}", "unregister"),
+                    CallKind.CONTROL,
+                    _shm_unregister,
+                ),
+            )
+        )
+    )
