@@ -24,9 +24,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2
 
+from sonic.h2.frames import PREFACE, Flag, FrameType, frame, settings_frame
+from sonic.h2.grpc_call import STATUS_NAMES, decode_grpc_message, grpc_message_prefix
 from sonic.models.simple import IDENTITY_CONFIG, identity_model
-from sonic.protocol.grpc_call import STATUS_NAMES, decode_grpc_message, grpc_message_prefix
-from sonic.protocol.http2 import PREFACE, Flag, FrameType, frame, settings_frame
 from sonic.protocol.wire import SERVICE
 from sonic.server.budget import RequestBudget
 from sonic.server.config import ServerConfig
@@ -153,16 +153,16 @@ def _statuses(written: bytes) -> list[tuple[int, str]]:
 async def _exchange(frontend: NativeGrpcFrontend, data: bytes) -> bytes:
     connection = GrpcConnection(frontend)
     transport = RecordingTransport()
-    connection.connection_made(transport)  # type: ignore[arg-type]
+    connection.protocol.connection_made(transport)  # type: ignore[arg-type]
     running = asyncio.all_tasks()  # the models' own (schedulers), which never end
-    connection.data_received(data)
+    connection.protocol.data_received(data)
     # Each call's handler runs as a task of this loop: the answers are all written once they are done.
     while calls := asyncio.all_tasks() - running:
         await asyncio.wait(calls)
         running |= calls
-    connection.flush_now()
+    transport.writelines(connection.core.data_to_send())  # what the next loop iteration would write
     written = bytes(transport.written)
-    connection.connection_lost(None)
+    connection.protocol.connection_lost(None)
     return written
 
 

@@ -1,5 +1,7 @@
 """The protocol layer is the bottom layer: it imports no server, client, perf or workflow code, and
-grpcio only in its gRPC codec."""
+grpcio only in its gRPC codec. Two packages make it: ``sonic.protocol`` (the KServe v2 vocabulary) and
+``sonic.h2`` (the HTTP/2 + gRPC-call stack), neither importing the other: the vocabulary does not depend on
+a transport, and the stack carries bytes of any meaning."""
 
 from __future__ import annotations
 
@@ -8,13 +10,16 @@ from pathlib import Path
 
 import pytest
 
+import sonic.h2
 import sonic.protocol
 
 pytestmark = pytest.mark.unit
 
 PROTOCOL = Path(sonic.protocol.__file__).parent
-MODULES = sorted(PROTOCOL.glob("*.py"))
-GRPC_CODECS = {"grpc_codec.py"}
+H2 = Path(sonic.h2.__file__).parent
+MODULES = sorted([*PROTOCOL.glob("*.py"), *H2.glob("*.py")])
+GRPC_CODECS = {PROTOCOL / "grpc_codec.py"}
+SIBLING = {PROTOCOL: "sonic.h2", H2: "sonic.protocol"}  # what each of the two packages must not import
 
 
 def _imports(path: Path) -> set[str]:
@@ -27,7 +32,7 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[p.name for p in MODULES])
+@pytest.mark.parametrize("path", MODULES, ids=[f"{p.parent.name}/{p.name}" for p in MODULES])
 def test_protocol_module_imports_only_the_protocol_layer(path: Path) -> None:
     imported = _imports(path)
     upward = {
@@ -37,9 +42,13 @@ def test_protocol_module_imports_only_the_protocol_layer(path: Path) -> None:
     }
     assert not upward, f"{path.name} imports {sorted(upward)}"
     grpcio = {n for n in imported if n == "grpc" or n.startswith("grpc.")}
-    if path.name not in GRPC_CODECS:
+    if path not in GRPC_CODECS:
         assert not grpcio, f"{path.name} imports {sorted(grpcio)}; only {sorted(GRPC_CODECS)} may"
+    sibling = SIBLING[path.parent]
+    across = {n for n in imported if n == sibling or n.startswith(f"{sibling}.")}
+    assert not across, f"{path.parent.name}/{path.name} imports {sorted(across)}"
 
 
-def test_the_grpc_codec_is_checked() -> None:
-    assert {p.name for p in MODULES} >= GRPC_CODECS
+def test_the_grpc_codec_and_the_h2_stack_are_checked() -> None:
+    assert set(MODULES) >= GRPC_CODECS
+    assert {p.name for p in MODULES if p.parent == H2} >= {"connection.py", "server.py", "client.py", "aio.py"}

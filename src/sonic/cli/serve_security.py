@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits
+from sonic.h2.limits import SERVER_LIMITS, Http2Limits
 from sonic.server.budget import DEFAULT_WAIT_S
 from sonic.server.config import (
     MAX_GRPC_DECOMPRESSED_BYTES,

@@ -1,4 +1,4 @@
-"""The protocol layer: KServe v2 as both ends speak it; the bottom layer, importing no server or client code.
+"""The KServe v2 vocabulary both ends speak; the bottom layer, importing no server or client code, and no I/O.
 
 - :mod:`~sonic.protocol.types`: inference requests and responses (server and client side), request parameters
 - :mod:`~sonic.protocol.errors`: the error tree and the one status table (gRPC code, HTTP status, client retry)
@@ -7,5 +7,7 @@
 - :mod:`~sonic.protocol.grpc_codec`: ModelInfer / ModelStreamInfer messages (the only grpcio import here),
   on top of :mod:`~sonic.protocol.wire` (constants, hand-walked protobuf fields)
 - :mod:`~sonic.protocol.http_json`: HTTP/REST JSON and binary-tensor bodies
-- :mod:`~sonic.protocol.http2`, :mod:`~sonic.protocol.h2connection`: HTTP/2 framing for the native gRPC stacks
+- :mod:`~sonic.protocol.shm_names`: shared-memory region names and keys
+
+The HTTP/2 + gRPC-call stack that carries these messages is its own package at this layer, :mod:`sonic.h2`.
 """

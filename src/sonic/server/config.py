@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits
+from sonic.h2.limits import SERVER_LIMITS, Http2Limits
 from sonic.protocol.wire import MAX_MESSAGE_BYTES
 from sonic.server.budget import DEFAULT_WAIT_S, default_budget_bytes
 from sonic.server.runtime.rate_limiter import ResourceCount
