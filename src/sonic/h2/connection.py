@@ -91,15 +91,13 @@ class Connection:
         self.lost = False  # the transport is gone (set before the open streams are reset)
         self.on_close = _nothing  # the adapter writes out and closes at once
         self.stream_closed: Callable[[], None] | None = None  # a stream left the open ones (room for one)
+        self.blocks = HeaderBlocks(limits, self.counters.empty_frame)  # HEADERS, then CONTINUATION frames
+        self.receive = ReceiveWindows(limits, self.emit_control)
         self._buffer = bytearray()
         self._preface_seen = not expect_preface
-        self.blocks = HeaderBlocks(
-            limits, self.counters.empty_frame
-        )  # HEADERS followed by CONTINUATION frames
         self._data_left = 0  # bytes of a DATA payload still to arrive, routed straight to its stream
         self._data_stream: Stream | None = None
         self._data_end = False
-        self.receive = ReceiveWindows(limits, self.emit_control)
 
     def start(self, now: float) -> None:
         """Our side's opening (preface, SETTINGS), and the timers from ``now`` (the adapter's clock)."""
@@ -113,8 +111,8 @@ class Connection:
     # --- bytes in, bytes out -------------------------------------------------------------------------
 
     def acknowledge_received_data(self, stream: Stream, size: int) -> None:
-        """``size`` bytes that :meth:`stream_data` passed on are released: the connection's and the stream's
-        windows open again by as much (a WINDOW_UPDATE once half a window is owed). Only for an application
+        """``size`` bytes that the handler's ``stream_data`` was passed are released: the connection's and
+        the stream's windows open again by as much (a WINDOW_UPDATE once half a window is owed). Only for an application
         that turned ``receive.on_receipt`` off; every byte it was passed must come back here once."""
         self.receive.release_connection(size)
         if self.streams.get(stream.stream_id) is stream:

@@ -33,7 +33,7 @@ from sonic.h2.frames import (
 )
 from sonic.h2.grpc_call import grpc_message_prefix
 from sonic.h2.headers import encode_headers
-from sonic.h2.stream import Stream
+from sonic.h2.stream import Stream, StreamState
 from sonic.protocol.types import WireInput, WireRequest
 from sonic.testing.h2 import CoreOutput, parse_frames
 
@@ -101,6 +101,15 @@ async def test_responses_survive_any_cut_of_the_byte_stream(chunk: int) -> None:
     assert bytes(await first.call.future) == messages[1]
     assert bytes(await second.call.future) == messages[3]
     assert not connection.streams
+
+
+async def test_a_call_is_half_closed_locally_once_its_request_is_sent() -> None:
+    connection, _ = await connect()
+    stream = call(connection)
+    assert stream.state is StreamState.HALF_CLOSED_LOCAL  # the request ended with its last DATA
+    connection.core.receive_data(response(1, b"answer"))
+    assert stream.state is StreamState.CLOSED
+    assert bytes(await stream.call.future) == b"answer"
 
 
 async def test_request_waits_for_the_servers_window() -> None:

@@ -27,7 +27,7 @@ from sonic.h2.frames import (
 from sonic.h2.headers import Headers, encode_headers
 from sonic.h2.limits import SERVER_LIMITS, MemoBudget
 from sonic.h2.server import ServerRole
-from sonic.h2.stream import Stream
+from sonic.h2.stream import Stream, StreamState
 from sonic.testing.h2 import parse_frames
 
 REQUEST = [
@@ -116,6 +116,16 @@ def test_a_request_is_answered_without_any_io() -> None:
     assert frames[1][3] == b"ping"
     assert frames[2][1] & Flag.END_STREAM
     assert not core.h2.streams
+
+
+def test_a_stream_goes_from_open_to_closed_as_rfc_9113_names_it() -> None:
+    core = connect()
+    core.h2.receive_data(headers(1, end_stream=False))
+    stream = core.h2.streams[1]
+    assert stream.state is StreamState.OPEN
+    core.h2.receive_data(frame(FrameType.DATA, Flag.END_STREAM, 1, b"ping"))  # answered at once
+    assert stream.state is StreamState.CLOSED
+    assert 1 not in core.h2.streams
 
 
 def test_settings_announce_the_limits() -> None:
