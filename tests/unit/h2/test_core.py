@@ -122,9 +122,10 @@ def test_a_stream_goes_from_open_to_closed_as_rfc_9113_names_it() -> None:
     core = connect()
     core.h2.receive_data(headers(1, end_stream=False))
     stream = core.h2.streams[1]
-    assert stream.state is StreamState.OPEN
+    states = [stream.state]
     core.h2.receive_data(frame(FrameType.DATA, Flag.END_STREAM, 1, b"ping"))  # answered at once
-    assert stream.state is StreamState.CLOSED
+    states.append(stream.state)
+    assert states == [StreamState.OPEN, StreamState.CLOSED]
     assert 1 not in core.h2.streams
 
 
