@@ -136,7 +136,7 @@ def test_padded_headers_frame_without_payload_is_a_protocol_error() -> None:
     """A HEADERS frame with the PADDED flag and no payload read its pad length past the end (IndexError
     out of ``receive_data``: asyncio's "Fatal error: protocol.data_received() call failed" and a dropped
     connection with no GOAWAY). RFC 9113 section 6.2: a PROTOCOL_ERROR."""
-    core = _ServerCore()
+    core = _NoStreams()
     core.h2.start(0.0)
     core.h2.receive_data(
         PREFACE + settings_frame({}) + frame(FrameType.HEADERS, Flag.PADDED | Flag.END_HEADERS, 1)
@@ -147,7 +147,7 @@ def test_padded_headers_frame_without_payload_is_a_protocol_error() -> None:
     assert struct.unpack(">I", goaways[0][4:8])[0] == ErrorCode.PROTOCOL_ERROR
 
 
-class _ServerCore:
+class _NoStreams:
     """A server-role core (``h2``) whose handler records nothing: the frame above never opens a stream."""
 
     def __init__(self) -> None:

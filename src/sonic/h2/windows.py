@@ -1,14 +1,15 @@
-"""Send-side flow control of one HTTP/2 connection: the queue of bytes to send and the windows.
+"""Flow control of one HTTP/2 connection: the queue of bytes to send with the send windows (:class:`Output`),
+and the receive windows we give back (:class:`ReceiveWindows`).
 
-:class:`Output` is owned by the connection core (:class:`sonic.h2.connection.Connection`), which hands it
-the three things it calls back: the role's end of a stream we ended, the queue-bound count of a held
-header block, and the adapter's "output is waiting".
+Both are owned by the connection core (:class:`sonic.h2.connection.Connection`), which hands them what they
+call back: the role's end of a stream we ended, the queue-bound count of a frame held while the peer does
+not read, and (set by the adapter) "output is waiting".
 
 A stream's DATA leaves as far as three windows allow: its own (``Stream.send_credit`` plus the peer's
 SETTINGS_INITIAL_WINDOW_SIZE), the connection's, and the batch per :meth:`data_to_send` call. A stream
 that must wait is parked where only the frame that can release it looks:
 
-- waiting on the *connection* (its window, the transport's pause, the batch): ``_blocked``, in order;
+- waiting on the *connection* (its window, the transport's pause, the batch): ``blocked``, in order;
   a connection WINDOW_UPDATE serves them from the front until that window is spent again;
 - waiting on *its own* window: ``_parked``, and a heap by credit; its WINDOW_UPDATE releases it alone,
   and a larger SETTINGS_INITIAL_WINDOW_SIZE pops only the streams whose window became positive.
@@ -44,15 +45,14 @@ def _nothing() -> None:
 
 
 class Output:
-    """The queue and the windows of one connection."""
-
-    # DATA queued per data_to_send() call, at most (None: all the windows allow). Python 3.11's
-    # transports join a writelines() into one copy and keep what the socket did not take in a
-    # bytearray trimmed from the front, which costs O(n^2) memmove for a 15 MB message; a bounded
-    # batch per loop iteration, paused by the transport's high-water mark, leaves the socket paced.
-    write_batch_bytes: int | None = None
+    """The queue and the send windows of one connection."""
 
     def __init__(self, finished: Callable[[Stream], None], count_queued: Callable[[], None]) -> None:
+        # DATA queued per data_to_send() call, at most (None: all the windows allow). Python 3.11's
+        # transports join a writelines() into one copy and keep what the socket did not take in a
+        # bytearray trimmed from the front, which costs O(n^2) memmove for a 15 MB message; a bounded
+        # batch per loop iteration, paused by the transport's high-water mark, leaves the socket paced.
+        self.write_batch_bytes: int | None = None
         self._finished = finished  # we sent END_STREAM on a stream (the role's bookkeeping)
         self._count_queued = count_queued  # a frame held while the peer does not read (bounded)
         self.ready: Callable[[], None] = _nothing  # output is waiting after none was (the adapter's)
