@@ -33,7 +33,7 @@ from benchmarks.common import (
     save,
     steady_malloc,
 )
-from sonic.h2.aio import Http2Protocol
+from sonic.h2.aio import H2Protocol
 from sonic.h2.grpc_call import MessageReader, grpc_message_prefix
 from sonic.h2.headers import Headers, encode_headers
 from sonic.h2.server import ServerRole
@@ -52,7 +52,7 @@ class NativeEcho:
 
     def __init__(self) -> None:
         self.h2 = ServerRole(self).connection
-        self.protocol = Http2Protocol(self.h2)
+        self.protocol = H2Protocol(self.h2)
 
     def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:  # noqa: ARG002
         stream.call = (MessageReader(1 << 30), [])

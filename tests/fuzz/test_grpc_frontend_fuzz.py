@@ -32,7 +32,7 @@ from sonic.server.budget import RequestBudget
 from sonic.server.config import ServerConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.gate import CallGate
-from sonic.server.frontends.grpc_native import GrpcConnection, NativeGrpcFrontend
+from sonic.server.frontends.grpc_h2 import GrpcConnection, H2GrpcFrontend
 from sonic.server.manager import ModelManager
 from sonic.testing.fuzz import mutated, one_in
 from sonic.testing.h2 import RecordingTransport, parse_frames
@@ -50,7 +50,7 @@ SPEC_INTERNAL = (
 
 @dataclass(frozen=True)
 class Served:
-    frontend: NativeGrpcFrontend
+    frontend: H2GrpcFrontend
     runner: asyncio.Runner
 
 
@@ -66,7 +66,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         runner.run(manager.load_all())
         dataplane.accepting = True
         budget = RequestBudget(config.request_buffer_budget_bytes, config.request_buffer_wait_s)
-        frontend = NativeGrpcFrontend(
+        frontend = H2GrpcFrontend(
             dataplane,
             CallGate(dataplane, None),
             "127.0.0.1",
@@ -150,7 +150,7 @@ def _statuses(written: bytes) -> list[tuple[int, str]]:
     return statuses
 
 
-async def _exchange(frontend: NativeGrpcFrontend, data: bytes) -> bytes:
+async def _exchange(frontend: H2GrpcFrontend, data: bytes) -> bytes:
     connection = GrpcConnection(frontend)
     transport = RecordingTransport()
     connection.protocol.connection_made(transport)  # type: ignore[arg-type]

@@ -51,4 +51,9 @@ def test_protocol_module_imports_only_the_protocol_layer(path: Path) -> None:
 
 def test_the_grpc_codec_and_the_h2_stack_are_checked() -> None:
     assert set(MODULES) >= GRPC_CODECS
-    assert {p.name for p in MODULES if p.parent == H2} >= {"connection.py", "server.py", "client.py", "aio.py"}
+    assert {p.name for p in MODULES if p.parent == H2} >= {
+        "connection.py",
+        "server.py",
+        "client.py",
+        "aio.py",
+    }

@@ -19,6 +19,6 @@ Laid out like python-hyper h2, one module per concept, composed (no class inheri
   compression) and :mod:`~sonic.h2.inflate` (bounded inflation)
 
 It sits at the protocol layer: it imports no client or server code. The gRPC server front end on it is
-:mod:`sonic.server.frontends.grpc_native` (``sonic serve --grpc-server native``, the default), the client
-transport :mod:`sonic.client.transport.h2` (``transport = "native"``, the default).
+:mod:`sonic.server.frontends.grpc_h2` (``sonic serve --grpc-server h2``, or ``native``: the default), the
+client transport :mod:`sonic.client.transport.h2` (``transport = "h2"``, or ``native``: the default).
 """

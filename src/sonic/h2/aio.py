@@ -1,6 +1,6 @@
 """The one asyncio adapter of our sans-I/O HTTP/2 core (:class:`sonic.h2.connection.Connection`).
 
-:class:`Http2Protocol` *holds* a core (server or client role alike) and owns what the core must not: the
+:class:`H2Protocol` *holds* a core (server or client role alike) and owns what the core must not: the
 transport, the event loop and its clock. Received bytes go to :meth:`~Connection.receive_data`; queued
 output leaves in one ``writelines`` per loop iteration (scheduled when the core's output says it has
 some); the core's deadline is one timer handle, and the calls' deadlines (gRPC's ``grpc-timeout``) share
@@ -8,7 +8,7 @@ one more, armed at the earliest; the transport's high-water mark holds our outpu
 its streams, the rest in the queue), where a peer that does not read runs into
 ``max_queued_control_frames`` instead of growing our memory.
 
-Used by the server front end (:mod:`sonic.server.frontends.grpc_native`) and the client transport
+Used by the server front end (:mod:`sonic.server.frontends.grpc_h2`) and the client transport
 (:mod:`sonic.client.transport.h2`); each gives the adapter its core and, optionally, what to run when the
 connection is made or lost and when call deadlines pass.
 """
@@ -30,7 +30,7 @@ def _no_deadlines(now: float) -> float:  # noqa: ARG001  (the signature of a dea
     return math.inf
 
 
-class Http2Protocol(asyncio.Protocol):
+class H2Protocol(asyncio.Protocol):
     """A :class:`Connection` core on an asyncio transport."""
 
     def __init__(

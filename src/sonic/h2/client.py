@@ -5,7 +5,7 @@ what only a client does: the connection preface, stream ids (odd, growing, spent
 of the server, a response's headers and trailers passed to the :class:`~sonic.h2.events.Handler` (our
 client's gRPC calls: :mod:`sonic.client.transport.h2_connection`), GOAWAY. Bytes in with
 ``connection.receive_data``, out with ``connection.data_to_send()``: tests drive it without a loop's
-round trips; on asyncio it runs on :class:`sonic.h2.aio.Http2Protocol`.
+round trips; on asyncio it runs on :class:`sonic.h2.aio.H2Protocol`.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ does what only a server does: SETTINGS with MAX_CONCURRENT_STREAMS, streams open
 grow, refused past the limit or while closing, malformed requests refused, RFC 9113 sections 5.1.1, 8.2
 and 8.3), trailers, RST_STREAM NO_ERROR to a peer still sending once we ended (section 8.1), GOAWAY. The
 application is the core's :class:`~sonic.h2.events.Handler` (our gRPC front end:
-:mod:`sonic.server.frontends.grpc_native`); it answers with ``connection.send_headers`` and
-``connection.respond``. On asyncio: :class:`sonic.h2.aio.Http2Protocol`.
+:mod:`sonic.server.frontends.grpc_h2`); it answers with ``connection.send_headers`` and
+``connection.respond``. On asyncio: :class:`sonic.h2.aio.H2Protocol`.
 """
 
 from __future__ import annotations

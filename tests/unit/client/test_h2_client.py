@@ -17,7 +17,7 @@ from sonic.client.errors import (
     ServerError,
     UnavailableError,
 )
-from sonic.client.transport.h2 import NativeTransport
+from sonic.client.transport.h2 import H2Transport
 from sonic.client.transport.h2_connection import WRITE_BATCH_BYTES, ClientConnection
 from sonic.h2.frames import (
     PREFACE,
@@ -212,7 +212,7 @@ async def test_deadline_cancels_the_stream_and_connect_failures_are_connection_e
     protocol = SilentServer()
     server = await asyncio.get_running_loop().create_server(lambda: protocol, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    transport = NativeTransport(f"127.0.0.1:{port}")
+    transport = H2Transport(f"127.0.0.1:{port}")
     x = np.ones((1, 4), np.float32)
     request = WireRequest("identity", "", (WireInput("INPUT0", "FP32", (1, 4), x.data),), timeout_s=0.05)
     with pytest.raises(DeadlineExceededError, match=r"no response within 0\.05 s"):
@@ -228,7 +228,7 @@ async def test_deadline_cancels_the_stream_and_connect_failures_are_connection_e
     assert (FrameType.RST_STREAM, 0, 1, struct.pack(">I", ErrorCode.CANCEL)) in frames
 
     with pytest.raises(ConnectionLostError, match="failed to connect"):
-        await NativeTransport(f"127.0.0.1:{port}").server_ready()
+        await H2Transport(f"127.0.0.1:{port}").server_ready()
 
 
 async def test_large_requests_leave_in_bounded_batches() -> None:

@@ -10,7 +10,7 @@ import struct
 import pytest
 
 from sonic.client.errors import ConnectionLostError, ResourceExhaustedError
-from sonic.client.transport.h2 import NativeTransport
+from sonic.client.transport.h2 import H2Transport
 from sonic.client.transport.h2_connection import ClientConnection
 from sonic.h2.frames import PREFACE, ErrorCode, Flag, FrameType, frame, settings_frame
 from sonic.h2.grpc_call import grpc_message_prefix
@@ -52,7 +52,7 @@ async def call_server(message: bytes, max_decompressed_bytes: int) -> bytes | me
         lambda: CompressingServer(message), "127.0.0.1", 0
     )
     port = server.sockets[0].getsockname()[1]
-    transport = NativeTransport(f"127.0.0.1:{port}", max_decompressed_bytes=max_decompressed_bytes)
+    transport = H2Transport(f"127.0.0.1:{port}", max_decompressed_bytes=max_decompressed_bytes)
     try:
         return await transport.raw_call("ModelInfer", b"request", 10.0)
     finally:

@@ -10,14 +10,14 @@ import grpc
 import hpack
 import pytest
 
-from sonic.h2.aio import Http2Protocol
+from sonic.h2.aio import H2Protocol
 from sonic.h2.frames import PREFACE, ErrorCode, Flag, FrameType, Setting, frame, settings_frame, window_update
 from sonic.h2.grpc_call import encode_grpc_message, grpc_message_prefix, parse_grpc_timeout
 from sonic.h2.headers import HeaderDecoder, Headers, encode_headers
 from sonic.h2.limits import SERVER_LIMITS
 from sonic.h2.server import ServerRole
 from sonic.h2.stream import Stream
-from sonic.server.frontends.grpc_native_call import CallError, MessageReader
+from sonic.server.frontends.grpc_h2_call import CallError, MessageReader
 from sonic.testing.h2 import RecordingTransport, parse_frames
 
 REQUEST_HEADERS = [
@@ -38,7 +38,7 @@ class EchoConnection:
         self.h2 = ServerRole(
             self, limits=dataclasses.replace(SERVER_LIMITS, max_concurrent_streams=4)
         ).connection
-        self.protocol = Http2Protocol(self.h2)
+        self.protocol = H2Protocol(self.h2)
         self.received: dict[int, bytearray] = {}
         self.headers: dict[int, Headers] = {}
         self.resets: list[int] = []

@@ -75,7 +75,7 @@ def tls_context(tls: TlsConfig) -> ssl.SSLContext:
     return context
 
 
-class NativeTransport(GrpcCalls):
+class H2Transport(GrpcCalls):
     def __init__(
         self,
         address: str,

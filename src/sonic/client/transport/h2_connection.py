@@ -2,7 +2,7 @@
 
 :class:`ClientConnection` is the :class:`~sonic.h2.events.Handler` of a sans-I/O HTTP/2 core in the client
 role (:class:`sonic.h2.client.ClientRole`); ``protocol`` puts that core on asyncio
-(:class:`sonic.h2.aio.Http2Protocol`), and tests drive the core by hand (``core.receive_data``,
+(:class:`sonic.h2.aio.H2Protocol`), and tests drive the core by hand (``core.receive_data``,
 ``core.data_to_send()``). Statuses, trailers and message framing are :mod:`sonic.h2.grpc_call`. A call is opened with :meth:`ClientConnection.open_call` (HEADERS, then
 its message as flow control allows, END_STREAM on the last DATA) and ends when the server's trailers
 arrive; its future then holds the one response message (still compressed when ``call.compressed``: the
@@ -10,7 +10,7 @@ transport inflates it, bounded and off the loop) or one of our error types.
 
 Deadlines: every call has one by default, so a timer handle per call (made, pushed on the loop's heap,
 cancelled) was a visible part of a small call's cost. Instead the connection keeps one timer
-(:meth:`~sonic.h2.aio.Http2Protocol.watch_deadline`), armed at the earliest deadline it knows of; when it fires, the calls past their deadline fail with
+(:meth:`~sonic.h2.aio.H2Protocol.watch_deadline`), armed at the earliest deadline it knows of; when it fires, the calls past their deadline fail with
 DEADLINE_EXCEEDED and it is armed again for the earliest one left. A call then only stores its deadline
 (and re-arms the timer when its deadline is the earliest, which calls of one timeout never are).
 """
@@ -29,7 +29,7 @@ from sonic.client.errors import (
     error_for_status,
 )
 from sonic.h2 import grpc_call
-from sonic.h2.aio import Http2Protocol
+from sonic.h2.aio import H2Protocol
 from sonic.h2.client import ClientRole
 from sonic.h2.frames import ErrorCode, ProtocolError
 from sonic.h2.grpc_call import GrpcError, reset_status, trailers_status
@@ -92,7 +92,7 @@ class ClientConnection:
         core.output.write_batch_bytes = WRITE_BATCH_BYTES
         core.stream_closed = self._room_freed
         self.streams = core.streams
-        self.protocol = Http2Protocol(core, deadlines_due=self.deadlines_due, on_lost=self._connection_lost)
+        self.protocol = H2Protocol(core, deadlines_due=self.deadlines_due, on_lost=self._connection_lost)
         self._loop = self.protocol.loop
         self.closed = self.protocol.closed
         self._draining = False  # a graceful GOAWAY came: calls lost from now on were cut off by a drain

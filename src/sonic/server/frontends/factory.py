@@ -14,7 +14,7 @@ from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend
 from sonic.server.frontends.gate import CallGate
 from sonic.server.frontends.grpc_aio import GrpcAioFrontend
-from sonic.server.frontends.grpc_native import NativeGrpcFrontend
+from sonic.server.frontends.grpc_h2 import H2GrpcFrontend
 from sonic.server.frontends.http import HttpFrontend
 from sonic.server.frontends.metrics import MetricsFrontend
 from sonic.server.guard import Guard
@@ -32,7 +32,7 @@ def configured_frontends(
         GrpcAioFrontend
         if config.grpc_server is GrpcServerKind.GRPCIO
         else functools.partial(
-            NativeGrpcFrontend,
+            H2GrpcFrontend,
             max_decompressed_bytes=config.grpc_max_decompressed_bytes,
             http2_limits=config.grpc_http2_limits,
             budget=budget,

@@ -1,6 +1,6 @@
 """One HTTP/2 connection's request DATA, charged to the server's request-buffer budget.
 
-The gRPC front end (:mod:`sonic.server.frontends.grpc_native`) reports what it keeps of the DATA its
+The gRPC front end (:mod:`sonic.server.frontends.grpc_h2`) reports what it keeps of the DATA its
 connection core passes on (:meth:`RequestWindows.hold`, :meth:`~RequestWindows.drop`,
 :meth:`~RequestWindows.release`). With a budget, the windows the peer's DATA used open again
 (WINDOW_UPDATE, :meth:`sonic.h2.connection.Connection.acknowledge_received_data`) only while the budget

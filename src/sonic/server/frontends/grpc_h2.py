@@ -9,7 +9,7 @@ length-prefixed messages (gzip/deflate accepted, inflated with a bound on the de
 the event loop when large), ``grpc-timeout`` deadlines, status and message in trailers (or trailers-only
 answers for calls that fail before any response). The parts shared with our client are
 :mod:`sonic.h2.grpc_call`; the HTTP/2 connection is a :class:`sonic.h2.server.ServerRole` core on the
-:class:`sonic.h2.aio.Http2Protocol` adapter, with the limits of :class:`sonic.h2.limits.Http2Limits`, its
+:class:`sonic.h2.aio.H2Protocol` adapter, with the limits of :class:`sonic.h2.limits.Http2Limits`, its
 request DATA charged to the server's budget by :mod:`sonic.server.frontends.request_windows`.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import grpc
 
-from sonic.h2.aio import Http2Protocol
+from sonic.h2.aio import H2Protocol
 from sonic.h2.grpc_call import (
     GRPC_MESSAGE_PREFIX_BYTES,
     GrpcError,
@@ -47,14 +47,14 @@ from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES, TlsConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend
 from sonic.server.frontends.gate import CallGate, as_sonic_error
-from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, GrpcMethods, UnaryMethod
-from sonic.server.frontends.grpc_native_call import (
+from sonic.server.frontends.grpc_h2_call import (
     RESPONSE_HEADERS,
     TRAILERS_OK,
     Call,
     CallError,
     header_text,
 )
+from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, GrpcMethods, UnaryMethod
 from sonic.server.frontends.request_windows import RequestWindows
 from sonic.server.tls import grpc_ssl_context
 
@@ -70,13 +70,13 @@ MAX_QUEUED_STREAM_BYTES = 4 << 20
 class GrpcConnection:
     """One client connection's gRPC calls: the Handler of its HTTP/2 core, on asyncio as ``protocol``."""
 
-    def __init__(self, frontend: NativeGrpcFrontend) -> None:
+    def __init__(self, frontend: H2GrpcFrontend) -> None:
         self._frontend = frontend
         self._methods = frontend.methods
         self._server = ServerRole(self, limits=frontend.http2_limits, memo_budget=frontend.memo_budget)
         self.core = core = self._server.connection
         self.streams = core.streams
-        self.protocol = Http2Protocol(
+        self.protocol = H2Protocol(
             core,
             deadlines_due=self.deadlines_due,
             on_made=lambda: frontend.connections.add(self),
@@ -328,7 +328,7 @@ class GrpcConnection:
         )
 
 
-class NativeGrpcFrontend(Frontend):
+class H2GrpcFrontend(Frontend):
     """Listens, accepts connections, and shuts them down in order (GOAWAY, drain, then close)."""
 
     name = "grpc"

@@ -1,7 +1,7 @@
 """One gRPC call of the native front end (on :mod:`sonic.h2`): its state, its errors, the fixed header blocks
 it sends.
 
-:mod:`sonic.server.frontends.grpc_native` drives these from the HTTP/2 connection's events.
+:mod:`sonic.server.frontends.grpc_h2` drives these from the HTTP/2 connection's events.
 """
 
 from __future__ import annotations
