@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import cpu_seconds, machine, peak_rss_mb, save
+from sonic.h2.frames import ErrorCode
 from sonic.launch import ServerProcess
 from sonic.models.simple import write_sample_repository
-from sonic.protocol.http2 import ErrorCode
 from sonic.testing import h2attacks
 from sonic.testing.bomb import gzip_zeros
 

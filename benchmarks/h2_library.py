@@ -33,10 +33,12 @@ from benchmarks.common import (
     save,
     steady_malloc,
 )
+from sonic.h2.aio import H2Protocol
+from sonic.h2.grpc_call import MessageReader, grpc_message_prefix
+from sonic.h2.headers import Headers, encode_headers
+from sonic.h2.server import ServerRole
+from sonic.h2.stream import Stream
 from sonic.launch import free_port, terminate
-from sonic.protocol.grpc_call import MessageReader, grpc_message_prefix
-from sonic.protocol.http2 import Stream, encode_headers
-from sonic.server.frontends.h2 import Headers, Http2Connection
 
 LARGE_SHAPE = (1693, 48, 48, 1)
 
@@ -45,8 +47,14 @@ HEAD = encode_headers([(b":status", b"200"), (b"content-type", b"application/grp
 TRAILERS = encode_headers([(b"grpc-status", b"0")])
 
 
-class NativeEcho(Http2Connection):
-    def stream_opened(self, stream: Stream, headers: Headers) -> None:  # noqa: ARG002
+class NativeEcho:
+    """The echo as the handler of our server-role core (sonic.h2), on its asyncio adapter."""
+
+    def __init__(self) -> None:
+        self.h2 = ServerRole(self).connection
+        self.protocol = H2Protocol(self.h2)
+
+    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:  # noqa: ARG002
         stream.call = (MessageReader(1 << 30), [])
 
     def stream_data(self, stream: Stream, data: memoryview) -> None:
@@ -54,10 +62,13 @@ class NativeEcho(Http2Connection):
 
     def stream_ended(self, stream: Stream) -> None:
         message = stream.call[1][0]
-        self.send_headers(stream, HEAD)
-        self.respond(stream, [grpc_message_prefix(len(message)), message], TRAILERS)
+        self.h2.send_headers(stream, HEAD)
+        self.h2.respond(stream, [grpc_message_prefix(len(message)), message], TRAILERS)
 
     def stream_reset(self, stream: Stream) -> None:
+        pass
+
+    def goaway_received(self, last_stream_id: int, code: int) -> None:
         pass
 
 
@@ -114,7 +125,9 @@ class H2Echo(asyncio.Protocol):
 
 def serve(kind: str, port: int) -> None:
     async def main() -> None:
-        protocol = NativeEcho if kind == "native" else H2Echo
+        def protocol() -> asyncio.Protocol:
+            return NativeEcho().protocol if kind == "native" else H2Echo()
+
         server = await asyncio.get_running_loop().create_server(protocol, "127.0.0.1", port)
         print("ready", flush=True)
         await server.serve_forever()

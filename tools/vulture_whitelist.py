@@ -21,6 +21,8 @@ _.pause_writing  # asyncio.Protocol flow control (protocol/h2asyncio.py)
 _.resume_writing
 _.teardown  # dask.distributed WorkerPlugin (workflow/dask_plugin.py)
 _.formatTime  # logging.Formatter (logs.py IsoTextFormatter)
+_._missing_  # enum.Enum lookup hook: the `native` alias of `h2` (client/config.py, server/config.py)
+_.stream_opened  # ServerCore hook of trees before sonic.h2 (benchmarks/h2_cost_worker.py)
 
 # --- attributes libraries read after we set them ---------------------------------------------------------
 _.intra_op_num_threads  # onnxruntime.SessionOptions

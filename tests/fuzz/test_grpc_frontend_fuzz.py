@@ -25,12 +25,12 @@ from hypothesis import strategies as st
 from tests.fuzz.served import identity_plane
 from tritonclient.grpc import service_pb2
 
+from sonic.h2.frames import PREFACE, Flag, FrameType, frame, settings_frame
+from sonic.h2.grpc_call import decode_grpc_message, grpc_message_prefix
 from sonic.protocol.errors import GrpcCode
-from sonic.protocol.grpc_call import decode_grpc_message, grpc_message_prefix
-from sonic.protocol.http2 import PREFACE, Flag, FrameType, frame, settings_frame
 from sonic.protocol.wire import SERVICE
 from sonic.server.frontends.base import FrontendSettings
-from sonic.server.frontends.grpc_native import GrpcConnection, NativeGrpcFrontend
+from sonic.server.frontends.grpc_h2 import GrpcConnection, H2GrpcFrontend
 from sonic.testing.fuzz import mutated, one_in
 from sonic.testing.h2 import RecordingTransport, parse_frames
 
@@ -47,7 +47,7 @@ SPEC_INTERNAL = (
 
 @dataclass(frozen=True)
 class Served:
-    frontend: NativeGrpcFrontend
+    frontend: H2GrpcFrontend
     runner: asyncio.Runner
 
 
@@ -55,7 +55,7 @@ class Served:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     with identity_plane(tmp_path_factory.mktemp("repository")) as plane:
         settings = FrontendSettings("127.0.0.1", max_message_bytes=MAX_MESSAGE_BYTES)
-        frontend = NativeGrpcFrontend(plane.dataplane, plane.gate, 0, settings, budget=plane.budget)
+        frontend = H2GrpcFrontend(plane.dataplane, plane.gate, 0, settings, budget=plane.budget)
         yield Served(frontend, plane.runner)
 
 
@@ -130,19 +130,19 @@ def _statuses(written: bytes) -> list[tuple[int, str]]:
     return statuses
 
 
-async def _exchange(frontend: NativeGrpcFrontend, data: bytes) -> bytes:
+async def _exchange(frontend: H2GrpcFrontend, data: bytes) -> bytes:
     connection = GrpcConnection(frontend)
     transport = RecordingTransport()
-    connection.connection_made(transport)  # type: ignore[arg-type]
+    connection.protocol.connection_made(transport)  # type: ignore[arg-type]
     running = asyncio.all_tasks()  # the models' own (schedulers), which never end
-    connection.data_received(data)
+    connection.protocol.data_received(data)
     # Each call's handler runs as a task of this loop: the answers are all written once they are done.
     while calls := asyncio.all_tasks() - running:
         await asyncio.wait(calls)
         running |= calls
-    connection.flush_now()
+    transport.writelines(connection.core.data_to_send())  # what the next loop iteration would write
     written = bytes(transport.written)
-    connection.connection_lost(None)
+    connection.protocol.connection_lost(None)
     return written
 
 

@@ -16,22 +16,21 @@ import hpack
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sonic.protocol.h2limits import SERVER_LIMITS
-from sonic.protocol.http2 import (
+from sonic.h2.frames import (
     PREFACE,
     ErrorCode,
     Flag,
     FrameType,
-    HeaderDecoder,
-    Headers,
     ProtocolError,
     Setting,
-    Stream,
     frame,
     settings_frame,
     window_update,
 )
-from sonic.server.frontends.h2 import ServerCore
+from sonic.h2.headers import HeaderDecoder, Headers
+from sonic.h2.limits import SERVER_LIMITS
+from sonic.h2.server import ServerRole
+from sonic.h2.stream import Stream
 from sonic.testing.fuzz import mutated, one_in, run_bounded
 from sonic.testing.h2 import parse_frames
 
@@ -40,14 +39,15 @@ FRAME_TYPES = [int(t) for t in FrameType]
 ERROR_CODES = {int(code) for code in ErrorCode}
 
 
-class EchoCore(ServerCore):
-    """Answers each request with its body (so flow control and output run too); records resets."""
+class EchoCore:
+    """Answers each request with its body (so flow control and output run too); records resets (the
+    handler of a server-role core, ``h2``)."""
 
     def __init__(self) -> None:
-        super().__init__(limits=SERVER_LIMITS)
+        self.h2 = ServerRole(self, limits=SERVER_LIMITS).connection
         self.bodies: dict[int, bytearray] = {}
 
-    def stream_opened(self, stream: Stream, headers: Headers) -> None:
+    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
         self.bodies[stream.stream_id] = bytearray()
 
     def stream_data(self, stream: Stream, data: memoryview) -> None:
@@ -57,11 +57,14 @@ class EchoCore(ServerCore):
 
     def stream_ended(self, stream: Stream) -> None:
         body = bytes(self.bodies.pop(stream.stream_id, b""))
-        self.send_headers(stream, hpack.Encoder().encode([(b":status", b"200")]))
-        self.respond(stream, [body * 4], hpack.Encoder().encode([(b"grpc-status", b"0")]))
+        self.h2.send_headers(stream, hpack.Encoder().encode([(b":status", b"200")]))
+        self.h2.respond(stream, [body * 4], hpack.Encoder().encode([(b"grpc-status", b"0")]))
 
     def stream_reset(self, stream: Stream) -> None:
         self.bodies.pop(stream.stream_id, None)
+
+    def goaway_received(self, last_stream_id: int, code: int) -> None:
+        pass
 
 
 REQUEST = [
@@ -212,15 +215,15 @@ def frame_streams(draw: st.DrawFn) -> bytes:
 
 def _feed(pieces: list[bytes]) -> EchoCore:
     core = EchoCore()
-    core.start()
+    core.h2.start(0.0)
     written = bytearray()
     for piece in pieces:
-        core.receive_data(piece)
-        for chunk in core.data_to_send():
+        core.h2.receive_data(piece)
+        for chunk in core.h2.data_to_send():
             written += chunk
-        assert len(core.streams) <= core.limits.max_concurrent_streams
-        assert len(core._buffer) <= 9 + (1 << 20) + len(PREFACE)
-        if core.close_wanted:
+        assert len(core.h2.streams) <= core.h2.limits.max_concurrent_streams
+        assert len(core.h2._buffer) <= 9 + (1 << 20) + len(PREFACE)
+        if core.h2.close_wanted:
             break
     for frame_type, _, _, payload in parse_frames(bytes(written)):
         if frame_type == FrameType.GOAWAY:
@@ -256,7 +259,7 @@ def test_server_core_refuses_what_is_not_a_preface(data: bytes) -> None:
     core = run_bounded(lambda: _feed([data]), allowed=(), max_peak_bytes=PEAK_BYTES).value
     assert core is not None
     if len(data) >= len(PREFACE) and not data.startswith(PREFACE):
-        assert core.close_wanted
+        assert core.h2.close_wanted
 
 
 @st.composite

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from sonic.h2.frames import FrameType, frame
 from sonic.launch.process import terminate
 from sonic.launch.serve import wait_for_ready_line
-from sonic.protocol.http2 import FrameType, frame
 from sonic.testing.h2peer import RawH2, grpc_headers
 
 pytestmark = pytest.mark.integration

@@ -12,22 +12,15 @@ import tracemalloc
 import pytest
 from tritonclient.grpc import service_pb2
 
+from sonic.h2.frames import PREFACE, ErrorCode, Flag, FrameType, frame, settings_frame
+from sonic.h2.grpc_call import trailers_status
+from sonic.h2.headers import Headers
+from sonic.h2.server import ServerRole
+from sonic.h2.stream import Stream
 from sonic.protocol import dtypes, grpc_codec, http_json
 from sonic.protocol.errors import GrpcCode, InvalidArgumentError, UnauthenticatedError
-from sonic.protocol.grpc_call import trailers_status
-from sonic.protocol.http2 import (
-    PREFACE,
-    ErrorCode,
-    Flag,
-    FrameType,
-    Headers,
-    Stream,
-    frame,
-    settings_frame,
-)
 from sonic.protocol.shm_names import owner_exited, pid_namespace
 from sonic.server.config import AuthConfig
-from sonic.server.frontends.h2 import ServerCore
 from sonic.server.guard import TokenVerifier
 from sonic.testing.h2 import parse_frames
 
@@ -143,24 +136,36 @@ def test_padded_headers_frame_without_payload_is_a_protocol_error() -> None:
     """A HEADERS frame with the PADDED flag and no payload read its pad length past the end (IndexError
     out of ``receive_data``: asyncio's "Fatal error: protocol.data_received() call failed" and a dropped
     connection with no GOAWAY). RFC 9113 section 6.2: a PROTOCOL_ERROR."""
-    core = _ServerCore()
-    core.start()
-    core.receive_data(
+    core = _NoStreams()
+    core.h2.start(0.0)
+    core.h2.receive_data(
         PREFACE + settings_frame({}) + frame(FrameType.HEADERS, Flag.PADDED | Flag.END_HEADERS, 1)
     )
-    frames = parse_frames(b"".join(bytes(piece) for piece in core.data_to_send()))
+    frames = parse_frames(b"".join(bytes(piece) for piece in core.h2.data_to_send()))
     goaways = [payload for frame_type, _, _, payload in frames if frame_type == FrameType.GOAWAY]
     assert goaways
     assert struct.unpack(">I", goaways[0][4:8])[0] == ErrorCode.PROTOCOL_ERROR
 
 
-class _ServerCore(ServerCore):
-    """The server role with hooks that record nothing: the frame above never opens a stream."""
+class _NoStreams:
+    """A server-role core (``h2``) whose handler records nothing: the frame above never opens a stream."""
 
-    def stream_opened(self, stream: Stream, headers: Headers) -> None:
+    def __init__(self) -> None:
+        self.h2 = ServerRole(self).connection
+
+    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
         raise AssertionError("no stream opens")
 
+    def stream_data(self, stream: Stream, data: memoryview) -> None:
+        pass
+
+    def stream_ended(self, stream: Stream) -> None:
+        pass
+
     def stream_reset(self, stream: Stream) -> None:
+        pass
+
+    def goaway_received(self, last_stream_id: int, code: int) -> None:
         pass
 
 

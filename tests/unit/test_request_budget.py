@@ -1,7 +1,8 @@
 """The server's request-buffer budget: accounting, bounded waits, and an HTTP/2 connection under it.
 
-The connection tests run a real :class:`~sonic.server.frontends.h2.Http2Connection` on the test's loop
-with a transport that records what would be written.
+The connection tests run a real server-role core (:class:`sonic.h2.server.ServerRole`) with its
+:class:`~sonic.server.frontends.request_windows.RequestWindows` on the test's loop, sans I/O: what the
+core would write is taken from ``data_to_send()``.
 """
 
 from __future__ import annotations
@@ -10,22 +11,15 @@ import asyncio
 import dataclasses
 import struct
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from sonic.h2.frames import PREFACE, Flag, FrameType, frame, settings_frame
+from sonic.h2.headers import Headers, encode_headers
+from sonic.h2.limits import SERVER_LIMITS
+from sonic.h2.server import ServerRole
+from sonic.h2.stream import Stream
 from sonic.protocol.errors import RequestBufferBusyError
-from sonic.protocol.h2limits import SERVER_LIMITS
-from sonic.protocol.http2 import (
-    PREFACE,
-    Flag,
-    FrameType,
-    Headers,
-    Stream,
-    encode_headers,
-    frame,
-    settings_frame,
-)
 from sonic.server.budget import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MIN_BYTES,
@@ -33,7 +27,7 @@ from sonic.server.budget import (
     RequestBudget,
     default_budget_bytes,
 )
-from sonic.server.frontends.h2 import Http2Connection
+from sonic.server.frontends.request_windows import RequestWindows
 from sonic.testing.h2 import parse_frames
 
 MiB = 1 << 20
@@ -106,47 +100,43 @@ def test_the_default_is_a_quarter_of_memory_or_of_the_container_limit(
         assert value == min(expected, default_budget_bytes(tmp_path / "absent"))
 
 
-class Capture(asyncio.Transport):
+class Capture:
+    """What the connection core wrote."""
+
     def __init__(self) -> None:
-        super().__init__()
         self.out = bytearray()
-        self.closing = False
-
-    def write(self, data: Any) -> None:
-        self.out += data
-
-    def writelines(self, list_of_data: Any) -> None:
-        for piece in list_of_data:
-            self.out += piece
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        self.closing = True
-
-    def abort(self) -> None:
-        self.closing = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
 
 
-class Uploads(Http2Connection):
-    """Holds each stream's DATA until the test finishes the stream; fails its uploads when told to."""
+class Uploads:
+    """Holds each stream's DATA until the test finishes the stream; fails its uploads when told to (the
+    handler of a server-role core, ``h2``, its DATA charged to the budget by ``windows``)."""
 
-    def __init__(self, budget: RequestBudget) -> None:
+    def __init__(self, budget: RequestBudget, transport: Capture) -> None:
         limits = dataclasses.replace(SERVER_LIMITS, connection_window_bytes=1 << 17)
-        super().__init__(limits=limits, budget=budget)
+        self.h2 = ServerRole(self, limits=limits).connection
+        loop = asyncio.get_running_loop()
+        self.windows = RequestWindows(self.h2, budget, loop, self.budget_wait_over)
+        self.h2.start(loop.time())
+        self.transport = transport
         self.held: dict[int, int] = {}
         self.wait_over = asyncio.Event()
 
-    def stream_opened(self, stream: Stream, headers: Headers) -> None:
+    def data_received(self, data: bytes) -> None:
+        self.h2.receive_data(data)
+
+    def write_out(self) -> None:
+        self.transport.out += b"".join(self.h2.data_to_send())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.h2.transport_lost()
+        self.windows.connection_lost()
+
+    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
         self.held[stream.stream_id] = 0
 
     def stream_data(self, stream: Stream, data: memoryview) -> None:
         self.held[stream.stream_id] += len(data)
-        self.hold_data(stream, len(data))
+        self.windows.hold(stream, len(data))
 
     def stream_ended(self, stream: Stream) -> None:
         pass
@@ -155,12 +145,15 @@ class Uploads(Http2Connection):
         self.finish(stream.stream_id)
 
     def finish(self, stream_id: int) -> None:
-        self.release_data(self.held.pop(stream_id, 0))
+        self.windows.release(self.held.pop(stream_id, 0))
 
     def budget_wait_over(self) -> None:
         self.wait_over.set()
         for stream_id in list(self.held):
             self.finish(stream_id)
+
+    def goaway_received(self, last_stream_id: int, code: int) -> None:
+        pass
 
 
 def connection_updates(transport: Capture) -> int:
@@ -170,10 +163,10 @@ def connection_updates(transport: Capture) -> int:
 
 
 def open_connection(budget: RequestBudget) -> tuple[Uploads, Capture]:
-    connection, transport = Uploads(budget), Capture()
-    connection.connection_made(transport)
+    transport = Capture()
+    connection = Uploads(budget, transport)
     connection.data_received(PREFACE + settings_frame({}))
-    connection.flush_now()
+    connection.write_out()
     transport.out.clear()
     return connection, transport
 
@@ -184,20 +177,20 @@ async def test_a_connection_over_the_budget_gets_no_window_until_bytes_are_relea
     connection.data_received(
         frame(FrameType.HEADERS, Flag.END_HEADERS, 1, BLOCK) + frame(FrameType.DATA, 0, 1, CHUNK) * 5
     )
-    connection.flush_now()
+    connection.write_out()
     assert connection_updates(transport) == 5 * len(CHUNK)  # room: given back as usual
     connection.data_received(frame(FrameType.DATA, 0, 1, CHUNK) * 3)  # past the budget from the 2nd on
-    connection.flush_now()
+    connection.write_out()
     assert budget.in_use == 8 * len(CHUNK)
     assert connection_updates(transport) == 0  # owed: 48 KiB, of which 32 KiB wait for room
     connection.finish(1)
-    connection.flush_now()
+    connection.write_out()
     assert budget.in_use == 0
     assert connection_updates(transport) == 0  # all released, but under half a window owed yet
     connection.data_received(
         frame(FrameType.HEADERS, Flag.END_HEADERS, 3, BLOCK) + frame(FrameType.DATA, 0, 3, CHUNK) * 2
     )
-    connection.flush_now()
+    connection.write_out()
     # Every byte since the first update came back (3 of stream 1, 2 of stream 3): no window leaked.
     assert connection_updates(transport) == 5 * len(CHUNK)
     connection.connection_lost(None)
@@ -210,12 +203,12 @@ async def test_a_connection_that_waits_too_long_fails_its_uploads_and_gives_the_
     connection.data_received(
         frame(FrameType.HEADERS, Flag.END_HEADERS, 1, BLOCK) + frame(FrameType.DATA, 0, 1, CHUNK) * 5
     )
-    connection.flush_now()
+    connection.write_out()
     assert budget.in_use == 5 * len(CHUNK)
     assert connection_updates(transport) == 0  # 48 KiB given back so far (under half), 32 KiB owed
     await asyncio.wait_for(connection.wait_over.wait(), 5)
     assert budget.in_use == 0
-    connection.flush_now()
+    connection.write_out()
     assert connection_updates(transport) == 5 * len(CHUNK)
     connection.connection_lost(None)
 

@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits
+from sonic.h2.limits import SERVER_LIMITS, Http2Limits
 from sonic.server.budget import DEFAULT_WAIT_S
 from sonic.server.config import (
     MAX_GRPC_DECOMPRESSED_BYTES,
@@ -87,9 +87,9 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--grpc-server",
-        choices=[kind.value for kind in GrpcServerKind],
+        choices=[*(kind.value for kind in GrpcServerKind), "h2"],
         default=GrpcServerKind.NATIVE.value,
-        help="gRPC's HTTP/2 stack: our own (native, fastest) or grpcio's asyncio server",
+        help="gRPC's HTTP/2 stack: our own (native, or its name h2: fastest) or grpcio's asyncio server",
     )
     group.add_argument(
         "--http-max-connections-per-client", type=int, default=None, help="open HTTP connections per address"

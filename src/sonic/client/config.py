@@ -36,8 +36,13 @@ class Compression(enum.StrEnum):
 
 
 class TransportKind(enum.StrEnum):
-    NATIVE = "native"  # our HTTP/2 gRPC client (sonic.client.transport.h2)
+    NATIVE = "native"  # our HTTP/2 gRPC client (sonic.client.transport.h2, on sonic.h2)
     GRPCIO = "grpcio"  # grpc aio, with ModelStreamInfer for small requests (sonic.client.transport.grpc)
+
+    @classmethod
+    def _missing_(cls, value: object) -> TransportKind | None:
+        """``h2``, our stack's name (``sonic.h2``), is accepted for ``native``."""
+        return cls.NATIVE if value == "h2" else None
 
 
 class Device(enum.StrEnum):

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits
+from sonic.h2.limits import SERVER_LIMITS, Http2Limits
 from sonic.protocol.wire import MAX_MESSAGE_BYTES
 from sonic.server.budget import DEFAULT_WAIT_S, default_budget_bytes
 from sonic.server.runtime.rate_limiter import ResourceCount
@@ -69,10 +69,15 @@ class AdmissionConfig:
 
 
 class GrpcServerKind(enum.StrEnum):
-    """Which HTTP/2 stack serves gRPC: our own (lean, the default) or grpcio's asyncio server."""
+    """Which HTTP/2 stack serves gRPC: our own (``sonic.h2``, lean, the default) or grpcio's asyncio server."""
 
     NATIVE = "native"
     GRPCIO = "grpcio"
+
+    @classmethod
+    def _missing_(cls, value: object) -> GrpcServerKind | None:
+        """``h2``, our stack's name (``sonic.h2``), is accepted for ``native``."""
+        return cls.NATIVE if value == "h2" else None
 
 
 @dataclass(frozen=True)

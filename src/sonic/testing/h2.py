@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sonic.h2.connection import Connection
+
 
 class RecordingTransport:
     """Collects what the connection writes (the socket's role; nothing else is faked)."""
@@ -39,3 +41,23 @@ def parse_frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
         frames.append((frame_type, flags, stream_id, data[pos + 9 : pos + 9 + length]))
         pos += 9 + length
     return frames
+
+
+class CoreOutput:
+    """What a sans-I/O connection core (:class:`sonic.h2.connection.Connection`) wrote: each read of
+    :attr:`written` takes what is queued (``data_to_send()``), as one loop iteration of the adapter would."""
+
+    def __init__(self, core: Connection) -> None:
+        self._core = core
+        self._written = bytearray()
+
+    @property
+    def written(self) -> bytearray:
+        for piece in self._core.data_to_send():
+            self._written += piece
+        return self._written
+
+    @property
+    def closed(self) -> bool:
+        """The core wants its transport closed (or dropped)."""
+        return self._core.close_wanted or self._core.abort_wanted

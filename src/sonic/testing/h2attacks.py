@@ -23,7 +23,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from sonic.protocol.http2 import (
+from sonic.h2.frames import (
     ErrorCode,
     Flag,
     FrameType,

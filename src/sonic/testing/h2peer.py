@@ -15,7 +15,7 @@ from typing import NamedTuple, Self
 
 import hpack
 
-from sonic.protocol.http2 import (
+from sonic.h2.frames import (
     FRAME_HEADER_BYTES,
     PREFACE,
     ErrorCode,

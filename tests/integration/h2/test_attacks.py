@@ -13,8 +13,8 @@ import re
 
 import pytest
 
+from sonic.h2.frames import ErrorCode, Setting
 from sonic.launch import ServerProcess
-from sonic.protocol.http2 import ErrorCode, Setting
 from sonic.testing import h2attacks
 from sonic.testing.h2attacks import Bystander
 from sonic.testing.h2peer import RawH2

@@ -16,17 +16,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from sonic.h2.frames import PREFACE, ErrorCode, Flag, FrameType, Setting, frame, rst_stream, window_update
 from sonic.launch import ServerProcess
-from sonic.protocol.http2 import (
-    PREFACE,
-    ErrorCode,
-    Flag,
-    FrameType,
-    Setting,
-    frame,
-    rst_stream,
-    window_update,
-)
 from sonic.testing.h2peer import ConnectionEnded, RawH2, data_frame, grpc_headers, grpc_message
 
 E = ErrorCode

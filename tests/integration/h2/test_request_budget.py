@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from sonic.h2.limits import SERVER_CONNECTION_WINDOW_BYTES
 from sonic.launch import ServerProcess
-from sonic.protocol.h2limits import SERVER_CONNECTION_WINDOW_BYTES
 from sonic.testing import h2attacks
 from sonic.testing.h2attacks import Bystander
 

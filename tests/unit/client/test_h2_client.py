@@ -17,25 +17,25 @@ from sonic.client.errors import (
     ServerError,
     UnavailableError,
 )
-from sonic.client.transport.h2 import NativeTransport
-from sonic.client.transport.h2_connection import ClientConnection
-from sonic.protocol.grpc_call import grpc_message_prefix
-from sonic.protocol.http2 import (
+from sonic.client.transport.h2 import H2Transport
+from sonic.client.transport.h2_connection import WRITE_BATCH_BYTES, ClientConnection
+from sonic.h2.frames import (
     PREFACE,
     ErrorCode,
     Flag,
     FrameType,
     Setting,
-    Stream,
-    encode_headers,
     frame,
     goaway,
     rst_stream,
     settings_frame,
     window_update,
 )
+from sonic.h2.grpc_call import grpc_message_prefix
+from sonic.h2.headers import encode_headers
+from sonic.h2.stream import Stream, StreamState
 from sonic.protocol.types import WireInput, WireRequest
-from sonic.testing.h2 import RecordingTransport, parse_frames
+from sonic.testing.h2 import CoreOutput, parse_frames
 
 OK_HEADERS = encode_headers([(b":status", b"200"), (b"content-type", b"application/grpc")])
 
@@ -63,12 +63,11 @@ def response(stream_id: int, message: bytes) -> bytes:
 
 async def connect(
     server_settings: dict[Setting, int] | None = None,
-) -> tuple[ClientConnection, RecordingTransport]:
+) -> tuple[ClientConnection, CoreOutput]:
     connection = ClientConnection("127.0.0.1:1")
-    transport = RecordingTransport()
-    connection.connection_made(transport)  # type: ignore[arg-type]
-    connection.data_received(settings_frame(server_settings or {}))
-    await asyncio.sleep(0)  # writes leave on the next loop iteration
+    connection.core.start(asyncio.get_running_loop().time())
+    transport = CoreOutput(connection.core)
+    connection.core.receive_data(settings_frame(server_settings or {}))
     return connection, transport
 
 
@@ -76,13 +75,13 @@ def call(connection: ClientConnection, body: bytes = b"request") -> Stream:
     return connection.open_call(b"", [grpc_message_prefix(len(body)), body], max_bytes=1 << 20)
 
 
-def written_frames(transport: RecordingTransport) -> list[tuple[int, int, int, bytes]]:
+def written_frames(transport: CoreOutput) -> list[tuple[int, int, int, bytes]]:
     data = bytes(transport.written)
     assert data.startswith(PREFACE)
     return parse_frames(data[len(PREFACE) :])
 
 
-def sent_data(transport: RecordingTransport, stream_id: int) -> tuple[bytes, bool]:
+def sent_data(transport: CoreOutput, stream_id: int) -> tuple[bytes, bool]:
     """The DATA bytes sent on a stream, and whether END_STREAM was sent."""
     frames = [f for f in written_frames(transport) if f[2] == stream_id]
     data = b"".join(f[3] for f in frames if f[0] == FrameType.DATA)
@@ -94,24 +93,31 @@ async def test_responses_survive_any_cut_of_the_byte_stream(chunk: int) -> None:
     connection, transport = await connect()
     assert bytes(transport.written).startswith(PREFACE)
     first, second = call(connection, b"one"), call(connection, b"two")
-    await asyncio.sleep(0)
     assert sent_data(transport, 1) == (grpc_message_prefix(3) + b"one", True)
     messages = {1: b"a" * 1000, 3: bytes(range(256)) * 40}
     data = response(3, messages[3]) + response(1, messages[1])
     for start in range(0, len(data), chunk):
-        connection.data_received(data[start : start + chunk])
+        connection.core.receive_data(data[start : start + chunk])
     assert bytes(await first.call.future) == messages[1]
     assert bytes(await second.call.future) == messages[3]
     assert not connection.streams
 
 
+async def test_a_call_is_half_closed_locally_once_its_request_is_sent() -> None:
+    connection, _ = await connect()
+    stream = call(connection)
+    states = [stream.state]  # the request ended with its last DATA
+    connection.core.receive_data(response(1, b"answer"))
+    states.append(stream.state)
+    assert states == [StreamState.HALF_CLOSED_LOCAL, StreamState.CLOSED]
+    assert bytes(await stream.call.future) == b"answer"
+
+
 async def test_request_waits_for_the_servers_window() -> None:
     connection, transport = await connect({Setting.INITIAL_WINDOW_SIZE: 10})
     stream = call(connection, b"x" * 95)  # 100 bytes with the prefix
-    await asyncio.sleep(0)
     assert sent_data(transport, 1) == (grpc_message_prefix(95) + b"x" * 5, False)
-    connection.data_received(window_update(1, 90))
-    await asyncio.sleep(0)
+    connection.core.receive_data(window_update(1, 90))
     data, ended = sent_data(transport, 1)
     assert len(data) == 100
     assert ended
@@ -127,7 +133,7 @@ async def test_trailers_only_errors_map_to_our_types(status: int, error: type[Ex
     stream = call(connection)
     block = encode_headers([(b":status", b"200"), (b"grpc-status", str(status).encode())])
     block += encode_headers([(b"grpc-message", b"model%20busy")])
-    connection.data_received(frame(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, block))
+    connection.core.receive_data(frame(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, block))
     with pytest.raises(error, match="model busy") as caught:
         await stream.call.future
     assert type(caught.value) is error
@@ -136,24 +142,23 @@ async def test_trailers_only_errors_map_to_our_types(status: int, error: type[Ex
 async def test_resets_goaway_and_loss_fail_calls_as_retryable() -> None:
     connection, transport = await connect()
     refused, finished, unprocessed = call(connection), call(connection), call(connection)
-    connection.data_received(rst_stream(1, ErrorCode.REFUSED_STREAM))
+    connection.core.receive_data(rst_stream(1, ErrorCode.REFUSED_STREAM))
     with pytest.raises(UnavailableError, match="REFUSED_STREAM"):
         await refused.call.future
-    connection.data_received(goaway(3, ErrorCode.NO_ERROR) + frame(FrameType.PING, 0, 0, b"pingpong"))
+    connection.core.receive_data(goaway(3, ErrorCode.NO_ERROR) + frame(FrameType.PING, 0, 0, b"pingpong"))
     assert connection.closing
     with pytest.raises(ConnectionLostError, match="GOAWAY"):
         await unprocessed.call.future
     with pytest.raises(ConnectionLostError):
         call(connection)  # new calls go to a new connection
-    connection.data_received(response(3, b"done"))  # streams up to the GOAWAY's id still finish
+    connection.core.receive_data(response(3, b"done"))  # streams up to the GOAWAY's id still finish
     assert bytes(await finished.call.future) == b"done"
-    await asyncio.sleep(0)
     assert (FrameType.PING, Flag.ACK, 0, b"pingpong") in written_frames(transport)
     assert transport.closed  # the last stream ended: the connection closes itself
 
     connection, _ = await connect()
     lost = call(connection)
-    connection.connection_lost(ConnectionResetError("reset by peer"))
+    connection.protocol.connection_lost(ConnectionResetError("reset by peer"))
     with pytest.raises(ConnectionLostError, match="lost"):
         await lost.call.future
 
@@ -161,19 +166,19 @@ async def test_resets_goaway_and_loss_fail_calls_as_retryable() -> None:
 async def test_bad_responses_are_errors() -> None:
     connection, _ = await connect()
     unhttp, no_status, too_big = call(connection), call(connection), call(connection)
-    connection.data_received(
+    connection.core.receive_data(
         frame(
             FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, encode_headers([(b":status", b"503")])
         )
     )
     with pytest.raises(UnavailableError, match="HTTP status 503"):
         await unhttp.call.future
-    connection.data_received(frame(FrameType.HEADERS, Flag.END_HEADERS, 3, OK_HEADERS))
-    connection.data_received(frame(FrameType.DATA, Flag.END_STREAM, 3, grpc_message_prefix(1) + b"x"))
+    connection.core.receive_data(frame(FrameType.HEADERS, Flag.END_HEADERS, 3, OK_HEADERS))
+    connection.core.receive_data(frame(FrameType.DATA, Flag.END_STREAM, 3, grpc_message_prefix(1) + b"x"))
     with pytest.raises(ServerError, match="without grpc-status"):
         await no_status.call.future
-    connection.data_received(frame(FrameType.HEADERS, Flag.END_HEADERS, 5, OK_HEADERS))
-    connection.data_received(frame(FrameType.DATA, 0, 5, grpc_message_prefix(2 << 20)))
+    connection.core.receive_data(frame(FrameType.HEADERS, Flag.END_HEADERS, 5, OK_HEADERS))
+    connection.core.receive_data(frame(FrameType.DATA, 0, 5, grpc_message_prefix(2 << 20)))
     with pytest.raises(ResourceExhaustedError, match="larger than the limit"):
         await too_big.call.future
     assert not connection.streams
@@ -182,10 +187,10 @@ async def test_bad_responses_are_errors() -> None:
 async def test_the_server_must_speak_hpack_and_http2() -> None:
     connection, transport = await connect()
     stream = call(connection)
-    connection.data_received(frame(FrameType.HEADERS, Flag.END_HEADERS, 1, b"\xff\xff\xff\xff"))
+    connection.core.receive_data(frame(FrameType.HEADERS, Flag.END_HEADERS, 1, b"\xff\xff\xff\xff"))
     assert transport.closed
     assert written_frames(transport)[-1][0] == FrameType.GOAWAY
-    connection.connection_lost(None)
+    connection.protocol.connection_lost(None)
     with pytest.raises(ConnectionLostError):
         await stream.call.future
     assert isinstance(hpack.Decoder().decode(OK_HEADERS), list)  # our encoder's blocks are plain HPACK
@@ -207,7 +212,7 @@ async def test_deadline_cancels_the_stream_and_connect_failures_are_connection_e
     protocol = SilentServer()
     server = await asyncio.get_running_loop().create_server(lambda: protocol, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    transport = NativeTransport(f"127.0.0.1:{port}")
+    transport = H2Transport(f"127.0.0.1:{port}")
     x = np.ones((1, 4), np.float32)
     request = WireRequest("identity", "", (WireInput("INPUT0", "FP32", (1, 4), x.data),), timeout_s=0.05)
     with pytest.raises(DeadlineExceededError, match=r"no response within 0\.05 s"):
@@ -223,20 +228,17 @@ async def test_deadline_cancels_the_stream_and_connect_failures_are_connection_e
     assert (FrameType.RST_STREAM, 0, 1, struct.pack(">I", ErrorCode.CANCEL)) in frames
 
     with pytest.raises(ConnectionLostError, match="failed to connect"):
-        await NativeTransport(f"127.0.0.1:{port}").server_ready()
+        await H2Transport(f"127.0.0.1:{port}").server_ready()
 
 
 async def test_large_requests_leave_in_bounded_batches() -> None:
     connection, transport = await connect({Setting.INITIAL_WINDOW_SIZE: 1 << 24})
-    connection.data_received(window_update(0, 1 << 24))
+    connection.core.receive_data(window_update(0, 1 << 24))
     body = bytes(range(256)) * 4096  # 1 MiB: four batches
     stream = call(connection, body)
-    batches = []
-    for _ in range(6):
-        await asyncio.sleep(0)  # one batch per loop iteration, so reads are not starved
-        batches.append(len(sent_data(transport, 1)[0]))
-    batch = ClientConnection.write_batch_bytes
-    assert batch is not None
+    # Each read takes what one loop iteration would write: one batch, so reads are not starved.
+    batches = [len(sent_data(transport, 1)[0]) for _ in range(6)]
+    batch = WRITE_BATCH_BYTES
     assert batches[0] == batch
     assert batches[1] == 2 * batch
     assert sent_data(transport, 1) == (grpc_message_prefix(len(body)) + body, True)
@@ -254,20 +256,19 @@ async def test_one_timer_fails_each_call_at_its_own_deadline() -> None:
         return connection.open_call(b"", message, max_bytes=1 << 20, timeout_s=timeout_s)
 
     long, short, middle, answered, endless = timed(30.0), timed(0.05), timed(0.2), timed(0.1), timed(None)
-    connection.data_received(response(answered.stream_id, b"in time"))
+    connection.core.receive_data(response(answered.stream_id, b"in time"))
     with pytest.raises(DeadlineExceededError, match=r"no response within 0\.05 s"):
         await short.call.future
     assert not middle.call.future.done()
     with pytest.raises(DeadlineExceededError, match=r"no response within 0\.2 s"):
         await middle.call.future
-    await asyncio.sleep(0)  # the RST_STREAMs leave on the next loop iteration
     resets = {f[2] for f in written_frames(transport) if f[0] == FrameType.RST_STREAM}
     assert resets == {short.stream_id, middle.stream_id}
     assert bytes(await answered.call.future) == b"in time"
     assert not long.call.future.done()
     assert not endless.call.future.done()
-    connection.data_received(response(long.stream_id, b"late but within 30 s"))
+    connection.core.receive_data(response(long.stream_id, b"late but within 30 s"))
     assert bytes(await long.call.future) == b"late but within 30 s"
-    connection.connection_lost(None)
+    connection.protocol.connection_lost(None)
     with pytest.raises(ConnectionLostError):
         await endless.call.future

@@ -10,20 +10,13 @@ import struct
 import pytest
 
 from sonic.client.errors import ConnectionLostError, ResourceExhaustedError
-from sonic.client.transport.h2 import NativeTransport
+from sonic.client.transport.h2 import H2Transport
 from sonic.client.transport.h2_connection import ClientConnection
-from sonic.protocol.grpc_call import grpc_message_prefix
-from sonic.protocol.h2limits import CLIENT_LIMITS
-from sonic.protocol.http2 import (
-    PREFACE,
-    ErrorCode,
-    Flag,
-    FrameType,
-    encode_headers,
-    frame,
-    settings_frame,
-)
-from sonic.testing.h2 import RecordingTransport, parse_frames
+from sonic.h2.frames import PREFACE, ErrorCode, Flag, FrameType, frame, settings_frame
+from sonic.h2.grpc_call import grpc_message_prefix
+from sonic.h2.headers import encode_headers
+from sonic.h2.limits import CLIENT_LIMITS
+from sonic.testing.h2 import CoreOutput, parse_frames
 
 GZIP_HEADERS = encode_headers(
     [(b":status", b"200"), (b"content-type", b"application/grpc"), (b"grpc-encoding", b"gzip")]
@@ -59,7 +52,7 @@ async def call_server(message: bytes, max_decompressed_bytes: int) -> bytes | me
         lambda: CompressingServer(message), "127.0.0.1", 0
     )
     port = server.sockets[0].getsockname()[1]
-    transport = NativeTransport(f"127.0.0.1:{port}", max_decompressed_bytes=max_decompressed_bytes)
+    transport = H2Transport(f"127.0.0.1:{port}", max_decompressed_bytes=max_decompressed_bytes)
     try:
         return await transport.raw_call("ModelInfer", b"request", 10.0)
     finally:
@@ -75,17 +68,16 @@ async def test_compressed_responses_inflate_within_the_bound() -> None:
         await call_server(bomb, 1 << 20)
 
 
-async def connected(**limits: object) -> tuple[ClientConnection, RecordingTransport]:
+async def connected(**limits: object) -> tuple[ClientConnection, CoreOutput]:
     connection = ClientConnection("127.0.0.1:1", dataclasses.replace(CLIENT_LIMITS, **limits))  # type: ignore[arg-type]
-    transport = RecordingTransport()
-    connection.connection_made(transport)  # type: ignore[arg-type]
-    connection.data_received(settings_frame({}))
-    await asyncio.sleep(0)
+    connection.core.start(asyncio.get_running_loop().time())
+    transport = CoreOutput(connection.core)
+    connection.core.receive_data(settings_frame({}))
     transport.written.clear()
     return connection, transport
 
 
-def goaway_code(transport: RecordingTransport) -> int | None:
+def goaway_code(transport: CoreOutput) -> int | None:
     frames = [f for f in parse_frames(bytes(transport.written)) if f[0] == FrameType.GOAWAY]
     return struct.unpack(">II", frames[-1][3][:8])[1] if frames else None
 
@@ -112,26 +104,25 @@ def goaway_code(transport: RecordingTransport) -> int | None:
 async def test_server_violations_end_the_connection_with_their_code(data: bytes, code: int) -> None:
     connection, transport = await connected()
     stream = connection.open_call(b"", [grpc_message_prefix(1), b"x"], max_bytes=1 << 20)
-    connection.data_received(data)
+    connection.core.receive_data(data)
     assert goaway_code(transport) == code
     assert transport.closed
-    connection.connection_lost(None)
+    connection.protocol.connection_lost(None)
     assert isinstance(stream.call.future.exception(), ConnectionLostError)
 
 
 async def test_keepalive_is_an_option_of_the_client() -> None:
     connection, transport = await connected(keepalive_interval_s=5.0, ping_timeout_s=1.0)
     now = asyncio.get_running_loop().time()
-    deadline = connection.next_deadline()
+    deadline = connection.core.next_deadline()
     assert deadline is not None
     assert deadline == pytest.approx(now + 5.0, abs=1.0)
-    connection.on_timer(deadline)  # the SETTINGS arrived in the first period: no PING needed
+    connection.core.on_timer(deadline)  # the SETTINGS arrived in the first period: no PING needed
     assert not transport.written
-    connection.on_timer(deadline + 5.0)  # silence in the second
-    await asyncio.sleep(0)
+    connection.core.on_timer(deadline + 5.0)  # silence in the second
     pings = [f for f in parse_frames(bytes(transport.written)) if f[0] == FrameType.PING]
     assert len(pings) == 1
-    connection.on_timer(deadline + 6.0)
+    connection.core.on_timer(deadline + 6.0)
     assert transport.closed  # no answer: the connection is dropped, calls go to a new one
     default, _ = await connected()
-    assert default.next_deadline() is None  # off unless asked for
+    assert default.core.next_deadline() is None  # off unless asked for

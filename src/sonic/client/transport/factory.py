@@ -27,9 +27,9 @@ def open_transport(address: str, config: ClientConfig) -> GrpcCalls:
         "control_timeout_s": config.control_timeout_s,
     }
     if config.transport is TransportKind.NATIVE:
-        from sonic.client.transport.h2 import NativeTransport  # noqa: PLC0415  (protobuf only when used)
+        from sonic.client.transport.h2 import H2Transport  # noqa: PLC0415  (protobuf only when used)
 
-        return NativeTransport(
+        return H2Transport(
             address,
             keepalive_interval_s=config.keepalive_s,
             keepalive_timeout_s=config.keepalive_timeout_s,

@@ -28,8 +28,7 @@ from sonic.client.errors import (
 from sonic.client.transport.base import RequestTemplate
 from sonic.client.transport.control import GrpcCalls, is_loopback
 from sonic.client.transport.h2_connection import ClientConnection
-from sonic.protocol.errors import GrpcCode
-from sonic.protocol.grpc_call import (
+from sonic.h2.grpc_call import (
     ACCEPT_ENCODING,
     GrpcError,
     MessageLimits,
@@ -38,9 +37,10 @@ from sonic.protocol.grpc_call import (
     format_grpc_timeout,
     grpc_message_prefix,
 )
+from sonic.h2.headers import encode_headers
+from sonic.h2.limits import CLIENT_LIMITS
+from sonic.protocol.errors import GrpcCode
 from sonic.protocol.grpc_codec import decode_response, encode_request, split_response
-from sonic.protocol.h2limits import CLIENT_LIMITS
-from sonic.protocol.http2 import encode_headers
 from sonic.protocol.types import WireRequest, WireResponse
 from sonic.protocol.wire import (
     MAX_MESSAGE_BYTES,
@@ -76,7 +76,7 @@ def tls_context(tls: TlsConfig) -> ssl.SSLContext:
     return context
 
 
-class NativeTransport(GrpcCalls):
+class H2Transport(GrpcCalls):
     def __init__(
         self,
         address: str,
@@ -135,10 +135,11 @@ class NativeTransport(GrpcCalls):
                 return connection
             loop = asyncio.get_running_loop()
             context = tls_context(self._tls) if self._tls is not None else None
+            connection = ClientConnection(self.address, self._limits)
             try:
                 async with asyncio.timeout(self._control_timeout_s):
-                    _, connection = await loop.create_connection(
-                        lambda: ClientConnection(self.address, self._limits),
+                    await loop.create_connection(
+                        lambda: connection.protocol,
                         self._host,
                         self._port,
                         ssl=context,

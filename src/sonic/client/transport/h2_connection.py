@@ -1,16 +1,16 @@
 """Client side of one HTTP/2 connection carrying unary gRPC calls, each call one stream.
 
-The frame handling, flow control, limits and HPACK memo shared with our server are the sans-I/O
-:class:`sonic.protocol.h2connection.Http2Core` on its asyncio adapter
-(:class:`sonic.protocol.h2asyncio.Http2Protocol`); statuses, trailers and message framing are
-:mod:`sonic.protocol.grpc_call`. A call is opened with :meth:`ClientConnection.open_call` (HEADERS, then
+:class:`ClientConnection` is the :class:`~sonic.h2.events.Handler` of a sans-I/O HTTP/2 core in the client
+role (:class:`sonic.h2.client.ClientRole`); ``protocol`` puts that core on asyncio
+(:class:`sonic.h2.aio.H2Protocol`), and tests drive the core by hand (``core.receive_data``,
+``core.data_to_send()``). Statuses, trailers and message framing are :mod:`sonic.h2.grpc_call`. A call is opened with :meth:`ClientConnection.open_call` (HEADERS, then
 its message as flow control allows, END_STREAM on the last DATA) and ends when the server's trailers
 arrive; its future then holds the one response message (still compressed when ``call.compressed``: the
 transport inflates it, bounded and off the loop) or one of our error types.
 
 Deadlines: every call has one by default, so a timer handle per call (made, pushed on the loop's heap,
 cancelled) was a visible part of a small call's cost. Instead the connection keeps one timer
-(:meth:`~sonic.protocol.h2asyncio.Http2Protocol.watch_deadline`), armed at the earliest deadline it knows of; when it fires, the calls past their deadline fail with
+(:meth:`~sonic.h2.aio.H2Protocol.watch_deadline`), armed at the earliest deadline it knows of; when it fires, the calls past their deadline fail with
 DEADLINE_EXCEEDED and it is armed again for the earliest one left. A call then only stores its deadline
 (and re-arms the timer when its deadline is the earliest, which calls of one timeout never are).
 """
@@ -28,19 +28,15 @@ from sonic.client.errors import (
     DrainedError,
     error_for_status,
 )
-from sonic.protocol import grpc_call
+from sonic.h2 import grpc_call
+from sonic.h2.aio import H2Protocol
+from sonic.h2.client import ClientRole
+from sonic.h2.frames import ErrorCode, ProtocolError
+from sonic.h2.grpc_call import GrpcError, reset_status, trailers_status
+from sonic.h2.headers import Headers
+from sonic.h2.limits import CLIENT_LIMITS, Http2Limits
+from sonic.h2.stream import Stream
 from sonic.protocol.errors import GrpcCode
-from sonic.protocol.grpc_call import GrpcError, reset_status, trailers_status
-from sonic.protocol.h2asyncio import Http2Protocol
-from sonic.protocol.h2limits import CLIENT_LIMITS, Http2Limits
-from sonic.protocol.http2 import (
-    PREFACE,
-    ErrorCode,
-    Flag,
-    Headers,
-    ProtocolError,
-    Stream,
-)
 
 
 def _code_name(code: int) -> str:
@@ -84,24 +80,34 @@ class Call:
         return None if value is None else value.decode("latin-1")
 
 
-class ClientConnection(Http2Protocol):
+WRITE_BATCH_BYTES = 1 << 18  # DATA per loop iteration: large requests leave paced (sonic.h2.windows)
+
+
+class ClientConnection:
     """One connection to a server. ``closing``: GOAWAY or loss; new calls go to a new connection."""
 
-    write_batch_bytes = 1 << 18
-
     def __init__(self, address: str, limits: Http2Limits = CLIENT_LIMITS) -> None:
-        super().__init__(expect_preface=False, limits=limits)
         self.address = address
-        self._next_stream_id = 1
-        self._gone = False  # the socket is closed: streams still open were lost with it
+        self._role = ClientRole(self, limits=limits)
+        self.core = core = self._role.connection
+        core.output.write_batch_bytes = WRITE_BATCH_BYTES
+        core.stream_closed = self._room_freed
+        self.streams = core.streams
+        self.protocol = H2Protocol(core, deadlines_due=self.deadlines_due, on_lost=self._connection_lost)
+        self._loop = self.protocol.loop
+        self.closed = self.protocol.closed
         self._draining = False  # a graceful GOAWAY came: calls lost from now on were cut off by a drain
         self._room: deque[asyncio.Future[None]] = deque()  # calls waiting for MAX_CONCURRENT_STREAMS
 
     # --- calls --------------------------------------------------------------------------------------
 
     @property
+    def closing(self) -> bool:
+        return self.core.closing or self.core.lost
+
+    @property
     def full(self) -> bool:
-        return len(self.streams) >= self._peer_max_streams
+        return self._role.full
 
     async def wait_for_room(self) -> None:
         """Until a stream may be opened under the server's MAX_CONCURRENT_STREAMS."""
@@ -125,26 +131,19 @@ class ClientConnection(Http2Protocol):
         if self.closing:
             msg = "the connection is closing"
             raise self._lost(msg)
-        stream_id = self._next_stream_id
-        if stream_id > 0x7FFFFFFF:
-            self.closing = True  # stream ids are spent: the next call opens a new connection
+        if not self._role.ids_left:
+            self.core.closing = True  # stream ids are spent: the next call opens a new connection
             msg = "stream ids exhausted"
             raise self._lost(msg)
-        self._next_stream_id += 2
-        self._last_stream_id = stream_id
-        stream = Stream(stream_id)
         deadline = math.inf if timeout_s is None else self._loop.time() + timeout_s
-        stream.call = Call(self._loop.create_future(), max_bytes, timeout_s, deadline)
-        self.watch_deadline(deadline)
-        self.streams[stream_id] = stream
-        self._emit_header_block(stream_id, block, end_stream=False)
-        self.respond(stream, message, trailers=b"")
-        return stream
+        call = Call(self._loop.create_future(), max_bytes, timeout_s, deadline)
+        self.protocol.watch_deadline(deadline)
+        return self._role.open_stream(block, message, call)
 
     def cancel(self, stream: Stream, error: ClientError | None) -> None:
         """Stop a call (deadline, caller cancelled): RST_STREAM CANCEL, ``error`` to its caller."""
         if stream.stream_id in self.streams:
-            self.reset(stream, ErrorCode.CANCEL)
+            self.core.reset(stream, ErrorCode.CANCEL)
         future = stream.call.future
         if error is not None and not future.done():
             future.set_exception(error)
@@ -168,44 +167,30 @@ class ClientConnection(Http2Protocol):
         return following
 
     def close(self) -> None:
-        self._close()
+        self.core.close()
 
     def transport_protocol(self) -> str | None:
         """The protocol TLS's ALPN agreed on (None without TLS)."""
-        ssl_object = self._transport.get_extra_info("ssl_object") if self._transport is not None else None
-        return None if ssl_object is None else ssl_object.selected_alpn_protocol()
+        ssl_object = self.protocol.get_extra_info("ssl_object")
+        return None if ssl_object is None else ssl_object.selected_alpn_protocol()  # type: ignore[attr-defined]
 
-    # --- the role -----------------------------------------------------------------------------------
+    # --- the connection -----------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._emit(PREFACE)
-        self._send_settings({})
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = self._gone = True
-        super().connection_lost(exc)  # every open stream: stream_reset, as reset_code is 0
+    def _connection_lost(self) -> None:
+        """The core has reset every open stream (as lost: ``core.lost`` was set first)."""
         self._wake_all()
 
     def goaway_received(self, last_stream_id: int, code: int) -> None:
         """Streams up to ``last_stream_id`` finish; later ones were not processed and can go elsewhere."""
-        self.closing = True
         self._draining = code == ErrorCode.NO_ERROR
         for stream in [s for s in self.streams.values() if s.stream_id > last_stream_id]:
-            self.streams.pop(stream.stream_id)
-            self._blocked.pop(stream.stream_id, None)
-            stream.local_closed = stream.remote_closed = True
+            self._role.drop(stream)
             self._fail(stream, self._lost(f"the server is going away (GOAWAY {_code_name(code)})"))
         self._wake_all()
         if not self.streams:
-            self._close()
+            self.core.close()
 
-    def _finish(self, stream: Stream) -> None:
-        stream.local_closed = True
-        if stream.remote_closed:
-            self._forget(stream)
-
-    def _forget(self, stream: Stream) -> None:
-        super()._forget(stream)
+    def _room_freed(self) -> None:
         while self._room and not self.full:
             waiter = self._room.popleft()
             if not waiter.done():
@@ -223,15 +208,8 @@ class ClientConnection(Http2Protocol):
 
     # --- what the server sends ----------------------------------------------------------------------
 
-    def _headers_done(self, stream_id: int, flags: int, block: bytes) -> None:
-        headers = self._headers.decode(block)  # always: the HPACK table must stay in step
-        stream = self.streams.get(stream_id)
-        if stream is None:
-            if stream_id > self._last_stream_id:
-                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on idle stream {stream_id}")
-            return  # a call we already cancelled
+    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
         call: Call = stream.call
-        end_stream = bool(flags & Flag.END_STREAM)
         if call.headers is None:
             call.headers = headers
             status = dict(headers).get(b":status")
@@ -267,7 +245,7 @@ class ClientConnection(Http2Protocol):
         self._end(stream, error)
 
     def stream_reset(self, stream: Stream) -> None:
-        if self._gone:
+        if self.core.lost:
             self._fail(stream, self._lost("the connection was lost"))
             return
         if self._draining and stream.reset_code == ErrorCode.CANCEL:
@@ -279,11 +257,7 @@ class ClientConnection(Http2Protocol):
 
     def _end(self, stream: Stream, outcome: bytes | bytearray | memoryview | ClientError) -> None:
         """The server ended the call: resolve it, and stop sending if the request is still going."""
-        stream.remote_closed = True
-        if stream.local_closed:
-            self._forget(stream)
-        else:
-            self.reset(stream, ErrorCode.CANCEL)
+        self._role.end(stream)
         if isinstance(outcome, ClientError):
             self._fail(stream, outcome)
         elif not stream.call.future.done():

@@ -4,8 +4,9 @@ Each implements :class:`sonic.server.frontends.base.Frontend`; :mod:`~sonic.serv
 the ones a configuration asks for, and all share one :class:`~sonic.server.frontends.gate.CallGate` (guard,
 trace context, error mapping).
 
-- gRPC: :mod:`.grpc_native` (the default, on our HTTP/2 server side in :mod:`.h2`, one call in
-  :mod:`.grpc_native_call`) or :mod:`.grpc_aio` (grpcio), both serving :mod:`.grpc_methods`;
+- gRPC: :mod:`.grpc_h2` (the default, on :mod:`sonic.h2`'s server role, one call in :mod:`.grpc_h2_call`,
+  request DATA charged to the budget by :mod:`.request_windows`) or :mod:`.grpc_aio` (grpcio), both serving
+  :mod:`.grpc_methods`;
 - HTTP/REST: :mod:`.http` with :mod:`.http_routes` (the route table), :mod:`.http_connections` (aiohttp's
   server, counting clients) and :mod:`.http_body` (bounded bodies); ``GET /metrics``: :mod:`.metrics`; both on
   :mod:`.aiohttp_listener`.

@@ -12,7 +12,7 @@ from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend, FrontendSettings
 from sonic.server.frontends.gate import CallGate
 from sonic.server.frontends.grpc_aio import GrpcAioFrontend
-from sonic.server.frontends.grpc_native import NativeGrpcFrontend
+from sonic.server.frontends.grpc_h2 import H2GrpcFrontend
 from sonic.server.frontends.http import HttpFrontend
 from sonic.server.frontends.metrics import MetricsFrontend
 from sonic.server.guard import Guard
@@ -29,8 +29,8 @@ def configured_frontends(
     grpc: Frontend = (
         GrpcAioFrontend(dataplane, gate, config.grpc_port, settings)
         if config.grpc_server is GrpcServerKind.GRPCIO
-        # The native stack takes the HTTP/2 limits that grpcio's server has no equivalent for.
-        else NativeGrpcFrontend(
+        # The h2 stack takes the HTTP/2 limits that grpcio's server has no equivalent for.
+        else H2GrpcFrontend(
             dataplane, gate, config.grpc_port, settings, http2_limits=config.grpc_http2_limits, budget=budget
         )
     )

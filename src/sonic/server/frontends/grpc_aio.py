@@ -1,6 +1,6 @@
 """KServe v2 gRPC frontend on grpcio's asyncio server (``--grpc-server grpcio``).
 
-The native frontend (:mod:`sonic.server.frontends.grpc_native`) is the default; this one stays for
+The native frontend (:mod:`sonic.server.frontends.grpc_h2`) is the default; this one stays for
 deployments that want grpcio's HTTP/2 stack. Both take their handlers from :class:`GrpcMethods`.
 """
 

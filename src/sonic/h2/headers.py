@@ -1,108 +1,21 @@
-"""HTTP/2 (RFC 9113) and HPACK (RFC 7541) framing for our gRPC server and client.
+"""HPACK (RFC 7541) with its bounds, and the field rules of RFC 9113 sections 8.2 and 8.3.
 
-Pure functions, constants and per-stream state; the connection state machine is
-:mod:`sonic.protocol.h2connection`, the gRPC layer above it :mod:`sonic.protocol.grpc_call`. Header blocks we send never touch the HPACK dynamic table (literals
-"without indexing"), so our encoder is stateless and cannot fall out of step with the peer's decoder.
+Header blocks we send never touch the HPACK dynamic table (literals "without indexing"), so our encoder
+is stateless and cannot fall out of step with the peer's decoder. The decoder is hpack's, bounded (list
+size, table-size updates per block) and memoised for blocks that leave the table alone, within a
+per-connection and (server) a shared :class:`~sonic.h2.limits.MemoBudget`.
 """
 
 from __future__ import annotations
 
-import struct
-from collections import deque
-from enum import IntEnum
+from collections.abc import Callable
 from typing import Any
 
 import hpack
 from hpack.table import HeaderTable
 
-from sonic.protocol.h2limits import MemoBudget
-
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-FRAME_HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, stream id
-FRAME_HEADER_BYTES = 9
-DEFAULT_WINDOW_BYTES = 65_535
-DEFAULT_MAX_FRAME_BYTES = 16_384
-MAX_FRAME_BYTES_LIMIT = (1 << 24) - 1
-MAX_WINDOW_BYTES = (1 << 31) - 1
-
-
-class FrameType(IntEnum):
-    DATA = 0
-    HEADERS = 1
-    PRIORITY = 2
-    RST_STREAM = 3
-    SETTINGS = 4
-    PUSH_PROMISE = 5
-    PING = 6
-    GOAWAY = 7
-    WINDOW_UPDATE = 8
-    CONTINUATION = 9
-
-
-class Flag:
-    END_STREAM = 0x1
-    ACK = 0x1
-    END_HEADERS = 0x4
-    PADDED = 0x8
-    PRIORITY = 0x20
-
-
-class ErrorCode(IntEnum):
-    NO_ERROR = 0x0
-    PROTOCOL_ERROR = 0x1
-    INTERNAL_ERROR = 0x2
-    FLOW_CONTROL_ERROR = 0x3
-    STREAM_CLOSED = 0x5
-    FRAME_SIZE_ERROR = 0x6
-    REFUSED_STREAM = 0x7
-    CANCEL = 0x8
-    COMPRESSION_ERROR = 0x9
-    ENHANCE_YOUR_CALM = 0xB
-
-
-class Setting(IntEnum):
-    HEADER_TABLE_SIZE = 0x1
-    ENABLE_PUSH = 0x2
-    MAX_CONCURRENT_STREAMS = 0x3
-    INITIAL_WINDOW_SIZE = 0x4
-    MAX_FRAME_SIZE = 0x5
-    MAX_HEADER_LIST_SIZE = 0x6
-
-
-class ProtocolError(Exception):
-    """A connection error: the connection is closed with GOAWAY carrying ``code``."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def frame(frame_type: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    length = len(payload)
-    return FRAME_HEADER.pack(length >> 16, length & 0xFFFF, frame_type, flags, stream_id) + payload
-
-
-def frame_header(frame_type: int, flags: int, stream_id: int, length: int) -> bytes:
-    return FRAME_HEADER.pack(length >> 16, length & 0xFFFF, frame_type, flags, stream_id)
-
-
-def settings_frame(settings: dict[Setting, int]) -> bytes:
-    return frame(
-        FrameType.SETTINGS, 0, 0, b"".join(struct.pack(">HI", key, value) for key, value in settings.items())
-    )
-
-
-def window_update(stream_id: int, increment: int) -> bytes:
-    return frame(FrameType.WINDOW_UPDATE, 0, stream_id, struct.pack(">I", increment))
-
-
-def rst_stream(stream_id: int, code: ErrorCode) -> bytes:
-    return frame(FrameType.RST_STREAM, 0, stream_id, struct.pack(">I", code))
-
-
-def goaway(last_stream_id: int, code: ErrorCode, debug: str = "") -> bytes:
-    return frame(FrameType.GOAWAY, 0, 0, struct.pack(">II", last_stream_id, code) + debug.encode()[:256])
-
+from sonic.h2.frames import ErrorCode, Flag, ProtocolError
+from sonic.h2.limits import Http2Limits, MemoBudget
 
 # --- HPACK, encoder side -------------------------------------------------------------------------------
 
@@ -270,34 +183,46 @@ def malformed_fields(headers: Headers, *, trailers: bool) -> str | None:
     return None
 
 
-class Stream:
-    """One stream's state in a connection (:mod:`sonic.protocol.h2connection`), either end."""
+class HeaderBlocks:
+    """A header block split over HEADERS and CONTINUATION frames, assembled within the limits."""
 
-    __slots__ = (
-        "call",
-        "local_closed",
-        "pending",
-        "recv_released",
-        "recv_unacked",
-        "remote_closed",
-        "reset_code",
-        "send_credit",
-        "stream_id",
-        "trailers",
-    )
+    __slots__ = ("_block", "_count", "_empty_frame", "_flags", "_limits", "_stream_id", "open")
 
-    def __init__(self, stream_id: int) -> None:
-        self.stream_id = stream_id
-        # The send window relative to the peer's SETTINGS_INITIAL_WINDOW_SIZE (window = credit + initial),
-        # so a change of that setting costs O(1), not a walk over every stream.
-        self.send_credit = 0
-        self.recv_unacked = 0  # DATA received that our WINDOW_UPDATEs have not given back yet
-        self.recv_released = 0  # of those, released by the application and not yet given back
-        self.remote_closed = False
-        self.local_closed = False
-        self.pending: deque[memoryview] = deque()  # DATA not yet allowed out by flow control
-        # Sent once ``pending`` is empty: a header block with END_STREAM, or b"": an empty DATA frame
-        # with END_STREAM (a request ends so; it has no trailers).
-        self.trailers: bytes | None = None
-        self.call: Any = None  # the application's per-stream state
-        self.reset_code = 0  # the peer's RST_STREAM error code
+    def __init__(self, limits: Http2Limits, empty_frame: Callable[[], None]) -> None:
+        self._limits = limits
+        self._empty_frame = empty_frame  # counts a frame without payload (bounded)
+        self.open = False  # a block is being assembled: only its CONTINUATION frames may come
+        self._stream_id = 0
+        self._flags = 0  # of its HEADERS frame
+        self._block = bytearray()
+        self._count = 0  # its CONTINUATION frames so far
+
+    def too_large(self) -> None:
+        msg = f"header block of more than {self._limits.max_header_block_bytes} bytes"
+        raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, msg)
+
+    def begin(self, stream_id: int, flags: int, fragment: memoryview) -> None:
+        """HEADERS without END_HEADERS."""
+        if not fragment:
+            self._empty_frame()
+        self.open = True
+        self._stream_id, self._flags, self._block, self._count = stream_id, flags, bytearray(fragment), 0
+
+    def continued(self, stream_id: int, flags: int, payload: memoryview) -> tuple[int, int, bytes] | None:
+        """A CONTINUATION frame: the whole block (stream id, HEADERS flags, block) once it ends."""
+        if not self.open or self._stream_id != stream_id:
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION without HEADERS")
+        self._count += 1
+        if self._count > self._limits.max_continuation_frames:
+            msg = f"more than {self._limits.max_continuation_frames} CONTINUATION frames in one header block"
+            raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, msg)
+        if not payload and not flags & Flag.END_HEADERS:
+            self._empty_frame()
+        self._block += payload
+        if len(self._block) > self._limits.max_header_block_bytes:
+            self.too_large()
+        if not flags & Flag.END_HEADERS:
+            return None
+        self.open = False
+        block, self._block = bytes(self._block), bytearray()
+        return stream_id, self._flags, block

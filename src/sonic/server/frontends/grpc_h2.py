@@ -1,15 +1,16 @@
 """KServe v2 gRPC frontend on our own HTTP/2 connection code (the default ``--grpc-server native``).
 
-Why not grpcio's server: for small requests its per-call machinery (completion queues, a poller
-thread, several event-loop round trips per call) cost more than half of the server's CPU. Here a call
-is a few callbacks on the connection's protocol object and one task: see docs/benchmarks.md.
+Why not grpcio's server: for small requests its per-call machinery (completion queues, a poller thread,
+several event-loop round trips per call) cost more than half of the server's CPU. Here a call is a few
+callbacks from the connection's HTTP/2 core and one task: see docs/benchmarks.md.
 
 gRPC over HTTP/2 as its spec says: ``application/grpc`` POSTs to ``/inference.GRPCInferenceService/M``,
 length-prefixed messages (gzip/deflate accepted, inflated with a bound on the decompressed size and off
 the event loop when large), ``grpc-timeout`` deadlines, status and message in trailers (or trailers-only
 answers for calls that fail before any response). The parts shared with our client are
-:mod:`sonic.protocol.grpc_call`; the HTTP/2 connection and its limits are
-:mod:`sonic.server.frontends.h2` and :class:`sonic.protocol.h2limits.Http2Limits`.
+:mod:`sonic.h2.grpc_call`; the HTTP/2 connection is a :class:`sonic.h2.server.ServerRole` core on the
+:class:`sonic.h2.aio.H2Protocol` adapter, with the limits of :class:`sonic.h2.limits.Http2Limits`, its
+request DATA charged to the server's budget by :mod:`sonic.server.frontends.request_windows`.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from typing import Any
 
 import grpc
 
-from sonic.protocol.errors import SonicError
-from sonic.protocol.grpc_call import (
+from sonic.h2.aio import H2Protocol
+from sonic.h2.grpc_call import (
     GRPC_MESSAGE_PREFIX_BYTES,
     GrpcError,
     MessageLimits,
@@ -34,23 +35,26 @@ from sonic.protocol.grpc_call import (
     parse_grpc_timeout,
     status_block,
 )
+from sonic.h2.headers import Headers, encode_headers
+from sonic.h2.limits import SERVER_LIMITS, Http2Limits, MemoBudget
+from sonic.h2.server import ServerRole
+from sonic.h2.stream import Stream
+from sonic.protocol.errors import SonicError
 from sonic.protocol.grpc_codec import code_of, grpc_code, grpc_status
-from sonic.protocol.h2limits import SERVER_LIMITS, Http2Limits, MemoBudget
-from sonic.protocol.http2 import encode_headers
 from sonic.protocol.wire import SERVICE, parts_size
 from sonic.server.budget import RequestBudget
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend, FrontendSettings
 from sonic.server.frontends.gate import CallGate, as_sonic_error
-from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, GrpcMethods, UnaryMethod
-from sonic.server.frontends.grpc_native_call import (
+from sonic.server.frontends.grpc_h2_call import (
     RESPONSE_HEADERS,
     TRAILERS_OK,
     Call,
     CallError,
     header_text,
 )
-from sonic.server.frontends.h2 import Headers, Http2Connection, Stream
+from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, GrpcMethods, UnaryMethod
+from sonic.server.frontends.request_windows import RequestWindows
 from sonic.server.tls import grpc_ssl_context
 
 log = logging.getLogger(__name__)
@@ -62,26 +66,34 @@ MEMO_BUDGET_BYTES = 32 << 20  # all connections' header-block memos together
 MAX_QUEUED_STREAM_BYTES = 4 << 20
 
 
-class GrpcConnection(Http2Connection):
-    def __init__(self, frontend: NativeGrpcFrontend) -> None:
-        super().__init__(
-            limits=frontend.http2_limits, memo_budget=frontend.memo_budget, budget=frontend.budget
-        )
+class GrpcConnection:
+    """One client connection's gRPC calls: the Handler of its HTTP/2 core, on asyncio as ``protocol``."""
+
+    def __init__(self, frontend: H2GrpcFrontend) -> None:
         self._frontend = frontend
         self._methods = frontend.methods
-        self._peer: str | None = None
+        self._server = ServerRole(self, limits=frontend.http2_limits, memo_budget=frontend.memo_budget)
+        self.core = core = self._server.connection
+        self.streams = core.streams
+        self.protocol = H2Protocol(
+            core,
+            deadlines_due=self.deadlines_due,
+            on_made=lambda: frontend.connections.add(self),
+            on_lost=self._lost,
+        )
+        self._loop = self.protocol.loop
+        self._windows = RequestWindows(core, frontend.budget, self._loop, self.budget_wait_over)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        self._frontend.connections.add(self)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
+    def _lost(self) -> None:
+        self._windows.connection_lost()  # after the core reset every open stream: its calls released
         self._frontend.connections.discard(self)
 
-    # --- the HTTP/2 hooks ---------------------------------------------------------------------------
+    def start_shutdown(self) -> None:  # GOAWAY: calls in flight finish, new ones are refused
+        self._server.start_shutdown()
 
-    def stream_opened(self, stream: Stream, headers: Headers) -> None:
+    # --- the HTTP/2 events ----------------------------------------------------------------------------
+
+    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:  # noqa: ARG002  (END_STREAM comes as stream_ended)
         try:
             stream.call = self._open_call(stream, headers)
         except CallError as error:
@@ -92,10 +104,10 @@ class GrpcConnection(Http2Connection):
     def stream_data(self, stream: Stream, data: memoryview) -> None:
         call: Call | None = stream.call
         if call is None or stream.local_closed:
-            self.drop_data(stream, len(data))
+            self._windows.drop(stream, len(data))
             return
         call.held += len(data)
-        self.hold_data(stream, len(data))
+        self._windows.hold(stream, len(data))
         try:
             for compressed, message in call.reader.feed(data):
                 self._on_message(stream, call, compressed, message)
@@ -118,6 +130,9 @@ class GrpcConnection(Http2Connection):
             self._spawn(stream, call, self._run_unary(stream, call, call.message), call.held)
             call.held = 0
 
+    def goaway_received(self, last_stream_id: int, code: int) -> None:
+        """The client goes away: the role refuses new streams, calls in flight finish."""
+
     def stream_reset(self, stream: Stream) -> None:
         call: Call | None = stream.call
         if call is None:
@@ -138,7 +153,7 @@ class GrpcConnection(Http2Connection):
         trace = gate.trace_context(lambda name: header_text(fields.get(name.encode())))
         if method_verb != b"POST" or content_type is None or not content_type.startswith(b"application/grpc"):
             # Not a gRPC call at all: answered in HTTP, as the gRPC spec asks.
-            self.send_headers(stream, encode_headers([(b":status", b"415")]), end_stream=True)
+            self.core.send_headers(stream, encode_headers([(b":status", b"415")]), end_stream=True)
             msg = f"not a gRPC request (method {method_verb!r}, content-type {content_type!r})"
             raise CallError(grpc.StatusCode.INVALID_ARGUMENT, msg)
         method = self._frontend.paths.get(path or b"")
@@ -153,15 +168,14 @@ class GrpcConnection(Http2Connection):
         except GrpcError as error:
             raise CallError(grpc_code(error.status), error.message) from None
         if gate.guard is not None:
-            peer = self._peer = self._peer or self.peer
-            gate.admit_grpc(method, header_text(authorization), peer)
+            gate.admit_grpc(method, header_text(authorization), self.core.peer)
         if timeout is not None:
             try:
                 seconds = parse_grpc_timeout(timeout)
             except ValueError as exc:
                 raise CallError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
             call.deadline = self._loop.time() + seconds
-            self.watch_deadline(call.deadline)
+            self.protocol.watch_deadline(call.deadline)
         return call
 
     async def _inflated(self, call: Call, message: bytes | memoryview) -> bytes | memoryview:
@@ -177,7 +191,7 @@ class GrpcConnection(Http2Connection):
         if call.method == "ModelStreamInfer":
             if not call.headers_sent:
                 call.headers_sent = True
-                self.send_headers(stream, RESPONSE_HEADERS)
+                self.core.send_headers(stream, RESPONSE_HEADERS)
             held = min(call.held, len(message) + GRPC_MESSAGE_PREFIX_BYTES)  # the task holds its message
             call.held -= held
             self._spawn(stream, call, self._run_stream_message(stream, call, compressed, message), held)
@@ -198,7 +212,7 @@ class GrpcConnection(Http2Connection):
 
     def _task_done(self, stream: Stream, call: Call, task: asyncio.Task[None], held: int) -> None:
         call.tasks.discard(task)
-        self.release_data(held)
+        self._windows.release(held)
         if (
             call.method == "ModelStreamInfer"
             and call.input_done
@@ -238,9 +252,9 @@ class GrpcConnection(Http2Connection):
             return
         if stream.local_closed:
             return
-        self._cancel_deadline(call)
-        self.send_headers(stream, RESPONSE_HEADERS)
-        self.respond(stream, [grpc_message_prefix(size), *parts], TRAILERS_OK)
+        call.deadline = math.inf
+        self.core.send_headers(stream, RESPONSE_HEADERS)
+        self.core.respond(stream, [grpc_message_prefix(size), *parts], TRAILERS_OK)
 
     async def _run_stream_message(
         self, stream: Stream, call: Call, compressed: bool, message: bytes | memoryview
@@ -255,25 +269,19 @@ class GrpcConnection(Http2Connection):
             async for parts in messages:
                 if stream.local_closed:
                     return  # closing the responses cancels the request: the model sees is_cancelled()
-                self.respond(stream, [grpc_message_prefix(parts_size(parts)), *parts])
+                self.core.respond(stream, [grpc_message_prefix(parts_size(parts)), *parts])
                 if stream.pending and sum(len(piece) for piece in stream.pending) > MAX_QUEUED_STREAM_BYTES:
-                    call.drained = call.drained or self._loop.create_future()
+                    if call.drained is None:
+                        call.drained = self._loop.create_future()
+                        stream.drained = call.output_drained
                     await call.drained
 
-    def _flush(self, stream: Stream) -> None:
-        super()._flush(stream)
-        call: Call | None = stream.call
-        if call is not None and call.drained is not None and not stream.pending:
-            drained, call.drained = call.drained, None
-            if not drained.done():
-                drained.set_result(None)
-
     def _finish_stream_call(self, stream: Stream, call: Call) -> None:
-        self._cancel_deadline(call)
+        call.deadline = math.inf
         if not call.headers_sent:
             call.headers_sent = True
-            self.send_headers(stream, RESPONSE_HEADERS)
-        self.respond(stream, [], TRAILERS_OK)
+            self.core.send_headers(stream, RESPONSE_HEADERS)
+        self.core.respond(stream, [], TRAILERS_OK)
 
     def deadlines_due(self, now: float) -> float:
         """Calls past their ``grpc-timeout`` end with DEADLINE_EXCEEDED, their handlers cancelled."""
@@ -291,13 +299,9 @@ class GrpcConnection(Http2Connection):
             self._fail(stream, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         return following
 
-    @staticmethod
-    def _cancel_deadline(call: Call) -> None:
-        call.deadline = math.inf
-
     def _release(self, call: Call) -> None:
         held, call.held = call.held, 0
-        self.release_data(held)
+        self._windows.release(held)
 
     def budget_wait_over(self) -> None:
         """Calls holding bytes of a request not yet whole end with RESOURCE_EXHAUSTED, releasing them
@@ -314,16 +318,16 @@ class GrpcConnection(Http2Connection):
             return
         call: Call | None = stream.call
         if call is not None:
-            self._cancel_deadline(call)
+            call.deadline = math.inf
             self._release(call)
         headers_sent = call is not None and call.headers_sent
         stream.pending.clear()  # an error replaces any response not yet sent
-        self.send_headers(
+        self.core.send_headers(
             stream, status_block(code_of(code), message, trailers_only=not headers_sent), end_stream=True
         )
 
 
-class NativeGrpcFrontend(Frontend):
+class H2GrpcFrontend(Frontend):
     """Listens, accepts connections, and shuts them down in order (GOAWAY, drain, then close)."""
 
     name = "grpc"
@@ -365,7 +369,11 @@ class NativeGrpcFrontend(Frontend):
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: GrpcConnection(self), self.host, self.port, ssl=self._ssl_context, reuse_address=True
+            lambda: GrpcConnection(self).protocol,
+            self.host,
+            self.port,
+            ssl=self._ssl_context,
+            reuse_address=True,
         )
         self.port = int(self._server.sockets[0].getsockname()[1])
 
@@ -378,13 +386,13 @@ class NativeGrpcFrontend(Frontend):
             connection.start_shutdown()
         if connections:
             _, late = await asyncio.wait(
-                [asyncio.ensure_future(c.closed.wait()) for c in connections], timeout=grace_s
+                [asyncio.ensure_future(c.protocol.closed.wait()) for c in connections], timeout=grace_s
             )
             for waiter in late:
                 waiter.cancel()
         for connection in list(self.connections):
             for stream in list(connection.streams.values()):
                 connection.stream_reset(stream)
-            connection.abort()
+            connection.protocol.abort()
         if self._server is not None:
             await self._server.wait_closed()

@@ -1,7 +1,7 @@
 """Idle timeout and PING keepalive of one HTTP/2 connection, as deadlines (no clock in here).
 
-The adapter (:mod:`sonic.protocol.h2asyncio`) arms :meth:`ConnectionTimers.next_deadline` on its loop
-and reports it with :meth:`~sonic.protocol.h2connection.Http2Core.on_timer`; the core sets ``active``
+The adapter (:mod:`sonic.h2.aio`) arms :meth:`ConnectionTimers.next_deadline` on its loop
+and reports it with :meth:`~sonic.h2.connection.Connection.on_timer`; the core sets ``active``
 whenever bytes arrive, which is all the bookkeeping a received frame costs. Both checks work on whole
 periods: a connection is closed as idle after one to two ``idle_timeout_s`` without streams,
 and pinged after one to two ``keepalive_interval_s`` without frames.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 
-from sonic.protocol.h2limits import Http2Limits
+from sonic.h2.limits import Http2Limits
 
 
 class TimerAction(enum.Enum):

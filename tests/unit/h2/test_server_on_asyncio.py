@@ -1,4 +1,4 @@
-"""The native HTTP/2 layer on its own: frames cut anywhere, flow control, HPACK memo, gRPC framing."""
+"""The server role of our HTTP/2 stack on its asyncio adapter: frames cut anywhere, flow control, HPACK memo, gRPC framing."""
 
 from __future__ import annotations
 
@@ -10,21 +10,14 @@ import grpc
 import hpack
 import pytest
 
-from sonic.protocol.grpc_call import encode_grpc_message, grpc_message_prefix, parse_grpc_timeout
-from sonic.protocol.h2limits import SERVER_LIMITS
-from sonic.protocol.http2 import (
-    PREFACE,
-    ErrorCode,
-    Flag,
-    FrameType,
-    Setting,
-    encode_headers,
-    frame,
-    settings_frame,
-    window_update,
-)
-from sonic.server.frontends.grpc_native_call import CallError, MessageReader
-from sonic.server.frontends.h2 import HeaderDecoder, Headers, Http2Connection, Stream
+from sonic.h2.aio import H2Protocol
+from sonic.h2.frames import PREFACE, ErrorCode, Flag, FrameType, Setting, frame, settings_frame, window_update
+from sonic.h2.grpc_call import encode_grpc_message, grpc_message_prefix, parse_grpc_timeout
+from sonic.h2.headers import HeaderDecoder, Headers, encode_headers
+from sonic.h2.limits import SERVER_LIMITS
+from sonic.h2.server import ServerRole
+from sonic.h2.stream import Stream
+from sonic.server.frontends.grpc_h2_call import CallError, MessageReader
 from sonic.testing.h2 import RecordingTransport, parse_frames
 
 REQUEST_HEADERS = [
@@ -37,16 +30,20 @@ REQUEST_HEADERS = [
 ]
 
 
-class EchoConnection(Http2Connection):
-    """Answers each stream with the bytes it received, once the peer ends it."""
+class EchoConnection:
+    """Answers each stream with the bytes it received, once the peer ends it: the handler of a server-role
+    core (``h2``) on the asyncio adapter (``protocol``)."""
 
     def __init__(self) -> None:
-        super().__init__(limits=dataclasses.replace(SERVER_LIMITS, max_concurrent_streams=4))
+        self.h2 = ServerRole(
+            self, limits=dataclasses.replace(SERVER_LIMITS, max_concurrent_streams=4)
+        ).connection
+        self.protocol = H2Protocol(self.h2)
         self.received: dict[int, bytearray] = {}
         self.headers: dict[int, Headers] = {}
         self.resets: list[int] = []
 
-    def stream_opened(self, stream: Stream, headers: Headers) -> None:
+    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
         self.headers[stream.stream_id] = headers
         self.received[stream.stream_id] = bytearray()
 
@@ -54,13 +51,16 @@ class EchoConnection(Http2Connection):
         self.received[stream.stream_id] += data
 
     def stream_ended(self, stream: Stream) -> None:
-        self.send_headers(stream, encode_headers([(b":status", b"200")]))
-        self.respond(
+        self.h2.send_headers(stream, encode_headers([(b":status", b"200")]))
+        self.h2.respond(
             stream, [bytes(self.received[stream.stream_id])], encode_headers([(b"grpc-status", b"0")])
         )
 
     def stream_reset(self, stream: Stream) -> None:
         self.resets.append(stream.stream_id)
+
+    def goaway_received(self, last_stream_id: int, code: int) -> None:
+        pass
 
 
 def client_bytes(bodies: dict[int, bytes], *, settings: dict[Setting, int] | None = None) -> bytes:
@@ -80,9 +80,9 @@ def client_bytes(bodies: dict[int, bytes], *, settings: dict[Setting, int] | Non
 async def run_connection(data: bytes, chunk: int) -> tuple[EchoConnection, RecordingTransport]:
     connection = EchoConnection()
     transport = RecordingTransport()
-    connection.connection_made(transport)  # type: ignore[arg-type]
+    connection.protocol.connection_made(transport)  # type: ignore[arg-type]
     for start in range(0, len(data), chunk):
-        connection.data_received(data[start : start + chunk])
+        connection.protocol.data_received(data[start : start + chunk])
     await asyncio.sleep(0)  # writes leave on the next loop iteration
     return connection, transport
 
@@ -102,7 +102,7 @@ async def test_streams_survive_any_cut_of_the_byte_stream(chunk: int) -> None:
             ended.add(stream_id)
     assert {k: bytes(v) for k, v in echoed.items()} == bodies
     assert ended == {1, 3, 5}
-    assert not connection.streams  # all closed and forgotten
+    assert not connection.h2.streams  # all closed and forgotten
 
 
 async def test_output_waits_for_the_peers_window() -> None:
@@ -112,7 +112,7 @@ async def test_output_waits_for_the_peers_window() -> None:
     assert sum(len(f[3]) for f in sent if f[0] == FrameType.DATA) == 10
     assert not any(f[0] == FrameType.HEADERS and f[1] & Flag.END_STREAM for f in sent)  # trailers wait too
     transport.written.clear()
-    connection.data_received(window_update(1, 90))
+    connection.protocol.data_received(window_update(1, 90))
     await asyncio.sleep(0)
     sent = parse_frames(bytes(transport.written))
     assert sum(len(f[3]) for f in sent if f[0] == FrameType.DATA) == 90
@@ -132,7 +132,7 @@ async def test_streams_over_the_limit_are_refused_and_pings_answered() -> None:
     refused = [f for f in frames if f[0] == FrameType.RST_STREAM]
     assert [(f[2], struct.unpack(">I", f[3])[0]) for f in refused] == [(9, ErrorCode.REFUSED_STREAM)]
     assert (FrameType.PING, Flag.ACK, 0, b"12345678") in frames
-    assert sorted(connection.streams) == [1, 3, 5, 7]
+    assert sorted(connection.h2.streams) == [1, 3, 5, 7]
 
 
 async def test_reset_stream_is_reported_and_garbage_closes_the_connection() -> None:

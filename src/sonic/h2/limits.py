@@ -12,7 +12,7 @@ Defaults follow what production HTTP/2 stacks settled on after the published att
   idle timeout/ping keepalive options.
 
 Everything counts frames or bytes, never time, so the connection core needs no clock; the keepalive
-and idle timers are deadlines the asyncio adapter arms (:mod:`sonic.protocol.h2asyncio`).
+and idle timers are deadlines the asyncio adapter arms (:mod:`sonic.h2.aio`).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class Http2Limits:
     max_window_updates_per_data_frame: int = 10
     control_frame_allowance: int = 1000
     # What all streams of a connection may send before our WINDOW_UPDATE (the connection window). A
-    # server that opens windows only as its request-buffer budget allows (``acknowledges_on_receipt``
+    # server that opens windows only as its request-buffer budget allows (``receive.on_receipt``
     # off) can be sent this much per connection beyond its budget, so the server's is smaller.
     connection_window_bytes: int = 1 << 30
     # Header-block memo of one connection (blocks that leave the HPACK table alone, and their lists).

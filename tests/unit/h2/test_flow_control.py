@@ -1,6 +1,6 @@
 """The HTTP/2 core's receive windows when the application acknowledges DATA itself.
 
-With ``acknowledges_on_receipt`` off (the server's, under its request-buffer budget), WINDOW_UPDATEs are
+With ``receive.on_receipt`` off (the server's, under its request-buffer budget), WINDOW_UPDATEs are
 owed only for bytes the application released or the core dropped: a sender that is not released can
 send its window and no more.
 """
@@ -10,19 +10,11 @@ from __future__ import annotations
 import dataclasses
 import struct
 
-from sonic.protocol.h2limits import SERVER_LIMITS
-from sonic.protocol.http2 import (
-    PREFACE,
-    ErrorCode,
-    Flag,
-    FrameType,
-    Headers,
-    Stream,
-    encode_headers,
-    frame,
-    settings_frame,
-)
-from sonic.server.frontends.h2 import ServerCore
+from sonic.h2.frames import PREFACE, ErrorCode, Flag, FrameType, frame, settings_frame
+from sonic.h2.headers import Headers, encode_headers
+from sonic.h2.limits import SERVER_LIMITS
+from sonic.h2.server import ServerRole
+from sonic.h2.stream import Stream
 from sonic.testing.h2 import parse_frames
 
 WINDOW = 1 << 17  # the connection window under test: WINDOW_UPDATE once half of it is owed
@@ -38,16 +30,17 @@ BLOCK = encode_headers(
 CHUNK = b"x" * 16_384
 
 
-class Holder(ServerCore):
-    """Keeps every byte of DATA until the test releases it."""
+class Holder:
+    """Keeps every byte of DATA until the test releases it (the handler of a server-role core, ``h2``)."""
 
     def __init__(self) -> None:
-        super().__init__(limits=dataclasses.replace(SERVER_LIMITS, connection_window_bytes=WINDOW))
-        self.acknowledges_on_receipt = False
+        limits = dataclasses.replace(SERVER_LIMITS, connection_window_bytes=WINDOW)
+        self.h2 = ServerRole(self, limits=limits).connection
+        self.h2.receive.on_receipt = False
         self.held: dict[int, int] = {}
         self.open: dict[int, Stream] = {}
 
-    def stream_opened(self, stream: Stream, headers: Headers) -> None:
+    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
         self.held[stream.stream_id] = 0
         self.open[stream.stream_id] = stream
 
@@ -60,18 +53,21 @@ class Holder(ServerCore):
     def stream_reset(self, stream: Stream) -> None:
         pass
 
+    def goaway_received(self, last_stream_id: int, code: int) -> None:
+        pass
+
 
 def connect() -> Holder:
     core = Holder()
-    core.start()
-    core.receive_data(PREFACE + settings_frame({}))
-    core.data_to_send()
+    core.h2.start(0.0)
+    core.h2.receive_data(PREFACE + settings_frame({}))
+    core.h2.data_to_send()
     return core
 
 
 def connection_updates(core: Holder) -> list[int]:
     """Increments of the WINDOW_UPDATEs on stream 0 sent since the last call."""
-    frames = parse_frames(b"".join(bytes(piece) for piece in core.data_to_send()))
+    frames = parse_frames(b"".join(bytes(piece) for piece in core.h2.data_to_send()))
     return [struct.unpack(">I", f[3])[0] for f in frames if f[0] == FrameType.WINDOW_UPDATE and f[2] == 0]
 
 
@@ -81,27 +77,29 @@ def data(stream_id: int, payload: bytes = CHUNK, flags: int = 0) -> bytes:
 
 def test_the_announced_connection_window_is_the_limit() -> None:
     core = Holder()
-    core.start()
+    core.h2.start(0.0)
     assert connection_updates(core) == [WINDOW - 65_535]
 
 
 def test_window_updates_wait_until_the_application_releases_the_data() -> None:
     core = connect()
-    core.receive_data(frame(FrameType.HEADERS, Flag.END_HEADERS, 1, BLOCK) + data(1) * 6)
+    core.h2.receive_data(frame(FrameType.HEADERS, Flag.END_HEADERS, 1, BLOCK) + data(1) * 6)
     assert core.held[1] == 6 * len(CHUNK)
     assert connection_updates(core) == []  # auto-acknowledging would have sent one at half the window
-    core.acknowledge_received_data(core.open[1], 2 * len(CHUNK))
+    core.h2.acknowledge_received_data(core.open[1], 2 * len(CHUNK))
     assert connection_updates(core) == []  # under half a window owed: not worth a frame yet
-    core.acknowledge_received_data(core.open[1], 4 * len(CHUNK))
+    core.h2.acknowledge_received_data(core.open[1], 4 * len(CHUNK))
     assert connection_updates(core) == [6 * len(CHUNK)]
 
 
 def test_a_sender_that_is_not_released_cannot_pass_its_window() -> None:
     core = connect()
-    core.receive_data(frame(FrameType.HEADERS, Flag.END_HEADERS, 1, BLOCK) + data(1) * (WINDOW // len(CHUNK)))
-    assert not core.close_wanted  # exactly the window: allowed
-    core.receive_data(data(1, b"y"))
-    frames = parse_frames(b"".join(bytes(piece) for piece in core.data_to_send()))
+    core.h2.receive_data(
+        frame(FrameType.HEADERS, Flag.END_HEADERS, 1, BLOCK) + data(1) * (WINDOW // len(CHUNK))
+    )
+    assert not core.h2.close_wanted  # exactly the window: allowed
+    core.h2.receive_data(data(1, b"y"))
+    frames = parse_frames(b"".join(bytes(piece) for piece in core.h2.data_to_send()))
     goaway = [f for f in frames if f[0] == FrameType.GOAWAY]
     assert goaway
     assert struct.unpack(">II", goaway[0][3][:8])[1] == ErrorCode.FLOW_CONTROL_ERROR
@@ -110,12 +108,12 @@ def test_a_sender_that_is_not_released_cannot_pass_its_window() -> None:
 def test_data_the_core_drops_opens_the_window_by_itself() -> None:
     """DATA for a stream we reset and padding are nobody's to release: the core gives them back."""
     core = connect()
-    core.receive_data(frame(FrameType.HEADERS, Flag.END_HEADERS, 1, BLOCK))
-    core.reset(core.open[1], ErrorCode.CANCEL)
-    core.data_to_send()
-    core.receive_data(data(1) * 4)  # in flight when we reset: ignored
+    core.h2.receive_data(frame(FrameType.HEADERS, Flag.END_HEADERS, 1, BLOCK))
+    core.h2.reset(core.open[1], ErrorCode.CANCEL)
+    core.h2.data_to_send()
+    core.h2.receive_data(data(1) * 4)  # in flight when we reset: ignored
     padded = frame(FrameType.DATA, Flag.PADDED, 3, bytes([255]) + b"z" * 100 + bytes(255))
-    core.receive_data(frame(FrameType.HEADERS, Flag.END_HEADERS, 3, BLOCK) + padded * 60)
+    core.h2.receive_data(frame(FrameType.HEADERS, Flag.END_HEADERS, 3, BLOCK) + padded * 60)
     assert core.held[3] == 60 * 100
     # Given back as soon as more than half the window is owed: the reset stream's 64 KiB and one padding.
     assert connection_updates(core) == [4 * len(CHUNK) + 256]
@@ -123,11 +121,11 @@ def test_data_the_core_drops_opens_the_window_by_itself() -> None:
 
 def test_released_data_of_a_finished_stream_still_opens_the_connection_window() -> None:
     core = connect()
-    core.receive_data(
+    core.h2.receive_data(
         frame(FrameType.HEADERS, Flag.END_HEADERS, 1, BLOCK) + data(1) * 5 + data(1, CHUNK, Flag.END_STREAM)
     )
     stream = core.open[1]
-    core.reset(stream, ErrorCode.NO_ERROR)  # the call ended before its bytes were released
-    core.data_to_send()
-    core.acknowledge_received_data(stream, core.held[1])
+    core.h2.reset(stream, ErrorCode.NO_ERROR)  # the call ended before its bytes were released
+    core.h2.data_to_send()
+    core.h2.acknowledge_received_data(stream, core.held[1])
     assert connection_updates(core) == [6 * len(CHUNK)]

@@ -1,6 +1,7 @@
-"""One gRPC call of the native front end: its state, its errors, the fixed header blocks it sends.
+"""One gRPC call of the native front end (on :mod:`sonic.h2`): its state, its errors, the fixed header blocks
+it sends.
 
-:mod:`sonic.server.frontends.grpc_native` drives these from the HTTP/2 connection's events.
+:mod:`sonic.server.frontends.grpc_h2` drives these from the HTTP/2 connection's events.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ import math
 
 import grpc
 
-from sonic.protocol import grpc_call
-from sonic.protocol.grpc_call import ACCEPT_ENCODING
-from sonic.protocol.http2 import encode_headers
+from sonic.h2 import grpc_call
+from sonic.h2.grpc_call import ACCEPT_ENCODING
+from sonic.h2.headers import encode_headers
 
 RESPONSE_HEADERS = encode_headers(
     [
@@ -92,3 +93,9 @@ class Call:
         self.drained: asyncio.Future[None] | None = None
         self.headers_sent = False
         self.input_done = False
+
+    def output_drained(self) -> None:
+        """The stream's queued responses have all left: the next one may be sent."""
+        drained, self.drained = self.drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)

@@ -9,9 +9,9 @@ import zlib
 import hpack
 import pytest
 
-from sonic.protocol import inflate as inflate_module
-from sonic.protocol.errors import GrpcCode
-from sonic.protocol.grpc_call import (
+from sonic.h2 import inflate as inflate_module
+from sonic.h2.frames import ErrorCode
+from sonic.h2.grpc_call import (
     GrpcError,
     MessageLimits,
     check_encoding,
@@ -20,8 +20,8 @@ from sonic.protocol.grpc_call import (
     status_block,
     trailers_status,
 )
-from sonic.protocol.http2 import ErrorCode
-from sonic.protocol.inflate import InflateError, InflateLimitError, inflate, inflate_async
+from sonic.h2.inflate import InflateError, InflateLimitError, inflate, inflate_async
+from sonic.protocol.errors import GrpcCode
 
 BOMB = gzip.compress(bytes(64 << 20))  # 64 MiB of zeros in ~64 KiB
 

@@ -2,7 +2,7 @@
 
 What the gRPC spec (PROTOCOL-HTTP2.md) puts on top of HTTP/2, for either end: length-prefixed messages
 with a size limit, ``grpc-timeout``, ``grpc-status``/``grpc-message`` trailers, RST_STREAM codes as
-statuses, and ``grpc-encoding`` compression (inflation bounded by :mod:`sonic.protocol.inflate`).
+statuses, and ``grpc-encoding`` compression (inflation bounded by :mod:`sonic.h2.inflate`).
 Statuses are :class:`~sonic.protocol.errors.GrpcCode` members; each end maps them to its own type.
 """
 
@@ -17,9 +17,10 @@ from urllib.parse import quote, unquote
 import numpy as np
 import numpy.typing as npt
 
+from sonic.h2.frames import ErrorCode
+from sonic.h2.headers import Headers, encode_headers
+from sonic.h2.inflate import WBITS, InflateError, InflateLimitError, inflate_async
 from sonic.protocol.errors import GrpcCode
-from sonic.protocol.http2 import ErrorCode, Headers, encode_headers
-from sonic.protocol.inflate import WBITS, InflateError, InflateLimitError, inflate_async
 
 GRPC_MESSAGE_PREFIX = struct.Struct(">BI")  # compressed flag, message length
 GRPC_MESSAGE_PREFIX_BYTES = 5

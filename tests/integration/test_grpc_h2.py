@@ -16,15 +16,9 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
+from sonic.h2.frames import PREFACE, Flag, FrameType, frame, settings_frame
+from sonic.h2.grpc_call import decode_grpc_message, grpc_message_prefix
 from sonic.launch import ServerProcess
-from sonic.protocol.grpc_call import decode_grpc_message, grpc_message_prefix
-from sonic.protocol.http2 import (
-    PREFACE,
-    Flag,
-    FrameType,
-    frame,
-    settings_frame,
-)
 
 pytestmark = pytest.mark.integration
 

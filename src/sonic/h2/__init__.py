@@ -1,0 +1,24 @@
+"""HTTP/2 (RFC 9113, RFC 7541) and the gRPC call layer over it: our gRPC server's and client's stack, sans I/O.
+
+Laid out like python-hyper h2, one module per concept, composed (no class inherits another here):
+
+- :mod:`~sonic.h2.frames`: frame types, flags, error codes, setting ids, the frames we build
+- :mod:`~sonic.h2.headers`: HPACK with its bounds (encoder, memoised bounded decoder, header blocks
+  over CONTINUATION) and the field rules of RFC 9113 section 8
+- :mod:`~sonic.h2.stream`: one stream's state (:class:`~sonic.h2.stream.StreamState`) and recently closed ids
+- :mod:`~sonic.h2.windows`: flow control, send side (the output queue, the windows) and receive side
+- :mod:`~sonic.h2.settings`: the SETTINGS we send, the peer's checked
+- :mod:`~sonic.h2.limits`: :class:`~sonic.h2.limits.Http2Limits` (units in names) and the memo budget
+- :mod:`~sonic.h2.control`: control frames and the flood counters
+- :mod:`~sonic.h2.timers`: idle timeout and PING keepalive as deadlines
+- :mod:`~sonic.h2.events`: the one :class:`~sonic.h2.events.Handler` a connection calls, and its role
+- :mod:`~sonic.h2.connection`: the connection core both ends share (bytes in, events and bytes out)
+- :mod:`~sonic.h2.server`, :mod:`~sonic.h2.client`: the two roles, each holding its core
+- :mod:`~sonic.h2.aio`: the one asyncio adapter, holding a core
+- :mod:`~sonic.h2.grpc_call`: gRPC over HTTP/2 (message framing, ``grpc-timeout``, status trailers,
+  compression) and :mod:`~sonic.h2.inflate` (bounded inflation)
+
+It sits at the protocol layer: it imports no client or server code. The gRPC server front end on it is
+:mod:`sonic.server.frontends.grpc_h2` (``sonic serve --grpc-server h2``, or ``native``: the default), the
+client transport :mod:`sonic.client.transport.h2` (``transport = "h2"``, or ``native``: the default).
+"""

@@ -1,0 +1,170 @@
+"""The one asyncio adapter of our sans-I/O HTTP/2 core (:class:`sonic.h2.connection.Connection`).
+
+:class:`H2Protocol` *holds* a core (server or client role alike) and owns what the core must not: the
+transport, the event loop and its clock. Received bytes go to :meth:`~Connection.receive_data`; queued
+output leaves in one ``writelines`` per loop iteration (scheduled when the core's output says it has
+some); the core's deadline is one timer handle, and the calls' deadlines (gRPC's ``grpc-timeout``) share
+one more, armed at the earliest; the transport's high-water mark holds our output in the core (DATA in
+its streams, the rest in the queue), where a peer that does not read runs into
+``max_queued_control_frames`` instead of growing our memory.
+
+Used by the server front end (:mod:`sonic.server.frontends.grpc_h2`) and the client transport
+(:mod:`sonic.client.transport.h2`); each gives the adapter its core and, optionally, what to run when the
+connection is made or lost and when call deadlines pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Callable
+from typing import cast
+
+from sonic.h2.connection import Connection
+
+log = logging.getLogger(__name__)
+
+
+def _no_deadlines(now: float) -> float:  # noqa: ARG001  (the signature of a deadlines_due callback)
+    return math.inf
+
+
+class H2Protocol(asyncio.Protocol):
+    """A :class:`Connection` core on an asyncio transport."""
+
+    def __init__(
+        self,
+        core: Connection,
+        *,
+        deadlines_due: Callable[[float], float] = _no_deadlines,
+        on_made: Callable[[], None] | None = None,
+        on_lost: Callable[[], None] | None = None,
+    ) -> None:
+        """``deadlines_due(now)`` ends the calls whose deadline passed and returns the earliest one left
+        (inf: none); ``on_made``/``on_lost`` run once the transport is there, and once it is gone (after
+        the core reset every open stream)."""
+        self.core = core
+        self._deadlines_due = deadlines_due
+        self._on_made = on_made
+        self._on_lost = on_lost
+        self.loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._deadline_timer: asyncio.TimerHandle | None = None  # at the earliest call deadline watched
+        self._deadline_at = math.inf
+        self._write_scheduled = False
+        self.closed = asyncio.Event()
+        core.output.ready = self._output_ready
+        core.on_close = self._write_out  # at once: nothing more is read or sent on this connection
+
+    # --- asyncio.Protocol ---------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, hence a cast and not a check.
+        self._transport = cast("asyncio.Transport", transport)
+        self.core.peer = self._peer()
+        self.core.start(self.loop.time())
+        self._arm_timer()
+        if self._on_made is not None:
+            self._on_made()
+
+    def data_received(self, data: bytes) -> None:
+        self.core.receive_data(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            log.debug("HTTP/2 connection with %s lost: %s", self.core.peer, exc)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._disarm_deadline()
+        self.core.transport_lost()
+        self.closed.set()
+        if self._on_lost is not None:
+            self._on_lost()
+
+    def pause_writing(self) -> None:
+        # Reading goes on: two ends that both stopped reading while their output waits would wait
+        # on each other forever (a large request and a large response on one connection). What the
+        # core queues meanwhile is bounded instead (max_queued_control_frames).
+        self.core.pause_output(True)
+
+    def resume_writing(self) -> None:
+        self.core.pause_output(False)
+        self._write_out()
+
+    # --- the core's outputs -------------------------------------------------------------------------
+
+    def _output_ready(self) -> None:
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            self.loop.call_soon(self._write_out)
+
+    def _write_out(self) -> None:
+        self._write_scheduled = False
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        core = self.core
+        if not core.output.paused or core.close_wanted:
+            out = core.data_to_send()
+            if out:
+                transport.writelines(out)
+        if core.abort_wanted:
+            transport.abort()
+        elif core.close_wanted:
+            transport.close()
+
+    def _arm_timer(self) -> None:
+        deadline = self.core.next_deadline()
+        if deadline is not None:
+            self._timer = self.loop.call_at(deadline, self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        self._timer = None
+        self.core.on_timer(self.loop.time())
+        if not self.core.close_wanted:
+            self._arm_timer()
+
+    # --- call deadlines -----------------------------------------------------------------------------
+    # One timer per connection, not one per call: a TimerHandle made and cancelled per call was a
+    # measurable share of a small request's cost. A call only stores its deadline; the timer fires at
+    # the earliest one watched, and ``deadlines_due`` fails the calls past theirs in one walk over the
+    # streams (at most MAX_CONCURRENT_STREAMS), returning the next deadline to wait for.
+
+    def watch_deadline(self, deadline: float) -> None:
+        """A call must end by ``deadline`` (loop time): ``deadlines_due`` runs once it passed."""
+        if deadline < self._deadline_at:
+            self._disarm_deadline()
+            self._deadline_at = deadline
+            self._deadline_timer = self.loop.call_at(deadline, self._deadline_fired)
+
+    def _deadline_fired(self) -> None:
+        self._deadline_timer, self._deadline_at = None, math.inf
+        following = self._deadlines_due(self.loop.time())
+        if following < math.inf:
+            self.watch_deadline(following)
+
+    def _disarm_deadline(self) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer, self._deadline_at = None, math.inf
+
+    # --- for the application ------------------------------------------------------------------------
+
+    def _peer(self) -> str:
+        """The peer as gRPC spells it: ``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``."""
+        address = self._transport.get_extra_info("peername") if self._transport is not None else None
+        if not address:
+            return "unknown"
+        host, port = address[0], address[1]
+        return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
+
+    def get_extra_info(self, name: str) -> object:
+        """The transport's (``ssl_object`` for TLS's ALPN, ...); None before it is made."""
+        return self._transport.get_extra_info(name) if self._transport is not None else None
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()

@@ -1,0 +1,93 @@
+"""The client's role on one HTTP/2 connection, sans I/O: we open streams, the server answers and ends them.
+
+:class:`ClientRole` holds its :class:`~sonic.h2.connection.Connection` core (``role.connection``) and does
+what only a client does: the connection preface, stream ids (odd, growing, spent at 2**31), MAX_CONCURRENT_STREAMS
+of the server, a response's headers and trailers passed to the :class:`~sonic.h2.events.Handler` (our
+client's gRPC calls: :mod:`sonic.client.transport.h2_connection`), GOAWAY. Bytes in with
+``connection.receive_data``, out with ``connection.data_to_send()``: tests drive it without a loop's
+round trips; on asyncio it runs on :class:`sonic.h2.aio.H2Protocol`.
+"""
+
+from __future__ import annotations
+
+from sonic.h2.connection import Connection
+from sonic.h2.events import Handler
+from sonic.h2.frames import PREFACE, ErrorCode, Flag, ProtocolError
+from sonic.h2.limits import CLIENT_LIMITS, Http2Limits
+from sonic.h2.stream import Stream
+
+MAX_STREAM_ID = 0x7FFFFFFF
+
+
+class ClientRole:
+    """The client's end of one connection; ``connection`` is its core, ``handler`` hears the responses."""
+
+    def __init__(self, handler: Handler, *, limits: Http2Limits = CLIENT_LIMITS) -> None:
+        self.connection = Connection(handler, self, expect_preface=False, limits=limits)
+        self._handler = handler
+        self._next_stream_id = 1
+
+    @property
+    def full(self) -> bool:
+        """As many streams open as the server's MAX_CONCURRENT_STREAMS allows."""
+        core = self.connection
+        return len(core.streams) >= core.peer_max_streams
+
+    @property
+    def ids_left(self) -> bool:
+        return self._next_stream_id <= MAX_STREAM_ID
+
+    def open_stream(self, block: bytes, message: list[bytes | memoryview], call: object = None) -> Stream:
+        """A new stream (its application state ``call``): HEADERS ``block``, then ``message`` as DATA with
+        END_STREAM as flow control allows. The caller checks ``closing`` and :attr:`ids_left` first."""
+        core = self.connection
+        stream_id = self._next_stream_id
+        self._next_stream_id += 2
+        core.last_stream_id = stream_id
+        stream = Stream(stream_id)
+        stream.call = call
+        core.streams[stream_id] = stream
+        core.output.emit_header_block(stream_id, block, end_stream=False)
+        core.respond(stream, message, trailers=b"")
+        return stream
+
+    def end(self, stream: Stream) -> None:
+        """The server ended the call (its last headers): stop sending if the request is still going."""
+        stream.remote_closed = True
+        if stream.local_closed:
+            self.connection.forget(stream)
+        else:
+            self.connection.reset(stream, ErrorCode.CANCEL)
+
+    # --- the core's role ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.connection.output.emit(PREFACE)
+        self.connection.send_settings({})
+
+    def headers_done(self, stream_id: int, flags: int, block: bytes) -> None:
+        core = self.connection
+        headers = core.headers.decode(block)  # always: the HPACK table must stay in step
+        stream = core.streams.get(stream_id)
+        if stream is None:
+            if stream_id > core.last_stream_id:
+                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on idle stream {stream_id}")
+            return  # a call we already cancelled
+        self._handler.headers_received(stream, headers, bool(flags & Flag.END_STREAM))
+
+    def finished(self, stream: Stream) -> None:
+        stream.local_closed = True
+        if stream.remote_closed:
+            self.connection.forget(stream)
+
+    def goaway_received(self, last_stream_id: int, code: int) -> None:
+        """No new streams; the handler fails those above ``last_stream_id`` (:meth:`drop`) and finishes."""
+        self.connection.closing = True
+        self._handler.goaway_received(last_stream_id, code)
+
+    def drop(self, stream: Stream) -> None:
+        """A stream the server will not process (above a GOAWAY's last id): forgotten without a frame."""
+        core = self.connection
+        core.streams.pop(stream.stream_id)
+        core.output.unblock(stream)
+        stream.local_closed = stream.remote_closed = True

@@ -1,0 +1,50 @@
+"""What an HTTP/2 connection core tells its application, and what it asks of its role.
+
+The core (:class:`sonic.h2.connection.Connection`) calls one :class:`Handler`: the application's
+events, one method each (python-hyper h2 returns event objects instead; calls cost less per request).
+What differs between the two ends is a :class:`Role`: :class:`sonic.h2.server.ServerRole` or
+:class:`sonic.h2.client.ClientRole`, each holding its core.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sonic.h2.headers import Headers
+from sonic.h2.stream import Stream
+
+
+class Handler(Protocol):
+    """The application on one connection (the gRPC call layer of our server or client)."""
+
+    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
+        """Server: a request's headers, as the peer opens ``stream`` (its END_STREAM follows as
+        :meth:`stream_ended`). Client: the response's headers, then its trailers (``end_stream``)."""
+
+    def stream_data(self, stream: Stream, data: memoryview) -> None:
+        """DATA for ``stream``: a view valid only during the call."""
+
+    def stream_ended(self, stream: Stream) -> None:
+        """The peer sent END_STREAM (server: after DATA, headers or trailers; client: on DATA)."""
+
+    def stream_reset(self, stream: Stream) -> None:
+        """The stream is gone before we finished it (RST_STREAM either way, connection lost)."""
+
+    def goaway_received(self, last_stream_id: int, code: int) -> None:
+        """The peer's GOAWAY (the role has already stopped new streams)."""
+
+
+class Role(Protocol):
+    """What the two ends do differently; the core calls it."""
+
+    def start(self) -> None:
+        """Our side's opening: preface (client) and SETTINGS."""
+
+    def headers_done(self, stream_id: int, flags: int, block: bytes) -> None:
+        """A whole header block (HEADERS with its CONTINUATIONs) arrived."""
+
+    def finished(self, stream: Stream) -> None:
+        """We sent END_STREAM on ``stream``."""
+
+    def goaway_received(self, last_stream_id: int, code: int) -> None:
+        """The peer's GOAWAY."""

@@ -1,0 +1,64 @@
+"""The layout of ``sonic.h2`` holds: composition, not an inheritance tower; one core that knows no role.
+
+Read from the source with ``ast`` (nothing is imported).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import sonic.h2
+
+H2 = Path(sonic.h2.__file__).parent
+MODULES = sorted(H2.glob("*.py"))
+# What a class here may derive from: the stdlib's and hpack's, never another class of ours.
+ALLOWED_BASES = {
+    "Protocol",
+    "IntEnum",
+    "Enum",
+    "enum.Enum",
+    "Exception",
+    "ValueError",
+    "HeaderTable",
+    "hpack.Decoder",
+    "asyncio.Protocol",
+}
+# The modules that hold or drive a core, which the core and the modules below it must not import.
+ABOVE_THE_CORE = {"server", "client", "aio"}
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def test_no_class_inherits_from_another_of_ours() -> None:
+    found = {}
+    for path in MODULES:
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.ClassDef):
+                found[f"{path.name}:{node.name}"] = {ast.unparse(base) for base in node.bases}
+    assert found, "no classes found"
+    wrong = {name: bases for name, bases in found.items() if not bases <= ALLOWED_BASES}
+    assert not wrong, f"classes of sonic.h2 with bases beyond {sorted(ALLOWED_BASES)}: {wrong}"
+
+
+def test_no_hook_is_left_to_a_subclass() -> None:
+    raising = [
+        path.name
+        for path in MODULES
+        for node in ast.walk(_tree(path))
+        if isinstance(node, ast.Raise) and "NotImplementedError" in ast.unparse(node)
+    ]
+    assert raising == []
+
+
+def test_the_core_imports_no_role_and_no_adapter() -> None:
+    for path in MODULES:
+        if path.stem in ABOVE_THE_CORE:
+            continue
+        imported = {
+            node.module for node in ast.walk(_tree(path)) if isinstance(node, ast.ImportFrom) and node.module
+        }
+        above = {name for name in imported if name.removeprefix("sonic.h2.") in ABOVE_THE_CORE}
+        assert not above, f"{path.name} imports {sorted(above)}"
