@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import selectors
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from sonic.h2.frames import FrameType, frame
-from sonic.launch.process import terminate
+from sonic.launch.process import killed_after, terminate
 from sonic.launch.serve import wait_for_ready_line
 from sonic.testing.h2peer import RawH2, grpc_headers
 
@@ -22,21 +20,16 @@ LINE_TIMEOUT_S = 60.0
 
 
 def _read_until(process: subprocess.Popen[str], text: str) -> list[str]:
-    """The server's output lines up to the first that contains ``text`` (select with a deadline)."""
+    """The server's output lines up to the first that contains ``text`` (the process killed past the
+    deadline, which ends the read: see ``sonic.launch.process.killed_after``)."""
     assert process.stdout is not None
     lines: list[str] = []
-    deadline = time.monotonic() + LINE_TIMEOUT_S
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        while not lines or text not in lines[-1]:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, f"no line with {text!r} within {LINE_TIMEOUT_S} s; got {lines}"
-            if not selector.select(remaining):
-                continue
-            line = process.stdout.readline()
-            assert line, f"the server's output ended before a line with {text!r}; got {lines}"
+    with killed_after(process, LINE_TIMEOUT_S):
+        for line in iter(process.stdout.readline, ""):
             lines.append(line)
-    return lines
+            if text in line:
+                return lines
+    raise AssertionError(f"no line with {text!r} before the output ended or {LINE_TIMEOUT_S} s; got {lines}")
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

@@ -7,12 +7,14 @@ process is stopped and the error says why, followed by the tail of the log.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import tempfile
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -39,6 +41,30 @@ def terminate(process: subprocess.Popen[Any], timeout_s: float) -> int:
         # Closed on every path: an open pipe left to the garbage collector is a ResourceWarning.
         if process.stdout is not None:
             process.stdout.close()
+
+
+@contextlib.contextmanager
+def killed_after(process: subprocess.Popen[Any], timeout_s: float) -> Iterator[threading.Event]:
+    """Kill ``process`` if the block lasts past ``timeout_s`` (the event it yields is then set), so that a
+    blocking ``readline`` of its output ends (EOF) instead of waiting forever.
+
+    Why not ``select`` on the pipe: lines that Python's text wrapper has already read into its buffer are
+    invisible to it, so a ready line that arrived in one chunk with earlier log lines would be waited for
+    in vain until the deadline.
+    """
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        process.kill()
+
+    timer = threading.Timer(timeout_s, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield expired
+    finally:
+        timer.cancel()
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import re
-import selectors
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from sonic.launch.process import LaunchError, ServerHandle, start_process, temporary_log
+from sonic.launch.process import LaunchError, ServerHandle, killed_after, start_process, temporary_log
 
 # ``sonic: ready grpc=HOST:PORT [http=HOST:PORT] [metrics=HOST:PORT]``: parsed as generic KEY=VALUE fields.
 READY_PATTERN = re.compile(r"^sonic: ready (?P<fields>.*)$")
@@ -21,23 +19,18 @@ class ServerStartError(LaunchError):
 
 
 def wait_for_ready_line(process: subprocess.Popen[str], timeout_s: float) -> dict[str, str]:
-    """Read the server's stdout until its ready line; returns the line's fields (``grpc`` -> address)."""
+    """Read the server's stdout until its ready line; returns the line's fields (``grpc`` -> address).
+
+    Past ``timeout_s`` the process is killed (it failed to start) and ServerStartError says so."""
     assert process.stdout is not None
-    deadline = time.monotonic() + timeout_s
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ServerStartError(f"sonic serve gave no ready line within {timeout_s:.0f} s")
-            if not selector.select(remaining):
-                continue
-            line = process.stdout.readline()
-            if not line:
-                raise ServerStartError(f"sonic serve exited with code {process.wait()} before ready")
+    with killed_after(process, timeout_s) as expired:
+        for line in iter(process.stdout.readline, ""):
             match = READY_PATTERN.match(line.strip())
             if match:
                 return dict(field.split("=", 1) for field in match["fields"].split())
+    if expired.is_set():
+        raise ServerStartError(f"sonic serve gave no ready line within {timeout_s:.0f} s (killed)")
+    raise ServerStartError(f"sonic serve exited with code {process.wait()} before ready")
 
 
 class ServerProcess(ServerHandle):
