@@ -2,13 +2,17 @@
 
 Per demo: (1) `sonic demo WHICH --traffic-log DIR` runs as a user runs it (its own process, its own
 server) and leaves the trace; (2) `sonic analyze --traffic` (its engine, :mod:`sonic.perf.analyze_traffic`)
-replays the trace of the demo's batching model against the demo's own configuration and each candidate
-and recommends one; (3) the demo's configuration and the recommended one are replayed in turn, the order
-reversed every other round, and the script prints per configuration the medians and spreads of p99 and
-mean latency, the paired per-round ratio, and the replay's fidelity (requests sent per second against
-requests recorded per second). The machine's other work shows in the spread: read the rounds, not one.
+replays the trace of the demo's batching model against the demo's own configuration (the "current" one)
+and each distinct candidate in paired rounds, the order reversed every other round, and decides
+(:mod:`sonic.perf.decide`): a candidate is recommended only if it beats the demo's configuration beyond
+the spread of the rounds. Its rounds are the measured effect under replay: per candidate the paired p99
+ratios (candidate / demo's, per round), their median and spread. This is done at the recorded rate (x1)
+and time-scaled (xK): the demos send far less than one server takes, and the seeds' point is many jobs
+per server. K is the scale that brings the trace's server utilisation (its share of each execution's
+compute, summed over the recorded span: :func:`sonic.perf.analyze_traffic.server_load`) to
+``--target-utilisation`` (default 0.8); a trace already at or above it is analysed at x1 only.
 
-    .venv/bin/python -m benchmarks.traffic_demos [--rounds 5] [--analyze-repeats 1] [--reuse]
+    .venv/bin/python -m benchmarks.traffic_demos [--rounds 3] [--reuse] [--which hlt] [--scales 1,K]
 
 Figures: benchmarks/results/traffic_demos.json; the demos' own output under --out (default
 /tmp/sonic-traffic-demos). ``--reuse`` keeps traces already recorded there.
@@ -17,7 +21,6 @@ Figures: benchmarks/results/traffic_demos.json; the demos' own output under --ou
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import shutil
 import statistics
@@ -29,14 +32,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import text_format
-
 from benchmarks.common import save
-from sonic.launch import ServerProcess
-from sonic.perf.analyze import CANDIDATE_SERVER_ARGS, SearchSpace, write_candidate_repository
-from sonic.perf.analyze_traffic import TrafficAnalyzeConfig, run_traffic_analysis
-from sonic.perf.replay import ReplayConfig, ReplayReport, replay
-from sonic.protocol.model_config import CONFIG_FILENAME, load_config_file
+from sonic.perf.analyze import SearchSpace
+from sonic.perf.analyze_traffic import (
+    TrafficAnalysis,
+    TrafficAnalyzeConfig,
+    run_traffic_analysis,
+    server_load,
+)
 from sonic.traffic.schema import read_traffic
 
 
@@ -45,7 +48,8 @@ class Demo:
     which: str
     model: str  # the demo's model with dynamic batching: the configuration it ships
     demo_args: tuple[str, ...]
-    space: SearchSpace
+    space: SearchSpace  # at the recorded rate: kept small, each replay lasting the whole recorded span
+    scaled_space: SearchSpace  # time-scaled: replays are short, the whole space
     jobs_recorded: int  # client jobs behind the trace, for the scaling model (0: mixed, not fitted)
 
 
@@ -58,6 +62,12 @@ DEMOS = (
             instance_counts=(1, 2),
             max_batch_sizes=(65536,),
             dynamic_batching=(False, True),
+            max_queue_delays_us=(2000,),
+        ),
+        SearchSpace(
+            instance_counts=(1, 2),
+            max_batch_sizes=(65536,),
+            dynamic_batching=(False, True),
             max_queue_delays_us=(0, 2000),
         ),
         0,
@@ -66,6 +76,12 @@ DEMOS = (
         "protodune",
         "emtrk_michel",
         ("--events", "4"),
+        SearchSpace(
+            instance_counts=(1, 2),
+            max_batch_sizes=(2048,),
+            dynamic_batching=(True,),
+            max_queue_delays_us=(0, 20000),
+        ),
         SearchSpace(
             instance_counts=(1, 2),
             max_batch_sizes=(2048,),
@@ -95,92 +111,37 @@ def recorded_p99_ms(traffic: Path, model: str) -> float:
     return totals[min(len(totals) - 1, int(0.99 * len(totals)))] / 1000
 
 
-def replay_once(root: Path, traffic: Path, model: str) -> ReplayReport:
-    with ServerProcess.start([root], extra_args=CANDIDATE_SERVER_ARGS) as server:
-        return asyncio.run(replay(ReplayConfig(traffic, server.grpc_address, models=(model,))))
-
-
-def figures(report: ReplayReport, model: str) -> dict[str, Any]:
-    result = report.models[model]
-    latency = result.latency
-    server = result.server
-    return {
-        "p99_ms": latency.p99_us / 1000,
-        "mean_ms": latency.mean_us / 1000,
-        "failed": result.failed,
-        "fidelity": report.fidelity,
-        "late": report.late,
-        "recorded_per_s": report.recorded_per_s,
-        "sent_per_s": report.sent_per_s,
-        "server_batch": server.inferences / server.executions if server and server.executions else 0.0,
-        "server_queue_us": server.queue_us if server else 0.0,
-    }
-
-
 def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def compare(
-    demo: Demo, repository: Path, traffic: Path, recommended_text: str, rounds: int
-) -> dict[str, Any]:
-    model_dir = repository / demo.model
-    current = load_config_file(model_dir / CONFIG_FILENAME)
-    recommended = load_config_file(model_dir / CONFIG_FILENAME)
-    recommended.Clear()
-    text_format.Parse(recommended_text, recommended)
-    rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="sonic-traffic-demos-") as tmp:
-        roots = {
-            "demo": write_candidate_repository(model_dir, Path(tmp) / "demo", current),
-            "recommended": write_candidate_repository(model_dir, Path(tmp) / "recommended", recommended),
+def analysis_figures(analysis: TrafficAnalysis) -> dict[str, Any]:
+    """Per configuration its rounds; per candidate its paired ratios to the demo's configuration."""
+    configurations = {}
+    for trial in (analysis.current, *analysis.candidates):
+        rounds = [r for r in trial.rounds if r.p99_ms is not None]
+        configurations[trial.name] = {
+            "rounds_p99_ms": [r.p99_ms for r in trial.rounds],
+            "rounds_mean_ms": [r.mean_ms for r in trial.rounds],
+            "failed": trial.failed,
+            "error": trial.error,
+            **({"p99_ms": spread([r.p99_ms or 0.0 for r in rounds])} if rounds else {}),
+            **({"fidelity": spread([r.fidelity for r in rounds])} if rounds else {}),
         }
-        for round_index in range(rounds):
-            names = list(roots) if round_index % 2 == 0 else list(roots)[::-1]
-            for name in names:
-                row = {
-                    "round": round_index,
-                    "config": name,
-                    **figures(replay_once(roots[name], traffic, demo.model), demo.model),
-                }
-                rows.append(row)
-                print(
-                    f"  round {round_index} {name:11s} p99 {row['p99_ms']:8.2f} ms  mean {row['mean_ms']:8.2f} ms  "
-                    f"failed {row['failed']}  fidelity {row['fidelity']:.3f}  batch {row['server_batch']:.0f}  "
-                    f"load {os.getloadavg()[0]:.1f}",
-                    flush=True,
-                )
-    summary: dict[str, Any] = {}
-    for name in ("demo", "recommended"):
-        mine = [r for r in rows if r["config"] == name]
-        for key in ("p99_ms", "mean_ms", "fidelity", "server_batch"):
-            summary[f"{name} {key}"] = spread([float(r[key]) for r in mine])
-    for key in ("p99_ms", "mean_ms"):
-        ratios = []
-        for round_index in range(rounds):
-            pair = {r["config"]: r[key] for r in rows if r["round"] == round_index}
-            ratios.append(pair["recommended"] / pair["demo"] if pair["demo"] else 0.0)
-        summary[f"recommended/demo {key}"] = {"rounds": [round(x, 3) for x in ratios], **spread(ratios)}
-    return {"rows": rows, "summary": summary}
-
-
-def rates(report_rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Recorded against replayed requests per second, over every replay of the comparison."""
-    recorded = report_rows[0]["recorded_per_s"]
-    seconds = len(recorded)
-    mean_recorded = sum(recorded) / max(1, seconds)
-    sent_means = [sum(r["sent_per_s"]) / max(1, len(r["sent_per_s"])) for r in report_rows]
+    verdicts = [asdict(v) for v in analysis.decision.verdicts]
+    chosen = analysis.recommended
     return {
-        "recorded_seconds": seconds,
-        "recorded_mean_per_s": mean_recorded,
-        "recorded_peak_per_s": max(recorded, default=0),
-        "replayed_mean_per_s": spread(sent_means),
-        "replayed_peak_per_s": spread([float(max(r["sent_per_s"], default=0)) for r in report_rows]),
-        "fidelity": spread([r["fidelity"] for r in report_rows]),
-        "late": spread([float(r["late"]) for r in report_rows]),
-        "recorded_per_s": recorded,
-        "first_replay_sent_per_s": report_rows[0]["sent_per_s"],
+        "configurations": configurations,
+        "verdicts": verdicts,
+        "recommended": chosen.name if chosen else None,
+        "recommended_config": chosen.config_text if chosen else None,
+        "elapsed_s": analysis.elapsed_s,
     }
+
+
+def scale_for(utilisation: float, target: float) -> float:
+    """The time scale that brings the trace's server utilisation to ``target`` (1: already there)."""
+    return max(1.0, round(target / utilisation)) if utilisation > 0 else 1.0
 
 
 def run_demo(demo: Demo, args: argparse.Namespace, repository: Path) -> dict[str, Any]:
@@ -188,20 +149,9 @@ def run_demo(demo: Demo, args: argparse.Namespace, repository: Path) -> dict[str
     traffic, record_s = record(demo, args.out, repository, args.reuse)
     recorded_p99 = recorded_p99_ms(traffic, demo.model)
     slo = args.slo_factor * recorded_p99
-    print(
-        f"== {demo.which}: analyze {demo.model} (SLO p99 {slo:.1f} ms = {args.slo_factor:g} x recorded {recorded_p99:.1f} ms)"
-    )
-    analysis = run_traffic_analysis(
-        TrafficAnalyzeConfig(repository, demo.model, traffic, slo, demo.space, repeats=args.analyze_repeats),
-        progress=lambda line: print("  " + line, flush=True),
-    )
-    trials = [asdict(t) for t in (analysis.current, *analysis.candidates)]
-    for trial in trials:
-        print(
-            f"  {trial['name']:40s} p99 {trial['p99_ms'] or 0:8.2f} ms failed {trial['failed']} {trial['error']}"
-        )
-    chosen = analysis.recommended
-    load = analysis.load
+    load = server_load(read_traffic(traffic, (demo.model,)).to_pylist())
+    scaled = scale_for(load.utilisation, args.target_utilisation)
+    scales = args.scales or ([1.0, scaled] if scaled > 1 else [1.0])
     result: dict[str, Any] = {
         "model": demo.model,
         "demo_args": list(demo.demo_args),
@@ -209,24 +159,47 @@ def run_demo(demo: Demo, args: argparse.Namespace, repository: Path) -> dict[str
         "recorded_requests": load.requests,
         "recorded_server_p99_ms": recorded_p99,
         "slo_p99_ms": slo,
-        "analyze_repeats": args.analyze_repeats,
-        "analysis": {"trials": trials, "recommended": chosen.name if chosen else None},
+        "rounds": args.rounds,
         "scaling": {"utilisation": load.utilisation, "server_s": load.server_s, "wall_s": load.wall_s},
+        "scale_for_target_utilisation": scaled,
+        "analyses": {},
     }
     if demo.jobs_recorded:
         result["scaling"]["jobs_per_server"] = load.jobs_per_server(demo.jobs_recorded)
-    if chosen is None or chosen.name == "current":
-        print(f"== {demo.which}: the demo's own configuration is the recommendation; nothing to compare")
-        return result
-    print(f"== {demo.which}: {args.rounds} rounds, demo's configuration against {chosen.name}", flush=True)
-    comparison = compare(demo, repository, traffic, chosen.config_text, args.rounds)
-    result["comparison"] = comparison
-    result["rates"] = rates(comparison["rows"])
-    for key, value in comparison["summary"].items():
-        print(f"  {key}: {value}")
-    print(
-        f"  rates: { {k: v for k, v in result['rates'].items() if not k.endswith('per_s') or 'mean' in k or 'peak' in k} }"
-    )
+    for scale in scales:
+        space = demo.space if scale == 1 else demo.scaled_space
+        print(
+            f"== {demo.which} x{scale:g}: analyze {demo.model} in {args.rounds} paired rounds "
+            f"(SLO p99 {slo:.1f} ms = {args.slo_factor:g} x recorded {recorded_p99:.1f} ms; "
+            f"utilisation at x1 {load.utilisation:.3f}, load {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
+        analysis = run_traffic_analysis(
+            TrafficAnalyzeConfig(
+                repository,
+                demo.model,
+                traffic,
+                slo,
+                space,
+                time_scale=scale,
+                repeats=args.rounds,
+                time_budget_s=args.time_budget_s,
+            ),
+            progress=lambda line: print(f"  {line} (load {os.getloadavg()[0]:.1f})", flush=True),
+        )
+        figures = analysis_figures(analysis)
+        result["analyses"][f"x{scale:g}"] = {"time_scale": scale, **figures}
+        current = figures["configurations"]["current"]
+        print(f"  demo's configuration: p99 per round {current['rounds_p99_ms']}")
+        for verdict in analysis.decision.verdicts:
+            ratios = ", ".join(f"{r:.2f}" for r in verdict.ratios)
+            print(
+                f"  {verdict.name}: ratios [{ratios}] median {verdict.median_ratio} ±{verdict.spread}: {verdict.why}"
+            )
+        for trial in analysis.candidates:
+            if not trial.rounds:
+                print(f"  {trial.name}: {trial.error}")
+        print(f"  => {figures['recommended'] or 'keep the current configuration'}", flush=True)
     return result
 
 
@@ -234,15 +207,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3, help="paired rounds per analysis")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "sonic-traffic-demos")
     parser.add_argument("--repository", type=Path, default=None, help="demo models (default OUT/models)")
     parser.add_argument("--which", choices=[d.which for d in DEMOS], action="append", default=None)
     parser.add_argument("--slo-factor", type=float, default=2.0, help="SLO: this x the recorded server p99")
     parser.add_argument("--reuse", action="store_true", help="keep traces already recorded under --out")
     parser.add_argument(
-        "--analyze-repeats", type=int, default=1, help="sonic analyze --repeats: replays per candidate"
+        "--target-utilisation", type=float, default=0.8, help="the scaled replay's server utilisation"
     )
+    parser.add_argument(
+        "--scales",
+        type=lambda text: [float(x) for x in text.split(",")],
+        default=None,
+        help="time scales to analyse at (default: 1 and the one reaching --target-utilisation)",
+    )
+    parser.add_argument("--time-budget-s", type=float, default=1800.0, help="per analysis")
+    parser.add_argument("--tag", default="", help="results go to results/traffic_demos-TAG.json")
     args = parser.parse_args()
     repository = args.repository or args.out / "models"
     results: dict[str, Any] = {"load_average_start": os.getloadavg()}
@@ -250,7 +231,8 @@ def main() -> None:
         if args.which is None or demo.which in args.which:
             results[demo.which] = run_demo(demo, args, repository)
     results["load_average_end"] = os.getloadavg()
-    print(f"saved {save('traffic_demos', results)}")
+    results["args"] = {key: str(value) for key, value in vars(args).items()}
+    print(f"saved {save('traffic_demos' + (f'-{args.tag}' if args.tag else ''), results)}")
 
 
 if __name__ == "__main__":

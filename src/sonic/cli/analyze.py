@@ -68,7 +68,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--server-arg", action="append", default=[], help="passed to sonic serve, e.g. --server-arg=--gpus=0"
     )
     parser.add_argument(
-        "--repeats", type=int, default=1, help="runs per candidate, round robin; the best is kept (default 1)"
+        "--repeats",
+        type=int,
+        default=None,
+        help="runs per candidate, round robin; the best is kept (default 1); with --traffic: paired "
+        "rounds against the current configuration (default 3)",
     )
     parser.add_argument("-o", "--output-dir", type=Path, default=Path("analyze-results"))
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG")
@@ -99,7 +103,7 @@ def config_from_args(args: argparse.Namespace) -> AnalyzeConfig:
         objective=args.objective,
         max_p99_latency_ms=args.max_p99_latency_ms,
         time_budget_s=args.time_budget_s,
-        repeats=max(1, args.repeats),
+        repeats=max(1, args.repeats or 1),
         server_args=tuple(args.server_arg),
         input_data=args.input_data,
         shapes=tuple(parse_shape(s) for s in args.shape),

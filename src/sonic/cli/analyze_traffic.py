@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from sonic.perf.analyze import SearchSpace
-from sonic.perf.analyze_traffic import TrafficAnalysis, TrafficAnalyzeConfig, run_traffic_analysis
+from sonic.perf.analyze_traffic import TrafficAnalysis, TrafficAnalyzeConfig, Trial, run_traffic_analysis
+from sonic.perf.decide import Verdict
 from sonic.perf.transport import PerfError
 from sonic.protocol.model_config import CONFIG_FILENAME
+
+TRAFFIC_REPEATS = 3  # --repeats' default with --traffic: paired rounds (one replay's noise is x2 here)
 
 
 def add_traffic_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,12 +35,37 @@ def add_traffic_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--jobs", type=int, default=0, help="jobs to size the servers for")
 
 
+def _verdict_json(verdict: Verdict) -> dict[str, Any]:
+    return {
+        "name": verdict.name,
+        "p99_ratios_per_round": [round(r, 4) for r in verdict.ratios],
+        "median_ratio": verdict.median_ratio,
+        "spread": verdict.spread,
+        "median_p99_ms": verdict.median_p99_ms,
+        "qualifies": verdict.qualifies,
+        "beats_current": verdict.beats_current,
+        "why": verdict.why,
+    }
+
+
+def _trial_json(trial: Trial) -> dict[str, Any]:
+    return {
+        "name": trial.name,
+        "config_text": trial.config_text,
+        "p99_ms": trial.p99_ms,  # median over the rounds
+        "mean_ms": trial.mean_ms,
+        "failed": trial.failed,
+        "rounds": [asdict(r) for r in trial.rounds],
+        "error": trial.error,
+    }
+
+
 def to_json(analysis: TrafficAnalysis, jobs_recorded: int, jobs: int) -> dict[str, Any]:
+    decision = analysis.decision
     recommended = analysis.recommended
-    current = analysis.current
     gain = None
-    if recommended is not None and current.p99_ms and recommended.p99_ms:
-        gain = round(current.p99_ms / recommended.p99_ms, 3)
+    if decision.recommended is not None and decision.recommended.median_ratio:
+        gain = round(1 / decision.recommended.median_ratio, 3)
     load = analysis.load
     scaling: dict[str, Any] = {
         "requests": load.requests,
@@ -52,13 +80,35 @@ def to_json(analysis: TrafficAnalysis, jobs_recorded: int, jobs: int) -> dict[st
     return {
         "slo_p99_ms": analysis.config.slo_p99_ms,
         "time_scale": analysis.config.time_scale,
-        "current": asdict(current),
-        "candidates": [asdict(trial) for trial in analysis.candidates],
-        "recommended": asdict(recommended) if recommended is not None else None,
-        "p99_gain_over_current": gain,
+        "repeats": analysis.config.repeats,
+        "current": _trial_json(analysis.current),
+        "candidates": [_trial_json(trial) for trial in analysis.candidates],
+        "verdicts": [_verdict_json(v) for v in decision.verdicts],
+        "keep_current": decision.keep_current,
+        "recommended": _trial_json(recommended) if recommended is not None else None,
+        "p99_gain_over_current": gain,  # 1 / the median paired p99 ratio
         "scaling": scaling,
         "elapsed_s": round(analysis.elapsed_s, 1),
     }
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.2f} ms" if value is not None else "-"
+
+
+def _print_verdicts(analysis: TrafficAnalysis) -> None:
+    for verdict in analysis.decision.verdicts:
+        ratios = ", ".join(f"{r:.2f}" for r in verdict.ratios) or "-"
+        median = (
+            f"{verdict.median_ratio:.3f} ±{verdict.spread:.3f}" if verdict.median_ratio is not None else "-"
+        )
+        print(
+            f"  {verdict.name}: p99 {_ms(verdict.median_p99_ms)}, ratio to current per round [{ratios}], "
+            f"median {median}: {verdict.why}"
+        )
+    for trial in analysis.candidates:
+        if not trial.rounds:
+            print(f"  {trial.name}: {trial.error}")
 
 
 def run_traffic(args: argparse.Namespace, space: SearchSpace) -> int:
@@ -72,7 +122,7 @@ def run_traffic(args: argparse.Namespace, space: SearchSpace) -> int:
         slo_p99_ms=args.slo_p99_ms,
         space=space,
         time_scale=args.time_scale,
-        repeats=max(1, args.repeats),
+        repeats=max(1, args.repeats if args.repeats is not None else TRAFFIC_REPEATS),
         time_budget_s=args.time_budget_s,
         server_args=tuple(args.server_arg),
     )
@@ -87,23 +137,35 @@ def run_traffic(args: argparse.Namespace, space: SearchSpace) -> int:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     (args.output_dir / "traffic-analysis.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     current, recommended = analysis.current, analysis.recommended
-    print(f"current: p99 {current.p99_ms} ms, {current.failed} failed {current.error}".rstrip())
+    rounds = ", ".join(_ms(r.p99_ms) for r in current.rounds)
+    print(
+        f"current: p99 {_ms(current.p99_ms)} (median of {config.repeats} rounds: {rounds}), "
+        f"{current.failed} failed"
+    )
     scaling = report["scaling"]
     print(f"server utilisation in the trace: {scaling['utilisation']:.3f}")
     if "jobs_per_server" in scaling:
         print(f"jobs per server at the knee: {scaling['jobs_per_server']}")
     if "servers_for_jobs" in scaling:
         print(f"servers for {args.jobs} jobs: {scaling['servers_for_jobs']['servers']}")
+    print("candidates, best median p99 ratio first (ratio < 1: better than current):")
+    _print_verdicts(analysis)
     if recommended is None:
+        print("keep the current configuration: no candidate beat it beyond the spread of the rounds")
+        if current.meets(args.slo_p99_ms):
+            return 0
         print(
-            f"sonic analyze: no configuration met p99 <= {args.slo_p99_ms} ms on this trace", file=sys.stderr
+            f"sonic analyze: the current configuration misses p99 <= {args.slo_p99_ms} ms on this trace "
+            "and no candidate did better beyond the noise",
+            file=sys.stderr,
         )
         return 1
     print(
-        f"recommended: {recommended.name}: p99 {recommended.p99_ms:.2f} ms (x{report['p99_gain_over_current']} vs current)"
+        f"recommended: {recommended.name}: p99 {_ms(recommended.p99_ms)} "
+        f"(x{report['p99_gain_over_current']} vs current, median of the paired rounds)"
     )
     print(recommended.config_text)
-    if args.write and recommended.name != "current":
+    if args.write:
         config_path = args.model_repository / args.model / CONFIG_FILENAME
         shutil.copyfile(config_path, config_path.with_name(CONFIG_FILENAME + ".orig"))
         config_path.write_text(recommended.config_text, encoding="utf-8")

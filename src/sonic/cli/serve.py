@@ -175,7 +175,7 @@ async def serve(config: ServerConfig, log_control: LogControl | None = None) -> 
     # SIGINT/SIGTERM: drain; a second one exits at once; the previous handlers are back on return.
     with ShutdownSignals(asyncio.get_running_loop(), server) as signals:
         try:
-            await server.start()
+            await server.start(freeze_heap=True)  # this process is the server's alone
             print(server.ready_line, flush=True)
             _stdout_to_log()
             await signals.requested.wait()

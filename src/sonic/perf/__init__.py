@@ -14,5 +14,6 @@
 - :mod:`sonic.perf.scaling` and :mod:`sonic.perf.simulate`: seed 002's model, its fit, a simulation.
 - :mod:`sonic.perf.synthetic`: a model whose cost is fixed per execution (a known answer for tests).
 - :mod:`sonic.perf.replay` and :mod:`sonic.perf.analyze_traffic`: a recorded traffic log sent again on its
-  times (``sonic perf --replay``), and configurations tuned on it (``sonic analyze --traffic``).
+  times (``sonic perf --replay``), and configurations tuned on it (``sonic analyze --traffic``);
+  :mod:`sonic.perf.decide`: whether a candidate beats the current configuration over paired rounds.
 """

@@ -1,11 +1,12 @@
 """``sonic analyze --traffic DIR``: tune a model's configuration on the traffic its server really saw.
 
 The model's current configuration and every candidate of the search space (:mod:`sonic.perf.analyze`:
-dynamic batching, preferred sizes, queue delay, instance count) are served in turn by a ``sonic serve``
-started for it, and the recorded trace (``sonic serve --traffic-log``) is replayed against each
-(:mod:`sonic.perf.replay`, open loop, ``time_scale`` times as fast as recorded). A candidate qualifies
-when no request failed and its p99 latency meets the objective (``slo_p99_ms``); the recommendation is
-the qualifying candidate with the lowest p99, with its measured gain over the current configuration.
+dynamic batching, preferred sizes, queue delay, instance count) that differs from it once both are
+completed with the server's defaults are served in turn by a ``sonic serve`` started for each replay, and
+the recorded trace (``sonic serve --traffic-log``) is replayed against each (:mod:`sonic.perf.replay`,
+open loop, ``time_scale`` times as fast as recorded), once per round for ``repeats`` rounds, the order
+reversed every other round. :mod:`sonic.perf.decide` then compares each candidate with the current
+configuration round by round and recommends one only if it beats it beyond the spread of the rounds.
 
 The trace also gives the seeds' scaling model (:mod:`sonic.perf.scaling`) its one unknown per site:
 the server time each request costs (its share of the execution it joined). Over the recorded wall time
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,18 +27,19 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
 
 from sonic.launch import ServerProcess, ServerStartError
 from sonic.perf.analyze import (
     CANDIDATE_SERVER_ARGS,
-    Candidate,
     SearchSpace,
     candidate_config,
     write_candidate_repository,
 )
+from sonic.perf.decide import Decision, PairedRounds, decide
 from sonic.perf.replay import ReplayConfig, ReplayReport, replay
 from sonic.perf.transport import PerfError
-from sonic.protocol.model_config import CONFIG_FILENAME, load_config_file
+from sonic.protocol.model_config import CONFIG_FILENAME, fill_defaults, load_config_file
 from sonic.traffic.schema import read_traffic
 
 
@@ -48,23 +51,54 @@ class TrafficAnalyzeConfig:
     slo_p99_ms: float
     space: SearchSpace = field(default_factory=SearchSpace)
     time_scale: float = 1.0
-    repeats: int = 1  # replays per candidate; the best is kept
+    repeats: int = 3  # paired rounds: each candidate replayed once per round, as is the current config
     time_budget_s: float = 900.0
     server_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
-class Trial:
-    name: str
-    config_text: str
+class Replayed:
+    """One replay of the trace against one configuration."""
+
     p99_ms: float | None = None  # None: not measured (error says why)
     mean_ms: float | None = None
     failed: int = 0
     fidelity: float = 0.0
     error: str = ""
 
+
+@dataclass(frozen=True)
+class Trial:
+    """A configuration and its replays, one per round; the summary figures are their medians."""
+
+    name: str
+    config_text: str
+    rounds: tuple[Replayed, ...] = ()
+    error: str = ""  # why it was not measured at all (identical to the current config, budget spent)
+
+    def _median(self, values: list[float | None]) -> float | None:
+        present = [value for value in values if value is not None]
+        return statistics.median(present) if present else None
+
+    @property
+    def p99_ms(self) -> float | None:
+        return self._median([r.p99_ms for r in self.rounds])
+
+    @property
+    def mean_ms(self) -> float | None:
+        return self._median([r.mean_ms for r in self.rounds])
+
+    @property
+    def failed(self) -> int:
+        return sum(r.failed for r in self.rounds)
+
     def meets(self, slo_p99_ms: float) -> bool:
-        return self.p99_ms is not None and self.failed == 0 and self.p99_ms <= slo_p99_ms
+        p99 = self.p99_ms
+        return p99 is not None and self.failed == 0 and p99 <= slo_p99_ms
+
+    def p99_per_round(self, rounds: int) -> tuple[float | None, ...]:
+        found = [r.p99_ms for r in self.rounds]
+        return tuple(found + [None] * (rounds - len(found)))
 
 
 @dataclass(frozen=True)
@@ -103,43 +137,88 @@ def server_load(rows: list[dict[str, Any]]) -> ServerLoad:
 class TrafficAnalysis:
     config: TrafficAnalyzeConfig
     current: Trial
-    candidates: tuple[Trial, ...]
+    candidates: tuple[Trial, ...]  # measured, or not with the reason (identical to current, budget)
+    decision: Decision
     load: ServerLoad
     elapsed_s: float
 
     @property
     def recommended(self) -> Trial | None:
-        meeting = [t for t in (self.current, *self.candidates) if t.meets(self.config.slo_p99_ms)]
-        return min(meeting, key=lambda t: t.p99_ms or 0.0) if meeting else None
+        """The candidate that beats the current configuration beyond the noise (:mod:`sonic.perf.decide`)."""
+        if self.decision.recommended is None:
+            return None
+        return next(t for t in self.candidates if t.name == self.decision.recommended.name)
 
 
-def _trial(config: TrafficAnalyzeConfig, name: str, text: str, root: Path) -> Trial:
-    best: Trial | None = None
-    for _ in range(config.repeats):
-        try:
-            with ServerProcess.start(
-                [root], extra_args=(*CANDIDATE_SERVER_ARGS, *config.server_args)
-            ) as server:
-                settings = ReplayConfig(
-                    config.traffic_dir, server.grpc_address, config.time_scale, models=(config.model,)
-                )
-                report: ReplayReport = asyncio.run(replay(settings))
-        except (ServerStartError, PerfError) as exc:
-            return Trial(name, text, error=f"failed: {exc}")
-        result = report.models[config.model]
-        latency = result.latency
-        trial = Trial(
-            name, text, latency.p99_us / 1000, latency.mean_us / 1000, result.failed, report.fidelity
+def completed(config: model_config_pb2.ModelConfig) -> model_config_pb2.ModelConfig:
+    """``config`` with the defaults a server fills in (instance counts, preferred sizes, ...), group names
+    dropped: two configurations equal here are served the same way."""
+    done = model_config_pb2.ModelConfig()
+    done.CopyFrom(config)
+    gpus = [gpu for group in done.instance_group for gpu in group.gpus]
+    # fill_defaults checks GPU ids against the GPUs present; both sides see the same count, and a
+    # KIND_AUTO group resolves the same way on both, so any count that passes the check compares alike.
+    fill_defaults(done, default_filename="", gpu_count=max(gpus, default=0) + 1)
+    for group in done.instance_group:
+        group.ClearField("name")
+    return done
+
+
+def _replay(config: TrafficAnalyzeConfig, root: Path) -> Replayed:
+    try:
+        with ServerProcess.start([root], extra_args=(*CANDIDATE_SERVER_ARGS, *config.server_args)) as server:
+            settings = ReplayConfig(
+                config.traffic_dir, server.grpc_address, config.time_scale, models=(config.model,)
+            )
+            report: ReplayReport = asyncio.run(replay(settings))
+    except (ServerStartError, PerfError) as exc:
+        return Replayed(error=f"failed: {exc}")
+    result = report.models[config.model]
+    return Replayed(
+        result.latency.p99_us / 1000, result.latency.mean_us / 1000, result.failed, report.fidelity
+    )
+
+
+@dataclass
+class _Entry:
+    name: str
+    text: str
+    root: Path | None  # None: not measured (error says why)
+    error: str = ""
+    rounds: list[Replayed] = field(default_factory=list)
+
+
+def _entries(
+    config: TrafficAnalyzeConfig, base: model_config_pb2.ModelConfig, tmp: Path, largest: int
+) -> tuple[_Entry, list[_Entry]]:
+    model_dir = config.repository / config.model
+    current = _Entry(
+        "current",
+        text_format.MessageToString(base),
+        write_candidate_repository(model_dir, tmp / "current", base),
+    )
+    base_done = completed(base)
+    entries: list[_Entry] = []
+    space = config.space.candidates(model_batches=base.max_batch_size > 0, request_batch_size=largest)
+    for index, candidate in enumerate(space):
+        rendered = candidate_config(base, candidate)
+        text = text_format.MessageToString(rendered)
+        if completed(rendered) == base_done:
+            entries.append(
+                _Entry(candidate.name, text, None, "skipped: the current configuration, completed")
+            )
+            continue
+        entries.append(
+            _Entry(candidate.name, text, write_candidate_repository(model_dir, tmp / f"c{index}", rendered))
         )
-        if best is None or (trial.failed, trial.p99_ms or 0.0) < (best.failed, best.p99_ms or 0.0):
-            best = trial
-    assert best is not None
-    return best
+    return current, entries
 
 
 def run_traffic_analysis(
     config: TrafficAnalyzeConfig, progress: Callable[[str], None] | None = None
 ) -> TrafficAnalysis:
+    """The current configuration and each distinct candidate replayed once per round, the order of a round
+    reversed every other round (a slow spell of the machine hits both ends); then :func:`decide`."""
     model_dir = config.repository / config.model
     base = load_config_file(model_dir / CONFIG_FILENAME)
     base.name = base.name or config.model
@@ -147,31 +226,39 @@ def run_traffic_analysis(
     if not rows:
         raise PerfError(f"no traffic of model '{config.model}' recorded under {config.traffic_dir}")
     largest = max(row["batch_size"] for row in rows)
-    candidates: list[Candidate] = config.space.candidates(
-        model_batches=base.max_batch_size > 0, request_batch_size=largest
-    )
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sonic-analyze-traffic-") as tmp:
-        current_text = text_format.MessageToString(base)
-        root = write_candidate_repository(model_dir, Path(tmp) / "current", base)
-        if progress is not None:
-            progress(f"[current] {config.model} as configured")
-        current = _trial(config, "current", current_text, root)
-        trials = []
-        for index, candidate in enumerate(candidates):
-            rendered = candidate_config(base, candidate)
-            text = text_format.MessageToString(rendered)
-            if time.monotonic() - started >= config.time_budget_s:
-                trials.append(
-                    Trial(
-                        candidate.name,
-                        text,
-                        error=f"skipped: time budget of {config.time_budget_s:g} s spent",
+        current, entries = _entries(config, base, Path(tmp), largest)
+        measured = [entry for entry in entries if entry.root is not None]
+        for round_index in range(config.repeats):
+            order = [current, *measured]
+            for position, entry in enumerate(order if round_index % 2 == 0 else order[::-1]):
+                if time.monotonic() - started >= config.time_budget_s:
+                    entry.error = entry.error or f"budget of {config.time_budget_s:g} s spent"
+                    continue
+                if progress is not None:
+                    progress(
+                        f"[round {round_index + 1}/{config.repeats}, {position + 1}/{len(order)}] {entry.name}"
                     )
-                )
-                continue
-            if progress is not None:
-                progress(f"[{index + 1}/{len(candidates)}] {candidate.name}")
-            root = write_candidate_repository(model_dir, Path(tmp) / f"c{index}", rendered)
-            trials.append(_trial(config, candidate.name, text, root))
-    return TrafficAnalysis(config, current, tuple(trials), server_load(rows), time.monotonic() - started)
+                assert entry.root is not None
+                entry.rounds.append(_replay(config, entry.root))
+
+    def trial(entry: _Entry) -> Trial:
+        return Trial(entry.name, entry.text, tuple(entry.rounds), entry.error)
+
+    current_trial = trial(current)
+    trials = tuple(trial(entry) for entry in entries)
+    paired = [
+        PairedRounds(
+            t.name,
+            t.p99_per_round(config.repeats),
+            current_trial.p99_per_round(config.repeats),
+            t.failed,
+        )
+        for t in trials
+        if t.rounds
+    ]
+    decision = decide(paired, config.slo_p99_ms)
+    return TrafficAnalysis(
+        config, current_trial, trials, decision, server_load(rows), time.monotonic() - started
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import gc
 import logging
 import os
 import signal
@@ -85,7 +86,10 @@ class Server:
     def metrics_port(self) -> int | None:
         return self._port("metrics")
 
-    async def start(self) -> None:
+    async def start(self, *, freeze_heap: bool = False) -> None:
+        """Load the models, start the front ends, serve. ``freeze_heap`` (``sonic serve``): the process
+        is the server's own, so what start-up left alive is frozen before serving (:func:`freeze_start_up`);
+        a caller that starts a server inside a process of its own (tests, embedders) keeps its heap as is."""
         if self.state is not ServerState.CREATED:
             raise RuntimeError(f"server can only be started once (state: {self.state.value})")
         self.state = ServerState.STARTING
@@ -109,6 +113,8 @@ class Server:
                 "failed to load all models (--exit-on-error): "
                 + "; ".join(f"{row.name}: {row.reason}" for row in failed)
             )
+        if freeze_heap:
+            freeze_start_up()
         for frontend in configured_frontends(self.config, self.dataplane, self.models, self.guard):
             self.frontends.append(frontend)  # before it starts, so shutdown stops one that fails half-way
             await frontend.start()
@@ -174,6 +180,19 @@ class Server:
 
 
 SignalHandler = Callable[[int, FrameType | None], Any] | int | None  # what signal.getsignal returns
+
+
+def freeze_start_up() -> None:
+    """Move what start-up left alive (modules, the models loaded at start, configuration) out of the
+    garbage collector's reach, once, before serving: every full collection walked it (~70,000 objects,
+    45-94 ms per pass in a server of the demo models, ~244 ms with pyarrow and pandas under load:
+    benchmarks/serve_gc.py, docs/perf.md), a pause taken by whichever request was on the loop. Start-up's own garbage is collected first so that none of it is
+    kept for good. Models loaded later through the API are not frozen: their objects must stay
+    collectable, or each load/unload cycle would keep its cycles for good (a model loaded at start and
+    unloaded later keeps its cyclic objects: at most what start-up loaded, once). Blocking, but before
+    any front end listens."""
+    gc.collect()
+    gc.freeze()
 
 
 def exit_now(code: int) -> None:

@@ -1,6 +1,8 @@
 """``sonic analyze --traffic``: on a bursty trace, a model that costs 20 ms per execution served without
 dynamic batching (the deliberately bad configuration) misses a 100 ms p99; the recommendation batches,
-meets it, and ``--write`` puts it in the repository."""
+meets it in every paired round, and ``--write`` puts it in the repository. A candidate that is the
+current configuration once completed is not replayed, and where nothing beats the current configuration
+beyond the noise, nothing is written."""
 
 from __future__ import annotations
 
@@ -61,6 +63,13 @@ def test_the_recommendation_beats_the_bad_configuration_and_is_written(tmp_path:
     assert "dynamic_batching=on" in recommended["name"]
     assert recommended["p99_ms"] <= 100
     assert report["p99_gain_over_current"] > 1.5
+    # Three paired rounds (the default), the batching candidate better than the current in every one.
+    assert report["repeats"] == 3
+    assert not report["keep_current"]
+    assert len(current["rounds"]) == len(recommended["rounds"]) == 3
+    (verdict,) = report["verdicts"]
+    assert verdict["beats_current"]
+    assert max(verdict["p99_ratios_per_round"]) < 1
     # The trace's own load: 32 requests x 20 ms over about a second; 8 jobs sent it.
     scaling = report["scaling"]
     assert scaling["requests"] == len(BURSTS_MS)
@@ -71,3 +80,39 @@ def test_the_recommendation_beats_the_bad_configuration_and_is_written(tmp_path:
     written = load_config_file(repository / "launch_bound" / "config.pbtxt")
     assert written.HasField("dynamic_batching")
     assert (repository / "launch_bound" / "config.pbtxt.orig").read_text(encoding="utf-8") == BAD_CONFIG
+
+
+def test_nothing_better_keeps_the_current_configuration_and_writes_nothing(tmp_path: Path) -> None:
+    good = BAD_CONFIG.replace("instance_group", "dynamic_batching { }\ninstance_group")
+    repository = tmp_path / "models"
+    (repository / "launch_bound" / "1").mkdir(parents=True)
+    (repository / "launch_bound" / "config.pbtxt").write_text(good, encoding="utf-8")
+    (repository / "launch_bound" / "1" / "model.py").write_bytes(
+        (PYTHON_MODELS / "launch_bound.py").read_bytes()
+    )
+    trace = tmp_path / "trace"
+    write_trace(trace, BURSTS_MS, model="launch_bound", dims=4, batches=(1,), compute_us=20_000)
+    output = tmp_path / "out"
+    command = [sys.executable, "-m", "sonic.cli.main", "analyze", "--model-repository", str(repository)]
+    command += ["-m", "launch_bound", "--traffic", str(trace), "--slo-p99-ms", "100", "--repeats", "2"]
+    # Dynamic batching with no delay is the current configuration once completed (preferred: 8, the
+    # default); without dynamic batching, eight 20 ms executions queue behind each burst.
+    command += ["--instance-counts", "1", "--max-batch-sizes", "8", "--dynamic-batching", "off,on"]
+    command += ["--max-queue-delays-us", "0", "-o", str(output), "--write"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "keep the current configuration" in done.stdout
+    report = json.loads((output / "traffic-analysis.json").read_text(encoding="utf-8"))
+    assert report["keep_current"]
+    assert report["recommended"] is None
+    assert report["repeats"] == 2
+    unbatched, same = report["candidates"]  # off first, as --dynamic-batching lists them
+    assert "dynamic_batching=on" in same["name"]
+    assert same["rounds"] == []
+    assert same["error"] == "skipped: the current configuration, completed"
+    (verdict,) = report["verdicts"]
+    assert verdict["name"] == unbatched["name"]
+    assert not verdict["beats_current"]
+    assert verdict["median_ratio"] > 1
+    assert (repository / "launch_bound" / "config.pbtxt").read_text(encoding="utf-8") == good
+    assert not (repository / "launch_bound" / "config.pbtxt.orig").exists()
