@@ -7,7 +7,8 @@ backend ``model.py``): FP32 [1, 16], dynamic batching with no queue delay, one i
 ``src/`` folder: its ``sonic.client``) and tritonclient from this environment; ``async`` mode runs 32
 callers on ``AsyncClient`` / ``tritonclient.grpc.aio``, ``sync`` mode one caller on ``SyncClient`` /
 ``tritonclient.grpc``. Clients alternate ``--alternations`` times, ``--rounds`` rounds each; the
-figures are medians of the rounds. On a shared machine req/s and CPU time swing with the other jobs,
+figures are medians of the rounds, and each tree against tritonclient also as the median of per-round
+ratios (round k of each, seconds apart). On a shared machine req/s and CPU time swing with the other jobs,
 so ``--instructions`` also counts each client's instructions per request under valgrind (runs of
 ``--valgrind-requests`` A and B requests, their difference divided by A - B: start-up cancels out),
 a figure that does not depend on load.
@@ -165,6 +166,12 @@ def main() -> None:
                 if args.instructions:
                     kind = f"{'triton' if src is None else 'sonic'}-{mode}"
                     row["instructions_per_request"] = _instructions(kind, src, server.grpc_address, counts)
+                if measured and src is not None:
+                    # Round k of each client against round k of tritonclient, seconds apart under the
+                    # same background load: a ratio of medians would mix rounds of different loads.
+                    pairs = list(zip(measured, rounds[mode][TRITON], strict=True))
+                    row["requests_per_s_ratio_paired"] = spread(a[0] / b[0] for a, b in pairs).median
+                    row["cpu_ratio_paired"] = spread(a[1] / b[1] for a, b in pairs).median
                 summary[mode][name] = row
                 print(f"{mode:5s} {name:12s} {row}", flush=True)
     fields = {
@@ -180,7 +187,12 @@ def main() -> None:
             ratios = ", ".join(
                 f"{row[f] / reference[f]:.2f}x {label}" for f, label in fields.items() if f in row
             )
-            print(f"{name} | {values} | {ratios}")
+            paired = [
+                f"{row[f]:.2f}x {f}" for f in ("requests_per_s_ratio_paired", "cpu_ratio_paired") if f in row
+            ]
+            print(
+                f"{name} | {values} | {ratios}{' (paired by round: ' + ', '.join(paired) + ')' if paired else ''}"
+            )
     result = {
         "server": args.server,
         "server_version": server_version,
