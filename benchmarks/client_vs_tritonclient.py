@@ -1,17 +1,21 @@
 """sonic.client against NVIDIA's tritonclient: requests per second and the client's own cost per request.
 
-One ``sonic serve`` (from ``--server-src``) with the test repository's ``identity`` model (FP32
-[1, 16], no queue delay). Clients, each in its own process: every ``--tree`` (``NAME=PATH`` of a
+One server, ``--server sonic`` (``sonic serve`` from ``--server-src``, the test repository's
+``identity`` model on onnxruntime) or ``--server triton`` (NVIDIA Triton 2.51, the ``tritonserver`` of
+the nvidia-pytriton wheel on CPU, the same ``identity`` ONNX file run by onnxruntime in a Python
+backend ``model.py``): FP32 [1, 16], dynamic batching with no queue delay, one instance. Clients, each in its own process: every ``--tree`` (``NAME=PATH`` of a
 ``src/`` folder: its ``sonic.client``) and tritonclient from this environment; ``async`` mode runs 32
 callers on ``AsyncClient`` / ``tritonclient.grpc.aio``, ``sync`` mode one caller on ``SyncClient`` /
 ``tritonclient.grpc``. Clients alternate ``--alternations`` times, ``--rounds`` rounds each; the
-figures are medians of the rounds. On a shared machine req/s and CPU time swing with the other jobs,
+figures are medians of the rounds, and each tree against tritonclient also as the median of per-round
+ratios (round k of each, seconds apart). On a shared machine req/s and CPU time swing with the other jobs,
 so ``--instructions`` also counts each client's instructions per request under valgrind (runs of
 ``--valgrind-requests`` A and B requests, their difference divided by A - B: start-up cancels out),
 a figure that does not depend on load.
 
 Usage: ``python -m benchmarks.client_vs_tritonclient --tree base=/path/to/old/src --tree after=src
-[--instructions]``. Writes ``benchmarks/results/client_vs_tritonclient.json``.
+[--server triton] [--instructions] [--save-as NAME]``. Writes ``benchmarks/results/NAME.json``
+(``client_vs_tritonclient`` unless ``--save-as``). The server is stopped by PID on the way out.
 """
 
 from __future__ import annotations
@@ -26,14 +30,56 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tritonclient.grpc import InferenceServerClient
+
 from benchmarks.harness.ratios import spread
 from benchmarks.harness.report import machine, save
 from benchmarks.harness.servers import parse_named
-from sonic.launch import ServerProcess
-from sonic.testing.repository import write_test_repository
+from sonic.launch import ServerHandle, ServerProcess
+from sonic.launch.process import free_port
+from sonic.launch.triton import TritonProcess, libs_path, prepare_backend_directory, tritonserver_command
+from sonic.testing.repository import MODELS, write_test_repository
 
 WORKER = Path(__file__).with_name("client_vs_tritonclient_worker.py")
 TRITON = "tritonclient"
+MODEL = "identity"
+TRITON_READY_TIMEOUT_S = 300.0  # six Python stubs' worth of start-up on a loaded 2-core machine fits
+
+
+def _start_triton(workdir: Path) -> TritonProcess:
+    """Triton 2.51 serving only ``identity`` (one Python stub), as tests/integration/triton_helpers.py starts it."""
+    models = tuple(m for m in MODELS if m.name == MODEL)
+    repository = write_test_repository(workdir / "models", "triton", models)
+    ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
+    command = tritonserver_command([repository], ports, backend_directory=prepare_backend_directory(workdir))
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (env.get("LD_LIBRARY_PATH"), str(libs_path())) if p)
+    # The Python backend stub runs the interpreter found on PATH: this one, whose numpy and onnxruntime
+    # the generated model.py imports.
+    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
+    address = f"127.0.0.1:{ports['grpc']}"
+    return TritonProcess.launch(
+        command, address, [MODEL], TRITON_READY_TIMEOUT_S, env, workdir / "triton.log"
+    )
+
+
+def _start_server(kind: str, server_src: str, workdir: Path) -> ServerHandle:
+    if kind == "triton":
+        return _start_triton(workdir)
+    repository = write_test_repository(workdir / "models", "sonic")
+    return ServerProcess.start(
+        [repository], env={**os.environ, "PYTHONPATH": str(Path(server_src).resolve())}
+    )
+
+
+def _server_version(address: str) -> str:
+    """What the server says it is (ServerMetadata): the record of which server was measured."""
+    client = InferenceServerClient(url=address)
+    try:
+        metadata = client.get_server_metadata()
+        return f"{metadata.name} {metadata.version}"
+    finally:
+        client.close()
 
 
 def _run(kind: str, src: str | None, address: str, rounds: int, requests: int, *, valgrind: bool) -> str:
@@ -66,7 +112,8 @@ def _instructions(kind: str, src: str | None, address: str, counts: tuple[int, i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", action="append", help="NAME=PATH of a src/ folder (sonic.client)")
-    parser.add_argument("--server-src", default="src", help="the src/ folder the server runs from")
+    parser.add_argument("--server", choices=["sonic", "triton"], default="sonic", help="which server")
+    parser.add_argument("--server-src", help="the src/ folder sonic serve runs from (default src)")
     parser.add_argument("--modes", default="async,sync", help="async, sync or both")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests-async", type=int, default=4000, help="per round, async mode")
@@ -89,11 +136,16 @@ def main() -> None:
     if len(counts_given) != 2 or counts_given[0] <= counts_given[1]:
         parser.error("--valgrind-requests: two counts A,B with A > B")
     counts = (counts_given[0], counts_given[1])
-    repository = write_test_repository(Path(tempfile.mkdtemp(prefix="sonic-client-vs-triton-")), "sonic")
-    server_env = {**os.environ, "PYTHONPATH": str(Path(args.server_src).resolve())}
+    if args.server == "triton" and args.server_src is not None:
+        parser.error("--server-src names sonic's tree: it has no meaning with --server triton")
     rounds: dict[str, dict[str, list[list[float]]]] = {m: {c: [] for c in clients} for m in modes}
     summary: dict[str, dict[str, dict[str, float]]] = {m: {} for m in modes}
-    with ServerProcess.start([repository], env=server_env) as server:
+    with (
+        tempfile.TemporaryDirectory(prefix="sonic-client-vs-triton-") as workdir,
+        _start_server(args.server, args.server_src or "src", Path(workdir)) as server,
+    ):
+        server_version = _server_version(server.grpc_address)
+        print(f"server: {server_version} at {server.grpc_address} (pid {server.pid})", flush=True)
         for _ in range(args.alternations):
             for mode in modes:
                 requests = args.requests_async if mode == "async" else args.requests_sync
@@ -114,6 +166,12 @@ def main() -> None:
                 if args.instructions:
                     kind = f"{'triton' if src is None else 'sonic'}-{mode}"
                     row["instructions_per_request"] = _instructions(kind, src, server.grpc_address, counts)
+                if measured and src is not None:
+                    # Round k of each client against round k of tritonclient, seconds apart under the
+                    # same background load: a ratio of medians would mix rounds of different loads.
+                    pairs = list(zip(measured, rounds[mode][TRITON], strict=True))
+                    row["requests_per_s_ratio_paired"] = spread(a[0] / b[0] for a, b in pairs).median
+                    row["cpu_ratio_paired"] = spread(a[1] / b[1] for a, b in pairs).median
                 summary[mode][name] = row
                 print(f"{mode:5s} {name:12s} {row}", flush=True)
     fields = {
@@ -129,8 +187,20 @@ def main() -> None:
             ratios = ", ".join(
                 f"{row[f] / reference[f]:.2f}x {label}" for f, label in fields.items() if f in row
             )
-            print(f"{name} | {values} | {ratios}")
-    result = {"trees": trees, "rounds": rounds, "summary": summary, **machine()}
+            paired = [
+                f"{row[f]:.2f}x {f}" for f in ("requests_per_s_ratio_paired", "cpu_ratio_paired") if f in row
+            ]
+            print(
+                f"{name} | {values} | {ratios}{' (paired by round: ' + ', '.join(paired) + ')' if paired else ''}"
+            )
+    result = {
+        "server": args.server,
+        "server_version": server_version,
+        "trees": trees,
+        "rounds": rounds,
+        "summary": summary,
+        **machine(),
+    }
     print(f"saved {save(args.save_as, result)}")
 
 
