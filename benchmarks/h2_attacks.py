@@ -20,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import cpu_seconds, machine, peak_rss_mb, save
+from benchmarks.harness.processes import cpu_seconds, peak_rss_mb
+from benchmarks.harness.report import machine, save
 from sonic.h2.frames import ErrorCode
 from sonic.launch import ServerProcess
 from sonic.models.simple import write_sample_repository

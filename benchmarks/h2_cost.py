@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import machine, save
+from benchmarks.harness.report import machine, save
 from sonic.launch.process import ServerHandle, start_process, temporary_log
 from sonic.launch.serve import wait_for_ready_line
 from sonic.testing.repository import write_test_repository

@@ -26,13 +26,9 @@ import numpy as np
 import uvloop
 from h2.settings import SettingCodes
 
-from benchmarks.common import (
-    infer_request_bytes,
-    load_with_server_cpu,
-    machine,
-    save,
-    steady_malloc,
-)
+from benchmarks.harness.load import infer_request_bytes, load_with_server_cpu
+from benchmarks.harness.processes import steady_malloc
+from benchmarks.harness.report import machine, save
 from sonic.h2.aio import H2Protocol
 from sonic.h2.grpc_call import MessageReader, grpc_message_prefix
 from sonic.h2.headers import Headers, encode_headers

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import save
+from benchmarks.harness.report import save
 
 SNIPPET = """
 import asyncio, gc, json, statistics, sys, time

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import save
+from benchmarks.harness.report import save
 from sonic.perf.analyze import SearchSpace
 from sonic.perf.analyze_traffic import (
     TrafficAnalysis,

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from typing import Any
 
-from benchmarks.common import save
+from benchmarks.harness.report import save
 
 SNIPPET = """
 import gc, json, statistics, sys, tempfile, time

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import infer_request_bytes, load_with_server_cpu, save
+from benchmarks.harness.load import infer_request_bytes, load_with_server_cpu
+from benchmarks.harness.report import save
 from sonic.launch import ServerProcess
 from sonic.testing.repository import MODELS, write_test_repository
 

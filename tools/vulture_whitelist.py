@@ -62,8 +62,8 @@ OUT_OF_RANGE  # GrpcCode (protocol/errors.py)
 INTERNAL_ERROR  # HTTP/2 ErrorCode (protocol/http2.py)
 
 # --- fields of results written out whole (asdict/JSON, reports) or read by users -------------------------
-p90_ms  # benchmarks/common.py, saved as JSON
-mean_ms  # benchmarks/common.py (JSON), perf/analyze_traffic.py Trial (sonic analyze-traffic's JSON)
+p90_ms  # benchmarks/harness/load.py, saved as JSON
+mean_ms  # benchmarks/harness/load.py (JSON), perf/analyze_traffic.py Trial (sonic analyze-traffic's JSON)
 bytes_received  # workflow/report.py, in the run report
 start_s
 succeeded  # ClientStatistics: public counters (sonic.client)
