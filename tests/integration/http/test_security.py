@@ -187,6 +187,8 @@ PROTECTED_HTTP = [
     ("POST", "/v2/repository/models/identity/unload", b"{}"),
     ("GET", "/v2/systemsharedmemory/status", None),
     ("POST", "/v2/systemsharedmemory/unregister", b"{}"),
+    ("GET", "/v2/logging", None),  # who may change the server's log is an operator (docs/security.md)
+    ("POST", "/v2/logging", b'{"log_verbose_level": 0}'),
 ]
 
 
@@ -227,6 +229,8 @@ def test_grpc_calls_need_a_token(auth_server: ServerProcess, jwt_issuer: Any) ->
         lambda h: client.infer("add_sub", _add_sub_inputs(grpcclient), headers=h),
         lambda h: client.get_system_shared_memory_status(headers=h),
         lambda h: client.unregister_system_shared_memory(headers=h),
+        lambda h: client.get_log_settings(headers=h),
+        lambda h: client.update_log_settings({"log_verbose_level": 0}, headers=h),
     ]
     try:
         assert client.is_server_live()
