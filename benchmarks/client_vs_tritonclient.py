@@ -1,6 +1,6 @@
 """sonic.client against NVIDIA's tritonclient: requests per second and the client's own cost per request.
 
-One ``sonic serve`` (from ``--server-src``) with the test repository's ``identity`` model (FP32
+One ``sonic serve`` (from ``--server-src``), or Triton 2.51 with ``--server triton``, with the test repository's ``identity`` model (FP32
 [1, 16], no queue delay). Clients, each in its own process: every ``--tree`` (``NAME=PATH`` of a
 ``src/`` folder: its ``sonic.client``) and tritonclient from this environment; ``async`` mode runs 32
 callers on ``AsyncClient`` / ``tritonclient.grpc.aio``, ``sync`` mode one caller on ``SyncClient`` /
@@ -30,6 +30,7 @@ from benchmarks.harness.ratios import spread
 from benchmarks.harness.report import machine, save
 from benchmarks.harness.servers import parse_named
 from sonic.launch import ServerProcess
+from sonic.launch.triton import TritonProcess
 from sonic.testing.repository import write_test_repository
 
 WORKER = Path(__file__).with_name("client_vs_tritonclient_worker.py")
@@ -67,6 +68,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", action="append", help="NAME=PATH of a src/ folder (sonic.client)")
     parser.add_argument("--server-src", default="src", help="the src/ folder the server runs from")
+    parser.add_argument("--server", choices=("sonic", "triton"), default="sonic", help="which server answers")
     parser.add_argument("--modes", default="async,sync", help="async, sync or both")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests-async", type=int, default=4000, help="per round, async mode")
@@ -89,11 +91,16 @@ def main() -> None:
     if len(counts_given) != 2 or counts_given[0] <= counts_given[1]:
         parser.error("--valgrind-requests: two counts A,B with A > B")
     counts = (counts_given[0], counts_given[1])
-    repository = write_test_repository(Path(tempfile.mkdtemp(prefix="sonic-client-vs-triton-")), "sonic")
+    repository = write_test_repository(Path(tempfile.mkdtemp(prefix="sonic-client-vs-triton-")), args.server)
     server_env = {**os.environ, "PYTHONPATH": str(Path(args.server_src).resolve())}
+    starting = (
+        ServerProcess.start([repository], env=server_env)
+        if args.server == "sonic"
+        else TritonProcess.start([repository], models=["identity"])
+    )
     rounds: dict[str, dict[str, list[list[float]]]] = {m: {c: [] for c in clients} for m in modes}
     summary: dict[str, dict[str, dict[str, float]]] = {m: {} for m in modes}
-    with ServerProcess.start([repository], env=server_env) as server:
+    with starting as server:
         for _ in range(args.alternations):
             for mode in modes:
                 requests = args.requests_async if mode == "async" else args.requests_sync
@@ -130,7 +137,7 @@ def main() -> None:
                 f"{row[f] / reference[f]:.2f}x {label}" for f, label in fields.items() if f in row
             )
             print(f"{name} | {values} | {ratios}")
-    result = {"trees": trees, "rounds": rounds, "summary": summary, **machine()}
+    result = {"server": args.server, "trees": trees, "rounds": rounds, "summary": summary, **machine()}
     print(f"saved {save(args.save_as, result)}")
 
 
