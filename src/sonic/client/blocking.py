@@ -22,8 +22,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sonic.client.client import AsyncClient, FirstTry
+from sonic.client.client import AsyncClient
+from sonic.client.config import Compression, TransportKind
 from sonic.client.errors import DeadlineExceededError, ServerError, error_for_status
+from sonic.client.plans import FirstTry
 from sonic.client.results import Arrays
 from sonic.client.transport.base import Transport
 from sonic.client.transport.h2 import H2Transport
@@ -76,25 +78,13 @@ class BlockingConnection:
         """One unary call: its response message; a :class:`ServerError` for a status or a missed deadline
         (the connection is closed then), :class:`Unanswered` when the connection failed first."""
         self._reset_call()
-        core = self._core
         self._stream_id = self._role.open_stream(block, message).stream_id
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         sock = self._sock
+        if deadline is None:
+            sock.settimeout(None)  # no deadline: wait as the loop's path would (connect's timeout is gone)
         try:
-            while self._outcome is None:
-                out = core.data_to_send()
-                if out:
-                    sock.sendall(out[0] if len(out) == 1 else b"".join(out))
-                    continue  # everything the windows allow goes out before reading
-                if core.close_wanted or core.lost:
-                    raise Unanswered
-                if deadline is not None:
-                    # Past it: a timeout of a microsecond, so recv raises the TimeoutError below.
-                    sock.settimeout(max(deadline - time.monotonic(), 1e-6))
-                data = sock.recv(RECV_BYTES)
-                if not data:
-                    raise Unanswered
-                core.receive_data(data)
+            self._until_answer(sock, deadline)
         except TimeoutError:
             self.close()  # the server sees the call cancelled with the connection
             detail = f"no response within {timeout_s} s"
@@ -104,7 +94,11 @@ class BlockingConnection:
         except OSError:
             self.close()
             raise Unanswered from None
+        except BaseException:  # KeyboardInterrupt in recv: the call is abandoned with its connection
+            self.close()
+            raise
         outcome = self._outcome
+        assert outcome is not None  # _until_answer returns once there is one
         if isinstance(outcome, Exception):
             if isinstance(outcome, Unanswered):
                 self.close()
@@ -113,6 +107,23 @@ class BlockingConnection:
             self.close()
             raise Unanswered
         return outcome
+
+    def _until_answer(self, sock: socket.socket, deadline: float | None) -> None:
+        core = self._core
+        while self._outcome is None:
+            out = core.data_to_send()
+            if out:
+                sock.sendall(out[0] if len(out) == 1 else b"".join(out))
+                continue  # everything the windows allow goes out before reading
+            if core.close_wanted or core.lost:
+                raise Unanswered
+            if deadline is not None:
+                # Past it: a timeout of a microsecond, so recv raises the TimeoutError below.
+                sock.settimeout(max(deadline - time.monotonic(), 1e-6))
+            data = sock.recv(RECV_BYTES)
+            if not data:
+                raise Unanswered
+            core.receive_data(data)
 
     def close(self) -> None:
         self._core.lost = True
@@ -193,6 +204,13 @@ class FastPath:
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
         self._connections: dict[Transport, BlockingConnection] = {}
+        config = client.config
+        # Other transports never take this path: their calls skip even the look-up.
+        self._possible = (
+            config.transport is TransportKind.NATIVE
+            and config.tls is None
+            and config.compression is Compression.NONE
+        )
 
     def infer(
         self, inputs: Mapping[str, Any], outputs: Sequence[str] | None
@@ -200,6 +218,8 @@ class FastPath:
         """The outputs; or the first try and its failure, for the loop's retries; or None when the loop's
         path makes the whole call (not this path's kind of call, or the connection failed first)."""
         client = self._client
+        if not self._possible:
+            return None
         first = client.first_try(inputs, outputs)
         if first is None:
             return None

@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from sonic.client import batching, checksum
 from sonic.client.batching import Parameters
@@ -35,7 +35,7 @@ from sonic.client.errors import (
 from sonic.client.fallback import FallbackServer, SharedFallback
 from sonic.client.health import Health, ProbePolicy
 from sonic.client.inflight import InFlight
-from sonic.client.plans import CallPlan, PlanCache, signature
+from sonic.client.plans import CallPlan, FirstTry, PlanCache, signature
 from sonic.client.registry import ServerEntry, ServerRegistry, resolve_services
 from sonic.client.results import (
     Arrays,
@@ -60,17 +60,6 @@ class ClientState(enum.Enum):
     NEW = "new"  # not connected yet: the first call discovers the servers
     OPEN = "open"
     CLOSED = "closed"
-
-
-class FirstTry(NamedTuple):
-    """A planned call's first try, for a caller that sends it itself (:mod:`sonic.client.blocking`)."""
-
-    entry: ServerEntry
-    info: ModelInfo
-    plan: CallPlan
-    arrays: Arrays
-    request_id: str
-    slots: InFlight
 
 
 class AsyncClient:
