@@ -24,7 +24,7 @@ from typing import Any
 
 from sonic.client.client import AsyncClient
 from sonic.client.config import Compression, TransportKind
-from sonic.client.errors import DeadlineExceededError, ServerError, error_for_status
+from sonic.client.errors import ConnectionLostError, DeadlineExceededError, ServerError, error_for_status
 from sonic.client.plans import FirstTry
 from sonic.client.results import Arrays
 from sonic.client.transport.base import Transport
@@ -34,7 +34,7 @@ from sonic.h2.client import ClientRole
 from sonic.h2.frames import ErrorCode, ProtocolError
 from sonic.h2.grpc_call import GrpcError, reset_status, trailers_status
 from sonic.h2.headers import Headers
-from sonic.h2.limits import CLIENT_LIMITS
+from sonic.h2.limits import CLIENT_LIMITS, Http2Limits
 from sonic.h2.stream import Stream
 from sonic.protocol.errors import GrpcCode
 from sonic.protocol.grpc_codec import decode_response, split_response
@@ -51,14 +51,22 @@ class Unanswered(Exception):
 class BlockingConnection:
     """One blocking HTTP/2 connection to one server; the :class:`~sonic.h2.events.Handler` of its core."""
 
-    def __init__(self, address: str, host: str, port: int, connect_timeout_s: float) -> None:
-        """Connects now (``OSError`` when it cannot) and queues the preface."""
+    def __init__(
+        self,
+        address: str,
+        host: str,
+        port: int,
+        connect_timeout_s: float,
+        limits: Http2Limits = CLIENT_LIMITS,
+    ) -> None:
+        """Connects now (``OSError`` when it cannot) and queues the preface. ``limits``: the transport's,
+        whose keepalive runs during a call as on the loop (a hung server is found by its PINGs)."""
         self.address = address
         self._sock = socket.create_connection((host, port), timeout=connect_timeout_s)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._role = ClientRole(self, limits=CLIENT_LIMITS)
+        self._role = ClientRole(self, limits=limits)
         self._core = self._role.connection
-        self._core.start(time.monotonic())  # its timers are never run: no idle GOAWAY, no PINGs
+        self._core.start(time.monotonic())  # its timers run only during calls
         self._stream_id = 0
         self._reset_call()
 
@@ -115,12 +123,24 @@ class BlockingConnection:
             if out:
                 sock.sendall(out[0] if len(out) == 1 else b"".join(out))
                 continue  # everything the windows allow goes out before reading
+            if core.abort_wanted:  # keepalive: no answer to our PING, as the loop's path says it
+                detail = f"the connection was lost (no PING answer) ({self.address})"
+                raise ConnectionLostError(detail, status=GrpcCode.UNAVAILABLE, server=self.address)
             if core.close_wanted or core.lost:
                 raise Unanswered
-            if deadline is not None:
-                # Past it: a timeout of a microsecond, so recv raises the TimeoutError below.
-                sock.settimeout(max(deadline - time.monotonic(), 1e-6))
-            data = sock.recv(RECV_BYTES)
+            wake = core.next_deadline()  # keepalive's next PING or its answer's deadline
+            until = deadline if wake is None or (deadline is not None and deadline <= wake) else wake
+            if until is not None:
+                # Past it: a timeout of a microsecond, so recv raises TimeoutError at once.
+                sock.settimeout(max(until - time.monotonic(), 1e-6))
+            try:
+                data = sock.recv(RECV_BYTES)
+            except TimeoutError:
+                now = time.monotonic()
+                if until is deadline:
+                    raise
+                core.on_timer(now)
+                continue
             if not data:
                 raise Unanswered
             core.receive_data(data)
@@ -259,7 +279,7 @@ class FastPath:
         host, port = transport.endpoint
         try:
             connection = BlockingConnection(
-                transport.address, host, port, self._client.config.control_timeout_s
+                transport.address, host, port, self._client.config.control_timeout_s, transport.limits
             )
         except OSError:
             raise Unanswered from None

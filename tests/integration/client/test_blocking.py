@@ -110,3 +110,31 @@ def test_missed_deadline_on_the_only_server_is_the_callers_error(sonic_repositor
             assert "DEADLINE_EXCEEDED: no response within 0.5 s" in message
             assert "try 2: (no server left)" in message
             assert 0.5 <= elapsed_s < 0.5 + config.probe_timeout_s + 1.0
+
+
+def test_hung_server_without_a_deadline_is_found_by_keepalive(sonic_repository: Path) -> None:
+    """No deadline: the blocking call PINGs as the loop's connection would, and a server that does not
+    answer is lost; the call goes on on the other server."""
+    with ServerProcess.start([sonic_repository]) as first, ServerProcess.start([sonic_repository]) as second:
+        config = ClientConfig(
+            servers=(first.grpc_address, second.grpc_address),
+            preferred_server=first.grpc_address,
+            timeout_s=None,
+            keepalive_s=0.3,
+            keepalive_timeout_s=0.3,
+            retry_backoff_s=0.01,
+        )
+        with SyncClient("identity", config) as client:
+            client.infer(_inputs(0))
+            client.infer(_inputs(0))
+            assert client._fast.connected == [first.grpc_address]
+            os.kill(first.pid, signal.SIGSTOP)
+            try:
+                start = time.monotonic()
+                out = client.infer(_inputs(1))
+                elapsed_s = time.monotonic() - start
+            finally:
+                os.kill(first.pid, signal.SIGCONT)
+            np.testing.assert_array_equal(out["OUTPUT0"], _inputs(1)["INPUT0"])
+            assert elapsed_s < 5.0  # keepalive interval (up to twice) plus its timeout
+            assert client.statistics.connection_lost == 1

@@ -38,7 +38,7 @@ from sonic.h2.grpc_call import (
     grpc_message_prefix,
 )
 from sonic.h2.headers import encode_headers
-from sonic.h2.limits import CLIENT_LIMITS
+from sonic.h2.limits import CLIENT_LIMITS, Http2Limits
 from sonic.protocol.errors import GrpcCode
 from sonic.protocol.grpc_codec import decode_response, encode_request, split_response
 from sonic.protocol.types import WireRequest, WireResponse
@@ -289,6 +289,11 @@ class H2Transport(GrpcCalls):
     @property
     def endpoint(self) -> tuple[str, int]:
         return self._host, self._port
+
+    @property
+    def limits(self) -> Http2Limits:
+        """Its connections' HTTP/2 limits, keepalive included."""
+        return self._limits
 
     async def close(self) -> None:
         connection, self._connection = self._connection, None
