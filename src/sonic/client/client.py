@@ -30,11 +30,12 @@ from sonic.client.config import ClientConfig, SharedMemoryMode
 from sonic.client.errors import (
     ClientStateError,
     ConnectionLostError,
+    ServerError,
 )
 from sonic.client.fallback import FallbackServer, SharedFallback
-from sonic.client.health import ProbePolicy
+from sonic.client.health import Health, ProbePolicy
 from sonic.client.inflight import InFlight
-from sonic.client.plans import CallPlan, PlanCache, signature
+from sonic.client.plans import CallPlan, FirstTry, PlanCache, signature
 from sonic.client.registry import ServerEntry, ServerRegistry, resolve_services
 from sonic.client.results import (
     Arrays,
@@ -255,8 +256,42 @@ class AsyncClient:
             return (await self.infer_detailed(arrays, outputs)).outputs
         return await self._planned(registry, info, plan, arrays)
 
+    def first_try(self, inputs: Mapping[str, Any], outputs: Sequence[str] | None) -> FirstTry | None:
+        """A planned call's first try when it needs nothing of the loop: open, metadata known, every
+        server HEALTHY (no probe due), a plan without shared memory, a free slot (taken: the caller
+        gives it back). None: :meth:`infer` instead. A new signature's checks raise as in infer."""
+        registry, info, slots = self._registry, self._info, self._in_flight
+        if registry is None or info is None or slots is None or self._state is not ClientState.OPEN:
+            return None
+        if self.config.verbose or any(e.health is not Health.HEALTHY for e in registry.entries):
+            return None
+        try:
+            key, arrays = signature(inputs, outputs)
+        except Exception:  # noqa: BLE001  (infer's full path says what is wrong)
+            return None
+        plan = self._plans.get(info, key, arrays, outputs)
+        entry = registry.first_choice(self.model)
+        if plan is None or entry is None:
+            return None
+        if plan.shm_bytes >= self.config.shm_min_bytes and self._tries.use_shm(entry):
+            return None
+        if not slots.take():
+            return None
+        return FirstTry(entry, info, plan, arrays, f"{self.model}-{next(self._ids)}", slots)
+
+    async def after_first_try(self, first: FirstTry, error: ServerError) -> Arrays:
+        """The call whose :meth:`first_try` failed with ``error``: retries and failover go on from there."""
+        registry = self._registry
+        assert registry is not None
+        return await self._planned(registry, first.info, first.plan, first.arrays, (first.entry, error))
+
     async def _planned(
-        self, registry: ServerRegistry, info: ModelInfo, plan: CallPlan, arrays: Arrays
+        self,
+        registry: ServerRegistry,
+        info: ModelInfo,
+        plan: CallPlan,
+        arrays: Arrays,
+        first_failure: tuple[ServerEntry, ServerError] | None = None,
     ) -> Arrays:
         """A call on its signature's plan: the request template, retries and failover as any call's;
         a local server's call large enough for shared memory goes through :class:`Tries` instead."""
@@ -275,7 +310,9 @@ class AsyncClient:
         if not slots.take():
             await slots.wait()
         try:
-            answer, _ = await with_retries(self.model, self.config, registry, self.statistics, operation)
+            answer, _ = await with_retries(
+                self.model, self.config, registry, self.statistics, operation, first_failure
+            )
         finally:
             slots.give()
         return answer if isinstance(answer, dict) else plan.decode(answer)

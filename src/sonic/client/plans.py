@@ -12,13 +12,15 @@ its plans when it reads the metadata again.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from sonic.client import batching
 from sonic.client.config import ClientConfig
+from sonic.client.inflight import InFlight
+from sonic.client.registry import ServerEntry
 from sonic.client.results import Arrays, decode_outputs, output_bytes
 from sonic.client.shm import layout
 from sonic.client.transport.base import ModelInfo, RequestTemplate
@@ -151,3 +153,14 @@ class PlanCache:
             self._plans.clear()
         self._plans[key] = plan
         return plan
+
+
+class FirstTry(NamedTuple):
+    """A planned call's first try, for a caller that sends it itself (:mod:`sonic.client.blocking`)."""
+
+    entry: ServerEntry
+    info: ModelInfo
+    plan: CallPlan
+    arrays: Arrays
+    request_id: str
+    slots: InFlight

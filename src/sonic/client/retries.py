@@ -42,13 +42,26 @@ async def with_retries(
     registry: ServerRegistry,
     statistics: ClientStatistics,
     operation: Callable[[ServerEntry], Awaitable[T]],
+    first_failure: tuple[ServerEntry, ServerError] | None = None,
 ) -> tuple[T, int]:
-    """Run ``operation`` on a chosen server, retrying transient failures; returns (result, tries)."""
+    """Run ``operation`` on a chosen server, retrying transient failures; returns (result, tries).
+
+    ``first_failure``: the first try already went to that server outside this function (the blocking
+    fast path of :mod:`sonic.client.blocking`) and failed so; the tries go on as if it had failed here.
+    """
     # Made on the first failure: a call that succeeds first time allocates no bookkeeping.
     attempts: list[Attempt] | None = None
     avoid: set[ServerEntry] | None = None
     retry_on: ServerEntry | None = None
-    for index in range(config.allowed_tries):
+    start = 0
+    if first_failure is not None:
+        entry, exc = first_failure
+        if not isinstance(exc, TransientError | InvalidRequestError):
+            raise exc  # as a try's other errors: not retried
+        attempts, avoid = [], set()
+        retry_on = await _failed(model, config, registry, statistics, entry, exc, attempts, avoid, None, 0)
+        start = 1
+    for index in range(start, config.allowed_tries):
         if index:
             delay_s = config.retry_backoff_s * 2 ** (index - 1)
             await asyncio.sleep(min(delay_s, config.retry_backoff_max_s))  # backoff, not a sync
@@ -68,23 +81,11 @@ async def with_retries(
         try:
             result = await operation(entry)
         except (TransientError, InvalidRequestError) as exc:
-            moved = await _model_moved(model, config, registry, entry, exc)
-            if not moved and not isinstance(exc, TransientError):
-                raise
             if attempts is None or avoid is None:
                 attempts, avoid = [], set()
-            attempts.append(Attempt(entry.address, exc))
-            statistics.count_failure(exc, moved=moved)
-            if isinstance(exc, ConnectionLostError):
-                registry.mark_dead(entry, exc)
-            elif isinstance(exc, DeadlineExceededError):
-                registry.mark_suspect(entry, exc)
-            if moved or isinstance(exc, ConnectionLostError | DeadlineExceededError) or retry_on is entry:
-                avoid.add(entry)
-                retry_on = None
-            else:
-                retry_on = entry  # the first retry goes to the same server
-            log.info("model '%s' try %d on %s failed: %s", model, index + 1, entry.address, exc)
+            retry_on = await _failed(
+                model, config, registry, statistics, entry, exc, attempts, avoid, retry_on, index
+            )
         else:
             if entry.health is not Health.HEALTHY:  # the common case: no call
                 registry.mark_ok(entry)
@@ -94,6 +95,35 @@ async def with_retries(
             entry.outstanding -= 1
     statistics.failed += 1
     raise RetriesExhaustedError(model, attempts or [])
+
+
+async def _failed(
+    model: str,
+    config: ClientConfig,
+    registry: ServerRegistry,
+    statistics: ClientStatistics,
+    entry: ServerEntry,
+    exc: ServerError,
+    attempts: list[Attempt],
+    avoid: set[ServerEntry],
+    retry_on: ServerEntry | None,
+    index: int,
+) -> ServerEntry | None:
+    """Book a failed try (re-raised when it is not worth another); the server the next try goes back to."""
+    moved = await _model_moved(model, config, registry, entry, exc)
+    if not moved and not isinstance(exc, TransientError):
+        raise exc
+    attempts.append(Attempt(entry.address, exc))
+    statistics.count_failure(exc, moved=moved)
+    if isinstance(exc, ConnectionLostError):
+        registry.mark_dead(entry, exc)
+    elif isinstance(exc, DeadlineExceededError):
+        registry.mark_suspect(entry, exc)
+    log.info("model '%s' try %d on %s failed: %s", model, index + 1, entry.address, exc)
+    if moved or isinstance(exc, ConnectionLostError | DeadlineExceededError) or retry_on is entry:
+        avoid.add(entry)
+        return None
+    return entry  # the first retry goes to the same server
 
 
 async def _model_moved(

@@ -1,6 +1,7 @@
 """Blocking and future/callback ("pseudo-async") use of :class:`~sonic.client.client.AsyncClient`.
 
-The client owns one event loop. While only one thread makes blocking calls, each call runs that loop
+The common blocking call skips the loop: see :mod:`sonic.client.blocking`. The client owns one event
+loop for the rest. While only one thread makes blocking calls, each call runs that loop
 in the calling thread (``run_until_complete``): no hop to another thread and back, which cost a
 blocking call two thread wake-ups (half its time on a busy machine). Retries, failover, deadlines
 and shared memory are the same code either way; background work (health probes, keepalive PINGs)
@@ -23,6 +24,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from sonic.client.batching import Parameters
+from sonic.client.blocking import FastPath
 from sonic.client.client import AsyncClient
 from sonic.client.config import ClientConfig
 from sonic.client.errors import ClientStateError
@@ -65,6 +67,7 @@ class SyncClient:
         )
         self._thread.start()
         self._closed = False
+        self._fast = FastPath(self._client)  # used only while this thread holds _driving
 
     @classmethod
     def from_env(cls, model: str, *, version: str = "", **overrides: Any) -> Self:
@@ -143,6 +146,18 @@ class SyncClient:
         *,
         parameters: Parameters | None = None,
     ) -> Arrays:
+        # The common call goes out on a blocking connection (sonic.client.blocking) while this thread
+        # may drive the client: no loop turns. Anything else, or a failed first try's retries, on the loop.
+        if not parameters and not self._threaded and self._driving.acquire(blocking=False):
+            try:
+                if not self._closed and _no_running_loop():
+                    outcome = self._fast.infer(inputs, outputs)
+                    if isinstance(outcome, dict):
+                        return outcome
+                    if outcome is not None:
+                        return self._loop.run_until_complete(self._client.after_first_try(*outcome))
+            finally:
+                self._driving.release()
         return self._run(self._client.infer(inputs, outputs, parameters=parameters))
 
     def infer_detailed(
@@ -191,6 +206,7 @@ class SyncClient:
                 self._handoff.set()  # a parked thread exits
             self._thread.join()
             with self._driving if not threaded else contextlib.nullcontext():
+                self._fast.close()
                 self._loop.close()
 
     def __enter__(self) -> Self:

@@ -38,7 +38,7 @@ from sonic.h2.grpc_call import (
     grpc_message_prefix,
 )
 from sonic.h2.headers import encode_headers
-from sonic.h2.limits import CLIENT_LIMITS
+from sonic.h2.limits import CLIENT_LIMITS, Http2Limits
 from sonic.protocol.errors import GrpcCode
 from sonic.protocol.grpc_codec import decode_response, encode_request, split_response
 from sonic.protocol.types import WireRequest, WireResponse
@@ -248,6 +248,15 @@ class H2Transport(GrpcCalls):
         costs less than handing the writer several pieces), else the caller's memory as pieces."""
         if self._encoding is not None:
             return await super().infer_template(template, request_id, data)  # compressed: one path
+        block, message, timeout_s = self.template_call(template, request_id, data)
+        response = await self._exchange(block, message, timeout_s)
+        return decode_response(*split_response(response))  # untimed: this path's callers want outputs
+
+    def template_call(
+        self, template: RequestTemplate, request_id: str, data: Sequence[bytes | memoryview]
+    ) -> tuple[bytes, list[bytes | memoryview], float | None]:
+        """An uncompressed template call as it goes out: (header block, framed message, timeout).
+        Shared with the blocking fast path of :mod:`sonic.client.blocking`."""
         encoded = template.encoded
         if not isinstance(encoded, EncodedHead):
             head, _ = encode_request(template.request("", [b""] * len(data)))
@@ -270,8 +279,21 @@ class H2Transport(GrpcCalls):
             self._check_size("ModelInfer", size)
             message = [grpc_message_prefix(size), *parts]
         timeout_s = template.timeout_s or self._timeout_s
-        response = await self._exchange(self._block("ModelInfer", False, timeout_s), message, timeout_s)
-        return decode_response(*split_response(response))  # untimed: this path's callers want outputs
+        return self._block("ModelInfer", False, timeout_s), message, timeout_s
+
+    @property
+    def plain(self) -> bool:
+        """No TLS, no compression: the blocking fast path may take this server's calls."""
+        return self._tls is None and self._encoding is None
+
+    @property
+    def endpoint(self) -> tuple[str, int]:
+        return self._host, self._port
+
+    @property
+    def limits(self) -> Http2Limits:
+        """Its connections' HTTP/2 limits, keepalive included."""
+        return self._limits
 
     async def close(self) -> None:
         connection, self._connection = self._connection, None
