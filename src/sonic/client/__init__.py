@@ -4,8 +4,9 @@
 >>> with SyncClient.from_env("emtrk_michel") as client:  # doctest: +SKIP
 ...     out = client.infer({"main_input": x})
 
-- :mod:`.client` (:class:`AsyncClient`), :mod:`.sync` (blocking and futures wrappers), :mod:`.config`
-  (frozen :class:`ClientConfig`), :mod:`.errors`, :mod:`.results` (what a call returns), :mod:`.stats`;
+- :mod:`.client` (:class:`AsyncClient`), :mod:`.sync` (blocking and futures wrappers), :mod:`.blocking` (the
+  blocking call's fast path), :mod:`.config` (frozen :class:`ClientConfig`), :mod:`.errors`, :mod:`.results`
+  (what a call returns), :mod:`.stats`;
 - one call: :mod:`.batching` (inputs checked, batches split and joined), :mod:`.plans` (a checked signature's
   short path), :mod:`.coalesce` (opt-in client-side batching), :mod:`.inflight` (the bound on requests in
   flight), :mod:`.retries` (retries and failover), :mod:`.tries` (one try on one server);

@@ -148,9 +148,14 @@ def output_names(info: ModelInfo, requested: Sequence[str] | None) -> list[str]:
     return list(requested)
 
 
-def tensor_bytes(array: npt.NDArray[Any], datatype: str) -> bytes | memoryview:
-    """The wire bytes of an input: a view of the array's memory except for BYTES (encoded)."""
-    return dtypes.array_to_bytes(array, dtypes.from_name(datatype))
+def encode(info: ModelInfo, arrays: Arrays) -> dict[str, tuple[npt.NDArray[Any], str, bytes | memoryview]]:
+    """Each checked input as (array, datatype, wire bytes): the bytes view the array's memory
+    except for BYTES (encoded)."""
+    specs = {t.name: t for t in info.inputs}
+    return {
+        n: (a, specs[n].datatype, dtypes.array_to_bytes(a, dtypes.from_name(specs[n].datatype)))
+        for n, a in arrays.items()
+    }
 
 
 def decode(data: bytes | memoryview, datatype: str, shape: tuple[int, ...], where: str) -> npt.NDArray[Any]:

@@ -27,29 +27,19 @@ from sonic.client.batching import Parameters
 from sonic.client.cleanup import exit_cleanup
 from sonic.client.coalesce import Coalescer
 from sonic.client.config import ClientConfig, SharedMemoryMode
-from sonic.client.errors import (
-    ClientStateError,
-    ConnectionLostError,
-    ServerError,
-)
-from sonic.client.fallback import FallbackServer, SharedFallback
-from sonic.client.health import Health, ProbePolicy
+from sonic.client.errors import ClientStateError, ConnectionLostError, ServerError
+from sonic.client.fallback import FallbackUse
+from sonic.client.health import Health
 from sonic.client.inflight import InFlight
 from sonic.client.plans import CallPlan, FirstTry, PlanCache, signature
 from sonic.client.registry import ServerEntry, ServerRegistry, resolve_services
-from sonic.client.results import (
-    Arrays,
-    CallTiming,
-    InferResult,
-    verbose_log,
-    verbose_summary,
-)
+from sonic.client.results import Arrays, CallTiming, InferResult, verbose_log, verbose_summary
 from sonic.client.retries import with_retries
 from sonic.client.stats import ClientStatistics
 from sonic.client.transport.base import ModelInfo, Transport
 from sonic.client.transport.factory import open_transport
 from sonic.client.tries import Tries
-from sonic.client.zerocopy import ShmRequest, no_local_server, plan, region_bytes
+from sonic.client.zerocopy import ShmRequest, borrow_region, plan
 from sonic.protocol.types import WireRequest, WireResponse
 
 log = logging.getLogger(__name__)
@@ -91,9 +81,7 @@ class AsyncClient:
         self._open_lock: asyncio.Lock | None = None
         self._in_flight: InFlight | None = None
         self._info: ModelInfo | None = None
-        self._fallback: FallbackServer | None = None
-        self._fallback_share: SharedFallback | None = None
-        self._fallback_address = ""
+        self._fallback = FallbackUse(self.config.fallback)
         self._coalescer: Coalescer | None = None
         self._ids = itertools.count()
         self._tries = Tries(model, version, self.config)
@@ -128,18 +116,10 @@ class AsyncClient:
         return self._state
 
     async def _start_fallback(self, model: str) -> Transport | None:
-        """The process's fallback server with ``model`` loaded; a transport when this client needs a
-        new one to it (first use, or the server was started again elsewhere)."""
-        if self._fallback_share is None:
-            # Taken first, so close() releases it even if this task is cancelled.
-            self._fallback_share = SharedFallback.acquire(self.config.fallback)
-            self._fallback = self._fallback_share.server
+        """A transport to the process's fallback server with ``model`` loaded, when this client needs one."""
         log.warning("no reachable server has model '%s': using the local fallback server", model)
-        address = await asyncio.to_thread(self._fallback_share.ensure, model)
-        if address == self._fallback_address:
-            return None
-        self._fallback_address = address
-        return open_transport(address, self.config)
+        address = await self._fallback.ensure(model)
+        return None if address is None else open_transport(address, self.config)
 
     async def _open(self) -> ServerRegistry:
         if self._state is ClientState.CLOSED:
@@ -155,16 +135,7 @@ class AsyncClient:
                 if transports is None:
                     addresses = [*self.config.servers, *await resolve_services(self.config.services)]
                     transports = [open_transport(a, self.config) for a in addresses]
-                config = self.config
-                registry = ServerRegistry(
-                    transports,
-                    control_timeout_s=config.control_timeout_s,
-                    probe=ProbePolicy(
-                        config.probe_backoff_s, config.probe_backoff_max_s, config.probe_timeout_s
-                    ),
-                    preferred_server=config.preferred_server,
-                    start_fallback=self._start_fallback if config.fallback.enable else None,
-                )
+                registry = ServerRegistry.for_client(transports, self.config, self._start_fallback)
                 await registry.discover()
                 self._in_flight = InFlight(self.config.max_in_flight)
                 self._registry = registry
@@ -182,9 +153,7 @@ class AsyncClient:
             if self._registry is not None:
                 await self._registry.close()
         finally:
-            share, self._fallback_share = self._fallback_share, None
-            if share is not None:
-                await asyncio.to_thread(share.release)  # the last client of the process stops it
+            await self._fallback.release()
 
     async def __aenter__(self) -> Self:
         await self._open()
@@ -356,9 +325,7 @@ class AsyncClient:
             results = [t.result() for t in tasks]
         if len(results) == 1:
             return results[0]
-        timing = CallTiming()
-        for result in results:
-            timing = timing + result.timing
+        timing = sum((r.timing for r in results), CallTiming())
         return InferResult(batching.join([r.outputs for r in results]), timing)
 
     async def _coalesced(self, info: ModelInfo, arrays: Arrays, batch: int, names: list[str]) -> InferResult:
@@ -377,10 +344,7 @@ class AsyncClient:
         self, info: ModelInfo, arrays: Arrays, names: list[str], parameters: Parameters
     ) -> InferResult:
         start = time.perf_counter_ns()
-        specs = {t.name: t for t in info.inputs}
-        encoded = {
-            n: (a, specs[n].datatype, batching.tensor_bytes(a, specs[n].datatype)) for n, a in arrays.items()
-        }
+        encoded = batching.encode(info, arrays)
         request_id = f"{self.model}-{next(self._ids)}"
         prepare_ns = time.perf_counter_ns() - start
         assert self._in_flight is not None
@@ -406,22 +370,14 @@ class AsyncClient:
         info = await self.model_info()
         inputs, out = plan(info, shapes, outputs)
         registry = await self._open()
+
         if self.config.shared_memory is SharedMemoryMode.OFF:
             msg = f"model '{self.model}': shared memory is off in this client's config (shared_memory='off')"
             raise ClientStateError(msg)
-        size = region_bytes(inputs, out)
-        local = [e for e in registry.candidates(self.model) if self._tries.use_shm(e)]
-        for entry in sorted(local, key=lambda e: e.outstanding):
-            region = await self._tries.region(entry, size)
-            if region is not None and entry.shm is not None:
-
-                async def send(request: WireRequest, entry: ServerEntry = entry) -> WireResponse:
-                    return await self._send_pinned(entry, request)
-
-                return ShmRequest(
-                    self.model, self.version, self.config.timeout_s, entry.shm, region, inputs, out, send
-                )
-        raise no_local_server(self.model, registry.entries)
+        tensors = (inputs, out)
+        return await borrow_region(
+            self.model, self.version, self.config, registry, self._tries, tensors, self._send_pinned
+        )
 
     async def _send_pinned(self, entry: ServerEntry, request: WireRequest) -> WireResponse:
         """One try on one server: a zero-copy request's data lives in a region that server registered."""

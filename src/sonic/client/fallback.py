@@ -15,6 +15,7 @@ when the last client using it closes (or at interpreter exit).
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
 import tempfile
@@ -205,3 +206,38 @@ class SharedFallback:
         with self._start_lock:
             self.server.stop()
             self._loaded.clear()
+
+
+class FallbackUse:
+    """One client's use of the process's fallback server: a share taken on first need, given back at close."""
+
+    def __init__(self, config: FallbackConfig) -> None:
+        self._config = config
+        self._share: SharedFallback | None = None
+        self._address = ""
+
+    @property
+    def server(self) -> FallbackServer | None:
+        return None if self._share is None else self._share.server
+
+    @property
+    def address(self) -> str:
+        """The gRPC address this client last connected to ("" before the first use)."""
+        return self._address
+
+    async def ensure(self, model: str) -> str | None:
+        """Started with ``model`` loaded; the address when this client needs a new connection to it
+        (first use, or the server was started again elsewhere), else None."""
+        if self._share is None:
+            # Taken first, so release() gives it back even if this task is cancelled.
+            self._share = SharedFallback.acquire(self._config)
+        address = await asyncio.to_thread(self._share.ensure, model)
+        if address == self._address:
+            return None
+        self._address = address
+        return address
+
+    async def release(self) -> None:
+        share, self._share = self._share, None
+        if share is not None:
+            await asyncio.to_thread(share.release)  # the last client of the process stops it

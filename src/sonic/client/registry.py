@@ -18,6 +18,7 @@ import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from sonic.client.config import ClientConfig
 from sonic.client.errors import ClientError, NoServerError
 from sonic.client.health import Health, ProbePolicy, Prober
 from sonic.client.shm import RegionPool
@@ -101,6 +102,22 @@ class ServerRegistry:
         self._fallback_lock = asyncio.Lock()
         self.fallback: ServerEntry | None = None
         self.prober: Prober[ServerEntry] = Prober(probe or ProbePolicy(), self._probe)
+
+    @classmethod
+    def for_client(
+        cls,
+        transports: Sequence[Transport],
+        config: ClientConfig,
+        start_fallback: Callable[[str], Awaitable[Transport | None]],
+    ) -> ServerRegistry:
+        """The registry a client's configuration describes (``start_fallback`` used if it enables one)."""
+        return cls(
+            transports,
+            control_timeout_s=config.control_timeout_s,
+            probe=ProbePolicy(config.probe_backoff_s, config.probe_backoff_max_s, config.probe_timeout_s),
+            preferred_server=config.preferred_server,
+            start_fallback=start_fallback if config.fallback.enable else None,
+        )
 
     async def discover(self) -> None:
         """Ask every server for its ready models, at once; the unreachable are marked dead and probed."""

@@ -13,6 +13,7 @@ view of it). A request is pinned to its region and server: it is not retried or 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -20,10 +21,12 @@ from typing import Any, Self
 import numpy.typing as npt
 
 from sonic.client import batching
+from sonic.client.config import ClientConfig
 from sonic.client.errors import ClientError, ClientStateError, InputError, InvalidRequestError, NoServerError
-from sonic.client.registry import ServerEntry
+from sonic.client.registry import ServerEntry, ServerRegistry
 from sonic.client.shm import Region, RegionPool, layout
 from sonic.client.transport.base import ModelInfo
+from sonic.client.tries import Tries
 from sonic.protocol import dtypes
 from sonic.protocol.types import WireInput, WireOutputRequest, WireRequest, WireResponse
 
@@ -91,6 +94,28 @@ def no_local_server(model: str, entries: Sequence[ServerEntry]) -> NoServerError
     return NoServerError(
         f"model '{model}': no server on this host takes shared memory for it (servers: {servers})"
     )
+
+
+async def borrow_region(
+    model: str,
+    version: str,
+    config: ClientConfig,
+    registry: ServerRegistry,
+    tries: Tries,
+    tensors: tuple[Tensors, Tensors],
+    send: Callable[[ServerEntry, WireRequest], Awaitable[WireResponse]],
+) -> ShmRequest:
+    """A request laid out in a region of the least busy server on this host that takes shared memory
+    for ``model``; ``tensors`` are its inputs and outputs as :func:`plan` gives them."""
+    inputs, outputs = tensors
+    size = region_bytes(inputs, outputs)
+    local = [e for e in registry.candidates(model) if tries.use_shm(e)]
+    for entry in sorted(local, key=lambda e: e.outstanding):
+        region = await tries.region(entry, size)
+        if region is not None and entry.shm is not None:
+            pinned = functools.partial(send, entry)
+            return ShmRequest(model, version, config.timeout_s, entry.shm, region, inputs, outputs, pinned)
+    raise no_local_server(model, registry.entries)
 
 
 def region_bytes(inputs: Tensors, outputs: Tensors) -> int:

@@ -108,7 +108,7 @@ def test_fallback_server_when_none_is_reachable(sonic_repository: Path, tmp_path
     client = SyncClient("identity", config)
     try:
         result = client.infer_detailed({"INPUT0": x})
-        fallback = client._client._fallback
+        fallback = client._client._fallback.server
         assert fallback is not None
         assert fallback.pid is not None
         pid = fallback.pid
@@ -205,7 +205,7 @@ def test_fallback_tritonserver_binary(triton_repository: Path, tmp_path: Path) -
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     with SyncClient("nobatch", config) as client:
         np.testing.assert_array_equal(client.infer({"INPUT0": x})["OUTPUT0"], x)
-        fallback = client._client._fallback
+        fallback = client._client._fallback.server
         assert fallback is not None
         pid = fallback.pid
     assert pid is not None

@@ -34,11 +34,11 @@ def test_clients_of_several_models_share_one_fallback_server(sonic_repository: P
             out16, out4 = await asyncio.gather(identity.infer({"INPUT0": x16}), small.infer({"INPUT0": x4}))
             np.testing.assert_array_equal(out16["OUTPUT0"], x16)
             np.testing.assert_array_equal(out4["OUTPUT0"], x4)
-            assert identity._fallback is not None
-            assert identity._fallback is small._fallback  # one server for both
-            pid = identity._fallback.pid
+            assert identity._fallback.server is not None
+            assert identity._fallback.server is small._fallback.server  # one server for both
+            pid = identity._fallback.server.pid
             assert pid is not None
-            address = identity._fallback_address
+            address = identity._fallback.address
             control = tritonclient.InferenceServerClient(address)
             try:
                 ready = {m.name for m in control.get_model_repository_index().models if m.state == "READY"}
