@@ -30,6 +30,7 @@ import numpy.typing as npt
 import tritonclient.grpc.aio as triton_aio
 from tritonclient.grpc import InferInput
 
+from benchmarks.harness.load import closed_loop
 from benchmarks.harness.processes import steady_malloc
 from sonic.client import AsyncClient, CallTiming, ClientConfig, SharedMemoryMode, ShmRequest
 from sonic.launch import ServerProcess
@@ -44,21 +45,8 @@ async def _measure(call: Callable[[], Awaitable[Any]], concurrency: int, seconds
     """Run ``call`` from ``concurrency`` workers for ``seconds``; wall time, CPU time and count."""
     for _ in range(3):
         await call()  # warm-up: connections, metadata, first allocations
-    count = 0
-    deadline = time.perf_counter() + seconds
-
-    async def worker() -> None:
-        nonlocal count
-        while time.perf_counter() < deadline:
-            await call()
-            count += 1
-
     cpu = time.process_time()
-    start = time.perf_counter()
-    async with asyncio.TaskGroup() as group:
-        for _ in range(concurrency):
-            group.create_task(worker())
-    wall = time.perf_counter() - start
+    count, wall = await closed_loop(call, concurrency, seconds)
     cpu = time.process_time() - cpu
     return {
         "requests": count,
@@ -100,25 +88,18 @@ async def run(
     """Every case once per round, rounds interleaved, so load from other processes hits all alike."""
     small = np.ones((1, 16), np.float32)
     large = np.random.default_rng(0).standard_normal(LARGE_SHAPE).astype(np.float32)
-    plain = ClientConfig(servers=(address,), shared_memory=SharedMemoryMode.OFF, max_in_flight=CONCURRENCY)
-    shm = ClientConfig(servers=(address,), shared_memory=SharedMemoryMode.SYSTEM, max_in_flight=CONCURRENCY)
+
+    def config(shared_memory: SharedMemoryMode, **more: Any) -> ClientConfig:
+        return ClientConfig(
+            servers=(address,), shared_memory=shared_memory, max_in_flight=CONCURRENCY, **more
+        )
+
+    plain = config(SharedMemoryMode.OFF)
+    shm = config(SharedMemoryMode.SYSTEM)
     triton = triton_aio.InferenceServerClient(address)
     small_client = AsyncClient("identity", plain)
-    merging = ClientConfig(
-        servers=(address,),
-        shared_memory=SharedMemoryMode.OFF,
-        max_in_flight=CONCURRENCY,
-        coalesce_in_flight=2,
-    )
-    small_merged = AsyncClient("identity", merging)
-    bare = ClientConfig(
-        servers=(address,),
-        shared_memory=SharedMemoryMode.OFF,
-        max_in_flight=CONCURRENCY,
-        keepalive_s=None,
-        timeout_s=None,
-    )
-    small_bare = AsyncClient("identity", bare)
+    small_merged = AsyncClient("identity", config(SharedMemoryMode.OFF, coalesce_in_flight=2))
+    small_bare = AsyncClient("identity", config(SharedMemoryMode.OFF, keepalive_s=None, timeout_s=None))
     large_plain = AsyncClient("identity_large", plain)
     large_shm = AsyncClient("identity_large", shm)
     large_zero_copy = AsyncClient("identity_large", shm)
@@ -202,23 +183,18 @@ async def run(
 
 
 def _small_ratios(results: dict[str, Any]) -> dict[str, Any]:
-    results["resilience_cost_small_requests_per_s"] = (
-        results["small_sonic"]["requests_per_s"]
-        / results["small_sonic_no_keepalive_no_deadline"]["requests_per_s"]
+    def ratio(ours: str, reference: str, metric: str) -> float:
+        return float(results[ours][metric] / results[reference][metric])
+
+    bare = "small_sonic_no_keepalive_no_deadline"
+    results["resilience_cost_small_requests_per_s"] = ratio("small_sonic", bare, "requests_per_s")
+    results["resilience_cost_small_cpu"] = ratio("small_sonic", bare, "cpu_s_per_request")
+    triton = "small_tritonclient"
+    results["speedup_small_requests_per_s"] = ratio("small_sonic", triton, "requests_per_s")
+    results["speedup_small_coalesced_requests_per_s"] = ratio(
+        "small_sonic_coalesced", triton, "requests_per_s"
     )
-    results["resilience_cost_small_cpu"] = (
-        results["small_sonic"]["cpu_s_per_request"]
-        / results["small_sonic_no_keepalive_no_deadline"]["cpu_s_per_request"]
-    )
-    results["speedup_small_requests_per_s"] = (
-        results["small_sonic"]["requests_per_s"] / results["small_tritonclient"]["requests_per_s"]
-    )
-    results["speedup_small_coalesced_requests_per_s"] = (
-        results["small_sonic_coalesced"]["requests_per_s"] / results["small_tritonclient"]["requests_per_s"]
-    )
-    results["cpu_ratio_small"] = (
-        results["small_sonic"]["cpu_s_per_request"] / results["small_tritonclient"]["cpu_s_per_request"]
-    )
+    results["cpu_ratio_small"] = ratio("small_sonic", triton, "cpu_s_per_request")
     return results
 
 

@@ -30,7 +30,7 @@ from sonic.models.zoo.emtrk import EMTRK_MICHEL
 from sonic.perf.engine import LoadLevel, MeasurementConfig, PerfConfig, run_perf
 from sonic.perf.report import summary_line, to_json
 from sonic.perf.scaling import fit, protodune_derivation, protodune_params
-from sonic.perf.simulate import SimulationConfig, simulate
+from sonic.perf.simulate import SimulationConfig, SimulationResult, simulate
 from sonic.perf.synthetic import write_fixed_cost_repository
 
 REPOSITORY = RESULTS / "raw" / "server_core_repository"
@@ -140,76 +140,64 @@ def main() -> None:
         f"fit: t_ideal {fitted.ideal_s * 1000:.1f} ms, t_GPU {fitted.gpu_s * 1000:.2f} ms, knee "
         f"{fitted.saturation_ratio:.1f} clients per server (rms {fitted.rms_residual_s * 1000:.2f} ms)"
     )
-    exec_s = light["server_execution_ms"] / 1000
-    per_request_s = (
-        light["server_overhead_ms"] / 1000
-    )  # request handling outside the execution, serial on the loop
+
+    def simulated(
+        clients: int, service: dict[str, Any], *, servers: int = 1, events: int = 30
+    ) -> SimulationResult:
+        """The emulated workflow simulated (its CPU per event, its wire latency at light load) with the
+        service time of ``service``, a measured point: the execution, and the request handling outside
+        it, serial on the loop."""
+        config = SimulationConfig(
+            clients=clients, servers=servers, cpu_s=cpu_s, exec_fixed_s=service["server_execution_ms"] / 1000,
+            exec_per_request_s=service["server_overhead_ms"] / 1000, latency_s=light["client_wire_ms"] / 1000,
+            events_per_client=events,
+        )  # fmt: skip
+        return simulate(config)
+
     comparison = []
     for point in points:
-
-        def simulated(execution_s: float, overhead_s: float, clients: int = point["clients"]) -> float:
-            config = SimulationConfig(
-                clients=clients, servers=1, cpu_s=cpu_s, exec_fixed_s=execution_s, exec_per_request_s=overhead_s,
-                latency_s=light["client_wire_ms"] / 1000, events_per_client=30,
-            )  # fmt: skip
-            return simulate(config).time_per_event_s
-
+        n = point["clients"]
         # (1) service time measured at N=1 only: a prediction; (2) the level's own service time, which
         # on this shared machine varies with the other tenants' load: the queueing model alone.
-        from_light = simulated(exec_s, per_request_s)
-        from_level = simulated(point["server_execution_ms"] / 1000, point["server_overhead_ms"] / 1000)
+        from_light = simulated(n, light).time_per_event_s
+        from_level = simulated(n, point).time_per_event_s
         comparison.append(
             {
-                "clients": point["clients"],
+                "clients": n,
                 "measured_s": point["time_per_event_s"],
                 "simulated_from_n1_s": from_light,
                 "simulated_from_level_s": from_level,
-                "model_s": fitted.predict([point["clients"]])[0],
+                "model_s": fitted.predict([n])[0],
             }
         )
         print(
-            f"  N={point['clients']}: measured {point['time_per_event_s'] * 1000:.1f} ms, simulated "
+            f"  N={n}: measured {point['time_per_event_s'] * 1000:.1f} ms, simulated "
             f"{from_light * 1000:.1f} ms (N=1 service time) {from_level * 1000:.1f} ms (own service time), "
             f"fitted model {comparison[-1]['model_s'] * 1000:.1f} ms"
         )
-    knee = fitted.saturation_ratio
-    at_scale = simulate(
-        SimulationConfig(
-            clients=2500, servers=100, cpu_s=cpu_s, exec_fixed_s=exec_s, exec_per_request_s=per_request_s,
-            latency_s=light["client_wire_ms"] / 1000, events_per_client=20,
-        )
-    )  # fmt: skip
+    at_scale = simulated(2500, light, servers=100, events=20)
     print(
         f"2,500 clients on 100 servers: {at_scale.time_per_event_s * 1000:.1f} ms/event, "
         f"{at_scale.events_per_s:.0f} events/s, utilization {at_scale.server_utilization:.2f}"
     )
     d = protodune_derivation()
     proto = protodune_params(gpu_s=d["gpu_s_implied_by_knee"])
-    proto_sim = [
-        {
-            "processes": n,
-            "model_s": proto.time_per_event_s(n, 4),
-            "simulated_s": simulate(
-                SimulationConfig(
-                    clients=n,
-                    servers=4,
-                    cpu_s=proto.cpu_serial_s,
-                    exec_fixed_s=proto.gpu_s,
-                    exec_per_request_s=0.0,
-                    latency_s=proto.latency_s,
-                    events_per_client=8,
-                    cpu_jitter=0.05,
-                )
-            ).time_per_event_s,
-        }
-        for n in (100, 200, 270, 300, 400)
-    ]
+    proto_sim = []
+    for n in (100, 200, 270, 300, 400):
+        config = SimulationConfig(
+            clients=n, servers=4, cpu_s=proto.cpu_serial_s, exec_fixed_s=proto.gpu_s, exec_per_request_s=0.0,
+            latency_s=proto.latency_s, events_per_client=8, cpu_jitter=0.05,
+        )  # fmt: skip
+        simulated_s = simulate(config).time_per_event_s
+        proto_sim.append(
+            {"processes": n, "model_s": proto.time_per_event_s(n, 4), "simulated_s": simulated_s}
+        )
     path = save(
         "perf_scaling",
         {
             "machine": machine(),
             "workflow": {"cpu_s": cpu_s, "model": "fixed_cost", "points": points},
-            "fit": asdict(fitted) | {"saturation_ratio": knee},
+            "fit": asdict(fitted) | {"saturation_ratio": fitted.saturation_ratio},
             "params": asdict(params),
             "simulation_vs_measured": comparison,
             "simulation_2500_clients_100_servers": {

@@ -125,17 +125,11 @@ def run_load(
     }
 
 
+# Each configuration's flags after ``--http-port 0`` (every server serves HTTP beside gRPC).
 CONFIGS: dict[str, Callable[[dict[str, Path]], list[str]]] = {
-    "plain": lambda _: ["--http-port", "0"],
-    "metrics": lambda _: ["--http-port", "0", "--metrics-port", "0"],
-    "tls": lambda certs: [
-        "--http-port",
-        "0",
-        "--tls-cert",
-        str(certs["cert"]),
-        "--tls-key",
-        str(certs["key"]),
-    ],
+    "plain": lambda _: [],
+    "metrics": lambda _: ["--metrics-port", "0"],
+    "tls": lambda certs: ["--tls-cert", str(certs["cert"]), "--tls-key", str(certs["key"])],
 }
 
 
@@ -147,19 +141,14 @@ def measure(
     runs: list[dict[str, Any]] = []
     slots = [f"{config}/{protocol}" for config in args.configs for protocol in ("grpc", "http")]
     for visit in visits(args.repeats, [model], slots, how="shuffle", seed=rng.randrange(1 << 30)):
-        config, protocol = visit.server.split("/")
+        slot = visit.server
+        config, protocol = slot.split("/")
         server = servers[config]
         assert isinstance(server, ServerProcess)
         address = server.grpc_address if protocol == "grpc" else server.http_address
         tls = certs if config == "tls" else None
         result = run_load(protocol, address, model, args.clients, args.duration_s, tls, server.pid)
-        run = {
-            "round": visit.round,
-            "config": config,
-            "model": model,
-            "protocol": protocol,
-            "slot": visit.server,
-        }
+        run = {"round": visit.round, "config": config, "model": model, "protocol": protocol, "slot": slot}
         runs.append(run | result)
         print(json.dumps(runs[-1]), flush=True)
     return runs
@@ -179,7 +168,11 @@ def summarize(runs: list[dict[str, Any]], models: list[str], configs: list[str])
         assert ratio is not None, f"no round measured both {ours} and {reference}"
         return {"median": ratio.median, "min": ratio.min, "max": ratio.max}
 
+    def cpu_ratio(mine: list[dict[str, Any]], ours: str, reference: str) -> float:
+        return cpu_per_request(mine, ours) / cpu_per_request(mine, reference)
+
     summary: dict[str, Any] = {}
+    micro = histogram_cost_ns()
     for model in models:
         mine = [r for r in runs if r["model"] == model]
         rates = per_server(mine, "requests_per_s", who="slot")
@@ -188,20 +181,13 @@ def summarize(runs: list[dict[str, Any]], models: list[str], configs: list[str])
             entry[f"{slot.replace('/', '_')}_req_per_s"] = rates[slot].median
             entry[f"{slot.replace('/', '_')}_server_cpu_us_per_req"] = cpu_per_request(mine, slot)
         entry["http_over_grpc"] = paired(mine, "plain/http", "plain/grpc")
-        entry["http_over_grpc_server_cpu"] = cpu_per_request(mine, "plain/http") / cpu_per_request(
-            mine, "plain/grpc"
-        )
+        entry["http_over_grpc_server_cpu"] = cpu_ratio(mine, "plain/http", "plain/grpc")
         for config in ("metrics", "tls"):
             for protocol in ("grpc", "http") if config in configs else ():
                 ours, plain = f"{config}/{protocol}", f"plain/{protocol}"
                 entry[f"{config}_over_plain_{protocol}"] = paired(mine, ours, plain)
-                entry[f"{config}_over_plain_{protocol}_server_cpu"] = cpu_per_request(
-                    mine, ours
-                ) / cpu_per_request(mine, plain)
+                entry[f"{config}_over_plain_{protocol}_server_cpu"] = cpu_ratio(mine, ours, plain)
         summary[model] = entry
-    micro = histogram_cost_ns()
-    for model in models:
-        mine = [r for r in runs if r["model"] == model]
         cpu = per_server(mine, "server_cpu_us_per_request", who="slot")
         for protocol in ("grpc", "http"):
             share = micro["histogram_added_ns"] / 1000 / cpu[f"plain/{protocol}"].median
@@ -236,7 +222,8 @@ def main() -> int:
         # Every configuration's server runs at once (idle ones use no CPU: nothing polls).
         with ServerSet() as servers:
             for config in args.configs:
-                servers.add(config, ServerProcess.start([repository], extra_args=CONFIGS[config](certs)))
+                flags = ["--http-port", "0", *CONFIGS[config](certs)]
+                servers.add(config, ServerProcess.start([repository], extra_args=flags))
             for model in args.models:
                 runs += measure(servers, model, args, certs, rng)
             if "metrics" in servers:

@@ -37,13 +37,13 @@ import asyncio
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from benchmarks.backends import run_threads
-from benchmarks.harness.load import infer_request_bytes, load_with_cpu
+from benchmarks.harness.load import closed_loop, infer_request_bytes, load_with_cpu
 from benchmarks.harness.processes import cpu_seconds
 from benchmarks.harness.report import machine, save
 from sonic.client import AsyncClient, ClientConfig
@@ -80,35 +80,46 @@ def direct_window(
     """``threads`` threads calling ``backend`` with ``inputs`` for ``seconds``: calls/s and CPU µs per call
     of this process (one warm-up call per thread, outside the window, is counted too: it is tiny)."""
 
-    def make() -> Callable[[], None]:
-        def call() -> None:
-            backend.execute(inputs, [OUTPUT])
-
-        return call
+    def call() -> None:
+        backend.execute(inputs, [OUTPUT])
 
     cpu = time.process_time()
-    calls_per_s = run_threads(threads, seconds, make)
+    calls_per_s = run_threads(threads, seconds, lambda: call)
     return calls_per_s, 1e6 * (time.process_time() - cpu) / (calls_per_s * seconds)
 
 
-def configure(
-    repo: Path, instances: int, intra_threads: int, inter_threads: int = 0, *, merge: bool = True
-) -> None:
+def configure(repo: Path, args: argparse.Namespace, *, merge: bool) -> None:
     """The served and the direct side read the same config: same thread settings on both.
 
-    ``instances`` 0 leaves the config's default: two instances for a TensorFlow CPU group, as Triton.
+    ``--instances`` 0 leaves the config's default: two instances for a TensorFlow CPU group, as Triton.
     """
     config = repo / "deepmet" / "config.pbtxt"
     text = config.read_text()
     if not merge:
         text = text.replace("dynamic_batching { }", "")
-    if instances:
-        text += f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]\n"
-    if intra_threads:
-        text += f'parameters {{ key: "TF_NUM_INTRA_THREADS" value {{ string_value: "{intra_threads}" }} }}\n'
-    if inter_threads:
-        text += f'parameters {{ key: "TF_NUM_INTER_THREADS" value {{ string_value: "{inter_threads}" }} }}\n'
+    if args.instances:
+        text += f"instance_group [ {{ count: {args.instances} kind: KIND_CPU }} ]\n"
+    threads = {"TF_NUM_INTRA_THREADS": args.intra_threads, "TF_NUM_INTER_THREADS": args.inter_threads}
+    for key, count in threads.items():
+        if count:
+            text += f'parameters {{ key: "{key}" value {{ string_value: "{count}" }} }}\n'
     config.write_text(text)
+
+
+@contextmanager
+def deepmet_repository(
+    args: argparse.Namespace, *, merge: bool = True
+) -> Iterator[tuple[Path, TensorFlowBackend]]:
+    """A DeepMET repository configured from the options, and the direct side's backend on it."""
+    with tempfile.TemporaryDirectory(prefix="sonic-bench-tf-") as tmp:
+        repo = Path(tmp)
+        deepmet.write_repository(repo)
+        configure(repo, args, merge=merge)
+        backend = direct_backend(repo)
+        try:
+            yield repo, backend
+        finally:
+            backend.close()
 
 
 def main() -> None:
@@ -130,12 +141,7 @@ def main() -> None:
         return
     event = deepmet.example_inputs(1, seed=5)
     rounds: list[dict[str, float]] = []
-    with tempfile.TemporaryDirectory(prefix="sonic-bench-tf-") as tmp:
-        repo = Path(tmp)
-        deepmet.write_repository(repo)
-        configure(repo, args.instances, args.intra_threads, args.inter_threads, merge=not args.no_merge)
-        backend = direct_backend(repo)
-
+    with deepmet_repository(args, merge=not args.no_merge) as (repo, backend):
         payload = infer_request_bytes("deepmet", event, dict.fromkeys(event, "FP32"))
         with ServerProcess.start([repo]) as server:
             for _ in range(args.repeats):
@@ -149,7 +155,7 @@ def main() -> None:
                     transport=args.transport,
                 )
                 served = load.result.inferences_per_s
-                client = asyncio.run(
+                client_per_s, client_server_cpu_us, client_client_cpu_us = asyncio.run(
                     client_load(server.grpc_address, server.pid, event, args.concurrency, args.seconds)
                 )
                 rounds.append(
@@ -161,14 +167,13 @@ def main() -> None:
                         "server_cpu_us_per_event": load.server_cpu_us_per_request,
                         "client_cpu_us_per_event": load.client_cpu_us_per_request,
                         "cpu_ratio": direct_cpu_us / load.server_cpu_us_per_request,
-                        "client_served_per_s": client.per_s,
-                        "client_ratio": client.per_s / direct,
-                        "client_server_cpu_us_per_event": client.server_cpu_us,
-                        "client_client_cpu_us_per_event": client.client_cpu_us,
+                        "client_served_per_s": client_per_s,
+                        "client_ratio": client_per_s / direct,
+                        "client_server_cpu_us_per_event": client_server_cpu_us,
+                        "client_client_cpu_us_per_event": client_client_cpu_us,
                     }
                 )
                 print(_row(rounds[-1]), flush=True)
-        backend.close()
     medians = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
     print("median " + _row(medians))
     save(
@@ -190,11 +195,7 @@ DIRECT_SHAPES = ((1, 8), (1, 2), (2, 4), (4, 2), (4, 1), (8, 1), (16, 1))
 def direct_batches(args: argparse.Namespace) -> None:
     """The direct side alone: events/s and CPU per event by batch size and calling threads."""
     rows = []
-    with tempfile.TemporaryDirectory(prefix="sonic-bench-tf-") as tmp:
-        repo = Path(tmp)
-        deepmet.write_repository(repo)
-        configure(repo, args.instances, args.intra_threads, args.inter_threads)
-        backend = direct_backend(repo)
+    with deepmet_repository(args) as (_, backend):
         for batch, threads in DIRECT_SHAPES:
             inputs = deepmet.example_inputs(batch, seed=5)
             calls, cpu_us = direct_window(backend, inputs, threads, args.seconds)
@@ -209,44 +210,28 @@ def direct_batches(args: argparse.Namespace) -> None:
             print(
                 f"| batch {batch} x {threads} threads | {events:.0f} ev/s | {row['cpu_us_per_event']:.0f} µs CPU/ev |"
             )
-        backend.close()
     save("tensorflow_deepmet-direct-batches", {**vars(args), "rows": rows, **machine()})
-
-
-@dataclass(frozen=True)
-class ClientLoad:
-    per_s: float
-    server_cpu_us: float
-    client_cpu_us: float
 
 
 async def client_load(
     address: str, pid: int, event: dict[str, Any], concurrency: int, seconds: float
-) -> ClientLoad:
+) -> tuple[float, float, float]:
     """``concurrency`` tasks calling ``AsyncClient.infer`` (its defaults), one event a call, for ``seconds``
     after one second of the same load; events/s and the CPU µs per event of the server and this process."""
     async with AsyncClient("deepmet", ClientConfig(servers=(address,), max_in_flight=concurrency)) as client:
-        count = [0]
 
-        async def caller(until: float) -> None:
-            while time.perf_counter() < until:
-                await client.infer(event, outputs=[OUTPUT])
-                count[0] += 1
+        async def call() -> None:
+            await client.infer(event, outputs=[OUTPUT])
 
-        async def window(length_s: float) -> float:
-            count[0] = 0
-            begin = time.perf_counter()
-            await asyncio.gather(*(caller(begin + length_s) for _ in range(concurrency)))
-            return time.perf_counter() - begin
-
-        await window(1.0)  # connections, regions and the model's metadata: outside the count
+        # One second of the same load first: connections, regions and the model's metadata, outside the count.
+        await closed_loop(call, concurrency, 1.0)
         server_before, client_before = cpu_seconds(pid), time.process_time()
-        elapsed = await window(seconds)
-        events = max(count[0], 1)
-        return ClientLoad(
-            per_s=events / elapsed,
-            server_cpu_us=1e6 * (cpu_seconds(pid) - server_before) / events,
-            client_cpu_us=1e6 * (time.process_time() - client_before) / events,
+        count, elapsed = await closed_loop(call, concurrency, seconds)
+        events = max(count, 1)
+        return (
+            events / elapsed,
+            1e6 * (cpu_seconds(pid) - server_before) / events,
+            1e6 * (time.process_time() - client_before) / events,
         )
 
 

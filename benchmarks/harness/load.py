@@ -1,11 +1,12 @@
-"""One window of load: ``sonic perf``'s generator (pre-serialized requests), or ``tritonclient.grpc.aio`` as an
-application calls it; and the CPU a window cost the server and the load generator."""
+"""One window of load: ``sonic perf``'s generator (pre-serialized requests), ``tritonclient.grpc.aio`` as an
+application calls it, or any client's call in a closed loop; and the CPU a window cost the server and the
+load generator."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,28 @@ from sonic.protocol.grpc_codec import encode_infer_request
 def infer_request_bytes(model: str, inputs: dict[str, npt.NDArray[Any]], datatypes: dict[str, str]) -> bytes:
     """A serialized ModelInferRequest, built once and sent many times."""
     return encode_infer_request(model, "", inputs, datatypes)
+
+
+async def closed_loop(
+    call: Callable[[], Awaitable[object]], concurrency: int, seconds: float
+) -> tuple[int, float]:
+    """``concurrency`` tasks awaiting ``call`` back to back until ``seconds`` have passed: the calls that
+    completed and the wall time until the last one did (the caller's own client, as an application
+    calls it; :func:`grpc_load` is the pre-serialized generator)."""
+    count = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+
+    async def worker() -> None:
+        nonlocal count
+        while time.perf_counter() < deadline:
+            await call()
+            count += 1
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(concurrency):
+            group.create_task(worker())
+    return count, time.perf_counter() - start
 
 
 @dataclass

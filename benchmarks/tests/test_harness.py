@@ -1,11 +1,13 @@
 """The benchmark harness's pure parts: visiting orders, paired ratios, tables, generated doc blocks,
-named options."""
+named options, the closed loop's counting."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
+from benchmarks.harness.load import closed_loop
 from benchmarks.harness.ratios import paired_ratios, per_server, spread
 from benchmarks.harness.report import markdown_table, replace_between
 from benchmarks.harness.rounds import ordered, visits
@@ -82,3 +84,15 @@ def test_named_options() -> None:
     assert parse_named(["base=/a/src", "after=src=x"], "--tree") == {"base": "/a/src", "after": "src=x"}
     with pytest.raises(SystemExit, match="--tree 'src': expected NAME=VALUE"):
         parse_named(["src"], "--tree")
+
+
+def test_closed_loop_counts_every_completed_call_and_stops_at_the_deadline() -> None:
+    started = [0]
+
+    async def call() -> None:
+        started[0] += 1
+        await asyncio.sleep(0.002)
+
+    count, elapsed = asyncio.run(closed_loop(call, 3, 0.05))
+    assert count == started[0] >= 3  # a call begun before the deadline completes and is counted
+    assert 0.05 <= elapsed < 1.0  # no call begins after it
