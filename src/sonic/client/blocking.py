@@ -29,7 +29,7 @@ from sonic.client.plans import FirstTry
 from sonic.client.results import Arrays
 from sonic.client.transport.base import Transport
 from sonic.client.transport.h2 import H2Transport
-from sonic.client.transport.h2_connection import MessageReader
+from sonic.client.transport.h2_connection import MessageReader, not_grpc
 from sonic.h2.client import ClientRole
 from sonic.h2.frames import ErrorCode, ProtocolError
 from sonic.h2.grpc_call import GrpcError, reset_status, trailers_status
@@ -156,11 +156,9 @@ class BlockingConnection:
             return
         if self._headers is None:
             self._headers = headers
-            status = dict(headers).get(b":status")
-            if status != b"200":
-                code = GrpcCode.UNAVAILABLE if status in {b"502", b"503", b"504"} else GrpcCode.UNKNOWN
-                detail = f"HTTP status {(status or b'none').decode()} instead of a gRPC response"
-                self._end(stream, error_for_status(code, detail, self.address))
+            error = not_grpc(headers, self.address)
+            if error is not None:
+                self._end(stream, error)
                 return
             if not end_stream:
                 return

@@ -26,6 +26,7 @@ from sonic.client.errors import (
     ConnectionLostError,
     DeadlineExceededError,
     DrainedError,
+    ServerError,
     error_for_status,
 )
 from sonic.h2 import grpc_call
@@ -44,6 +45,17 @@ def _code_name(code: int) -> str:
         return ErrorCode(code).name
     except ValueError:
         return f"error code {code}"
+
+
+def not_grpc(headers: Headers, address: str) -> ServerError | None:
+    """The error for a response's first HEADERS whose ``:status`` is not 200 (a proxy's or another
+    server's answer, not a gRPC one), else None. A 502/503/504 is retried elsewhere as UNAVAILABLE."""
+    status = dict(headers).get(b":status")
+    if status == b"200":
+        return None
+    code = GrpcCode.UNAVAILABLE if status in {b"502", b"503", b"504"} else GrpcCode.UNKNOWN
+    detail = f"HTTP status {(status or b'none').decode()} instead of a gRPC response"
+    return error_for_status(code, detail, address)
 
 
 class MessageReader(grpc_call.MessageReader):
@@ -212,11 +224,9 @@ class ClientConnection:
         call: Call = stream.call
         if call.headers is None:
             call.headers = headers
-            status = dict(headers).get(b":status")
-            if status != b"200":
-                code = GrpcCode.UNAVAILABLE if status in {b"502", b"503", b"504"} else GrpcCode.UNKNOWN
-                detail = f"HTTP status {(status or b'none').decode()} instead of a gRPC response"
-                self._end(stream, error_for_status(code, detail, self.address))
+            error = not_grpc(headers, self.address)
+            if error is not None:
+                self._end(stream, error)
                 return
             if not end_stream:
                 return
