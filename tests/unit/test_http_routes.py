@@ -1,10 +1,10 @@
-"""The HTTP route table's matching: placeholders, digits-only versions, the method to use."""
+"""The HTTP route table's matching: placeholders, digits-only versions, 405 (with the methods to use) vs 404."""
 
 from __future__ import annotations
 
 import pytest
 
-from sonic.protocol.errors import NotFoundError
+from sonic.protocol.errors import MethodNotAllowedError, NotFoundError
 from sonic.server.frontends.http_routes import Route, RouteTable, with_versions
 from sonic.server.guard import CallKind
 
@@ -31,12 +31,34 @@ def test_first_match_wins_and_placeholders_capture() -> None:
     assert ROUTES.match("GET", ["models", ""], lambda: "")[1] == {"name": ""}  # the handler judges the name
 
 
-def test_no_route_is_a_404_naming_the_method_to_use() -> None:
-    with pytest.raises(NotFoundError, match=r"^no such endpoint: GET /v2/models/m/infer \(use POST\)$"):
+def test_a_path_with_routes_for_other_methods_is_a_405_naming_them() -> None:
+    with pytest.raises(
+        MethodNotAllowedError, match=r"^method not allowed: GET /v2/models/m/infer \(use POST\)$"
+    ) as info:
         ROUTES.match("GET", ["models", "m", "infer"], lambda: "GET /v2/models/m/infer")
-    with pytest.raises(NotFoundError, match=r"\(use GET or POST\)$"):
+    assert info.value.allowed == ("POST",)
+    with pytest.raises(MethodNotAllowedError, match=r"\(use GET or POST\)$") as info:
         ROUTES.match("PUT", ["logging"], lambda: "PUT /v2/logging")
-    with pytest.raises(NotFoundError, match=r"^no such endpoint: X$"):  # versions are digits only
-        ROUTES.match("GET", ["models", "m", "versions", "v1"], lambda: "X")
-    with pytest.raises(NotFoundError, match=r"^no such endpoint: X$"):  # {name+}: not empty
-        ROUTES.match("POST", ["shm", "region", "", "register"], lambda: "X")
+    assert info.value.allowed == ("GET", "POST")
+    # Each method once, in the table's order, whichever routes of the path take it; versions as well.
+    with pytest.raises(MethodNotAllowedError) as info:
+        ROUTES.match("POST", ["models", "stats"], lambda: "X")
+    assert info.value.allowed == ("GET",)
+    for method in ("HEAD", "OPTIONS", "DELETE", "get"):  # HEAD too: Triton's routes answer it 405
+        with pytest.raises(MethodNotAllowedError) as info:
+            ROUTES.match(method, ["models", "m", "versions", "3"], lambda: "X")
+        assert info.value.allowed == ("GET",)
+    assert issubclass(MethodNotAllowedError, NotFoundError)  # NOT_FOUND wherever HTTP is not the answer
+
+
+def test_a_path_without_routes_is_a_404() -> None:
+    for method, parts in (
+        ("GET", ["models", "m", "versions", "v1"]),  # versions are digits only
+        ("POST", ["shm", "region", "", "register"]),  # {name+}: not empty
+        ("GET", ["shm", "region", "", "register"]),  # ... under any method
+        ("GET", ["models", "m", "generate"]),
+        ("GET", []),
+    ):
+        with pytest.raises(NotFoundError, match=r"^no such endpoint: X$") as info:
+            ROUTES.match(method, parts, lambda: "X")
+        assert not isinstance(info.value, MethodNotAllowedError), (method, parts)

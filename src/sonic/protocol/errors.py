@@ -16,7 +16,8 @@ The tree::
     └── InternalError               model execution failed, or a bug                        (INTERNAL / 500)
 
 Each error class names its gRPC status (``code``); :data:`STATUSES` is the one table of what a status
-means: the HTTP status a server answers with, and what a client does when it receives it (the client's
+means: the HTTP status a server answers with (two subclasses say on HTTP what the table cannot:
+:class:`RequestBufferBusyError` is 503 with ``Retry-After``, :class:`MethodNotAllowedError` 405 with ``Allow``), and what a client does when it receives it (the client's
 error types come from it, see :func:`sonic.client.errors.error_for_status`). Status codes follow
 Triton's own mapping of TRITONSERVER_Error codes, so clients that branch on them (tritonclient,
 SonicTriton's retry logic) behave the same against us.
@@ -131,6 +132,16 @@ class InvalidArgumentError(SonicError):
 
 class NotFoundError(SonicError):
     code = GrpcCode.NOT_FOUND
+
+
+class MethodNotAllowedError(NotFoundError):
+    """An HTTP path that has routes, none of them for the request's method. HTTP answers 405 with
+    ``Allow`` listing ``allowed`` (RFC 9110; not the 404 of the table: the path exists, as Triton
+    answers); it is never sent over gRPC, where a method is its own path."""
+
+    def __init__(self, message: str, allowed: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.allowed = allowed
 
 
 class UnavailableError(SonicError):

@@ -54,6 +54,7 @@ WORDING = (
     r"^inference header size should be in range",  # HTTP: Inference-Header-Content-Length
     r"^failed to register shared memory region '': invalid args$",
     r"^Not Found$",  # HTTP: no such route
+    r"^Method Not Allowed$",  # HTTP: a route under a method it does not take
 )
 
 
@@ -206,9 +207,10 @@ INTENDED: tuple[Intended, ...] = (
         "wording",
         "Same status, other words, where Triton's message names no input: unparseable protobuf, "
         "`Inference-Header-Content-Length` past the body, registering shared memory under an empty "
-        "name, an HTTP route that does not exist.",
+        "name, an HTTP route that does not exist (`Not Found`) or a method the route does not take "
+        "(`Method Not Allowed`; both answer 405, sonic with an `Allow` header).",
         "sonic's message says what was given and what was expected (byte counts, the parser's "
-        "position, the route).",
+        "position, the route, the methods to use).",
         _wording,
     ),
     Intended(

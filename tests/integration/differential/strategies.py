@@ -251,6 +251,38 @@ def metadata_calls(draw: st.DrawFn) -> Call:
     return _http("GET", base + suffix)
 
 
+# Triton's HTTP routes and the methods each takes ("{model}": a model, with or without a version).
+ROUTE_METHODS = (
+    ("/v2", "GET"), ("/v2/health/live", "GET"), ("/v2/health/ready", "GET"), ("/v2/models/stats", "GET"),
+    ("{model}", "GET"), ("{model}/ready", "GET"), ("{model}/config", "GET"), ("{model}/stats", "GET"),
+    ("{model}/infer", "POST"), ("/v2/repository/index", "POST"), ("/v2/logging", "GET POST"),
+    ("/v2/repository/models/{name}/load", "POST"), ("/v2/repository/models/{name}/unload", "POST"),
+    *(
+        route
+        for memory in ("systemsharedmemory", "cudasharedmemory")
+        for route in (
+            (f"/v2/{memory}/status", "GET"), (f"/v2/{memory}/region/region/status", "GET"),
+            (f"/v2/{memory}/region/region/register", "POST"), (f"/v2/{memory}/unregister", "POST"),
+            (f"/v2/{memory}/region/region/unregister", "POST"),
+        )
+    ),
+)  # fmt: skip
+METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS")
+
+
+@st.composite
+def wrong_method_calls(draw: st.DrawFn) -> Call:
+    """A route of Triton's under a method it does not take (405 on both). Names are never empty: an
+    empty one is no route to Triton (404; sonic routes it, row empty-model-name-route)."""
+    path, allowed = draw(st.sampled_from(ROUTE_METHODS))
+    method = draw(st.sampled_from([m for m in METHODS if m not in allowed.split()]))
+    name = quote(draw(st.sampled_from([n for n in METADATA_NAMES if n])))
+    version = draw(st.sampled_from(VERSIONS))
+    model = f"/v2/models/{name}" + (f"/versions/{version}" if version else "")
+    path = path.replace("{model}", model).replace("{name}", name)
+    return HttpCall(method, path, what=f"{method} {path} (the route takes {allowed})")
+
+
 @st.composite
 def malformed_calls(draw: st.DrawFn) -> Call:
     """Bytes that are not a valid request: random, or a valid request cut short or with a byte changed."""

@@ -35,6 +35,7 @@ from tests.integration.differential.strategies import (
     sequence_cases,
     sequence_request,
     shm_cases,
+    wrong_method_calls,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.triton]
@@ -136,6 +137,12 @@ def test_shared_memory(both: Both, shm_key: str, data: st.DataObject) -> None:
 @budget(30)
 @given(call=metadata_calls())
 def test_metadata(both: Both, call: Call) -> None:
+    both.compare(call)
+
+
+@budget(20)
+@given(call=wrong_method_calls())
+def test_wrong_method(both: Both, call: Call) -> None:
     both.compare(call)
 
 

@@ -218,7 +218,7 @@ def test_raw_error_bodies(http_server: ServerProcess) -> None:
     assert info.value.code == 400
     assert "binary_data_size 64 runs past the end" in json.loads(info.value.read())["error"]
     assert _raw(address, "GET", "/v2/no/such/endpoint")[0] == 404
-    assert _raw(address, "GET", "/v2/models/add_sub/infer")[0] == 404  # infer is POST only
+    assert _raw(address, "GET", "/v2/models/add_sub/infer")[0] == 405  # infer is POST only
     status, body = _raw(address, "POST", "/v2/repository/models/%2E%2E%2Fetc/load", b"{}")
     assert status == 400
     assert "invalid" in str(body["error"])

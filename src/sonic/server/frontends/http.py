@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, TypeGuard
 from urllib.parse import unquote
 
@@ -29,6 +30,7 @@ from aiohttp import web
 from sonic.protocol import http_json
 from sonic.protocol.errors import (
     InvalidArgumentError,
+    MethodNotAllowedError,
     NotFoundError,
     RequestBufferBusyError,
     ResourceExhaustedError,
@@ -65,6 +67,13 @@ def _json_response(payload: Any, status: int = 200) -> web.Response:
 def _error_response(exc: Exception) -> web.Response:
     error = as_sonic_error(exc)
     return _json_response({"error": error.message}, int(http_status(error)))
+
+
+def _method_not_allowed(exc: MethodNotAllowedError) -> web.Response:
+    # 405 with the methods the path takes (RFC 9110), where the table says 404 (errors.py).
+    response = _json_response({"error": exc.message}, HTTPStatus.METHOD_NOT_ALLOWED)
+    response.headers["Allow"] = ", ".join(exc.allowed)
+    return response
 
 
 def _health(ok: bool) -> web.Response:
@@ -166,6 +175,8 @@ class HttpFrontend(Frontend):
             return await handler()
         except (PayloadTooLargeError, RequestBufferBusyError) as exc:
             return await refuse_body(request, exc)
+        except MethodNotAllowedError as exc:
+            return _method_not_allowed(exc)
         except Exception as exc:  # noqa: BLE001  (mapped to a status by the one table)
             return _error_response(exc)
         finally:
@@ -182,30 +193,9 @@ class HttpFrontend(Frontend):
             raise InvalidArgumentError(
                 f"invalid path {request.raw_path!r}: names are one path component, without '.' or '..'"
             )
-        if parts and parts[0] == "cudasharedmemory":
-            return self._route_cuda(parts)
         route, params = self._ROUTES.match(method, parts, lambda: f"{request.method} {request.path}")
         call = _Call(request, params, received_ns, hold)
         return route.kind, lambda: route.handler(self, call)
-
-    def _route_cuda(self, parts: list[str]) -> tuple[CallKind, Callable[[], Awaitable[web.StreamResponse]]]:
-        """``/v2/cudasharedmemory``: status and unregister answered as Triton's (no region, nothing to do),
-        whatever the method; the rest is 501."""
-        if parts[-1] not in {"status", "unregister"}:
-            msg = "CUDA shared memory is not supported by this server; use system shared memory"
-            raise UnimplementedError(msg)
-        name = parts[2] if len(parts) == 4 and parts[1] == "region" else ""
-        dp = self._dataplane
-
-        async def status() -> web.StreamResponse:
-            dp.cuda_shared_memory_status(name)
-            return _json_response([])
-
-        async def unregister() -> web.StreamResponse:
-            dp.cuda_shared_memory_unregister(name)
-            return web.Response(status=200)
-
-        return CallKind.CONTROL, status if parts[-1] == "status" else unregister
 
     # --- handlers -------------------------------------------------------------------------------------
 
@@ -299,6 +289,19 @@ class HttpFrontend(Frontend):
         self._dataplane.system_shared_memory_unregister(call.name)
         return web.Response(status=200)
 
+    # /v2/cudasharedmemory: status and unregister answered as Triton's (no region, nothing to do); register 501.
+    async def _cuda_status(self, call: _Call) -> web.StreamResponse:
+        self._dataplane.cuda_shared_memory_status(call.name)
+        return _json_response([])
+
+    async def _cuda_unregister(self, call: _Call) -> web.StreamResponse:
+        self._dataplane.cuda_shared_memory_unregister(call.name)
+        return web.Response(status=200)
+
+    async def _cuda_register(self, _: _Call) -> web.StreamResponse:
+        msg = "CUDA shared memory is not supported by this server; use system shared memory"
+        raise UnimplementedError(msg)
+
     async def _repository_index(self, call: _Call) -> web.StreamResponse:
         payload = await self._json_body(call.request, call.hold)
         index = self._dataplane.repository_index(bool(payload.get("ready", False)))
@@ -363,6 +366,21 @@ class HttpFrontend(Frontend):
                     ("systemsharedmemory", "region", "{name}", "unregister"),
                     CallKind.CONTROL,
                     _shm_unregister,
+                ),
+                Route(_G, ("cudasharedmemory", "status"), CallKind.CONTROL, _cuda_status),
+                Route(_G, ("cudasharedmemory", "region", "{name}", "status"), CallKind.CONTROL, _cuda_status),
+                Route(
+                    _P,
+                    ("cudasharedmemory", "region", "{name+}", "register"),
+                    CallKind.CONTROL,
+                    _cuda_register,
+                ),
+                Route(_P, ("cudasharedmemory", "unregister"), CallKind.CONTROL, _cuda_unregister),
+                Route(
+                    _P,
+                    ("cudasharedmemory", "region", "{name}", "unregister"),
+                    CallKind.CONTROL,
+                    _cuda_unregister,
                 ),
             )
         )

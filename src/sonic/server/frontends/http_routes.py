@@ -4,8 +4,9 @@ A pattern is a tuple of path segments: literals, or placeholders that capture th
 name: ``{name}`` (any segment, the empty one included: the handler judges the name), ``{name+}`` (not
 empty), ``{version}`` (ASCII digits only, as Triton's routes: anything else is no route). The first route
 whose pattern matches wins (:class:`RouteTable` looks only at the routes of the path's length and first
-segment); a path that some route matches under another method is a 404 that names the
-method to use.
+segment). A path that no route matches is a 404 (:class:`NotFoundError`); one that some route matches
+under another method is a 405 (:class:`MethodNotAllowedError`, as Triton answers) that names the methods
+to use; both are worked out only on a miss.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from sonic.protocol.errors import NotFoundError
+from sonic.protocol.errors import MethodNotAllowedError, NotFoundError
 from sonic.server.guard import CallKind
 
 H = TypeVar("H")
@@ -76,8 +77,9 @@ class RouteTable(Generic[H]):
     def match(
         self, method: str, parts: Sequence[str], where: Callable[[], str]
     ) -> tuple[Route[H], dict[str, str]]:
-        """The route for ``method`` and ``parts`` with its captured segments; NotFoundError naming
-        ``where()`` (the request's method and path, written only then) when there is none."""
+        """The route for ``method`` and ``parts`` with its captured segments. When there is none:
+        MethodNotAllowedError if routes of the path take other methods (``allowed``), else
+        NotFoundError; either names ``where()`` (the request's method and path, written only then)."""
         allowed: list[str] = []
         for compiled in self._by_shape.get((len(parts), parts[0] if parts else ""), ()):
             params = _capture(compiled, parts)
@@ -87,8 +89,10 @@ class RouteTable(Generic[H]):
                 return compiled.route, params
             if compiled.route.method not in allowed:
                 allowed.append(compiled.route.method)
-        hint = f" (use {' or '.join(allowed)})" if allowed else ""
-        raise NotFoundError(f"no such endpoint: {where()}{hint}")
+        if allowed:
+            use = " or ".join(allowed)
+            raise MethodNotAllowedError(f"method not allowed: {where()} (use {use})", tuple(allowed))
+        raise NotFoundError(f"no such endpoint: {where()}")
 
 
 def with_versions(routes: Sequence[Route[H]]) -> list[Route[H]]:
