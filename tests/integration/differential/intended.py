@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tests.integration.differential.calls import Call, HttpCall, Outcome
+from tests.integration.differential.calls import Call, GrpcCall, HttpCall, Outcome
 from tests.integration.differential.strategies import AFTER_CONTROL
 
 CLIENT_ERRORS = {"INVALID_ARGUMENT", "NOT_FOUND", "400", "404"}
@@ -34,6 +34,22 @@ def _core(message: str) -> str:
 
 def _context(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     return triton.code == sonic.code and bool(triton.message) and _core(triton.message) in sonic.message
+
+
+GOT_INPUTS = re.compile(r"Got input\(s\) \[([^\]]*)\]")
+
+
+def _sorted_inputs(message: str) -> str:
+    return GOT_INPUTS.sub(lambda m: "Got input(s) [" + ",".join(sorted(m.group(1).split(","))) + "]", message)
+
+
+def _input_list(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    listed = GOT_INPUTS.search(triton.message) is not None
+    return listed and _context(
+        call,
+        Outcome(triton.code, _sorted_inputs(triton.message)),
+        Outcome(sonic.code, _sorted_inputs(sonic.message)),
+    )
 
 
 def _order(call: Call, triton: Outcome, sonic: Outcome) -> bool:
@@ -110,12 +126,12 @@ def _unloaded(entries: Any) -> Any:
 
 def _unloading(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     if call.what == AFTER_CONTROL:  # Triton is not ready while a model is UNLOADING
-        return (triton.code, triton.answer, sonic.code, sonic.answer) in [
-            ("OK", {}, "OK", {"ready": True}),
-            ("400", None, "200", None),
+        return (triton.code, triton.message, triton.answer, sonic.code, sonic.answer) in [
+            ("OK", "", {}, "OK", {"ready": True}),
+            ("400", "", None, "200", None),
         ]
-    if triton.code != sonic.code:
-        return False
+    if (triton.code, triton.message) != (sonic.code, sonic.message):
+        return False  # an error answer differs in its message: not this row's difference
     if isinstance(triton.answer, dict) and "models" in triton.answer:  # gRPC RepositoryIndex
         return bool({"models": _unloaded(triton.answer["models"])} == sonic.answer)
     return bool(_unloaded(triton.answer) == sonic.answer)
@@ -158,10 +174,15 @@ def _without_empty_region(answer: Any) -> Any:
     return answer
 
 
-def _shm_empty_name(_: Call, triton: Outcome, sonic: Outcome) -> bool:
-    if sonic.message == EMPTY_NAME:
-        return sonic.code in {"INVALID_ARGUMENT", "400"}
-    return triton.code == sonic.code and _without_empty_region(triton.answer) == sonic.answer
+def _shm_empty_name(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    if sonic.message == EMPTY_NAME:  # sonic refuses the name where Triton registers it
+        # Triton registers it (or has, or refuses the call for another fault: offset, size)
+        registered = triton.code == "OK" or "already in manager" in triton.message
+        registered |= triton.message.startswith("failed to register shared memory region '': ")
+        return isinstance(call, GrpcCall) and registered and sonic.code == "INVALID_ARGUMENT"
+    # What follows differs by the region Triton holds under the empty name alone.
+    same = (triton.code, triton.message) == (sonic.code, sonic.message)
+    return same and _without_empty_region(triton.answer) == sonic.answer
 
 
 INTENDED: tuple[Intended, ...] = (
@@ -182,6 +203,14 @@ INTENDED: tuple[Intended, ...] = (
         "Either answer is right and the client has to fix every fault anyway; matching Triton's order "
         "exactly would mean re-sorting inputs on the hot path.",
         _order,
+    ),
+    Intended(
+        "input-list-order",
+        "Too few inputs: Triton's `Got input(s) [...]` lists the inputs it got in the order of its hash "
+        "map; sonic lists them in the order of the request. The rest of the message is Triton's.",
+        "Triton's order depends on its standard library's string hash, not on anything the client sent; "
+        "the request's order is the one the client can compare with.",
+        _input_list,
     ),
     Intended(
         "decode-before-lookup",
@@ -273,7 +302,8 @@ INTENDED: tuple[Intended, ...] = (
     Intended(
         "shm-empty-name",
         "Registering system shared memory under an empty name over gRPC: Triton registers it (and "
-        "lists it in status); sonic refuses the name (INVALID_ARGUMENT).",
+        "lists it in status); sonic refuses the name (INVALID_ARGUMENT), also where Triton refuses the call "
+        "for its offset or size.",
         "A region with an empty name cannot be addressed by the HTTP API (`/v2/systemsharedmemory/region//...` "
         "has no route), and an empty name in unregister means every region.",
         _shm_empty_name,
