@@ -77,7 +77,7 @@ def _method_not_allowed(exc: MethodNotAllowedError) -> web.Response:
 
 
 def _health(ok: bool) -> web.Response:
-    # Triton answers 200 or 400 with an empty body; tritonclient only looks at the status.
+    # Server liveness and readiness: Triton answers 200 or 400 with an empty body.
     return web.Response(status=200 if ok else 400)
 
 
@@ -222,7 +222,9 @@ class HttpFrontend(Frontend):
         return _health(self._dataplane.server_ready())
 
     async def _model_ready(self, call: _Call) -> web.StreamResponse:
-        return _health(self._dataplane.model_ready(call.name, call.version))
+        if self._dataplane.model_ready(call.name, call.version):
+            return web.Response(status=200)
+        return _json_response({"error": "Model version not ready"}, HTTPStatus.BAD_REQUEST)  # as Triton
 
     async def _model_metadata(self, call: _Call) -> web.StreamResponse:
         return _json_response(
