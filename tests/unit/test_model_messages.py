@@ -27,7 +27,8 @@ def _data(shape: tuple[int, ...]) -> InputTensor:
         ([_data((1, 16, -1))], None, ("unexpected shape for input 'INPUT0' for model 'identity'. "
          "Expected [-1,16], got [1,16,-1]")),
         ([_data((2000, 16))], None, "inference request batch-size must be <= 1024 for 'identity'"),
-        ([_data((1, 16))], ["NOPE"], "unexpected inference output 'NOPE' for model 'identity'"),
+        ([_data((1, 16))], ["NOPE"], ("unexpected inference output 'NOPE' for model 'identity'; it has "
+         "['OUTPUT0']")),
     ],
 )  # fmt: skip
 async def test_refusals_in_triton_words(

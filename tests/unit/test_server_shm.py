@@ -214,7 +214,11 @@ def test_bounds_are_refused_in_triton_words(
     try:
         with pytest.raises(InvalidArgumentError) as error:
             registry.register("r", f"/{path.name}", offset, byte_size)
-        assert error.value.message == f"failed to register shared memory region 'r': {refused}"
+        # Triton's words first, then what was given (sonic's addition).
+        assert error.value.message.startswith(f"failed to register shared memory region 'r': {refused}")
+        bounds = f"offset {offset} + byte size {byte_size} exceeds the 64 bytes"
+        given = bounds if refused == "invalid args" else "a region of 0 bytes"
+        assert given in error.value.message
         assert registry.status("") == []
     finally:
         registry.close()

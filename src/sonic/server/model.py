@@ -245,8 +245,9 @@ class ModelVersion:
         if request.outputs is not None:
             for name in request.outputs:
                 if name not in self.spec.outputs:
-                    raise InvalidArgumentError(  # Triton's words, which name the model already
-                        f"unexpected inference output {quote(name)} for model '{self.name}'"
+                    raise InvalidArgumentError(  # Triton's words, then what the model has
+                        f"unexpected inference output {quote(name)} for model '{self.name}'; it has "
+                        f"{_names(self.spec.outputs)}"
                     )
         if self.spec.batched:
             batch_sizes = {name: a.shape[0] for name, a in arrays.items()}

@@ -268,10 +268,15 @@ class SharedMemoryRegistry:
                 "(each keeps a file descriptor open); unregister some first"
             )
         opened = open_object(name, key, allow_other_users=self._allow_other_users)
-        # Triton's words: the bounds first, then its mmap's refusal of an empty mapping.
-        refused = "invalid args" if offset + byte_size > opened.size_bytes else None
-        if refused is None and byte_size == 0:
-            refused = "unable to process address spaceInvalid argument"
+        # Triton's words (the bounds first, then its mmap's refusal of an empty mapping), then ours.
+        refused = None
+        if offset + byte_size > opened.size_bytes:
+            refused = (
+                f"invalid args: offset {offset} + byte size {byte_size} exceeds the {opened.size_bytes} "
+                f"bytes of shared memory object '{key}'"
+            )
+        elif byte_size == 0:
+            refused = "unable to process address spaceInvalid argument: a region of 0 bytes"
         if refused is not None:
             os.close(opened.fd)
             raise InvalidArgumentError(f"failed to register shared memory region '{name}': {refused}")

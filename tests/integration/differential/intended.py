@@ -79,7 +79,8 @@ def _wording(_: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 
 def _fp16_json(_: Call, triton: Outcome, sonic: Outcome) -> bool:
-    return triton.message.startswith("sending FP16 data via JSON is not supported") and sonic.code == "200"
+    refused = ("sending FP16 data via JSON is not supported", "receiving FP16 data via JSON is not supported")
+    return triton.message.startswith(refused) and sonic.code == "200"
 
 
 def _log_setting_value(call: Call, triton: Outcome, sonic: Outcome) -> bool:
@@ -190,7 +191,8 @@ INTENDED: tuple[Intended, ...] = (
         "error-context",
         "Validation errors: sonic's message starts with where the fault is (model, version, input) "
         "where Triton's starts with `[request id: <id_unknown>]`; Triton's own text follows, without "
-        "the trailing `. NOTE: ...` hint on batch dimensions.",
+        "the trailing `. NOTE: ...` hint on batch dimensions; where Triton's text names no values, "
+        "sonic adds them after it (a model's outputs, a shared-memory object's size).",
         "House rule: every error names what was given, what was expected and which model and input. "
         "The status code and Triton's wording are kept, so clients that match on either still work.",
         _context,
@@ -243,11 +245,13 @@ INTENDED: tuple[Intended, ...] = (
         _wording,
     ),
     Intended(
-        "fp16-json-output",
-        "An FP16 output asked for as JSON: Triton runs the model, then answers 400 `sending FP16 data "
-        "via JSON is not supported`; sonic answers the values as JSON numbers.",
-        "Every FP16 value is exact as a JSON number, and Triton accepts FP16 JSON input; refusing "
-        "after the model ran wastes the inference.",
+        "fp16-json",
+        "FP16 data as JSON: Triton refuses an FP16 input given as JSON numbers (400 `receiving FP16 data "
+        "via JSON is not supported`) and, for an FP16 output asked for as JSON, runs the model, then "
+        "answers 400 `sending FP16 data via JSON is not supported`; sonic takes the input (each number "
+        "rounded to FP16, as FP32 inputs are to FP32) and answers the output's values as JSON numbers.",
+        "Every FP16 value is exact as a JSON number, and JSON is what curl users and quick checks send; "
+        "refusing after the model ran wastes the inference. Clients that work with Triton work unchanged.",
         _fp16_json,
     ),
     Intended(
