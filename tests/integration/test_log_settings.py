@@ -3,6 +3,8 @@ back as Triton 2.51 answers them, and a change acts on the server's log at once.
 
 from __future__ import annotations
 
+import http.client
+import json
 import re
 import shutil
 from collections.abc import Iterator
@@ -112,6 +114,29 @@ def test_the_log_file_is_never_set_through_the_api(server: ServerProcess, tmp_pa
     finally:
         http_client.close()
     assert not target.exists()
+
+
+def _post_logging(address: str, body: bytes) -> tuple[int, object]:
+    host, port = address.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request("POST", "/v2/logging", body=body)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"log_file": null}', b'{"log_info": null}', b"[]", b"[1]", b'"x"', b"null"]
+)
+def test_nulls_and_bodies_that_are_no_object_change_nothing(server: ServerProcess, body: bytes) -> None:
+    """Checked against Triton 2.51: a JSON null leaves its key (log_file too), any JSON value other than an
+    object changes nothing; each answers 200 with the settings in force."""
+    assert _post_logging(server.http_address, body) == (200, TRITON_DEFAULTS)
+    status, _ = _post_logging(server.http_address, b'{"log_file": null, "log_verbose_level": 2}')
+    assert status == 200
+    assert _post_logging(server.http_address, b'{"log_file": ""}')[0] == 501  # any other value: refused
 
 
 def test_traffic_log_is_refused_without_a_directory(server: ServerProcess) -> None:

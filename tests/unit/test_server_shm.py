@@ -195,6 +195,35 @@ def test_regions_are_bounded(fresh: Callable[[], Path]) -> None:
         registry.close()
 
 
+@pytest.mark.parametrize(
+    ("offset", "byte_size", "refused"),
+    [
+        (0, 65, "invalid args"),
+        (2**40, 0, "invalid args"),
+        (8, 2**40, "invalid args"),
+        (0, 0, "unable to process address spaceInvalid argument"),
+        (64, 0, "unable to process address spaceInvalid argument"),
+    ],
+)
+def test_bounds_are_refused_in_triton_words(
+    fresh: Callable[[], Path], offset: int, byte_size: int, refused: str
+) -> None:
+    """Found by the differential tests: Triton's messages for a region out of its object's bounds or empty."""
+    path = _segment(fresh(), 64)
+    registry = SharedMemoryRegistry()
+    try:
+        with pytest.raises(InvalidArgumentError) as error:
+            registry.register("r", f"/{path.name}", offset, byte_size)
+        # Triton's words first, then what was given (sonic's addition).
+        assert error.value.message.startswith(f"failed to register shared memory region 'r': {refused}")
+        bounds = f"offset {offset} + byte size {byte_size} exceeds the 64 bytes"
+        given = bounds if refused == "invalid args" else "a region of 0 bytes"
+        assert given in error.value.message
+        assert registry.status("") == []
+    finally:
+        registry.close()
+
+
 def test_a_key_with_a_nul_byte_is_refused_by_name() -> None:
     """Found by fuzzing: os.open raised ValueError (an INTERNAL answer) for a key with NUL in it."""
     with pytest.raises(InvalidArgumentError, match="is not a valid POSIX shared memory name"):

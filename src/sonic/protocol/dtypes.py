@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -237,12 +237,12 @@ def _check_integer_range(array: npt.NDArray[Any], datatype: Datatype, where: str
 def _bytes_from_contents(values: object, shape: tuple[int, ...], count: int, where: str) -> npt.NDArray[Any]:
     if isinstance(values, np.ndarray):
         flat: list[object] = values.reshape(-1).tolist()
-    elif isinstance(values, (str, bytes, bytearray, dict)) or not hasattr(values, "__iter__"):
+    elif isinstance(values, (str, bytes, bytearray, dict)) or not isinstance(values, Iterable):
         raise InvalidArgumentError(
             f"{where}: BYTES contents must be a list of strings, got {type(values).__name__}"
         )
     else:
-        flat = list(cast("Iterable[object]", values))
+        flat = list(values)
     if len(flat) != count:
         raise InvalidArgumentError(
             f"{where}: expected {count} BYTES elements for shape {list(shape)}, got {len(flat)}"

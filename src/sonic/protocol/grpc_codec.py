@@ -161,14 +161,20 @@ def decode_infer_request(data: bytes | bytearray | memoryview) -> InferRequest:
         else None
         for t in head.inputs
     ]
-    if raw:
-        # Triton checks each input for typed contents beside raw ones before it counts the raw entries.
-        for tensor, ref in zip(head.inputs, shm, strict=True):
-            if ref is None and tensor.HasField("contents"):
-                raise InvalidArgumentError(
-                    f"contents field must not be specified when using raw_input_contents for "
-                    f"{quote(tensor.name)} for {model}"
-                )
+    # Triton adds the inputs one by one: a repeated name, then typed contents beside raw ones, before
+    # it counts the raw entries.
+    seen: set[str] = set()
+    for tensor, ref in zip(head.inputs, shm, strict=True):
+        if tensor.name in seen:
+            raise InvalidArgumentError(
+                f"{model} input {quote(tensor.name)}: input {quote(tensor.name)} already exists in request"
+            )
+        seen.add(tensor.name)
+        if raw and ref is None and tensor.HasField("contents"):
+            raise InvalidArgumentError(
+                f"contents field must not be specified when using raw_input_contents for "
+                f"{quote(tensor.name)} for {model}"
+            )
     # As in Triton, inputs in shared memory take no raw_input_contents entry.
     expected_raw = sum(ref is None for ref in shm)
     if raw and len(raw) != expected_raw:
@@ -187,7 +193,7 @@ def decode_infer_request(data: bytes | bytearray | memoryview) -> InferRequest:
             inputs.append(InputTensor(tensor.name, tensor.datatype, shape, raw=raw[raw_index]))
             raw_index += 1
             continue
-        inputs.append(_typed_contents(tensor, shape, f"{model} input {quote(tensor.name)}"))
+        inputs.append(_typed_contents(tensor, shape, model))
     return InferRequest(
         model_name=head.model_name,
         model_version=head.model_version,
@@ -204,11 +210,17 @@ def decode_infer_request(data: bytes | bytearray | memoryview) -> InferRequest:
     )
 
 
-def _typed_contents(tensor: Any, shape: tuple[int, ...], where: str) -> InputTensor:
+def _typed_contents(tensor: Any, shape: tuple[int, ...], model: _ModelName) -> InputTensor:
     """An input sent in ``contents`` (typed protobuf lists) rather than raw bytes."""
+    where = f"{model} input {quote(tensor.name)}"
     datatype = dtypes.from_name(tensor.datatype)
     if not tensor.HasField("contents"):
-        raise InvalidArgumentError(f"{where}: no data (neither raw_input_contents nor contents)")
+        raise InvalidArgumentError(
+            f"{where}: unable to find data for input tensor {quote(tensor.name)} for {model} in request."
+        )
+    if any(dim < 0 for dim in shape):
+        # Refused by the model's shape check, in Triton's words for the model's dims (no data is read).
+        return InputTensor(tensor.name, tensor.datatype, shape)
     if datatype.contents_field is None:
         raise InvalidArgumentError(
             f"{where}: {datatype.name} data can only be sent as raw_input_contents, not typed contents"

@@ -214,11 +214,11 @@ def _decode_input(item: object, body: memoryview, offset: int, where: _Where) ->
         )
         if present
     ]
-    if len(given) > 1:  # Triton's words, checked where Triton checks it: before the data is read
+    if len(given) != 1:  # Triton's words, checked where Triton checks it: before the data is read
         raise InvalidArgumentError(
             f"{at}: Input must set only one of the following fields: 'data', 'binary_data_size' in "
-            f"'parameters', 'shared_memory_region' in 'parameters'. But set "
-            + " ".join(quote(field) for field in given)
+            "'parameters', 'shared_memory_region' in 'parameters'. But "
+            + ("set " + " ".join(quote(field) for field in given) if given else "no field is set")
         )
     shm = _shm_ref(parameters, at)
     if shm is not None:
@@ -231,8 +231,6 @@ def _decode_input(item: object, body: memoryview, offset: int, where: _Where) ->
                 f"({len(body) - offset} bytes of binary data left)"
             )
         return InputTensor(name, datatype_name, shape, raw=body[offset : offset + size]), offset + size
-    if "data" not in item:
-        raise InvalidArgumentError(f"{at}: neither 'data' nor parameters.binary_data_size")
     datatype = dtypes.from_name(datatype_name)
     array = dtypes.array_from_contents(_json_contents(item["data"], datatype.name, at), datatype, shape, at)
     return InputTensor(name, datatype_name, shape, array=array), offset

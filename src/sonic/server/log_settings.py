@@ -107,9 +107,9 @@ class LogSettingsService:
 
 
 def changes_from_json(payload: dict[str, Any]) -> dict[str, object]:
-    """An HTTP request's changes: a JSON null leaves its key as it is (as Triton), but ``log_file`` is
-    refused whatever its value."""
-    return {key: value for key, value in payload.items() if value is not None or key == "log_file"}
+    """An HTTP request's changes: a JSON null leaves its key as it is, ``log_file`` included (as Triton:
+    any other ``log_file`` value is refused)."""
+    return {key: value for key, value in payload.items() if value is not None}
 
 
 def changes_from_grpc(request: Any) -> dict[str, object]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,8 +54,15 @@ def _dims(dims: Sequence[int]) -> str:
     return "[" + ",".join(map(str, dims)) + "]"
 
 
-def _shape_matches(given: tuple[int, ...], expected: tuple[int, ...]) -> bool:
-    return len(given) == len(expected) and all(e in (-1, g) for g, e in zip(given, expected, strict=True))
+def _names(names: Iterable[str]) -> str:
+    """Names as Triton lists them in messages: ``['A','B']``."""
+    return "[" + ",".join(f"'{n}'" for n in names) + "]"
+
+
+def _first_mismatch(given: tuple[int, ...], expected: tuple[int, ...]) -> int:
+    """Index of the first fixed dim of ``expected`` that ``given`` (as long) differs from; its length if none."""
+    pairs = enumerate(zip(given, expected, strict=True))
+    return next((i for i, (g, e) in pairs if e not in (-1, g)), len(given))
 
 
 @dataclass(eq=False)
@@ -150,8 +157,6 @@ class ModelVersion:
                 f"'{self.name}' expects '{spec.datatype.name}'"
             )
         shape = tensor.shape
-        if shape and min(shape) < 0:
-            raise InvalidArgumentError(f"{where()}: shape {list(shape)} has a negative dimension")
 
         def unexpected_shape() -> InvalidArgumentError:
             expected = [-1, *spec.dims] if self.spec.batched else list(spec.dims)
@@ -163,7 +168,12 @@ class ModelVersion:
         if len(shape) != len(spec.dims) + self.spec.batched:
             raise unexpected_shape()
         if self.spec.batched:
-            if shape[0] < 1 or shape[0] > self.spec.max_batch_size:
+            if shape[0] > self.spec.max_batch_size:  # Triton's words
+                raise InvalidArgumentError(
+                    f"{where()}: inference request batch-size must be <= {self.spec.max_batch_size} "
+                    f"for '{self.name}'"
+                )
+            if shape[0] < 1:
                 raise InvalidArgumentError(
                     f"{where()}: inference request batch-size must be in 1..{self.spec.max_batch_size} "
                     f"for '{self.name}', got {shape[0]}"
@@ -171,9 +181,24 @@ class ModelVersion:
             sample = shape[1:]
         else:
             sample = shape
-        if sample != spec.dims and not _shape_matches(sample, spec.dims):
-            raise unexpected_shape()
+        if sample != spec.dims or -1 in sample:  # equal fixed dims, the common case, need no more
+            mismatch = _first_mismatch(sample, spec.dims)
+            if -1 in sample[: mismatch + 1]:  # Triton's words, for a -1 it meets before a mismatch
+                raise InvalidArgumentError(
+                    f"{where()}: All input dimensions should be specified for input {quote(tensor.name)} "
+                    f"for model '{self.name}', got {_dims(shape)}"
+                )
+            if mismatch < len(sample):
+                raise unexpected_shape()
+            if min(sample) < 0:  # below -1, where the model's dim is variable
+                raise InvalidArgumentError(f"{where()}: shape {list(shape)} has a negative dimension")
         if raw is not None:
+            size = dtypes.element_count(shape) * spec.datatype.numpy.itemsize
+            if spec.datatype.name != "BYTES" and len(raw) != size:  # Triton's words
+                raise InvalidArgumentError(
+                    f"{where()}: input byte size mismatch for input {quote(tensor.name)} for model "
+                    f"'{self.name}'. Expected {size}, got {len(raw)}"
+                )
             array = dtypes.array_from_bytes(raw, spec.datatype, shape, where)
         elif tensor.array is not None:
             array = tensor.array
@@ -212,16 +237,17 @@ class ModelVersion:
             )
         missing = [n for n, s in self.spec.inputs.items() if n not in arrays and not s.optional]
         if missing:
-            raise InvalidArgumentError(
+            raise InvalidArgumentError(  # Triton's words; the inputs it got in request order
                 f"{self._where(request, missing[0])}: expected {len(self.spec.inputs)} inputs but got "
-                f"{len(arrays)} inputs for model '{self.name}'; missing {missing}"
+                f"{len(arrays)} inputs for model '{self.name}'. Got input(s) {_names(arrays)}, but missing "
+                f"required input(s) {_names(missing)}. Please provide all required input(s)."
             )
         if request.outputs is not None:
             for name in request.outputs:
                 if name not in self.spec.outputs:
-                    raise InvalidArgumentError(
-                        f"model '{self.name}': unexpected inference output {quote(name)}, expected one of "
-                        f"{sorted(self.spec.outputs)}"
+                    raise InvalidArgumentError(  # Triton's words, then what the model has
+                        f"unexpected inference output {quote(name)} for model '{self.name}'; it has "
+                        f"{_names(self.spec.outputs)}"
                     )
         if self.spec.batched:
             batch_sizes = {name: a.shape[0] for name, a in arrays.items()}

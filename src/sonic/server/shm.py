@@ -258,9 +258,9 @@ class SharedMemoryRegistry:
             raise InvalidArgumentError(msg)
         if name in self._regions:
             raise AlreadyExistsError(f"shared memory region '{name}' already in manager")
-        if offset < 0 or byte_size <= 0:
+        if offset < 0 or byte_size < 0:  # HTTP's JSON numbers only: gRPC's are unsigned
             raise InvalidArgumentError(
-                f"shared memory region '{name}': offset {offset} must be >= 0 and byte size {byte_size} > 0"
+                f"shared memory region '{name}': offset {offset} and byte size {byte_size} must be >= 0"
             )
         if len(self._regions) >= self._limit:
             raise ResourceExhaustedError(
@@ -268,12 +268,18 @@ class SharedMemoryRegistry:
                 "(each keeps a file descriptor open); unregister some first"
             )
         opened = open_object(name, key, allow_other_users=self._allow_other_users)
+        # Triton's words (the bounds first, then its mmap's refusal of an empty mapping), then ours.
+        refused = None
         if offset + byte_size > opened.size_bytes:
-            os.close(opened.fd)
-            raise InvalidArgumentError(
-                f"shared memory region '{name}': offset {offset} + byte size {byte_size} exceeds the "
-                f"{opened.size_bytes} bytes of shared memory object '{key}'"
+            refused = (
+                f"invalid args: offset {offset} + byte size {byte_size} exceeds the {opened.size_bytes} "
+                f"bytes of shared memory object '{key}'"
             )
+        elif byte_size == 0:
+            refused = "unable to process address spaceInvalid argument: a region of 0 bytes"
+        if refused is not None:
+            os.close(opened.fd)
+            raise InvalidArgumentError(f"failed to register shared memory region '{name}': {refused}")
         mapping = None
         if opened.private and not self._copy_always:
             try:

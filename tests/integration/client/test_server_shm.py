@@ -89,7 +89,7 @@ def test_inputs_and_outputs_in_shared_memory(region: tuple[Any, tritonclient.Inf
     [
         ("nope", 128, 0, "StatusCode.NOT_FOUND", "unable to find system shared memory region: 'nope'"),
         ("io", 128, 1000, "StatusCode.INVALID_ARGUMENT", "run past the end"),
-        ("io", 64, 0, "StatusCode.INVALID_ARGUMENT", "unexpected total byte size 64"),
+        ("io", 64, 0, "StatusCode.INVALID_ARGUMENT", "input byte size mismatch for input 'INPUT0'"),
     ],
 )
 def test_bad_input_regions(

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tests.integration.differential.calls import Call, HttpCall, Outcome
+from tests.integration.differential.calls import Call, GrpcCall, HttpCall, Outcome
 from tests.integration.differential.strategies import AFTER_CONTROL
 
 CLIENT_ERRORS = {"INVALID_ARGUMENT", "NOT_FOUND", "400", "404"}
@@ -34,6 +34,22 @@ def _core(message: str) -> str:
 
 def _context(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     return triton.code == sonic.code and bool(triton.message) and _core(triton.message) in sonic.message
+
+
+GOT_INPUTS = re.compile(r"Got input\(s\) \[([^\]]*)\]")
+
+
+def _sorted_inputs(message: str) -> str:
+    return GOT_INPUTS.sub(lambda m: "Got input(s) [" + ",".join(sorted(m.group(1).split(","))) + "]", message)
+
+
+def _input_list(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    listed = GOT_INPUTS.search(triton.message) is not None
+    return listed and _context(
+        call,
+        Outcome(triton.code, _sorted_inputs(triton.message)),
+        Outcome(sonic.code, _sorted_inputs(sonic.message)),
+    )
 
 
 def _order(call: Call, triton: Outcome, sonic: Outcome) -> bool:
@@ -63,7 +79,8 @@ def _wording(_: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 
 def _fp16_json(_: Call, triton: Outcome, sonic: Outcome) -> bool:
-    return triton.message.startswith("sending FP16 data via JSON is not supported") and sonic.code == "200"
+    refused = ("sending FP16 data via JSON is not supported", "receiving FP16 data via JSON is not supported")
+    return triton.message.startswith(refused) and sonic.code == "200"
 
 
 def _log_setting_value(call: Call, triton: Outcome, sonic: Outcome) -> bool:
@@ -110,12 +127,12 @@ def _unloaded(entries: Any) -> Any:
 
 def _unloading(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     if call.what == AFTER_CONTROL:  # Triton is not ready while a model is UNLOADING
-        return (triton.code, triton.answer, sonic.code, sonic.answer) in [
-            ("OK", {}, "OK", {"ready": True}),
-            ("400", None, "200", None),
+        return (triton.code, triton.message, triton.answer, sonic.code, sonic.answer) in [
+            ("OK", "", {}, "OK", {"ready": True}),
+            ("400", "", None, "200", None),
         ]
-    if triton.code != sonic.code:
-        return False
+    if (triton.code, triton.message) != (sonic.code, sonic.message):
+        return False  # an error answer differs in its message: not this row's difference
     if isinstance(triton.answer, dict) and "models" in triton.answer:  # gRPC RepositoryIndex
         return bool({"models": _unloaded(triton.answer["models"])} == sonic.answer)
     return bool(_unloaded(triton.answer) == sonic.answer)
@@ -158,10 +175,15 @@ def _without_empty_region(answer: Any) -> Any:
     return answer
 
 
-def _shm_empty_name(_: Call, triton: Outcome, sonic: Outcome) -> bool:
-    if sonic.message == EMPTY_NAME:
-        return sonic.code in {"INVALID_ARGUMENT", "400"}
-    return triton.code == sonic.code and _without_empty_region(triton.answer) == sonic.answer
+def _shm_empty_name(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    if sonic.message == EMPTY_NAME:  # sonic refuses the name where Triton registers it
+        # Triton registers it (or has, or refuses the call for another fault: offset, size)
+        registered = triton.code == "OK" or "already in manager" in triton.message
+        registered |= triton.message.startswith("failed to register shared memory region '': ")
+        return isinstance(call, GrpcCall) and registered and sonic.code == "INVALID_ARGUMENT"
+    # What follows differs by the region Triton holds under the empty name alone.
+    same = (triton.code, triton.message) == (sonic.code, sonic.message)
+    return same and _without_empty_region(triton.answer) == sonic.answer
 
 
 INTENDED: tuple[Intended, ...] = (
@@ -169,7 +191,8 @@ INTENDED: tuple[Intended, ...] = (
         "error-context",
         "Validation errors: sonic's message starts with where the fault is (model, version, input) "
         "where Triton's starts with `[request id: <id_unknown>]`; Triton's own text follows, without "
-        "the trailing `. NOTE: ...` hint on batch dimensions.",
+        "the trailing `. NOTE: ...` hint on batch dimensions; where Triton's text names no values, "
+        "sonic adds them after it (a model's outputs, a shared-memory object's size).",
         "House rule: every error names what was given, what was expected and which model and input. "
         "The status code and Triton's wording are kept, so clients that match on either still work.",
         _context,
@@ -182,6 +205,14 @@ INTENDED: tuple[Intended, ...] = (
         "Either answer is right and the client has to fix every fault anyway; matching Triton's order "
         "exactly would mean re-sorting inputs on the hot path.",
         _order,
+    ),
+    Intended(
+        "input-list-order",
+        "Too few inputs: Triton's `Got input(s) [...]` lists the inputs it got in the order of its hash "
+        "map; sonic lists them in the order of the request. The rest of the message is Triton's.",
+        "Triton's order depends on its standard library's string hash, not on anything the client sent; "
+        "the request's order is the one the client can compare with.",
+        _input_list,
     ),
     Intended(
         "decode-before-lookup",
@@ -214,11 +245,13 @@ INTENDED: tuple[Intended, ...] = (
         _wording,
     ),
     Intended(
-        "fp16-json-output",
-        "An FP16 output asked for as JSON: Triton runs the model, then answers 400 `sending FP16 data "
-        "via JSON is not supported`; sonic answers the values as JSON numbers.",
-        "Every FP16 value is exact as a JSON number, and Triton accepts FP16 JSON input; refusing "
-        "after the model ran wastes the inference.",
+        "fp16-json",
+        "FP16 data as JSON: Triton refuses an FP16 input given as JSON numbers (400 `receiving FP16 data "
+        "via JSON is not supported`) and, for an FP16 output asked for as JSON, runs the model, then "
+        "answers 400 `sending FP16 data via JSON is not supported`; sonic takes the input (each number "
+        "rounded to FP16, as FP32 inputs are to FP32) and answers the output's values as JSON numbers.",
+        "Every FP16 value is exact as a JSON number, and JSON is what curl users and quick checks send; "
+        "refusing after the model ran wastes the inference. Clients that work with Triton work unchanged.",
         _fp16_json,
     ),
     Intended(
@@ -273,7 +306,8 @@ INTENDED: tuple[Intended, ...] = (
     Intended(
         "shm-empty-name",
         "Registering system shared memory under an empty name over gRPC: Triton registers it (and "
-        "lists it in status); sonic refuses the name (INVALID_ARGUMENT).",
+        "lists it in status); sonic refuses the name (INVALID_ARGUMENT), also where Triton refuses the call "
+        "for its offset or size.",
         "A region with an empty name cannot be addressed by the HTTP API (`/v2/systemsharedmemory/region//...` "
         "has no route), and an empty name in unregister means every region.",
         _shm_empty_name,

@@ -298,9 +298,12 @@ def malformed_calls(draw: st.DrawFn) -> Call:
     elif body:
         at = draw(st.integers(0, len(body) - 1))
         body = body[:at] + bytes([body[at] ^ draw(st.integers(1, 255))]) + body[at + 1 :]
+    # The corruption is one more fault on top of the case's own (random bytes: that one alone).
+    faults = 1 if how == "random" else valid.faults + 1
+    what = f"{how} of {valid.what}"
     if isinstance(valid, GrpcCall):
-        return GrpcCall(valid.method, body, what=f"{how} of {valid.what}")
-    return HttpCall(valid.method, valid.path, body, valid.headers, what=f"{how} of {valid.what}")
+        return GrpcCall(valid.method, body, what=what, faults=faults)
+    return HttpCall(valid.method, valid.path, body, valid.headers, what=what, faults=faults)
 
 
 LOG_KEYS = (

@@ -76,6 +76,16 @@ def test_health(client: httpclient.InferenceServerClient) -> None:
     assert not client.is_model_ready("broken_model")
 
 
+def test_model_not_ready_body_is_tritons(http_server: ServerProcess) -> None:
+    # Found by the differential tests: Triton 2.51 answers 400 {"error": "Model version not ready"}.
+    assert _raw(http_server.http_address, "GET", "/v2/models/no_such_model/ready") == (
+        400,
+        {"error": "Model version not ready"},
+    )
+    assert _raw(http_server.http_address, "GET", "/v2/models/versions/versions/1/ready")[0] == 400
+    assert _raw(http_server.http_address, "GET", "/v2/models/add_sub/ready") == (200, {})
+
+
 def test_metadata_matches_grpc(http_server: ServerProcess, client: httpclient.InferenceServerClient) -> None:
     g = grpcclient.InferenceServerClient(http_server.grpc_address)
     try:

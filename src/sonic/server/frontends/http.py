@@ -77,7 +77,7 @@ def _method_not_allowed(exc: MethodNotAllowedError) -> web.Response:
 
 
 def _health(ok: bool) -> web.Response:
-    # Triton answers 200 or 400 with an empty body; tritonclient only looks at the status.
+    # Server liveness and readiness: Triton answers 200 or 400 with an empty body.
     return web.Response(status=200 if ok else 400)
 
 
@@ -199,14 +199,17 @@ class HttpFrontend(Frontend):
 
     # --- handlers -------------------------------------------------------------------------------------
 
-    async def _json_body(self, request: web.BaseRequest, hold: BudgetHold) -> dict[str, Any]:
+    async def _json_value(self, request: web.BaseRequest, hold: BudgetHold) -> object:
+        """The body's JSON value; an empty body is an empty object."""
         body = await read_body(request, self._max_message_bytes, self._max_decompressed_bytes, hold)
         if not body.strip():
             return {}
         if len(body) < OFF_LOOP_BYTES:
-            payload = http_json.parse_json(body, "request JSON")
-        else:
-            payload = await asyncio.to_thread(http_json.parse_json, body, "request JSON")
+            return http_json.parse_json(body, "request JSON")
+        return await asyncio.to_thread(http_json.parse_json, body, "request JSON")
+
+    async def _json_body(self, request: web.BaseRequest, hold: BudgetHold) -> dict[str, Any]:
+        payload = await self._json_value(request, hold)
         if not isinstance(payload, dict):
             msg = "request JSON must be an object"
             raise InvalidArgumentError(msg)
@@ -222,7 +225,9 @@ class HttpFrontend(Frontend):
         return _health(self._dataplane.server_ready())
 
     async def _model_ready(self, call: _Call) -> web.StreamResponse:
-        return _health(self._dataplane.model_ready(call.name, call.version))
+        if self._dataplane.model_ready(call.name, call.version):
+            return web.Response(status=200)
+        return _json_response({"error": "Model version not ready"}, HTTPStatus.BAD_REQUEST)  # as Triton
 
     async def _model_metadata(self, call: _Call) -> web.StreamResponse:
         return _json_response(
@@ -266,8 +271,10 @@ class HttpFrontend(Frontend):
         return _json_response(self._dataplane.log_settings.current())
 
     async def _update_log_settings(self, call: _Call) -> web.StreamResponse:
-        payload = await self._json_body(call.request, call.hold)
-        return _json_response(await self._dataplane.log_settings.update(changes_from_json(payload)))
+        # As Triton: a JSON value other than an object (an array, a string, null) changes nothing.
+        payload = await self._json_value(call.request, call.hold)
+        changes = changes_from_json(payload) if isinstance(payload, dict) else {}
+        return _json_response(await self._dataplane.log_settings.update(changes))
 
     async def _shm_status(self, call: _Call) -> web.StreamResponse:
         regions = self._dataplane.system_shared_memory_status(call.name).regions
