@@ -298,9 +298,10 @@ def _json_data(array: np.ndarray[Any, Any], datatype: str, where: str) -> list[A
 
 
 def encode_infer_response(response: InferResponse, choice: OutputChoice) -> tuple[bytes, int | None]:
-    """The response body, and the JSON header length when binary outputs follow it."""
+    """The response body, and the JSON header length when binary output bytes follow it."""
     outputs: list[dict[str, Any]] = []
     tails: list[bytes | memoryview] = []
+    tail_bytes = 0
     for output in response.outputs:
         entry: dict[str, Any] = {
             "name": output.name,
@@ -316,6 +317,7 @@ def encode_infer_response(response: InferResponse, choice: OutputChoice) -> tupl
             size = data.nbytes if isinstance(data, memoryview) else len(data)
             entry["parameters"] = {"binary_data_size": size}
             tails.append(data)
+            tail_bytes += size
         else:
             entry["data"] = _json_data(
                 output.array, output.datatype, f"model '{response.model_name}' output '{output.name}'"
@@ -326,6 +328,6 @@ def encode_infer_response(response: InferResponse, choice: OutputChoice) -> tupl
         body["id"] = response.request_id
     body["outputs"] = outputs
     head = json.dumps(body, separators=(",", ":")).encode()
-    if not tails:
+    if not tail_bytes:  # as Triton: binary outputs of 0 bytes only are a plain JSON answer (no header)
         return head, None
     return b"".join([head, *tails]), len(head)
