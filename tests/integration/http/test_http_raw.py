@@ -116,6 +116,16 @@ def test_raw_request_errors_in_tritons_words(
     assert message in json.loads(answer)["error"]
 
 
+def test_empty_body_without_the_header_is_raw(http_server: ServerProcess) -> None:
+    # As Triton 2.51: no header means "the JSON is the whole body", and a JSON of 0 bytes means raw.
+    status, _, answer = _post(http_server.http_address, "/v2/models/identity/infer", b"", {})
+    assert status == 400
+    assert (
+        "input byte size mismatch for input 'raw_input' for model 'identity'. Expected 64, got 0"
+        in (json.loads(answer)["error"])
+    )
+
+
 def test_json_body_without_the_header_is_still_json(http_server: ServerProcess) -> None:
     # No header: the body is JSON (a raw body is then unparseable JSON, as on Triton).
     status, _, answer = _post(

@@ -251,7 +251,9 @@ class HttpFrontend(Frontend):
         if header_length is not None and not (header_length.isascii() and header_length.isdigit()):
             raise InvalidArgumentError(f"{http_json.HEADER_LENGTH} must be an integer, got {header_length!r}")
         length = int(header_length) if header_length is not None else None
-        if length == 0:  # Triton's raw binary request: no JSON, the body is the one input's data
+        # Triton's raw binary request: no JSON, the body is the one input's data (an empty body without
+        # the header too: Triton takes the JSON's length to be the body's, and a length of 0 means raw).
+        if length == 0 or (length is None and not body):
             spec, number = self._dataplane.raw_request_target(name, version, "HTTP end point")
             where = f"model {quote(name)} version {number}"
             infer_request, choice = http_raw.decode_raw_request(body, spec, name, version, where)
