@@ -139,11 +139,12 @@ class _Where:
     """The one prefix of every error about a request: its id (when it has one) and the model, then the tensor."""
 
     model: str  # "[request id: ...] model 'name'"
+    name: str  # the model's name as the request gives it
 
     @classmethod
     def of(cls, request_id: str, model_name: str) -> _Where:
         rid = f"[request id: {clip(request_id)}] " if request_id else ""
-        return cls(f"{rid}model {quote(model_name)}")
+        return cls(f"{rid}model {quote(model_name)}", model_name)
 
     def input(self, name: str) -> str:
         return f"{self.model} input {quote(name)}"
@@ -232,7 +233,13 @@ def _decode_input(item: object, body: memoryview, offset: int, where: _Where) ->
             )
         return InputTensor(name, datatype_name, shape, raw=body[offset : offset + size]), offset + size
     datatype = dtypes.from_name(datatype_name)
-    array = dtypes.array_from_contents(_json_contents(item["data"], datatype.name, at), datatype, shape, at)
+    contents = _json_contents(item["data"], datatype.name, at)
+    if datatype.name == "BYTES" and isinstance(contents, np.ndarray) and min(shape, default=0) >= 0:
+        expected = dtypes.element_count(shape)
+        if contents.size != expected:  # Triton's words (numbers: its 500 "Unable to parse", ours below)
+            mismatch = dtypes.count_mismatch(datatype, name, where.name, expected, contents.size)
+            raise InvalidArgumentError(f"{at}: {mismatch}")
+    array = dtypes.array_from_contents(contents, datatype, shape, at)
     return InputTensor(name, datatype_name, shape, array=array), offset
 
 
