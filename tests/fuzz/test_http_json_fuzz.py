@@ -1,5 +1,5 @@
 """Fuzzing the HTTP/REST inference codec: the KServe v2 JSON body, Triton's binary tensor extension and
-``Inference-Header-Content-Length``.
+``Inference-Header-Content-Length`` (0: Triton's raw binary request, shapes deduced from any config).
 
 Requests are built valid (JSON ``data`` nested or flat, binary inputs with their sizes, shared-memory
 and request parameters, outputs), then mutated twice over: in the JSON tree (a value swapped for any
@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 from sonic.protocol import dtypes
 from sonic.protocol.errors import SonicError
 from sonic.protocol.http_json import decode_infer_request, parse_json
+from sonic.protocol.http_raw import decode_raw_request
+from sonic.protocol.model_config import ModelSpec, TensorSpec
 from sonic.testing.fuzz import mutated, one_in, run_bounded
 
 MAX_BODY_BYTES = 4096
@@ -161,3 +163,30 @@ def test_infer_request_decode_of_random_bytes(body: bytes, header_length: int | 
 def test_deeply_nested_json_is_a_400(text: bytes) -> None:
     """The JSON parser's recursion is the attacker's to choose: too deep is InvalidArgumentError."""
     run_bounded(lambda: parse_json(text, "request JSON"), allowed=(SonicError,), max_peak_bytes=8 << 20)
+
+
+dims_lists = st.lists(st.sampled_from([-1, 0, 1, 2, 3, 2**20]), min_size=0, max_size=3).map(tuple)
+raw_specs = st.builds(
+    lambda batch, inputs: ModelSpec(
+        "model",
+        batch,
+        {f"I{i}": TensorSpec(f"I{i}", datatype, dims, dims) for i, (datatype, dims) in enumerate(inputs)},
+        {},
+    ),
+    st.sampled_from([0, 0, 4]),
+    st.lists(st.tuples(st.sampled_from(dtypes.DATATYPES), dims_lists), min_size=0, max_size=2),
+)
+
+
+@given(raw_specs, st.binary(max_size=512))
+def test_raw_request_decode(spec: ModelSpec, body: bytes) -> None:
+    """Triton's raw binary request (no JSON): any config and body, a request that fits the body or a 400."""
+
+    def decode() -> None:
+        request, _ = decode_raw_request(body, spec, "model", "", "model 'model'")
+        (tensor,) = request.inputs
+        if tensor.raw is not None:
+            itemsize = dtypes.from_name(tensor.datatype).numpy.itemsize
+            assert dtypes.element_count(tensor.shape) * itemsize == len(tensor.raw) == len(body)
+
+    run_bounded(decode, allowed=(SonicError,), max_peak_bytes=PEAK_BYTES)

@@ -100,3 +100,24 @@ def test_errors_of_inputs_in_triton_words_and_order() -> None:
     with pytest.raises(InvalidArgumentError) as error:
         decode_infer_request(request.SerializeToString())
     assert error.value.message == "model 'm' input 'A': input 'A' already exists in request"
+
+
+@pytest.mark.parametrize(
+    ("datatype", "field", "values", "message"),
+    [
+        ("UINT8", "uint_contents", [1, 2, 3], "input byte size mismatch for input 'X' for model 'm'. Expected 2, got 3"),
+        ("FP32", "fp32_contents", [1.0], "input byte size mismatch for input 'X' for model 'm'. Expected 8, got 4"),
+        ("BYTES", "bytes_contents", [b"a", b"b", b"c"],
+         "unexpected number of string elements 3 for inference input 'X' for model 'm', expecting 2"),
+    ],
+)  # fmt: skip
+def test_typed_contents_that_do_not_fill_the_shape_in_triton_words(
+    datatype: str, field: str, values: list[object], message: str
+) -> None:
+    """Checked against Triton 2.51: it counts the bytes (strings for BYTES) the contents would fill."""
+    request = service_pb2.ModelInferRequest(model_name="m")
+    tensor = request.inputs.add(name="X", datatype=datatype, shape=[2])
+    getattr(tensor.contents, field).extend(values)
+    with pytest.raises(InvalidArgumentError) as error:
+        decode_infer_request(request.SerializeToString())
+    assert error.value.message == f"model 'm' input 'X': {message}"

@@ -119,6 +119,8 @@ def test_decode_binary_inputs_are_views() -> None:
         ({"inputs": [{"name": "A", "shape": "2", "datatype": "FP32", "data": [1, 2]}]}, b"", 0, "'shape'"),
         ({"inputs": [{"name": "A", "shape": [2], "datatype": "FP32"}]}, b"", 0, "But no field is set"),
         ({"inputs": [{"name": "A", "shape": [3], "datatype": "FP32", "data": [1, 2]}]}, b"", 0, "expected 3"),
+        ({"inputs": [{"name": "T", "shape": [1], "datatype": "BYTES", "data": ["a", "b"]}]}, b"", 0,
+         "unexpected number of string elements 2 for inference input 'T' for model 'm', expecting 1"),
         ({"inputs": []}, b"", 10_000, "Inference-Header-Content-Length"),
         ({"outputs": []}, b"", 0, "no 'inputs'"),
         ({"inputs": [], "outputs": [{"name": "Y", "parameters": {"classification": 3}}]}, b"", 0, "classification"),

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
-from sonic.protocol.errors import InvalidArgumentError
+from sonic.protocol.errors import InvalidArgumentError, quote
 
 
 @dataclass(frozen=True)
@@ -177,6 +177,21 @@ def array_to_bytes(array: npt.NDArray[Any], datatype: Datatype) -> bytes | memor
         array = np.ascontiguousarray(array)
     # A uint8 view gives a plain byte buffer for every dtype (bool and bfloat16 included).
     return memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+
+
+def count_mismatch(datatype: Datatype, name: str, model: str, expected: int, given: int) -> str:
+    """Triton's words for typed contents (gRPC ``contents``, JSON BYTES ``data``) whose element count is
+    not the shape's: a BYTES input counts strings, any other counts bytes."""
+    if datatype.name == "BYTES":
+        return (
+            f"unexpected number of string elements {given} for inference input {quote(name)} for model "
+            f"{quote(model)}, expecting {expected}"
+        )
+    size = datatype.numpy.itemsize
+    return (
+        f"input byte size mismatch for input {quote(name)} for model {quote(model)}. "
+        f"Expected {expected * size}, got {given * size}"
+    )
 
 
 def array_from_contents(

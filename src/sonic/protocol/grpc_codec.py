@@ -138,13 +138,13 @@ def _set_shm(parameters: Any, ref: ShmRef) -> None:
 class _ModelName:
     """``model 'NAME'`` for error messages, quoted when formatted (most requests never format it)."""
 
-    __slots__ = ("_name",)
+    __slots__ = ("name",)
 
     def __init__(self, name: str) -> None:
-        self._name = name
+        self.name = name
 
     def __str__(self) -> str:
-        return f"model {quote(self._name)}"
+        return f"model {quote(self.name)}"
 
 
 def decode_infer_request(data: bytes | bytearray | memoryview) -> InferRequest:
@@ -226,6 +226,10 @@ def _typed_contents(tensor: Any, shape: tuple[int, ...], model: _ModelName) -> I
             f"{where}: {datatype.name} data can only be sent as raw_input_contents, not typed contents"
         )
     values = getattr(tensor.contents, datatype.contents_field)
+    expected = dtypes.element_count(shape)
+    if len(values) != expected:  # Triton's words (it counts what the contents would fill)
+        mismatch = dtypes.count_mismatch(datatype, tensor.name, model.name, expected, len(values))
+        raise InvalidArgumentError(f"{where}: {mismatch}")
     array = dtypes.array_from_contents(values, datatype, shape, where)
     return InputTensor(tensor.name, tensor.datatype, shape, array=array)
 

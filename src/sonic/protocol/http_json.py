@@ -139,11 +139,12 @@ class _Where:
     """The one prefix of every error about a request: its id (when it has one) and the model, then the tensor."""
 
     model: str  # "[request id: ...] model 'name'"
+    name: str  # the model's name as the request gives it
 
     @classmethod
     def of(cls, request_id: str, model_name: str) -> _Where:
         rid = f"[request id: {clip(request_id)}] " if request_id else ""
-        return cls(f"{rid}model {quote(model_name)}")
+        return cls(f"{rid}model {quote(model_name)}", model_name)
 
     def input(self, name: str) -> str:
         return f"{self.model} input {quote(name)}"
@@ -232,7 +233,13 @@ def _decode_input(item: object, body: memoryview, offset: int, where: _Where) ->
             )
         return InputTensor(name, datatype_name, shape, raw=body[offset : offset + size]), offset + size
     datatype = dtypes.from_name(datatype_name)
-    array = dtypes.array_from_contents(_json_contents(item["data"], datatype.name, at), datatype, shape, at)
+    contents = _json_contents(item["data"], datatype.name, at)
+    if datatype.name == "BYTES" and isinstance(contents, np.ndarray) and min(shape, default=0) >= 0:
+        expected = dtypes.element_count(shape)
+        if contents.size != expected:  # Triton's words (numbers: its 500 "Unable to parse", ours below)
+            mismatch = dtypes.count_mismatch(datatype, name, where.name, expected, contents.size)
+            raise InvalidArgumentError(f"{at}: {mismatch}")
+    array = dtypes.array_from_contents(contents, datatype, shape, at)
     return InputTensor(name, datatype_name, shape, array=array), offset
 
 
@@ -298,9 +305,10 @@ def _json_data(array: np.ndarray[Any, Any], datatype: str, where: str) -> list[A
 
 
 def encode_infer_response(response: InferResponse, choice: OutputChoice) -> tuple[bytes, int | None]:
-    """The response body, and the JSON header length when binary outputs follow it."""
+    """The response body, and the JSON header length when binary output bytes follow it."""
     outputs: list[dict[str, Any]] = []
     tails: list[bytes | memoryview] = []
+    tail_bytes = 0
     for output in response.outputs:
         entry: dict[str, Any] = {
             "name": output.name,
@@ -316,6 +324,7 @@ def encode_infer_response(response: InferResponse, choice: OutputChoice) -> tupl
             size = data.nbytes if isinstance(data, memoryview) else len(data)
             entry["parameters"] = {"binary_data_size": size}
             tails.append(data)
+            tail_bytes += size
         else:
             entry["data"] = _json_data(
                 output.array, output.datatype, f"model '{response.model_name}' output '{output.name}'"
@@ -326,6 +335,6 @@ def encode_infer_response(response: InferResponse, choice: OutputChoice) -> tupl
         body["id"] = response.request_id
     body["outputs"] = outputs
     head = json.dumps(body, separators=(",", ":")).encode()
-    if not tails:
+    if not tail_bytes:  # as Triton: binary outputs of 0 bytes only are a plain JSON answer (no header)
         return head, None
     return b"".join([head, *tails]), len(head)

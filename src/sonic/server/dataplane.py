@@ -21,6 +21,7 @@ from sonic.protocol.errors import (
     UnimplementedError,
     quote,
 )
+from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InferResponse
 from sonic.server.cache import ResponseCache, infer_through_cache
 from sonic.server.config import ModelControlMode, ServerConfig
@@ -200,6 +201,13 @@ class DataPlane:
             return await self._infer(request, arrival.received_ns, endpoint)
         finally:
             self.in_flight -= 1
+
+    def raw_request_target(self, name: str, version: str, endpoint: str) -> tuple[ModelSpec, int]:
+        """The spec and version number a raw binary HTTP request deduces its input from (errors as inference's)."""
+        model = self.models.get(name, version)
+        if model.decoupled:  # checked before the body is looked at, as for any request
+            raise UnimplementedError(f"{endpoint} doesn't support models with decoupled transaction policy")
+        return model.spec, model.version
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         """Whether the model answers with a stream of responses (NOT_FOUND/UNAVAILABLE as for inference)."""

@@ -97,6 +97,11 @@ def _traffic_log_key(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     return named and triton.code in {"OK", "200"} and sonic.code in {"INVALID_ARGUMENT", "400"}
 
 
+def _json_not_utf8(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    refused = "cannot be parsed" in sonic.message and "'utf-8' codec can't decode" in sonic.message
+    return isinstance(call, HttpCall) and triton.code == sonic.code == "400" and refused
+
+
 def _string_sequence_id(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     return sonic.code in CLIENT_ERRORS and "is a string, but control input" in sonic.message
 
@@ -337,6 +342,16 @@ INTENDED: tuple[Intended, ...] = (
         "One switch for both the log and the traffic recording, through the API that clients already "
         "have; a caller that asks to record where nothing can be recorded is told so.",
         _traffic_log_key,
+    ),
+    Intended(
+        "json-not-utf8",
+        "A JSON body with bytes that are not UTF-8 inside a string: Triton's parser takes them and goes "
+        "on to validate the request (its 400 names the next fault it finds, e.g. `Input must set only one "
+        "of ... But no field is set`); sonic refuses the JSON (400 `... cannot be parsed: 'utf-8' codec "
+        "can't decode byte ...`).",
+        "JSON is UTF-8 (RFC 8259); a name or id that is not text cannot be matched, logged or answered "
+        "faithfully. Both answers are 400.",
+        _json_not_utf8,
     ),
 )
 

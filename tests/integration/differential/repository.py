@@ -83,7 +83,11 @@ SEQUENCE = ModelSpec(
     (TensorSpec("SUM", "FP32", (1,)), TensorSpec("FLAGS", "INT32", (1,)), TensorSpec("CORR", "UINT64", (1,))),
     sequence=True,
 )
-MODELS = (MIXED, BATCHED, SPARE, SEQUENCE)
+# text and vector: one input each, for Triton's raw binary HTTP request (its shape comes from the
+# config: a batched BYTES [1], a variable-sized dimension).
+TEXT = _echo("text", 2, (TensorSpec("T", "BYTES", (1,)),))
+VECTOR = _echo("vector", 0, (TensorSpec("V", "INT16", (-1,)),))
+MODELS = (MIXED, BATCHED, SPARE, SEQUENCE, TEXT, VECTOR)
 
 CONFIG_TYPES = {"BYTES": "TYPE_STRING"}
 

@@ -197,3 +197,10 @@ def faults(case: InferCase) -> int:
             batches.add(tensor.shape[0])
     count += bool(model.max_batch_size) and len(batches) > 1
     return count
+
+
+def raw_http(model: str, version: str, body: bytes, header: str = "0", what: str = "") -> HttpCall:
+    """Triton's raw binary request: ``Inference-Header-Content-Length`` 0 and the body one input's data."""
+    path = f"/v2/models/{quote(model)}" + (f"/versions/{quote(version)}" if version else "") + "/infer"
+    headers = {"Inference-Header-Content-Length": header, "Content-Type": "application/octet-stream"}
+    return HttpCall("POST", path, body, headers, what=what or f"raw binary request {path} body {body!r}")

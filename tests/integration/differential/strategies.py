@@ -14,7 +14,15 @@ from urllib.parse import quote
 from google.protobuf.message import Message
 from hypothesis import strategies as st
 from tests.integration.differential.calls import Call, GrpcCall, HttpCall
-from tests.integration.differential.repository import BATCHED, MIXED, SEQUENCE, SPARE, ModelSpec, TensorSpec
+from tests.integration.differential.repository import (
+    BATCHED,
+    MIXED,
+    MODELS,
+    SEQUENCE,
+    SPARE,
+    ModelSpec,
+    TensorSpec,
+)
 from tests.integration.differential.requests import (
     DATATYPES,
     InferCase,
@@ -22,6 +30,8 @@ from tests.integration.differential.requests import (
     TensorCase,
     infer_grpc,
     infer_http,
+    raw_bytes,
+    raw_http,
 )
 from tritonclient.grpc import service_pb2
 
@@ -281,6 +291,31 @@ def wrong_method_calls(draw: st.DrawFn) -> Call:
     model = f"/v2/models/{name}" + (f"/versions/{version}" if version else "")
     path = path.replace("{model}", model).replace("{name}", name)
     return HttpCall(method, path, what=f"{method} {path} (the route takes {allowed})")
+
+
+@st.composite
+def raw_calls(draw: st.DrawFn) -> HttpCall:
+    """Triton's raw binary request to any model: the data of its one input, whole or bent, or any bytes."""
+    model = draw(st.sampled_from(MODELS))
+    name = draw(st.sampled_from([model.name] * 10 + ["no_such_model"]))
+    spec = model.inputs[0]
+    count = math.prod(d if d >= 0 else draw(st.integers(0, 3)) for d in spec.dims)
+    how = draw(st.sampled_from(["valid"] * 4 + ["more", "less", "random"]))
+    if how == "random":
+        body = draw(st.binary(max_size=16))
+    else:
+        body = raw_bytes(spec.datatype, count)
+        if spec.datatype == "BYTES":  # the raw body of a BYTES input is the element itself, no length prefix
+            body = body[4:] if body else b""
+        if how == "more":
+            body += draw(st.binary(min_size=1, max_size=3))
+        elif how == "less" and body:
+            body = body[: draw(st.integers(0, len(body) - 1))]
+    version = draw(st.sampled_from(VERSIONS))
+    header = draw(st.sampled_from(["0"] * 5 + ["00"]))
+    return raw_http(
+        name, version, body, header, f"raw binary request to {name} version {version!r}: {body!r}"
+    )
 
 
 @st.composite

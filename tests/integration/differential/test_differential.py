@@ -32,6 +32,7 @@ from tests.integration.differential.strategies import (
     log_settings_cases,
     malformed_calls,
     metadata_calls,
+    raw_calls,
     sequence_cases,
     sequence_request,
     shm_cases,
@@ -105,6 +106,12 @@ def sequence_numbers() -> Iterator[int]:
 def test_infer(both: Both, case: InferCase, binary: bool) -> None:
     both.compare(infer_grpc(case))
     both.compare(infer_http(case, binary_output=binary))
+
+
+@budget(30)
+@given(call=raw_calls())
+def test_raw_binary(both: Both, call: Call) -> None:
+    both.compare(call)
 
 
 @budget(25)

@@ -27,7 +27,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from sonic.protocol import http_json
+from sonic.protocol import http_json, http_raw
 from sonic.protocol.errors import (
     InvalidArgumentError,
     MethodNotAllowedError,
@@ -36,6 +36,7 @@ from sonic.protocol.errors import (
     ResourceExhaustedError,
     UnimplementedError,
     http_status,
+    quote,
 )
 from sonic.server.budget import BudgetHold, RequestBudget
 from sonic.server.dataplane import Arrival, DataPlane
@@ -250,11 +251,17 @@ class HttpFrontend(Frontend):
         if header_length is not None and not (header_length.isascii() and header_length.isdigit()):
             raise InvalidArgumentError(f"{http_json.HEADER_LENGTH} must be an integer, got {header_length!r}")
         length = int(header_length) if header_length is not None else None
-        decode = functools.partial(http_json.decode_infer_request, body, length, name, version)
-        # The JSON part is what costs (binary tensors stay views): a large one is parsed off the loop.
-        if (len(body) if length is None else length) < OFF_LOOP_BYTES:
-            infer_request, choice = decode()
+        # Triton's raw binary request: no JSON, the body is the one input's data (an empty body without
+        # the header too: Triton takes the JSON's length to be the body's, and a length of 0 means raw).
+        if length == 0 or (length is None and not body):
+            spec, number = self._dataplane.raw_request_target(name, version, "HTTP end point")
+            where = f"model {quote(name)} version {number}"
+            infer_request, choice = http_raw.decode_raw_request(body, spec, name, version, where)
+        elif (len(body) if length is None else length) < OFF_LOOP_BYTES:
+            # The JSON part is what costs (binary tensors stay views): a large one is parsed off the loop.
+            infer_request, choice = http_json.decode_infer_request(body, length, name, version)
         else:
+            decode = functools.partial(http_json.decode_infer_request, body, length, name, version)
             infer_request, choice = await asyncio.to_thread(decode)
         arrival = Arrival(received_ns, self._gate.trace_context(request.headers.get))
         response = await self._dataplane.infer(infer_request, arrival, "HTTP end point")
