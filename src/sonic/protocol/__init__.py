@@ -7,6 +7,7 @@
 - :mod:`~sonic.protocol.grpc_codec`: ModelInfer / ModelStreamInfer messages (the only grpcio import here),
   on top of :mod:`~sonic.protocol.wire` (constants, hand-walked protobuf fields)
 - :mod:`~sonic.protocol.http_json`: HTTP/REST JSON and binary-tensor bodies
+- :mod:`~sonic.protocol.http_raw`: Triton's raw binary HTTP request (no JSON: the body is the one input)
 - :mod:`~sonic.protocol.shm_names`: how the client names its shared-memory regions, so a server can tell whose
 
 The HTTP/2 + gRPC-call stack that carries these messages is its own package at this layer, :mod:`sonic.h2`.
