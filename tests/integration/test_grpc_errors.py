@@ -82,7 +82,7 @@ def test_unknown_model_and_version(client: grpcclient.InferenceServerClient) -> 
         ),
         (
             [("INPUT0", np.ones((2, 16), np.int32), "INT32"), ("INPUT1", ONES, "INT32")],
-            "different batch sizes",
+            "input 'INPUT1' batch size does not match other inputs for 'add_sub'",
         ),
         (
             [("INPUT0", np.ones(16, np.int32), "INT32"), ("INPUT1", np.ones(16, np.int32), "INT32")],

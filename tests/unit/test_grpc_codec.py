@@ -101,6 +101,17 @@ def test_errors_of_inputs_in_triton_words_and_order() -> None:
         decode_infer_request(request.SerializeToString())
     assert error.value.message == "model 'm' input 'A': input 'A' already exists in request"
 
+    # Found by the differential tests: every input's name before any contents, as Triton 2.51 (a typed
+    # input beside raw ones, repeated later, is named as repeated).
+    request = service_pb2.ModelInferRequest(model_name="m")
+    request.inputs.add(name="F", datatype="FP32", shape=[1]).contents.fp32_contents.append(1.0)
+    request.inputs.add(name="R", datatype="FP32", shape=[1])
+    request.inputs.add(name="F", datatype="FP32", shape=[1]).contents.fp32_contents.append(1.0)
+    request.raw_input_contents.append(b"\0" * 4)
+    with pytest.raises(InvalidArgumentError) as error:
+        decode_infer_request(request.SerializeToString())
+    assert error.value.message == "model 'm' input 'F': input 'F' already exists in request"
+
 
 @pytest.mark.parametrize(
     ("datatype", "field", "values", "message"),

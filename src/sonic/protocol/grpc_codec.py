@@ -161,20 +161,22 @@ def decode_infer_request(data: bytes | bytearray | memoryview) -> InferRequest:
         else None
         for t in head.inputs
     ]
-    # Triton adds the inputs one by one: a repeated name, then typed contents beside raw ones, before
-    # it counts the raw entries.
+    # Triton's order: a repeated name (as it adds the inputs), then typed contents beside raw ones, then
+    # the count of raw entries.
     seen: set[str] = set()
-    for tensor, ref in zip(head.inputs, shm, strict=True):
+    for tensor in head.inputs:
         if tensor.name in seen:
             raise InvalidArgumentError(
                 f"{model} input {quote(tensor.name)}: input {quote(tensor.name)} already exists in request"
             )
         seen.add(tensor.name)
-        if raw and ref is None and tensor.HasField("contents"):
-            raise InvalidArgumentError(
-                f"contents field must not be specified when using raw_input_contents for "
-                f"{quote(tensor.name)} for {model}"
-            )
+    if raw:
+        for tensor, ref in zip(head.inputs, shm, strict=True):
+            if ref is None and tensor.HasField("contents"):
+                raise InvalidArgumentError(
+                    f"contents field must not be specified when using raw_input_contents for "
+                    f"{quote(tensor.name)} for {model}"
+                )
     # As in Triton, inputs in shared memory take no raw_input_contents entry.
     expected_raw = sum(ref is None for ref in shm)
     if raw and len(raw) != expected_raw:

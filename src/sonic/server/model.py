@@ -252,8 +252,11 @@ class ModelVersion:
         if self.spec.batched:
             batch_sizes = {name: a.shape[0] for name, a in arrays.items()}
             if len(set(batch_sizes.values())) > 1:
-                raise InvalidArgumentError(
-                    f"model '{self.name}': inputs have different batch sizes {batch_sizes}; all must match"
+                first = next(iter(batch_sizes.values()))
+                odd = next(name for name, size in batch_sizes.items() if size != first)
+                raise InvalidArgumentError(  # Triton's words for the first that differs, then the sizes
+                    f"{self._where(request, odd)}: input {quote(odd)} batch size does not match other inputs "
+                    f"for '{self.name}'; batch sizes {batch_sizes}"
                 )
             batch_size = next(iter(batch_sizes.values()))
             shape_key = tuple(
