@@ -117,6 +117,7 @@ class SonicError(Exception):
     """Base class; ``message`` is what the client sees, ``code`` the gRPC status it is sent with."""
 
     code: ClassVar[GrpcCode] = GrpcCode.INTERNAL
+    http: ClassVar[HTTPStatus | None] = None  # the HTTP status where it is not the table's (code's)
 
     @property
     def message(self) -> str:
@@ -138,6 +139,8 @@ class MethodNotAllowedError(NotFoundError):
     """An HTTP path that has routes, none of them for the request's method. HTTP answers 405 with
     ``Allow`` listing ``allowed`` (RFC 9110; not the 404 of the table: the path exists, as Triton
     answers); it is never sent over gRPC, where a method is its own path."""
+
+    http = HTTPStatus.METHOD_NOT_ALLOWED
 
     def __init__(self, message: str, allowed: tuple[str, ...]) -> None:
         super().__init__(message)
@@ -187,5 +190,5 @@ class InternalError(SonicError):
 
 
 def http_status(error: SonicError) -> HTTPStatus:
-    status = status_of(error.code).http
+    status = error.http or status_of(error.code).http
     return HTTPStatus.INTERNAL_SERVER_ERROR if status is None else status

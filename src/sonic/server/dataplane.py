@@ -29,6 +29,7 @@ from sonic.server.decoupled import DecoupledCall, StreamAnswer
 from sonic.server.load_config import parse_override
 from sonic.server.log_settings import LogSettingsService
 from sonic.server.manager import ModelManager
+from sonic.server.model import ModelVersion
 from sonic.server.observe import RequestObserver
 from sonic.server.shm import SharedMemoryRegistry
 from sonic.server.shm_request import resolve
@@ -204,10 +205,15 @@ class DataPlane:
 
     def raw_request_target(self, name: str, version: str, endpoint: str) -> tuple[ModelSpec, int]:
         """The spec and version number a raw binary HTTP request deduces its input from (errors as inference's)."""
-        model = self.models.get(name, version)
-        if model.decoupled:  # checked before the body is looked at, as for any request
-            raise UnimplementedError(f"{endpoint} doesn't support models with decoupled transaction policy")
+        model = self._unary_model(name, version, endpoint)
         return model.spec, model.version
+
+    def _unary_model(self, name: str, version: str, endpoint: str) -> ModelVersion:
+        """The model a unary inference goes to: NOT_FOUND/UNAVAILABLE as any lookup, a decoupled one refused."""
+        model = self.models.get(name, version)
+        if model.decoupled:  # Triton's words and status
+            raise UnimplementedError(f"{endpoint} doesn't support models with decoupled transaction policy")
+        return model
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         """Whether the model answers with a stream of responses (NOT_FOUND/UNAVAILABLE as for inference)."""
@@ -243,9 +249,7 @@ class DataPlane:
             call.close()
 
     async def _infer(self, request: InferRequest, received_ns: int, endpoint: str) -> InferResponse:
-        model = self.models.get(request.model_name, request.model_version)
-        if model.decoupled:  # Triton's words and status
-            raise UnimplementedError(f"{endpoint} doesn't support models with decoupled transaction policy")
+        model = self._unary_model(request.model_name, request.model_version, endpoint)
         cached = self.cache is not None and model.config.response_cache.enable
         memory = await resolve(self.shared_memory, request, model.spec, cached)
         if self.cache is not None and cached:

@@ -67,13 +67,9 @@ def _json_response(payload: Any, status: int = 200) -> web.Response:
 
 def _error_response(exc: Exception) -> web.Response:
     error = as_sonic_error(exc)
-    return _json_response({"error": error.message}, int(http_status(error)))
-
-
-def _method_not_allowed(exc: MethodNotAllowedError) -> web.Response:
-    # 405 with the methods the path takes (RFC 9110), where the table says 404 (errors.py).
-    response = _json_response({"error": exc.message}, HTTPStatus.METHOD_NOT_ALLOWED)
-    response.headers["Allow"] = ", ".join(exc.allowed)
+    response = _json_response({"error": error.message}, int(http_status(error)))
+    if isinstance(error, MethodNotAllowedError):
+        response.headers["Allow"] = ", ".join(error.allowed)  # a 405 names them (RFC 9110)
     return response
 
 
@@ -105,6 +101,18 @@ class _Call:
 
 
 Handler = Callable[[Any, _Call], Awaitable[web.StreamResponse]]  # an HttpFrontend method
+
+
+def _shm_routes(kind: str, status: Handler, register: Handler, unregister: Handler) -> list[Route[Handler]]:
+    """The five routes of ``/v2/<kind>`` (system or CUDA shared memory), as Triton's."""
+    region = (kind, "region")
+    return [
+        Route("GET", (kind, "status"), CallKind.CONTROL, status),
+        Route("GET", (*region, "{name}", "status"), CallKind.CONTROL, status),
+        Route("POST", (*region, "{name+}", "register"), CallKind.CONTROL, register),
+        Route("POST", (kind, "unregister"), CallKind.CONTROL, unregister),
+        Route("POST", (*region, "{name}", "unregister"), CallKind.CONTROL, unregister),
+    ]
 
 
 class HttpFrontend(Frontend):
@@ -176,8 +184,6 @@ class HttpFrontend(Frontend):
             return await handler()
         except (PayloadTooLargeError, RequestBufferBusyError) as exc:
             return await refuse_body(request, exc)
-        except MethodNotAllowedError as exc:
-            return _method_not_allowed(exc)
         except Exception as exc:  # noqa: BLE001  (mapped to a status by the one table)
             return _error_response(exc)
         finally:
@@ -364,38 +370,8 @@ class HttpFrontend(Frontend):
                 Route(_P, ("repository", "models", "{name}", "unload"), CallKind.CONTROL, _repository_unload),
                 Route(_G, ("logging",), CallKind.CONTROL, _log_settings),
                 Route(_P, ("logging",), CallKind.CONTROL, _update_log_settings),
-                Route(_G, ("systemsharedmemory", "status"), CallKind.CONTROL, _shm_status),
-                Route(
-                    _G, ("systemsharedmemory", "region", "{name}", "status"), CallKind.CONTROL, _shm_status
-                ),
-                Route(
-                    _P,
-                    ("systemsharedmemory", "region", "{name+}", "register"),
-                    CallKind.CONTROL,
-                    _shm_register,
-                ),
-                Route(_P, ("systemsharedmemory", "unregister"), CallKind.CONTROL, _shm_unregister),
-                Route(
-                    _P,
-                    ("systemsharedmemory", "region", "{name}", "unregister"),
-                    CallKind.CONTROL,
-                    _shm_unregister,
-                ),
-                Route(_G, ("cudasharedmemory", "status"), CallKind.CONTROL, _cuda_status),
-                Route(_G, ("cudasharedmemory", "region", "{name}", "status"), CallKind.CONTROL, _cuda_status),
-                Route(
-                    _P,
-                    ("cudasharedmemory", "region", "{name+}", "register"),
-                    CallKind.CONTROL,
-                    _cuda_register,
-                ),
-                Route(_P, ("cudasharedmemory", "unregister"), CallKind.CONTROL, _cuda_unregister),
-                Route(
-                    _P,
-                    ("cudasharedmemory", "region", "{name}", "unregister"),
-                    CallKind.CONTROL,
-                    _cuda_unregister,
-                ),
+                *_shm_routes("systemsharedmemory", _shm_status, _shm_register, _shm_unregister),
+                *_shm_routes("cudasharedmemory", _cuda_status, _cuda_register, _cuda_unregister),
             )
         )
     )
