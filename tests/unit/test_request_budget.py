@@ -81,8 +81,31 @@ async def test_waiting_for_room_ends_when_room_appears() -> None:
 async def test_waiting_for_room_is_bounded() -> None:
     budget = RequestBudget(100, wait_s=0.05)
     BudgetHold(budget).charge(100)
-    with pytest.raises(RequestBufferBusyError, match=r"waited 0.05 s .* budget of 100 bytes"):
+    with pytest.raises(RequestBufferBusyError, match=r"waited 0.05 s in all .* budget of 100 bytes"):
         await BudgetHold(budget).room("the body")
+
+
+async def test_the_bound_is_on_all_the_waits_of_a_body_together() -> None:
+    """Woken by room another request freed, a body that reads a little and waits again does not get a
+    fresh ``wait_s``: its hold is bounded however often it is woken."""
+    budget = RequestBudget(100, wait_s=0.5)
+    other = BudgetHold(budget)
+    other.charge(100)
+    body = BudgetHold(budget)
+    waiting = asyncio.ensure_future(body.room("the body"))
+    await asyncio.sleep(0.45)  # the time waited is what is under test: it must pass
+    other.release()
+    await asyncio.wait_for(waiting, 5)
+    assert 0.45 <= body.waited_s < 0.5
+    body.charge(100)  # read what there was room for: spent again
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(RequestBufferBusyError, match=r"waited 0.5 s in all"):
+        await body.room("the body")
+    assert loop.time() - started < 0.45  # only what was left (< 0.05 s), not a fresh 0.5 s
+    assert body.waited_s >= 0.5
+    with pytest.raises(RequestBufferBusyError):
+        await body.room("the body")  # nothing left: refused at once
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ already in memory. What the budget decides is whether *more* bytes are read: whi
 (``in_use >= capacity_bytes``), the HTTP/1.1 front end stops reading the body (aiohttp then pauses the
 transport at its high-water mark) and the HTTP/2 front end holds back its WINDOW_UPDATEs, so senders
 are throttled by TCP and HTTP/2 flow control instead of growing the server's memory. Waiting is bounded
-by ``wait_s``; past it the request fails with :class:`~sonic.protocol.errors.RequestBufferBusyError`
+by ``wait_s`` (an HTTP/1.1 body: all its waits together; an HTTP/2 connection: each wait); past it the request fails with :class:`~sonic.protocol.errors.RequestBufferBusyError`
 (503 with ``Retry-After`` / RESOURCE_EXHAUSTED).
 
 Beyond ``capacity_bytes``, memory can still hold what was in flight when the budget ran out: per HTTP/2
@@ -82,7 +82,7 @@ class RequestBudget:
 
     def busy_error(self, waited: str) -> RequestBufferBusyError:
         return RequestBufferBusyError(
-            f"{waited} waited {self.wait_s:g} s for room in the server's request buffer budget of "
+            f"{waited} waited {self.wait_s:g} s in all for room in the server's request buffer budget of "
             f"{self.capacity_bytes} bytes (--request-buffer-budget-mb), held by other requests; retry later"
         )
 
@@ -90,12 +90,17 @@ class RequestBudget:
 class BudgetHold:
     """What one request has charged; :meth:`release` gives it all back (idempotent)."""
 
-    __slots__ = ("_budget", "_room", "held")
+    __slots__ = ("_budget", "_room", "held", "waited_s")
 
     def __init__(self, budget: RequestBudget) -> None:
         self._budget = budget
         self.held = 0
         self._room: asyncio.Future[None] | None = None  # while waiting in :meth:`room`
+        # Time waited for room so far, all waits together. Bounding each wait alone would let a body be
+        # woken (room freed by another request), read a little and wait again afresh, for ever: a client
+        # whose sends are stuck in TCP buffers (a paused connection does not see its close) would hold
+        # its bytes one whole ``wait_s`` per request that ends meanwhile.
+        self.waited_s = 0.0
 
     @property
     def capacity_bytes(self) -> int:
@@ -111,11 +116,16 @@ class BudgetHold:
             self._budget.release(held)
 
     async def room(self, what: str) -> None:
-        """Return once the budget has room; :class:`RequestBufferBusyError` after ``wait_s``."""
+        """Return once the budget has room; :class:`RequestBufferBusyError` once this request has waited
+        ``wait_s`` in all (over every call)."""
         budget = self._budget
         if budget.has_room:
             return
-        room = asyncio.get_running_loop().create_future()
+        left_s = budget.wait_s - self.waited_s
+        if left_s <= 0:
+            raise budget.busy_error(what)
+        loop = asyncio.get_running_loop()
+        room = loop.create_future()
 
         def wake() -> None:
             if not room.done():
@@ -123,11 +133,13 @@ class BudgetHold:
 
         budget.when_room(room, wake)
         self._room = room
+        started = loop.time()
         try:
-            await asyncio.wait_for(room, budget.wait_s)
+            await asyncio.wait_for(room, left_s)
         except TimeoutError:
             raise budget.busy_error(what) from None
         finally:
+            self.waited_s += loop.time() - started
             self._room = None
             budget.forget(room)
 
