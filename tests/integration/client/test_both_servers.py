@@ -23,6 +23,8 @@ from sonic.client import (
     TransportKind,
 )
 
+from .conftest import CancellingServer
+
 pytestmark = pytest.mark.integration
 
 # A representative subset runs on both client transports; the rest on the default (native) one.
@@ -161,9 +163,14 @@ def test_shared_memory_regions_are_reused_and_grown(server: Any) -> None:
 
 
 @BOTH_TRANSPORTS
-def test_per_request_deadline_is_retried_then_reported(server: Any, transport: TransportKind) -> None:
+def test_per_request_deadline_is_retried_then_reported(
+    cancelling_server: CancellingServer, transport: TransportKind
+) -> None:
     x = np.ones((1, 16), np.float32)
-    config = _config(server, timeout_s=1e-5, allowed_tries=2, retry_backoff_s=0.001, transport=transport)
-    with SyncClient("identity", config) as client, pytest.raises(RetriesExhaustedError) as info:
-        client.infer({"INPUT0": x})
-    assert [type(a.error).__name__ for a in info.value.attempts] == ["DeadlineExceededError"] * 2
+    config = _config(
+        cancelling_server.server, timeout_s=1e-5, allowed_tries=2, retry_backoff_s=0.001, transport=transport
+    )
+    with cancelling_server.crash_skips():
+        with SyncClient("identity", config) as client, pytest.raises(RetriesExhaustedError) as info:
+            client.infer({"INPUT0": x})
+        assert [type(a.error).__name__ for a in info.value.attempts] == ["DeadlineExceededError"] * 2
