@@ -88,22 +88,20 @@ async def test_waiting_for_room_is_bounded() -> None:
 async def test_the_bound_is_on_all_the_waits_of_a_body_together() -> None:
     """Woken by room another request freed, a body that reads a little and waits again does not get a
     fresh ``wait_s``: its hold is bounded however often it is woken."""
-    budget = RequestBudget(100, wait_s=0.5)
+    budget = RequestBudget(100, wait_s=60)
     other = BudgetHold(budget)
     other.charge(100)
     body = BudgetHold(budget)
     waiting = asyncio.ensure_future(body.room("the body"))
-    await asyncio.sleep(0.45)  # the time waited is what is under test: it must pass
+    await asyncio.sleep(0.2)  # the time waited is what is counted: some must pass
     other.release()
     await asyncio.wait_for(waiting, 5)
-    assert 0.45 <= body.waited_s < 0.5
+    assert body.waited_s >= 0.1
     body.charge(100)  # read what there was room for: spent again
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    with pytest.raises(RequestBufferBusyError, match=r"waited 0.5 s in all"):
-        await body.room("the body")
-    assert loop.time() - started < 0.45  # only what was left (< 0.05 s), not a fresh 0.5 s
-    assert body.waited_s >= 0.5
+    body.waited_s = 59.9  # as if woken and spent again many times
+    with pytest.raises(RequestBufferBusyError, match=r"waited 60 s in all"):
+        await asyncio.wait_for(body.room("the body"), 30)  # what is left (0.1 s), not a fresh 60 s
+    assert body.waited_s >= 60
     with pytest.raises(RequestBufferBusyError):
         await body.room("the body")  # nothing left: refused at once
 

@@ -6,8 +6,9 @@ already in memory. What the budget decides is whether *more* bytes are read: whi
 (``in_use >= capacity_bytes``), the HTTP/1.1 front end stops reading the body (aiohttp then pauses the
 transport at its high-water mark) and the HTTP/2 front end holds back its WINDOW_UPDATEs, so senders
 are throttled by TCP and HTTP/2 flow control instead of growing the server's memory. Waiting is bounded
-by ``wait_s`` (an HTTP/1.1 body: all its waits together; an HTTP/2 connection: each wait); past it the request fails with :class:`~sonic.protocol.errors.RequestBufferBusyError`
-(503 with ``Retry-After`` / RESOURCE_EXHAUSTED).
+by ``wait_s`` (an HTTP/1.1 body: all its waits together; an HTTP/2 connection: each wait); past it the
+request fails with :class:`~sonic.protocol.errors.RequestBufferBusyError` (503 with ``Retry-After`` /
+RESOURCE_EXHAUSTED).
 
 Beyond ``capacity_bytes``, memory can still hold what was in flight when the budget ran out: per HTTP/2
 connection at most its connection window (``Http2Limits.connection_window_bytes``), per HTTP/1.1

@@ -75,9 +75,11 @@ class CancellingServer:
             yield
         except Exception:
             triton = self.triton
-            if triton is None or triton.process.poll() is None:
-                raise
-            if "Signal (11)" in triton.log_path.read_text(errors="replace"):
+            if (
+                triton is not None
+                and triton.process.poll() is not None  # dead, and by the bug's signal (its log says)
+                and "Signal (11)" in triton.log_path.read_text(errors="replace")
+            ):
                 pytest.skip(TRITON_CANCEL_CRASH)
             raise
 
