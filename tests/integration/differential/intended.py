@@ -242,8 +242,9 @@ INTENDED: tuple[Intended, ...] = (
     Intended(
         "client-fault-not-internal",
         "Triton answers INTERNAL/500 for a client's fault: unparseable protobuf or JSON, JSON `shape` "
-        "with a negative number, JSON `data` that does not fill `shape`, a shared-memory key that does "
-        "not exist or is empty, a load of a model that is not in the repository, a log setting of the "
+        "with a negative number, JSON `data` that does not fill `shape`, JSON `data` elements of the "
+        "wrong JSON type (`null` or a string for a number, `1` for BOOL, `1.5` for an integer), a "
+        "shared-memory key that does not exist or is empty, a load of a model that is not in the repository, a log setting of the "
         "wrong JSON type. sonic answers INVALID_ARGUMENT/400 or NOT_FOUND/404 with what was wrong.",
         "A 5xx tells clients and load balancers (Envoy outlier detection, the sonic client's "
         "failover) that the server is at fault and invites a retry elsewhere; these are the client's "
