@@ -98,15 +98,21 @@ class Region:
     mapping: mmap.mmap | None
 
     def check(self, offset: int, byte_size: int, where: str) -> None:
-        """``byte_size`` bytes at ``offset`` must lie inside the region as registered."""
-        if offset < 0 or byte_size < 0:
+        """``byte_size`` bytes at ``offset`` must lie inside the region as registered. Triton's words: the
+        offset must be inside the region (even for no bytes), then the bytes must end inside it."""
+        if byte_size < 0:
             raise InvalidArgumentError(
                 f"{where}: shared memory offset {offset} and byte size {byte_size} must not be negative"
             )
+        if not 0 <= offset < self.byte_size:
+            raise InvalidArgumentError(
+                f"{where}: Invalid offset for shared memory region: '{self.name}' (offset {offset}; the "
+                f"region has {self.byte_size} bytes)"
+            )
         if offset + byte_size > self.byte_size:
             raise InvalidArgumentError(
-                f"{where}: {byte_size} bytes at offset {offset} run past the end of shared memory region "
-                f"'{self.name}' ({self.byte_size} bytes)"
+                f"{where}: Invalid offset + byte size for shared memory region: '{self.name}' ({byte_size} "
+                f"bytes at offset {offset} run past the end of its {self.byte_size} bytes)"
             )
 
     def _check_object(self, offset: int, byte_size: int, where: str) -> int:
