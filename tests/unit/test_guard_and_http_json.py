@@ -160,7 +160,9 @@ def test_json_data_of_the_wrong_json_type_is_refused_in_tritons_words(
 ) -> None:
     """null is not NaN nor false: Triton refuses it (and true for a number, 1 for BOOL, 1.5 for INT)."""
     shape = [len(data), 1] if isinstance(data[0], list) else [len(data)]
-    header = {"inputs": [{"name": "A", "shape": shape, "datatype": datatype, "data": data}]}
+    header: dict[str, object] = {
+        "inputs": [{"name": "A", "shape": shape, "datatype": datatype, "data": data}]
+    }
     body, length = _binary_body(header, b"")
     with pytest.raises(InvalidArgumentError) as info:
         decode_infer_request(body, length, "m", "")
@@ -180,7 +182,9 @@ def test_json_data_of_the_wrong_json_type_is_refused_in_tritons_words(
 )
 def test_json_data_of_the_right_json_type_is_taken(datatype: str, data: list[object]) -> None:
     shape = [len(data), 1] if isinstance(data[0], list) else [len(data)]
-    header = {"inputs": [{"name": "A", "shape": shape, "datatype": datatype, "data": data}]}
+    header: dict[str, object] = {
+        "inputs": [{"name": "A", "shape": shape, "datatype": datatype, "data": data}]
+    }
     body, length = _binary_body(header, b"")
     request, _ = decode_infer_request(body, length, "m", "")
     array = request.inputs[0].array

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from sonic.models.simple import IDENTITY_CONFIG, identity_model
+from sonic.protocol.errors import InternalError, InvalidArgumentError, NotFoundError
 from sonic.protocol.model_config import parse_config_text, validate_config
 from sonic.protocol.types import InferRequest, InputTensor, ShmRef
 from sonic.server.config import ServerConfig
@@ -81,6 +82,91 @@ async def test_shared_memory_in_and_out_leaves_the_request_as_received(
         np.testing.assert_array_equal(np.frombuffer(contents[SIZE:], dtype=np.float32).reshape(1, 16), VALUES)
         assert request == before  # nothing was read or placed into the wire type
         assert request.inputs[0].raw is None
+    finally:
+        plane.shared_memory.close()
+        await manager.close()
+
+
+IN_USE = "Cannot unregister shared memory region 'region', it is currently in use."
+NOT_ALL = "Failed to unregister the following system shared memory regions: region ,"
+
+
+def _in_and_out(output_region: str = "region") -> InferRequest:
+    return InferRequest(
+        "identity",
+        "",
+        [InputTensor("INPUT0", "FP32", (1, 16), shm=ShmRef("region", SIZE, 0))],
+        output_shm={"OUTPUT0": ShmRef(output_region, SIZE, SIZE)},
+    )
+
+
+async def test_a_region_in_use_is_not_unregistered_until_released(segment: Path) -> None:
+    """As Triton 2.51: unregistering a region a request in flight holds is INTERNAL, in its words, and
+    the region stays; unregistering every region forgets the others and names the ones it kept."""
+    spec = validate_config(parse_config_text(IDENTITY_CONFIG, "identity"))
+    registry = SharedMemoryRegistry()
+    try:
+        registry.register("region", f"/{segment.name}", 0, 2 * SIZE)
+        registry.register("spare", f"/{segment.name}", 0, SIZE)
+        memory = await resolve(registry, _in_and_out(), spec, cached=False)
+        assert memory is not None
+        assert registry.get("region", "test").users == 2  # its input and its output
+        with pytest.raises(InternalError) as one:
+            registry.unregister("region")
+        assert one.value.message.startswith(IN_USE)
+        with pytest.raises(InternalError) as every:
+            registry.unregister("")
+        assert every.value.message.startswith(NOT_ALL)
+        assert [region.name for region in registry.status("")] == ["region"]
+        memory.release()
+        memory.release()  # a second release does nothing
+        assert registry.get("region", "test").users == 0
+        registry.unregister("region")
+        assert registry.status("") == []
+    finally:
+        registry.close()
+
+
+async def test_a_refused_resolve_holds_nothing(segment: Path) -> None:
+    """The input's region was held before the output's region was found missing: it is let go."""
+    spec = validate_config(parse_config_text(IDENTITY_CONFIG, "identity"))
+    registry = SharedMemoryRegistry()
+    try:
+        registry.register("region", f"/{segment.name}", 0, 2 * SIZE)
+        with pytest.raises(NotFoundError, match="unable to find system shared memory region: 'nope'"):
+            await resolve(registry, _in_and_out("nope"), spec, cached=False)
+        assert registry.get("region", "test").users == 0
+        registry.unregister("region")
+    finally:
+        registry.close()
+
+
+async def test_the_data_plane_releases_a_region_on_every_path(repository: Path, segment: Path) -> None:
+    """Answered, refused after the model ran (an output region too small), cancelled: released each time."""
+    config = ServerConfig(model_repositories=(repository,))
+    manager = ModelManager(config)
+    await manager.load("identity")
+    plane = DataPlane(config, manager)
+    plane.accepting = True
+    try:
+        plane.system_shared_memory_register("region", f"/{segment.name}", 0, 2 * SIZE)
+        region = plane.shared_memory.get("region", "test")
+        await plane.infer(_in_and_out(), Arrival(0))
+        assert region.users == 0
+        small = dataclasses.replace(_in_and_out(), output_shm={"OUTPUT0": ShmRef("region", SIZE - 4, SIZE)})
+        with pytest.raises(InvalidArgumentError, match="should be at least 64 bytes"):
+            await plane.infer(small, Arrival(0))
+        assert region.users == 0
+        task = asyncio.create_task(plane.infer(_in_and_out(), Arrival(0)))
+        # The task runs up to its first wait, the model's run: nothing before it waits (the region is
+        # mapped, its bytes are read in place).
+        await asyncio.wait({task}, timeout=0)
+        assert region.users == 2
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert region.users == 0
+        plane.system_shared_memory_unregister("region")
     finally:
         plane.shared_memory.close()
         await manager.close()
