@@ -250,9 +250,10 @@ def _json_contents(data: Any, datatype: dtypes.Datatype, at: str) -> Any:
         if datatype.name == "BYTES":
             return np.asarray(data, dtype=np.object_).reshape(-1) if isinstance(data, list) else data
         if isinstance(data, list) and data and isinstance(data[0], list):
-            # As objects first: numpy would turn null into NaN, and true into 1 beside numbers.
+            array = np.asarray(data)  # refuses ragged lists
+            # The elements as objects too: numpy made null NaN, and true 1 beside numbers.
             _check_json_elements(np.asarray(data, dtype=np.object_).reshape(-1).tolist(), datatype, at)
-            return np.asarray(data)
+            return array
     except (ValueError, TypeError, OverflowError) as exc:
         raise InvalidArgumentError(f"{at}: 'data' is not a regular nested list: {exc}") from None
     if isinstance(data, list):
