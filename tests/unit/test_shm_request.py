@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.unit.backends.test_decoupled_python import DECOUPLED_CONFIG, DECOUPLED_MODEL
 
 from sonic.models.simple import IDENTITY_CONFIG, identity_model
 from sonic.protocol.errors import InternalError, InvalidArgumentError, NotFoundError
@@ -165,6 +166,45 @@ async def test_the_data_plane_releases_a_region_on_every_path(repository: Path, 
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        assert region.users == 0
+        plane.system_shared_memory_unregister("region")
+    finally:
+        plane.shared_memory.close()
+        await manager.close()
+
+
+async def test_a_decoupled_request_holds_its_input_region_until_its_stream_ends(
+    tmp_path: Path, segment: Path
+) -> None:
+    """Read to the final response, or left after the first: the region is held meanwhile, then let go."""
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "config.pbtxt").write_text(DECOUPLED_CONFIG)
+    (tmp_path / "m" / "1" / "model.py").write_text(DECOUPLED_MODEL)
+    config = ServerConfig(model_repositories=(tmp_path,))
+    manager = ModelManager(config)
+    await manager.load("m")
+    plane = DataPlane(config, manager)
+    plane.accepting = True
+    ones = np.ones((1, 2), dtype=np.float32)  # X == 1: two responses, then the final flag alone
+    try:
+        await asyncio.to_thread(segment.write_bytes, ones.tobytes())
+        plane.system_shared_memory_register("region", f"/{segment.name}", 0, ones.nbytes)
+        region = plane.shared_memory.get("region", "test")
+        request = InferRequest(
+            "m", "", [InputTensor("X", "FP32", (1, 2), shm=ShmRef("region", ones.nbytes, 0))]
+        )
+        answers = 0
+        async for _ in plane.infer_decoupled(request, Arrival(0)):
+            answers += 1
+            assert region.users == 1
+            with pytest.raises(InternalError, match="it is currently in use"):
+                plane.system_shared_memory_unregister("region")
+        assert answers == 3
+        assert region.users == 0
+        stream = plane.infer_decoupled(request, Arrival(0))
+        await anext(stream)
+        assert region.users == 1
+        await stream.aclose()  # the reader left
         assert region.users == 0
         plane.system_shared_memory_unregister("region")
     finally:
