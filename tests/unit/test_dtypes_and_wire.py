@@ -38,6 +38,38 @@ def test_bytes_encoding_matches_tritonclient() -> None:
 
 
 @pytest.mark.parametrize(
+    ("elements", "expected"),
+    [
+        ([1, 2], [b"1", b"2"]),
+        ([1.5, 2.0], [b"1.5", b"2.0"]),
+        (["a", "\u00e9"], [b"a", "\u00e9".encode()]),
+        ([b"x", b"\x00y"], [b"x", b"\x00y"]),
+        ([1, "s", b"b", 1.5, True, None], [b"1", b"s", b"b", b"1.5", b"True", b"None"]),
+        ([np.bytes_(b"q"), np.str_("r"), np.float32(1.5), np.int64(3)], [b"q", b"r", b"1.5", b"3"]),
+    ],
+)
+def test_bytes_elements_are_written_as_triton_python_backend_writes_them(
+    elements: list[object], expected: list[bytes]
+) -> None:
+    """Bytes as they are, anything else as str(x) in UTF-8 (Triton's serialize_byte_tensor): the number
+    1 is b"1", not bytes(1), one zero byte."""
+    array = np.empty(len(elements), dtype=np.object_)
+    array[:] = elements
+    encoded = dtypes.serialize_bytes_tensor(array)
+    decoded = dtypes.array_from_bytes(encoded, dtypes.BY_NAME["BYTES"], (len(elements),), "t")
+    assert decoded.tolist() == expected
+    assert bytes(dtypes.array_to_bytes(array, dtypes.BY_NAME["BYTES"])) == encoded
+
+
+def test_fixed_width_string_arrays_keep_their_text() -> None:
+    assert dtypes.serialize_bytes_tensor(np.array([b"ab", b"c"])) == b"\x02\x00\x00\x00ab\x01\x00\x00\x00c"
+    assert (
+        dtypes.serialize_bytes_tensor(np.array(["ab", "\u00e9"]))
+        == b"\x02\x00\x00\x00ab\x02\x00\x00\x00\xc3\xa9"
+    )
+
+
+@pytest.mark.parametrize(
     ("payload", "message"),
     [
         (b"\x01\x00", "no 4-byte length prefix"),

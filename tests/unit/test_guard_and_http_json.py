@@ -132,6 +132,66 @@ def test_decode_errors(header: dict[str, object], tail: bytes, length_delta: int
         decode_infer_request(body, length + length_delta, "m", "")
 
 
+NON_NUMBER = "Unable to parse 'data': attempt to access JSON non-number as double"
+NON_SIGNED = "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
+NON_UNSIGNED = "Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer"
+
+
+@pytest.mark.parametrize(
+    ("datatype", "data", "words", "element"),
+    [
+        ("FP32", [1.0, None], NON_NUMBER, "element 1 of the FP32 input is null"),
+        ("FP64", [None], NON_NUMBER, "element 0 of the FP64 input is null"),
+        ("FP16", ["x"], NON_NUMBER, 'element 0 of the FP16 input is "x"'),
+        ("FP32", [[1.0], [True]], NON_NUMBER, "element 1 of the FP32 input is true"),
+        ("BOOL", [True, None], "attempt to access JSON non-boolean as boolean", "element 1 of the BOOL input is null"),
+        ("BOOL", [1], "attempt to access JSON non-boolean as boolean", "element 0 of the BOOL input is 1"),
+        ("INT32", [1, None], NON_SIGNED, "element 1 of the INT32 input is null"),
+        ("INT64", [1.5], NON_SIGNED, "element 0 of the INT64 input is 1.5"),
+        ("INT8", [True], NON_SIGNED, "element 0 of the INT8 input is true"),
+        ("UINT32", [None], NON_UNSIGNED, "element 0 of the UINT32 input is null"),
+        ("UINT64", [2, -1], NON_UNSIGNED, "element 1 of the UINT64 input is -1"),
+        ("BYTES", [None], "Unable to parse JSON bytes array: attempt to access JSON non-string as string",
+         "BYTES element 0 is NoneType"),
+    ],
+)  # fmt: skip
+def test_json_data_of_the_wrong_json_type_is_refused_in_tritons_words(
+    datatype: str, data: list[object], words: str, element: str
+) -> None:
+    """null is not NaN nor false: Triton refuses it (and true for a number, 1 for BOOL, 1.5 for INT)."""
+    shape = [len(data), 1] if isinstance(data[0], list) else [len(data)]
+    header: dict[str, object] = {
+        "inputs": [{"name": "A", "shape": shape, "datatype": datatype, "data": data}]
+    }
+    body, length = _binary_body(header, b"")
+    with pytest.raises(InvalidArgumentError) as info:
+        decode_infer_request(body, length, "m", "")
+    assert words in str(info.value)
+    assert element in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("datatype", "data"),
+    [
+        ("FP32", [1, 2.5]),
+        ("FP64", [[1], [2]]),
+        ("BOOL", [True, False]),
+        ("INT32", [-3, 4]),
+        ("UINT8", [0, 255]),
+    ],
+)
+def test_json_data_of_the_right_json_type_is_taken(datatype: str, data: list[object]) -> None:
+    shape = [len(data), 1] if isinstance(data[0], list) else [len(data)]
+    header: dict[str, object] = {
+        "inputs": [{"name": "A", "shape": shape, "datatype": datatype, "data": data}]
+    }
+    body, length = _binary_body(header, b"")
+    request, _ = decode_infer_request(body, length, "m", "")
+    array = request.inputs[0].array
+    assert array is not None
+    assert array.reshape(-1).tolist() == np.asarray(data).reshape(-1).tolist()
+
+
 def test_encode_mixed_outputs() -> None:
     response = InferResponse(
         "m",

@@ -44,3 +44,41 @@ async def test_refusals_in_triton_words(
         assert error.value.message.endswith(message)
     finally:
         await manager.close()
+
+
+OPTIONAL_CONFIG = """name: "m"
+backend: "python"
+input [
+  { name: "A" data_type: TYPE_FP32 dims: [ 1 ] },
+  { name: "B" data_type: TYPE_FP32 dims: [ 1 ] },
+  { name: "C" data_type: TYPE_FP32 dims: [ 1 ] },
+  { name: "D" data_type: TYPE_FP32 dims: [ 1 ] optional: true }
+]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+MODEL_PY = """import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([]) for _ in requests]
+"""
+
+
+async def test_too_few_inputs_with_an_optional_one_in_triton_words(tmp_path: Path) -> None:
+    """Triton counts a range when some inputs are optional: 'between 3 and 4', not 'expected 4'."""
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "config.pbtxt").write_text(OPTIONAL_CONFIG)
+    (tmp_path / "m" / "1" / "model.py").write_text(MODEL_PY)
+    manager = ModelManager(ServerConfig(model_repositories=(tmp_path,)))
+    await manager.load("m")
+    inputs = [InputTensor(name, "FP32", (1,), raw=b"\0" * 4) for name in ("A", "B")]
+    try:
+        with pytest.raises(InvalidArgumentError) as error:
+            manager.get("m").prepare(InferRequest("m", "", inputs))
+        assert error.value.message.endswith(
+            "expected number of inputs between 3 and 4 but got 2 inputs for model 'm'. Got input(s) "
+            "['A','B'], but missing required input(s) ['C']. Please provide all required input(s)."
+        )
+    finally:
+        await manager.close()

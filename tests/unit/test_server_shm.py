@@ -228,3 +228,30 @@ def test_a_key_with_a_nul_byte_is_refused_by_name() -> None:
     """Found by fuzzing: os.open raised ValueError (an INTERNAL answer) for a key with NUL in it."""
     with pytest.raises(InvalidArgumentError, match="is not a valid POSIX shared memory name"):
         shm_path("/a\x00b")
+
+
+@pytest.mark.parametrize(
+    ("offset", "byte_size", "words"),
+    [
+        (100, 16, "Invalid offset for shared memory region: 'r' (offset 100; the region has 64 bytes)"),
+        (64, 0, "Invalid offset for shared memory region: 'r' (offset 64; the region has 64 bytes)"),
+        (-1, 4, "Invalid offset for shared memory region: 'r'"),
+        (60, 16, "Invalid offset + byte size for shared memory region: 'r' (16 bytes at offset 60 run past"),
+        (48, 32, "Invalid offset + byte size for shared memory region: 'r'"),
+    ],
+)
+async def test_offsets_past_a_region_in_tritons_words(
+    registry: SharedMemoryRegistry, fresh: Callable[[], Path], offset: int, byte_size: int, words: str
+) -> None:
+    """Triton 2.51 (probed): an offset not inside the region, even for no bytes, is 'Invalid offset';
+    bytes past its end 'Invalid offset + byte size'; the same for inputs and outputs."""
+    path = _segment(fresh(), 64)
+    registry.register("r", f"/{path.name}", 0, 64)
+    region = registry.get("r", "test")
+    with pytest.raises(InvalidArgumentError) as read:
+        await region.read(offset, byte_size, "model 'm' input 'X'")
+    with pytest.raises(InvalidArgumentError) as place:
+        region.output_view(offset, byte_size, "model 'm' output 'Y'")
+    assert read.value.message.startswith(f"model 'm' input 'X': {words}")
+    assert place.value.message.startswith(f"model 'm' output 'Y': {words}")
+    assert bytes(await region.read(60, 4, "test")) == b"\0" * 4  # the last bytes are inside

@@ -94,11 +94,18 @@ def element_count(shape: tuple[int, ...] | list[int]) -> int:
 _LENGTH = struct.Struct("<I")
 
 
+def element_bytes(item: object) -> bytes:
+    """One BYTES element as Triton's Python backend writes it (``serialize_byte_tensor``): bytes as they
+    are, anything else as ``str(item)`` in UTF-8, so the number 1 is ``b"1"``, never ``bytes(1)`` (one
+    zero byte), and a float is its text, not a TypeError."""
+    return item if isinstance(item, bytes) else str(item).encode("utf-8")
+
+
 def serialize_bytes_tensor(array: npt.NDArray[Any]) -> bytes:
     """Length-prefixed encoding of a BYTES tensor (object, bytes or str array), in C order."""
     parts: list[bytes] = []
     for item in array.reshape(-1):
-        data = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+        data = element_bytes(item)
         parts.append(_LENGTH.pack(len(data)))
         parts.append(data)
     return b"".join(parts)
@@ -269,7 +276,8 @@ def _bytes_from_contents(values: object, shape: tuple[int, ...], count: int, whe
         elif isinstance(item, bytes):
             items[index] = item
         else:
-            raise InvalidArgumentError(
-                f"{where}: BYTES element {index} must be a string, got {type(item).__name__}"
+            raise InvalidArgumentError(  # Triton's words (JSON is where anything but bytes comes from)
+                f"{where}: Unable to parse JSON bytes array: attempt to access JSON non-string as string "
+                f"(BYTES element {index} is {type(item).__name__}, not a string)"
             )
     return _reshaped(items, shape, where)

@@ -233,7 +233,7 @@ def _decode_input(item: object, body: memoryview, offset: int, where: _Where) ->
             )
         return InputTensor(name, datatype_name, shape, raw=body[offset : offset + size]), offset + size
     datatype = dtypes.from_name(datatype_name)
-    contents = _json_contents(item["data"], datatype.name, at)
+    contents = _json_contents(item["data"], datatype, at)
     if datatype.name == "BYTES" and isinstance(contents, np.ndarray) and min(shape, default=0) >= 0:
         expected = dtypes.element_count(shape)
         if contents.size != expected:  # Triton's words (numbers: its 500 "Unable to parse", ours below)
@@ -243,16 +243,56 @@ def _decode_input(item: object, body: memoryview, offset: int, where: _Where) ->
     return InputTensor(name, datatype_name, shape, array=array), offset
 
 
-def _json_contents(data: Any, datatype_name: str, at: str) -> Any:
-    """An input's JSON ``data``, nested lists flattened by numpy (typed and checked later)."""
+def _json_contents(data: Any, datatype: dtypes.Datatype, at: str) -> Any:
+    """An input's JSON ``data``, nested lists flattened by numpy (typed and checked later); each element
+    must be of the JSON type the datatype takes."""
     try:
-        if datatype_name != "BYTES" and isinstance(data, list) and data and isinstance(data[0], list):
-            return np.asarray(data)
-        if datatype_name == "BYTES" and isinstance(data, list):
-            return np.asarray(data, dtype=np.object_).reshape(-1)
+        if datatype.name == "BYTES":
+            return np.asarray(data, dtype=np.object_).reshape(-1) if isinstance(data, list) else data
+        if isinstance(data, list) and data and isinstance(data[0], list):
+            array = np.asarray(data)  # refuses ragged lists
+            # The elements as objects too: numpy made null NaN, and true 1 beside numbers.
+            _check_json_elements(np.asarray(data, dtype=np.object_).reshape(-1).tolist(), datatype, at)
+            return array
     except (ValueError, TypeError, OverflowError) as exc:
         raise InvalidArgumentError(f"{at}: 'data' is not a regular nested list: {exc}") from None
+    if isinstance(data, list):
+        _check_json_elements(data, datatype, at)
     return data
+
+
+# The JSON values each kind of datatype takes, and Triton's words (its JSON parser's) for any other: a
+# number for floats, true or false for BOOL, an integer (not 1.0, not true) for the integer types.
+_JSON_ELEMENTS = {
+    "float": (frozenset({int, float}), "non-number as double"),
+    "bool": (frozenset({bool}), "non-boolean as boolean"),
+    "signed": (frozenset({int}), "non-signed-integer as signed-integer"),
+    "unsigned": (frozenset({int}), "non-unsigned-integer as unsigned-integer"),
+}
+
+
+def _json_kind(datatype: dtypes.Datatype) -> str:
+    if datatype.name == "BOOL":
+        return "bool"
+    if datatype.name.startswith("UINT"):
+        return "unsigned"
+    return "signed" if datatype.name.startswith("INT") else "float"
+
+
+def _check_json_elements(flat: list[Any], datatype: dtypes.Datatype, at: str) -> None:
+    """Refuse a null, a string or a value of the wrong JSON type (Triton does, with a 500; numpy would
+    make null NaN and true 1.0), in Triton's words, naming the first such element."""
+    kind = _json_kind(datatype)
+    allowed, words = _JSON_ELEMENTS[kind]
+    if set(map(type, flat)) <= allowed and not (kind == "unsigned" and flat and min(flat) < 0):
+        return
+    index, value = next(
+        (i, v) for i, v in enumerate(flat) if type(v) not in allowed or (kind == "unsigned" and v < 0)
+    )
+    raise InvalidArgumentError(
+        f"{at}: Unable to parse 'data': attempt to access JSON {words} (element {index} of the "
+        f"{datatype.name} input is {clip(json.dumps(value))})"
+    )
 
 
 def _decode_outputs(

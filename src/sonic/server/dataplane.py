@@ -236,7 +236,12 @@ class DataPlane:
                 "(each of its responses would overwrite the region)"
             )
         memory = await resolve(self.shared_memory, request, model.spec, cached=False)
-        call = DecoupledCall.start(model, request, received_ns=arrival.received_ns, memory=memory)
+        try:
+            call = DecoupledCall.start(model, request, received_ns=arrival.received_ns, memory=memory)
+        except BaseException:
+            if memory is not None:
+                memory.release()
+            raise
         self.in_flight += 1
         try:
             while True:
@@ -247,17 +252,23 @@ class DataPlane:
         finally:
             self.in_flight -= 1
             call.close()
+            if memory is not None:
+                memory.release()
 
     async def _infer(self, request: InferRequest, received_ns: int, endpoint: str) -> InferResponse:
         model = self._unary_model(request.model_name, request.model_version, endpoint)
         cached = self.cache is not None and model.config.response_cache.enable
         memory = await resolve(self.shared_memory, request, model.spec, cached)
-        if self.cache is not None and cached:
-            response = await infer_through_cache(self.cache, model, request, received_ns, memory)
-        else:
-            response = await model.infer(request, received_ns, memory)
-        if memory is not None:
-            await memory.write(self.shared_memory, response)
+        try:
+            if self.cache is not None and cached:
+                response = await infer_through_cache(self.cache, model, request, received_ns, memory)
+            else:
+                response = await model.infer(request, received_ns, memory)
+            if memory is not None:
+                await memory.write(self.shared_memory, response)
+        finally:
+            if memory is not None:  # answered, refused, failed or cancelled: the regions may go again
+                memory.release()
         return response
 
     # --- system shared memory ---------------------------------------------------------------------------

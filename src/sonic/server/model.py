@@ -237,8 +237,13 @@ class ModelVersion:
             )
         missing = [n for n, s in self.spec.inputs.items() if n not in arrays and not s.optional]
         if missing:
+            total = len(self.spec.inputs)
+            required = sum(not s.optional for s in self.spec.inputs.values())
+            expected = (
+                f"{total} inputs" if required == total else f"number of inputs between {required} and {total}"
+            )
             raise InvalidArgumentError(  # Triton's words; the inputs it got in request order
-                f"{self._where(request, missing[0])}: expected {len(self.spec.inputs)} inputs but got "
+                f"{self._where(request, missing[0])}: expected {expected} but got "
                 f"{len(arrays)} inputs for model '{self.name}'. Got input(s) {_names(arrays)}, but missing "
                 f"required input(s) {_names(missing)}. Please provide all required input(s)."
             )

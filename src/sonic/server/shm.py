@@ -39,6 +39,7 @@ import numpy.typing as npt
 from sonic.protocol import dtypes
 from sonic.protocol.errors import (
     AlreadyExistsError,
+    InternalError,
     InvalidArgumentError,
     NotFoundError,
     ResourceExhaustedError,
@@ -96,17 +97,26 @@ class Region:
     fd: int
     identity: tuple[int, int]  # (st_dev, st_ino) of the object, as opened
     mapping: mmap.mmap | None
+    # Requests in flight that read or write the region (:class:`~sonic.server.shm_request.RequestMemory`
+    # holds and releases them): while any does, unregistering it is refused, as Triton 2.51 does.
+    users: int = 0
 
     def check(self, offset: int, byte_size: int, where: str) -> None:
-        """``byte_size`` bytes at ``offset`` must lie inside the region as registered."""
-        if offset < 0 or byte_size < 0:
+        """``byte_size`` bytes at ``offset`` must lie inside the region as registered. Triton's words: the
+        offset must be inside the region (even for no bytes), then the bytes must end inside it."""
+        if byte_size < 0:
             raise InvalidArgumentError(
                 f"{where}: shared memory offset {offset} and byte size {byte_size} must not be negative"
             )
+        if not 0 <= offset < self.byte_size:
+            raise InvalidArgumentError(
+                f"{where}: Invalid offset for shared memory region: '{self.name}' (offset {offset}; the "
+                f"region has {self.byte_size} bytes)"
+            )
         if offset + byte_size > self.byte_size:
             raise InvalidArgumentError(
-                f"{where}: {byte_size} bytes at offset {offset} run past the end of shared memory region "
-                f"'{self.name}' ({self.byte_size} bytes)"
+                f"{where}: Invalid offset + byte size for shared memory region: '{self.name}' ({byte_size} "
+                f"bytes at offset {offset} run past the end of its {self.byte_size} bytes)"
             )
 
     def _check_object(self, offset: int, byte_size: int, where: str) -> int:
@@ -290,12 +300,32 @@ class SharedMemoryRegistry:
         self._regions[name] = Region(name, key, offset, byte_size, opened.fd, opened.identity, mapping)
 
     def unregister(self, name: str) -> None:
-        """Forget one region, or every region when ``name`` is empty (unknown names are not an error)."""
-        names = [name] if name else list(self._regions)
-        for each in names:
-            region = self._regions.pop(each, None)
+        """Forget one region, or every region when ``name`` is empty (unknown names are not an error).
+
+        A region a request in flight reads or writes stays (INTERNAL, Triton's words and status: the
+        same call succeeds once the request is done); unregistering every region forgets the others.
+        """
+        if name:
+            region = self._regions.get(name)
+            if region is not None and region.users:
+                raise InternalError(
+                    f"Cannot unregister shared memory region '{name}', it is currently in use. "
+                    f"({_in_flight(region)})"
+                )
             if region is not None:
-                region.close()
+                self._regions.pop(name).close()
+            return
+        busy = [region for region in self._regions.values() if region.users]
+        for region in [region for region in self._regions.values() if not region.users]:
+            self._regions.pop(region.name).close()
+        if busy:
+            raise InternalError(
+                "Failed to unregister the following system shared memory regions: "
+                + "".join(f"{region.name} ," for region in busy)
+                + " ("
+                + "; ".join(f"'{region.name}': {_in_flight(region)}" for region in busy)
+                + ")"
+            )
 
     def status(self, name: str) -> list[Region]:
         self.reclaim()
@@ -313,7 +343,15 @@ class SharedMemoryRegistry:
         return region
 
     def close(self) -> None:
-        self.unregister("")
+        """Forget every region, in use or not (the server is stopping)."""
+        for region in self._regions.values():
+            region.close()
+        self._regions.clear()
+
+
+def _in_flight(region: Region) -> str:
+    requests = "request" if region.users == 1 else "requests"
+    return f"{region.users} {requests} in flight read or write it; unregister it when they are done"
 
 
 def output_buffer(

@@ -111,6 +111,15 @@ def _json_not_utf8(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     return isinstance(call, HttpCall) and triton.code in {"200", "400"} and sonic.code == "400" and refused
 
 
+def _both_framings(call: Call, _: Outcome, sonic: Outcome) -> bool:
+    # Triton serves the request (or answers the fault of its body); sonic refuses the framing first.
+    framed_twice = (
+        isinstance(call, HttpCall) and {"Transfer-Encoding", "Content-Length"} <= call.headers.keys()
+    )
+    said = "both 'Transfer-Encoding: chunked' and 'Content-Length'" in sonic.message
+    return framed_twice and sonic.code == "400" and said
+
+
 def _string_sequence_id(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     return sonic.code in CLIENT_ERRORS and "is a string, but control input" in sonic.message
 
@@ -242,8 +251,9 @@ INTENDED: tuple[Intended, ...] = (
     Intended(
         "client-fault-not-internal",
         "Triton answers INTERNAL/500 for a client's fault: unparseable protobuf or JSON, JSON `shape` "
-        "with a negative number, JSON `data` that does not fill `shape`, a shared-memory key that does "
-        "not exist or is empty, a load of a model that is not in the repository, a log setting of the "
+        "with a negative number, JSON `data` that does not fill `shape`, JSON `data` elements of the "
+        "wrong JSON type (`null` or a string for a number, `1` for BOOL, `1.5` for an integer), a "
+        "shared-memory key that does not exist or is empty, a load of a model that is not in the repository, a log setting of the "
         "wrong JSON type. sonic answers INVALID_ARGUMENT/400 or NOT_FOUND/404 with what was wrong.",
         "A 5xx tells clients and load balancers (Envoy outlier detection, the sonic client's "
         "failover) that the server is at fault and invites a retry elsewhere; these are the client's "
@@ -363,6 +373,17 @@ INTENDED: tuple[Intended, ...] = (
         "JSON is UTF-8 (RFC 8259); a name or id that is not text cannot be matched, logged or answered "
         "faithfully, and a request id echoed back would not be valid JSON either.",
         _json_not_utf8,
+    ),
+    Intended(
+        "chunked-with-content-length",
+        "An HTTP/1.1 request with both `Transfer-Encoding: chunked` and `Content-Length` (Python "
+        "`requests` sends both for a generator body given a length): Triton serves it (the chunked "
+        "framing wins); sonic refuses it, 400, with a JSON error that names both headers, and closes "
+        "the connection.",
+        "The two headers disagree on where the body ends; a proxy in front that reads the other one "
+        "would see another request in the same bytes (request smuggling). RFC 9112 section 6.1 lets a "
+        "server treat the message as an error and close the connection.",
+        _both_framings,
     ),
 )
 

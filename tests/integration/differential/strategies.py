@@ -320,12 +320,18 @@ def raw_calls(draw: st.DrawFn) -> HttpCall:
 
 @st.composite
 def malformed_calls(draw: st.DrawFn) -> Call:
-    """Bytes that are not a valid request: random, or a valid request cut short or with a byte changed."""
+    """Bytes that are not a valid request: random, or a valid request cut short or with a byte changed;
+    over HTTP also a valid body chunked with a Content-Length beside (``chunked-with-content-length``)."""
     case = draw(infer_cases())
     choices: list[Call] = [infer_grpc(case), infer_http(case, binary_output=False)]
     valid = draw(st.sampled_from(choices))
     body = valid.payload if isinstance(valid, GrpcCall) else valid.body
-    how = draw(st.sampled_from(["random", "cut", "flip"]))
+    how = draw(st.sampled_from(["random", "cut", "flip", "framed twice"]))
+    if how == "framed twice" and isinstance(valid, HttpCall):
+        chunked = (f"{len(body):x}\r\n".encode() + body + b"\r\n" if body else b"") + b"0\r\n\r\n"
+        headers = {**valid.headers, "Transfer-Encoding": "chunked", "Content-Length": str(len(chunked))}
+        what = f"chunked with a Content-Length: {valid.what}"
+        return HttpCall(valid.method, valid.path, chunked, headers, what=what, faults=valid.faults + 1)
     if how == "random":
         body = draw(st.binary(max_size=48))
     elif how == "cut" and body:

@@ -117,3 +117,27 @@ def test_chunked_body_over_the_limit_is_413(test_repository: Path) -> None:
             process.http_address, "/v2/models/identity/infer", _infer_json([0.0] * 16), chunked=True
         )
         assert status == 200, reply
+
+
+@pytest.mark.parametrize("content_length", ["whole", "json", "short"])
+def test_chunked_body_with_a_content_length_is_400_saying_why(
+    http_server: ServerProcess, content_length: str
+) -> None:
+    """Both framings (Python ``requests`` sends them for a generator body with a length): Triton serves
+    the request; sonic refuses it (docs/triton-differences.md, ``chunked-with-content-length``), in words
+    that name the two headers, as JSON like every other error, and serves the next request."""
+    body = _infer_json(list(range(16)))
+    chunked = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+    length = {"whole": len(chunked), "json": len(body), "short": 5}[content_length]
+    headers = {
+        "Content-Type": "application/json",
+        "Transfer-Encoding": "chunked",
+        "Content-Length": str(length),
+    }
+    status, reply = _post(http_server.http_address, "/v2/models/identity/infer", chunked, headers)
+    assert status == 400
+    error = str(reply["error"])
+    assert "both 'Transfer-Encoding: chunked' and 'Content-Length'" in error
+    assert "RFC 9112 section 6.1" in error
+    status, reply = _post(http_server.http_address, "/v2/models/identity/infer", body)
+    assert status == 200, reply

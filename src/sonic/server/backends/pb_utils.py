@@ -27,6 +27,7 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
+from sonic.protocol import dtypes
 from sonic.server.backends.base import ModelCall, ModelCaller
 
 # The server's model caller for BLS, bound by the Python backend in each instance's own thread.
@@ -100,7 +101,7 @@ def serialize_byte_tensor(input_tensor: npt.NDArray[Any]) -> npt.NDArray[np.uint
         return None
     parts = []
     for item in input_tensor.reshape(-1):
-        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        data = dtypes.element_bytes(item)
         parts += [struct.pack("<I", len(data)), data]
     return np.frombuffer(b"".join(parts), dtype=np.uint8)
 
@@ -161,7 +162,8 @@ class Tensor:
             )
         if numpy_array.dtype.kind == "U":
             raise TritonModelException(
-                f"Tensor '{name}': numpy dtype {numpy_array.dtype} is not supported; use np.object_ for strings"
+                f"NumPy dtype is not supported: Tensor '{name}' has numpy dtype {numpy_array.dtype}; use "
+                "np.object_ for strings"
             )
         if triton_dtype is not None:
             wanted = np.dtype(_ENUM_TO_NUMPY[triton_dtype])

@@ -8,6 +8,6 @@ trace context, error mapping).
   request DATA charged to the budget by :mod:`.request_windows`) or :mod:`.grpc_aio` (grpcio), both serving
   :mod:`.grpc_methods`;
 - HTTP/REST: :mod:`.http` with :mod:`.http_routes` (the route table), :mod:`.http_connections` (aiohttp's
-  server, counting clients) and :mod:`.http_body` (bounded bodies); ``GET /metrics``: :mod:`.metrics`; both on
+  server, counting clients; a body framed twice refused in words) and :mod:`.http_body` (bounded bodies); ``GET /metrics``: :mod:`.metrics`; both on
   :mod:`.aiohttp_listener`.
 """
