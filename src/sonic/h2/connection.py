@@ -120,6 +120,8 @@ class Connection:
 
     def receive_data(self, data: bytes) -> None:
         """Bytes from the peer. A connection error queues GOAWAY and asks the adapter to close."""
+        if self.close_wanted:
+            return  # the connection is ending: nothing more is parsed, nor kept (a lingering close reads on)
         self.timers.active = True
         try:
             if self._buffer:
