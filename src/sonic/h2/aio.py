@@ -6,7 +6,10 @@ output leaves in one ``writelines`` per loop iteration (scheduled when the core'
 some); the core's deadline is one timer handle, and the calls' deadlines (gRPC's ``grpc-timeout``) share
 one more, armed at the earliest; the transport's high-water mark holds our output in the core (DATA in
 its streams, the rest in the queue), where a peer that does not read runs into
-``max_queued_control_frames`` instead of growing our memory.
+``max_queued_control_frames`` instead of growing our memory. When the core ends the connection and its
+limits ask for it (``linger_s``, the server's), the close lingers: what is queued is written, writing
+is shut down, and the peer's bytes are read and dropped until it closes, ``linger_s`` passes or more
+than ``linger_bytes`` came.
 
 Used by the server front end (:mod:`sonic.server.frontends.grpc_h2`) and the client transport
 (:mod:`sonic.client.transport.h2`); each gives the adapter its core and, optionally, what to run when the
@@ -54,6 +57,8 @@ class H2Protocol(asyncio.Protocol):
         self._deadline_timer: asyncio.TimerHandle | None = None  # at the earliest call deadline watched
         self._deadline_at = math.inf
         self._write_scheduled = False
+        self._linger_timer: asyncio.TimerHandle | None = None  # set while a close lingers
+        self._linger_bytes_left = core.limits.linger_bytes
         self.closed = asyncio.Event()
         core.output.ready = self._output_ready
         core.on_close = self._write_out  # at once: nothing more is read or sent on this connection
@@ -70,14 +75,22 @@ class H2Protocol(asyncio.Protocol):
             self._on_made()
 
     def data_received(self, data: bytes) -> None:
-        self.core.receive_data(data)
+        if self._linger_timer is None:
+            self.core.receive_data(data)
+            return
+        # A lingering close reads only to keep the kernel from resetting; the bytes are dropped, and a
+        # peer that keeps sending past linger_bytes is dropped too (a flood is not read for long).
+        self._linger_bytes_left -= len(data)
+        if self._linger_bytes_left < 0 and self._transport is not None:
+            self._transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None:
             log.debug("HTTP/2 connection with %s lost: %s", self.core.peer, exc)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for timer in (self._timer, self._linger_timer):
+            if timer is not None:
+                timer.cancel()
+        self._timer = None
         self._disarm_deadline()
         self.core.transport_lost()
         self.closed.set()
@@ -104,17 +117,31 @@ class H2Protocol(asyncio.Protocol):
     def _write_out(self) -> None:
         self._write_scheduled = False
         transport = self._transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing() or self._linger_timer is not None:
             return
         core = self.core
         if not core.output.paused or core.close_wanted:
             out = core.data_to_send()
             if out:
                 transport.writelines(out)
-        if core.abort_wanted:
+        if not core.close_wanted:
+            return
+        linger_s = core.limits.linger_s
+        if linger_s > 0:
+            self._linger(transport, linger_s)
+        elif core.abort_wanted:
             transport.abort()
-        elif core.close_wanted:
+        else:
             transport.close()
+
+    def _linger(self, transport: asyncio.Transport, linger_s: float) -> None:
+        # Abort, not close, when the time is up: close() would wait without end for a peer that does
+        # not read what is still buffered (an abusive one); by then it had linger_s to read the GOAWAY.
+        self._linger_timer = self.loop.call_later(linger_s, transport.abort)
+        transport.resume_reading()
+        if transport.can_write_eof():  # TLS cannot half-close: the peer still has linger_s to read
+            transport.write_eof()  # after what is buffered: the peer reads our GOAWAY, then EOF
+        # The peer's EOF ends the linger early: asyncio's default eof_received closes the transport.
 
     def _arm_timer(self) -> None:
         deadline = self.core.next_deadline()

@@ -14,7 +14,7 @@ from sonic.h2.connection import Connection
 from sonic.h2.events import Handler
 from sonic.h2.frames import PREFACE, ErrorCode, Flag, ProtocolError
 from sonic.h2.limits import CLIENT_LIMITS, Http2Limits
-from sonic.h2.stream import Stream
+from sonic.h2.stream import Stream, StreamEvent, StreamState
 
 MAX_STREAM_ID = 0x7FFFFFFF
 
@@ -52,9 +52,9 @@ class ClientRole:
         return stream
 
     def end(self, stream: Stream) -> None:
-        """The server ended the call (its last headers): stop sending if the request is still going."""
-        stream.remote_closed = True
-        if stream.local_closed:
+        """The call is over for us (its last headers came, or its answer is refused): forgotten when
+        both sides ended it, otherwise reset (CANCEL) so that neither side sends more."""
+        if stream.state is StreamState.CLOSED:
             self.connection.forget(stream)
         else:
             self.connection.reset(stream, ErrorCode.CANCEL)
@@ -73,11 +73,13 @@ class ClientRole:
             if stream_id > core.last_stream_id:
                 raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on idle stream {stream_id}")
             return  # a call we already cancelled
-        self._handler.headers_received(stream, headers, bool(flags & Flag.END_STREAM))
+        end_stream = bool(flags & Flag.END_STREAM)
+        if end_stream:
+            stream.apply(StreamEvent.RECV_END_STREAM)
+        self._handler.headers_received(stream, headers, end_stream)
 
     def finished(self, stream: Stream) -> None:
-        stream.local_closed = True
-        if stream.remote_closed:
+        if stream.apply(StreamEvent.SEND_END_STREAM) is StreamState.CLOSED:
             self.connection.forget(stream)
 
     def goaway_received(self, last_stream_id: int, code: int) -> None:
@@ -90,4 +92,4 @@ class ClientRole:
         core = self.connection
         core.streams.pop(stream.stream_id)
         core.output.unblock(stream)
-        stream.local_closed = stream.remote_closed = True
+        stream.apply(StreamEvent.RECV_GOAWAY)

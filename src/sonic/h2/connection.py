@@ -44,7 +44,7 @@ from sonic.h2.frames import (
 from sonic.h2.headers import HeaderBlocks, HeaderDecoder
 from sonic.h2.limits import Http2Limits, MemoBudget
 from sonic.h2.settings import MAX_FRAME_BYTES, STREAM_WINDOW_BYTES, local_settings
-from sonic.h2.stream import ClosedStreams, Stream
+from sonic.h2.stream import ClosedStreams, Stream, StreamEvent, StreamState
 from sonic.h2.timers import ConnectionTimers, TimerAction
 from sonic.h2.windows import Output, ReceiveWindows
 
@@ -120,6 +120,8 @@ class Connection:
 
     def receive_data(self, data: bytes) -> None:
         """Bytes from the peer. A connection error queues GOAWAY and asks the adapter to close."""
+        if self.close_wanted:
+            return  # the connection is ending: nothing more is parsed, nor kept (a lingering close reads on)
         self.timers.active = True
         try:
             if self._buffer:
@@ -261,9 +263,9 @@ class Connection:
 
     def after_data(self, stream: Stream, end_stream: bool) -> None:
         if end_stream:
-            stream.remote_closed = True
+            stream.apply(StreamEvent.RECV_END_STREAM)
             self.handler.stream_ended(stream)
-            if stream.local_closed:
+            if stream.state is StreamState.CLOSED:
                 self.forget(stream)
         elif (
             stream.recv_unacked > STREAM_WINDOW_BYTES // 2
@@ -364,10 +366,10 @@ class Connection:
             self.role.finished(stream)
 
     def reset(self, stream: Stream, code: ErrorCode) -> None:
-        if not stream.local_closed or not stream.remote_closed:
+        if stream.state is not StreamState.CLOSED:
             self.output.emit(rst_stream(stream.stream_id, code))
             self.closed_streams.add(stream.stream_id, reset_by_us=True)
-        stream.local_closed = stream.remote_closed = True
+            stream.apply(StreamEvent.SEND_RST_STREAM)
         stream.pending.clear()
         self.forget(stream)
 

@@ -64,6 +64,13 @@ class Http2Limits:
     # No frame for this long: we send a PING; no answer within ``ping_timeout_s``: close (None: never).
     keepalive_interval_s: float | None = None
     ping_timeout_s: float = 20.0
+    # Once we end a connection (a connection error, or our GOAWAY and no streams left): writing is shut
+    # down and what the peer still sends is read and dropped for at most this long before the socket
+    # closes, so the peer reads our GOAWAY (a lingering close, as nginx's and Go's servers do); closing
+    # with unread bytes makes the kernel send a reset that destroys the GOAWAY in flight. 0: at once.
+    # ``linger_bytes`` bounds what is read meanwhile: a flooding peer is dropped after that much.
+    linger_s: float = 0.0
+    linger_bytes: int = 4 << 20
 
     def __post_init__(self) -> None:
         for name in ("max_concurrent_streams", "max_header_block_bytes", "max_header_list_bytes"):
@@ -79,7 +86,10 @@ class Http2Limits:
 
 
 SERVER_LIMITS = Http2Limits(
-    idle_timeout_s=600.0, keepalive_interval_s=120.0, connection_window_bytes=SERVER_CONNECTION_WINDOW_BYTES
+    idle_timeout_s=600.0,
+    keepalive_interval_s=120.0,
+    connection_window_bytes=SERVER_CONNECTION_WINDOW_BYTES,
+    linger_s=2.0,
 )
 CLIENT_LIMITS = Http2Limits(max_concurrent_streams=(1 << 31) - 1)  # a server opens no streams to us
 

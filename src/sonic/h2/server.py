@@ -16,7 +16,7 @@ from sonic.h2.events import Handler
 from sonic.h2.frames import ErrorCode, Flag, ProtocolError, Setting, goaway, rst_stream
 from sonic.h2.headers import Headers, malformed_fields
 from sonic.h2.limits import SERVER_LIMITS, Http2Limits, MemoBudget
-from sonic.h2.stream import Stream
+from sonic.h2.stream import Stream, StreamEvent, StreamState
 
 # Request header blocks whose validity is remembered (clients repeat theirs), and the largest kept.
 CHECKED_BLOCKS = 64
@@ -57,12 +57,11 @@ class ServerRole:
     def finished(self, stream: Stream) -> None:
         """We sent END_STREAM. A peer still sending is told to stop (RFC 9113 section 8.1)."""
         core = self.connection
-        stream.local_closed = True
         core.counters.streams_completed += 1
-        if not stream.remote_closed:
+        if stream.apply(StreamEvent.SEND_END_STREAM) is not StreamState.CLOSED:
             core.output.emit(rst_stream(stream.stream_id, ErrorCode.NO_ERROR))
             core.closed_streams.add(stream.stream_id, reset_by_us=True)  # its DATA in flight is ignored
-            stream.remote_closed = True
+            stream.apply(StreamEvent.SEND_RST_STREAM)
         core.forget(stream)
 
     def headers_done(self, stream_id: int, flags: int, block: bytes) -> None:
@@ -103,7 +102,8 @@ class ServerRole:
             return
         stream = Stream(stream_id)
         core.streams[stream_id] = stream
-        stream.remote_closed = end_stream
+        if end_stream:
+            stream.apply(StreamEvent.RECV_END_STREAM)
         self._handler.headers_received(stream, headers, end_stream)
         if end_stream and not stream.local_closed:
             self._handler.stream_ended(stream)

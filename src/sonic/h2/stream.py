@@ -1,7 +1,11 @@
-"""One HTTP/2 stream's state (RFC 9113 section 5.1), and the ids of recently closed streams.
+"""One HTTP/2 stream's state (RFC 9113 section 5.1) as one transition table, and recently closed ids.
 
-The state is two flags, each set once (``local_closed``: we sent END_STREAM or RST_STREAM;
-``remote_closed``: the peer did), read on every frame; :attr:`Stream.state` names the pair as the RFC does.
+A stream's :class:`StreamState` changes only through :meth:`Stream.apply` and :data:`TRANSITIONS`, the
+``(state, event) -> next state`` table after python-hyper h2's ``H2StreamStateMachine``; the core and
+the roles apply the events (:class:`StreamEvent`), nobody else. An event the table does not hold for
+the state is refused: from the peer, with the code RFC 9113 names (STREAM_CLOSED, a
+:class:`~sonic.h2.frames.ProtocolError`); from us, as a bug (``RuntimeError``). ``local_closed``/``remote_closed`` are
+the state read as the hot path asks it (a slot, not a computation), written by :meth:`Stream.apply` alone.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from sonic.h2.frames import ErrorCode, ProtocolError
+
 
 class StreamState(enum.Enum):
     """RFC 9113 section 5.1, for a stream that was opened (idle and reserved states are never held)."""
@@ -19,6 +25,44 @@ class StreamState(enum.Enum):
     HALF_CLOSED_LOCAL = "half-closed (local)"
     HALF_CLOSED_REMOTE = "half-closed (remote)"
     CLOSED = "closed"
+
+
+class StreamEvent(enum.Enum):
+    """What moves a stream: END_STREAM or RST_STREAM sent or received, or the peer's GOAWAY."""
+
+    SEND_END_STREAM = "send END_STREAM"
+    RECV_END_STREAM = "receive END_STREAM"
+    SEND_RST_STREAM = "send RST_STREAM"
+    RECV_RST_STREAM = "receive RST_STREAM"
+    # The peer's GOAWAY names a last stream id below this one: it was never processed, and ends
+    # without a frame (RFC 9113 section 6.8).
+    RECV_GOAWAY = "receive GOAWAY"
+
+
+_S, _E = StreamState, StreamEvent
+_RESETS = (_E.SEND_RST_STREAM, _E.RECV_RST_STREAM)
+_OPEN_STATES = (_S.OPEN, _S.HALF_CLOSED_LOCAL, _S.HALF_CLOSED_REMOTE)
+
+TRANSITIONS: dict[tuple[StreamState, StreamEvent], StreamState] = {
+    (_S.OPEN, _E.SEND_END_STREAM): _S.HALF_CLOSED_LOCAL,
+    (_S.OPEN, _E.RECV_END_STREAM): _S.HALF_CLOSED_REMOTE,
+    (_S.HALF_CLOSED_LOCAL, _E.RECV_END_STREAM): _S.CLOSED,
+    (_S.HALF_CLOSED_REMOTE, _E.SEND_END_STREAM): _S.CLOSED,
+    # A reset ends a stream that is not closed yet, from either side (a closed stream has left the
+    # connection: a late RST_STREAM finds nothing, and the core resets no closed stream).
+    **{(state, event): _S.CLOSED for state in _OPEN_STATES for event in _RESETS},
+    # A GOAWAY below a stream we opened: our request may still be going out, the answer never came.
+    (_S.OPEN, _E.RECV_GOAWAY): _S.CLOSED,
+    (_S.HALF_CLOSED_LOCAL, _E.RECV_GOAWAY): _S.CLOSED,
+}
+
+# The state as the two questions the hot path asks: have we ended our side, has the peer ended its.
+_CLOSED_SIDES = {
+    _S.OPEN: (False, False),
+    _S.HALF_CLOSED_LOCAL: (True, False),
+    _S.HALF_CLOSED_REMOTE: (False, True),
+    _S.CLOSED: (True, True),
+}
 
 
 class Stream:
@@ -34,6 +78,7 @@ class Stream:
         "remote_closed",
         "reset_code",
         "send_credit",
+        "state",
         "stream_id",
         "trailers",
     )
@@ -45,8 +90,9 @@ class Stream:
         self.send_credit = 0
         self.recv_unacked = 0  # DATA received that our WINDOW_UPDATEs have not given back yet
         self.recv_released = 0  # of those, released by the application and not yet given back
-        self.remote_closed = False
-        self.local_closed = False
+        self.state = StreamState.OPEN
+        self.local_closed = False  # we sent END_STREAM or RST_STREAM (set by apply only)
+        self.remote_closed = False  # the peer did (set by apply only)
         self.pending: deque[memoryview] = deque()  # DATA not yet allowed out by flow control
         # Sent once ``pending`` is empty: a header block with END_STREAM, or b"": an empty DATA frame
         # with END_STREAM (a request ends so; it has no trailers).
@@ -56,11 +102,20 @@ class Stream:
         # Called once when ``pending`` has all left (set by an application that waits for that).
         self.drained: Callable[[], None] | None = None
 
-    @property
-    def state(self) -> StreamState:
-        if self.local_closed:
-            return StreamState.CLOSED if self.remote_closed else StreamState.HALF_CLOSED_LOCAL
-        return StreamState.HALF_CLOSED_REMOTE if self.remote_closed else StreamState.OPEN
+    def apply(self, event: StreamEvent) -> StreamState:
+        """Move by :data:`TRANSITIONS`; returns the new state. Refused: see the module docstring."""
+        state = TRANSITIONS.get((self.state, event))
+        if state is None:
+            if event is StreamEvent.RECV_END_STREAM:
+                msg = f"stream {self.stream_id} ended again by the peer ({self.state.value})"
+                # The core answers the cases it knows with RST_STREAM before it applies the event; one
+                # past it ends the connection, as RFC 9113 section 5.4.1 allows for any stream error.
+                raise ProtocolError(ErrorCode.STREAM_CLOSED, msg)
+            msg = f"stream {self.stream_id}: {event.value} in state {self.state.value}"
+            raise RuntimeError(msg)
+        self.state = state
+        self.local_closed, self.remote_closed = _CLOSED_SIDES[state]
+        return state
 
 
 class ClosedStreams:

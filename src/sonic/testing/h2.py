@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from sonic.h2.connection import Connection
@@ -13,6 +14,8 @@ class RecordingTransport:
     def __init__(self) -> None:
         self.written = bytearray()
         self.closed = False
+        self.eof_written = False  # writing shut down (a lingering close)
+        self.ended = asyncio.Event()  # closed or aborted
 
     def writelines(self, data: list[bytes | memoryview]) -> None:
         for piece in data:
@@ -23,9 +26,20 @@ class RecordingTransport:
 
     def close(self) -> None:
         self.closed = True
+        self.ended.set()
 
     def abort(self) -> None:
         self.closed = True
+        self.ended.set()
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof_written = True
+
+    def resume_reading(self) -> None:
+        pass
 
     def get_extra_info(self, name: str) -> Any:
         return ("127.0.0.1", 5000) if name == "peername" else None

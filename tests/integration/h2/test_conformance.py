@@ -327,3 +327,29 @@ def test_preface_then_settings_first(h2_server: ServerProcess) -> None:
         while not ack.flags & Flag.ACK:
             ack = peer.wait_for(T.SETTINGS)
         assert ack.payload == b""
+
+
+def _header_list_frames(peer: RawH2, size_bytes: int) -> list[bytes]:
+    """One header block of ``size_bytes`` (a single huge header), cut into HEADERS and CONTINUATIONs."""
+    block = peer.block([*grpc_headers(), ("x-big", "a" * size_bytes)])
+    pieces = [block[i : i + 16384] for i in range(0, len(block), 16384)]
+    frames = [frame(T.HEADERS, Flag.END_HEADERS if len(pieces) == 1 else 0, 1, pieces[0])]
+    frames += [frame(T.CONTINUATION, 0, 1, p) for p in pieces[1:-1]]
+    if len(pieces) > 1:
+        frames.append(frame(T.CONTINUATION, Flag.END_HEADERS, 1, pieces[-1]))
+    return frames
+
+
+@pytest.mark.parametrize("size_bytes", [1 << 20, 3 << 20], ids=["1MiB", "3MiB"])
+def test_a_connection_ended_for_abuse_lets_the_peer_read_the_goaway(
+    h2_server: ServerProcess, size_bytes: int
+) -> None:
+    # The server ends the connection while the rest of the header list is still arriving: it must
+    # shut down writing and drain what comes for a while (a lingering close), not close with unread
+    # bytes in its socket, which makes the kernel send a reset that destroys the GOAWAY in flight.
+    with RawH2(h2_server.grpc_address) as peer:
+        sent_all = peer.send(*_header_list_frames(peer, size_bytes))
+        code = peer.connection_error()
+    assert sent_all, "the server reset the connection while the header list was arriving"
+    assert code is not None, "the connection ended without a GOAWAY the peer could read"
+    assert code in {E.ENHANCE_YOUR_CALM, E.PROTOCOL_ERROR, E.COMPRESSION_ERROR}, E(code).name

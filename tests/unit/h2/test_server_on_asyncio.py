@@ -34,9 +34,9 @@ class EchoConnection:
     """Answers each stream with the bytes it received, once the peer ends it: the handler of a server-role
     core (``h2``) on the asyncio adapter (``protocol``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, linger_s: float = SERVER_LIMITS.linger_s) -> None:
         self.h2 = ServerRole(
-            self, limits=dataclasses.replace(SERVER_LIMITS, max_concurrent_streams=4)
+            self, limits=dataclasses.replace(SERVER_LIMITS, max_concurrent_streams=4, linger_s=linger_s)
         ).connection
         self.protocol = H2Protocol(self.h2)
         self.received: dict[int, bytearray] = {}
@@ -143,8 +143,39 @@ async def test_reset_stream_is_reported_and_garbage_closes_the_connection() -> N
     assert connection.resets == [1]
     assert not transport.closed
     _, bad_transport = await run_connection(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 1024)
-    assert bad_transport.closed
+    # A lingering close: the GOAWAY is written, then writing shut down; the socket stays open a while.
+    assert bad_transport.eof_written
+    assert not bad_transport.closed
     assert parse_frames(bytes(bad_transport.written))[-1][0] == FrameType.GOAWAY
+
+
+async def test_a_lingering_close_drops_what_comes_and_ends_within_its_time() -> None:
+    connection = EchoConnection(linger_s=0.05)
+    transport = RecordingTransport()
+    protocol = connection.protocol
+    protocol.connection_made(transport)  # type: ignore[arg-type]
+    protocol.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # not HTTP/2: GOAWAY and a lingering close
+    await asyncio.sleep(0)  # writes leave on the next loop iteration
+    written = bytes(transport.written)
+    assert parse_frames(written)[-1][0] == FrameType.GOAWAY
+    assert transport.eof_written
+    protocol.data_received(b"\x00" * (1 << 20))  # what the peer still sends is read and dropped
+    assert bytes(transport.written) == written
+    assert not transport.closed
+    await asyncio.wait_for(transport.ended.wait(), timeout=5.0)  # aborted once linger_s passed
+
+
+async def test_a_lingering_close_drops_a_peer_that_floods() -> None:
+    connection = EchoConnection(linger_s=60.0)
+    transport = RecordingTransport()
+    protocol = connection.protocol
+    protocol.connection_made(transport)  # type: ignore[arg-type]
+    protocol.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    await asyncio.sleep(0)  # writes leave on the next loop iteration
+    assert transport.eof_written
+    assert not transport.closed
+    protocol.data_received(b"\x00" * (SERVER_LIMITS.linger_bytes + 1))
+    assert transport.closed  # past linger_bytes: dropped at once, not after linger_s
 
 
 def test_header_memo_matches_a_plain_decoder_as_the_table_changes() -> None:
@@ -214,4 +245,4 @@ async def test_header_block_split_over_continuation_frames() -> None:
     assert not transport.closed
     interrupted = [frames[0], frame(FrameType.DATA, 0, 1, b"x")]  # anything but CONTINUATION is an error
     _, broken = await run_connection(b"".join([PREFACE, settings_frame({}), *interrupted]), 4096)
-    assert broken.closed
+    assert broken.eof_written  # ended: GOAWAY, then writing shut down (a lingering close)
