@@ -30,7 +30,7 @@ from sonic.protocol.types import OutputTensor
 from sonic.server.stats import RequestTiming
 from sonic.server.trace_config import TraceConfig, TraceLevel, TraceMode
 from sonic.server.trace_file import TraceFile, TraceWriter
-from sonic.server.trace_otel import OtelExport, OtelTraceContext
+from sonic.server.trace_otel import OtelExport, OtelTraceContext, TracedModel
 from sonic.server.trace_settings import Answer, Changes, TraceSetting, TraceSettings
 
 Header = Callable[[str], "str | None"]  # a request header (gRPC metadata) by lower-case name
@@ -76,6 +76,7 @@ class RequestTrace:
         "_export",
         "_setting",
         "_tensors",
+        "_timestamps",
         "id",
         "model_name",
         "model_version",
@@ -87,13 +88,16 @@ class RequestTrace:
         self._setting = setting
         self._export = export
         self._tensors = TraceLevel.TENSORS in setting.level and export is None
+        # As Triton: at level TENSORS alone, no activity (and no model line) is written, only tensors.
+        self._timestamps = TraceLevel.TIMESTAMPS in setting.level
         self._entries: list[tuple[str, int] | str] = []  # (activity, ns), or a rendered object
         self.model_name = ""
         self.model_version = 0
         self.request_id = ""
 
     def stamp(self, name: str, ns: int = 0) -> None:
-        self._entries.append((name, ns or time.perf_counter_ns()))
+        if self._timestamps:
+            self._entries.append((name, ns or time.perf_counter_ns()))
 
     def started(self, model_name: str, model_version: int, request_id: str) -> None:
         """The request reached its model version: the model's line, then ``REQUEST_START``."""
@@ -101,7 +105,8 @@ class RequestTrace:
         line = f'{{"id":{self.id},"model_name":{json.dumps(model_name)},"model_version":{model_version}'
         if request_id:
             line += f',"request_id":{json.dumps(request_id)}'
-        self._entries.append(line + "}")
+        if self._timestamps:
+            self._entries.append(line + "}")
         self.stamp("REQUEST_START")
 
     def queued(self, inputs: Mapping[str, npt.NDArray[Any]], input_types: Mapping[str, str]) -> None:
@@ -115,7 +120,7 @@ class RequestTrace:
 
     def executed(self, enqueued_ns: int, timing: RequestTiming, outputs: Sequence[OutputTensor]) -> None:
         """The model ran it: when it was queued and computed (from the scheduler's timing), and its outputs."""
-        if enqueued_ns:  # 0: a scheduler that queues nothing (an ensemble's steps are their models' own)
+        if enqueued_ns and self._timestamps:  # 0: a scheduler that queues nothing (an ensemble step)
             start = enqueued_ns + timing.queue_ns
             input_end = start + timing.compute_input_ns
             output_start = input_end + timing.compute_infer_ns
@@ -138,7 +143,8 @@ class RequestTrace:
             self._setting.write("")
             return
         if self._export is not None:
-            self._export.spans(self, [e for e in self._entries if isinstance(e, tuple)])
+            model = TracedModel(self.id, self.model_name, self.model_version, self.request_id)
+            self._export.spans(model, [e for e in self._entries if isinstance(e, tuple)])
             return
         self._setting.write(
             ",".join(e if isinstance(e, str) else _stamp(self.id, e[0], e[1]) for e in self._entries)

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from sonic.server.trace_config import TraceConfig
-
-if TYPE_CHECKING:
-    from sonic.server.trace import RequestTrace
 
 DEFAULT_URL = "http://localhost:4318/v1/traces"
 TRACER_NAME = "triton-server"  # Triton's kTritonTracer
@@ -89,6 +87,16 @@ class OtelTraceContext:
             self._provider.shutdown()
 
 
+@dataclass(frozen=True, slots=True)
+class TracedModel:
+    """What the model's span says of the request."""
+
+    trace_id: int
+    name: str
+    version: int
+    request_id: str
+
+
 class OtelExport:
     """One traced request's span maker: its parent context and whether that makes it traced regardless."""
 
@@ -99,7 +107,7 @@ class OtelExport:
         self.parent = parent
         self.parent_sampled = parent_sampled  # a valid client span context: traced, as Triton forces it
 
-    def spans(self, trace: RequestTrace, stamps: list[tuple[str, int]]) -> None:
+    def spans(self, trace: TracedModel, stamps: list[tuple[str, int]]) -> None:
         from opentelemetry import trace as otel  # noqa: PLC0415
 
         tracer, offset = self._context.tracer, self._context.offset_ns
@@ -112,14 +120,14 @@ class OtelExport:
         for name, ns in stamps:
             if name == "REQUEST_START":
                 model = tracer.start_span(
-                    trace.model_name,
+                    trace.name,
                     context=otel.set_span_in_context(root),
                     kind=server,
                     start_time=ns + offset,
                     attributes={
-                        "triton.model_name": trace.model_name,
-                        "triton.model_version": trace.model_version,
-                        "triton.trace_id": trace.id,
+                        "triton.model_name": trace.name,
+                        "triton.model_version": trace.version,
+                        "triton.trace_id": trace.trace_id,
                         "triton.trace_parent_id": 0,
                         **({"triton.request_id": trace.request_id} if trace.request_id else {}),
                     },
