@@ -248,3 +248,20 @@ def test_the_grpcio_front_end_serves_the_settings_too(repository: Path) -> None:
         assert _grpc(endpoint, "plain", trace_rate=["3"]) == ("OK", {**expected, "trace_rate": ["3"]})
         assert _grpc(endpoint, "nope") == ("INVALID_ARGUMENT", "Request for unknown model : nope")
         assert _grpc(endpoint, trace_level=["TIMESTAMPS"])[0] == "INVALID_ARGUMENT"  # no trace file
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_a_count_is_spent_then_written_to_a_numbered_file(
+    kind: str, repository: Path, tmp_path: Path
+) -> None:
+    file = tmp_path / "trace.json"
+    flags = ["--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1", "--trace-config", "count=2"]
+    flags += ["--trace-config", f"triton,file={file}"]
+    with serving(kind, repository, ["plain"], sonic_args=flags, triton_args=flags) as endpoint:
+        _infer(endpoint)  # three requests: two traced
+        assert _http(endpoint, "GET", "/v2/trace/setting")[1]["trace_count"] == "0"  # what is left
+        # A model's own count starts afresh: its setting is new.
+        assert _grpc(endpoint, "plain", trace_count=["1"])[1]["trace_count"] == ["1"]
+    assert [p.name for p in tmp_path.iterdir()] == ["trace.json.0"]
+    objects = json.loads((tmp_path / "trace.json.0").read_text())
+    assert len({o["id"] for o in objects}) == 2
