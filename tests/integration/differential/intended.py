@@ -107,10 +107,12 @@ def _traffic_log_key(call: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 
 def _trace_setting_value(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    unknown_level = triton.code in {"OK", "200"} and sonic.message.startswith("unknown trace level")
+    if isinstance(call, GrpcCall):
+        return call.method == "TraceSetting" and sonic.code == "INVALID_ARGUMENT" and unknown_level
     if not (isinstance(call, HttpCall) and call.path.endswith("/trace/setting") and sonic.code == "400"):
         return False
-    wrong_type = triton.code == "500" and triton.message == sonic.message
-    return wrong_type or (triton.code == "200" and sonic.message.startswith("unknown trace level"))
+    return unknown_level or (triton.code == "500" and triton.message == sonic.message)
 
 
 def _trace_files(_: Call, triton: Outcome, sonic: Outcome) -> bool:
