@@ -110,7 +110,7 @@ def _trace_setting_value(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     unknown_level = triton.code in {"OK", "200"} and sonic.message.startswith("unknown trace level")
     if isinstance(call, GrpcCall):
         return call.method == "TraceSetting" and sonic.code == "INVALID_ARGUMENT" and unknown_level
-    if not (isinstance(call, HttpCall) and call.path.endswith("/trace/setting") and sonic.code == "400"):
+    if not (call.path.endswith("/trace/setting") and sonic.code == "400"):
         return False
     return unknown_level or (triton.code == "500" and triton.message == sonic.message)
 

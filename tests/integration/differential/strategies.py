@@ -397,15 +397,7 @@ def log_settings_cases(draw: st.DrawFn) -> list[Call]:
     ]
 
 
-TRACE_KEYS = (
-    "trace_level",
-    "trace_rate",
-    "trace_count",
-    "log_frequency",
-    "trace_file",
-    "trace_mode",
-    "other",
-)
+TRACE_KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency", "trace_file", "trace_mode", "other")  # fmt: skip
 TRACE_VALUES: tuple[object, ...] = (
     "1", "7", "0", "-1", "-2", " 12x", "abc", "", "99999999999", "4294967295", 5, None, True,
     ["TIMESTAMPS"], ["TENSORS"], ["OFF"], ["OFF", "TENSORS"], ["TIMESTAMPS", "TENSORS"], [], ["LOUD"], [1],
