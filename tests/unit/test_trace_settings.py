@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 from tritonclient.grpc import service_pb2
 
@@ -209,3 +211,34 @@ def _active_after(manager: TraceManager, *levels: TraceLevel | Clear) -> list[bo
 def test_the_active_flag_follows_the_settings(tmp_path: Path) -> None:
     manager = TraceManager(TraceConfig(file=str(tmp_path / "t.json")))
     assert [manager.active, *_active_after(manager, TIMESTAMPS, CLEAR)] == [False, True, False]
+
+
+@pytest.mark.parametrize(
+    ("array", "datatype", "data"),
+    [
+        (np.array([[1.0, 2.5, 1e-7, 1234567.0]], np.float32), "FP32", "1,2.5,1e-07,1.23457e+06"),
+        (np.array([True, False]), "BOOL", "1,0"),
+        (np.array([-3, 250], np.int64), "INT64", "-3,250"),
+        (np.array([1.5], np.float16), "FP16", ""),  # as Triton: FP16 data is not written
+        (np.array([b'a"b', b"c"], dtype=object), "BYTES", '"a\\"b","c"'),
+    ],
+)
+def test_tensor_data_as_tritons_trace_writes_it(
+    tmp_path: Path, array: npt.NDArray[Any], datatype: str, data: str
+) -> None:
+    file = tmp_path / "t.json"
+    manager = TraceManager(TraceConfig(level=TraceLevel.TENSORS, rate=1, file=str(file)))
+    manager.start_writer()
+    trace = manager.begin("m", None)
+    assert trace is not None
+    trace.started("m", 1, "")
+    trace.queued({"X": array}, {"X": datatype})
+    trace.finish()
+    manager.close()
+    [written] = _objects(file)  # level TENSORS alone: the tensor, nothing else
+    assert written["tensor"] == {
+        "name": "X",
+        "data": data,
+        "shape": ",".join(map(str, array.shape)),
+        "dtype": datatype,
+    }

@@ -37,8 +37,11 @@ async def http_traced(
     try:
         response = await answer(trace)
         trace.stamp("HTTP_SEND_START")
-        await response.prepare(request)  # aiohttp's own send after the handler then has nothing left to do
-        await response.write_eof()
+        try:
+            await response.prepare(request)  # aiohttp's own send after the handler has nothing left to do
+            await response.write_eof()
+        except ConnectionError:  # the client left: no HTTP_SEND_END; aiohttp drops the connection as always
+            return response
         trace.stamp("HTTP_SEND_END")
         return response
     finally:
