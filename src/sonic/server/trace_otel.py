@@ -27,7 +27,7 @@ DEFAULT_URL = "http://localhost:4318/v1/traces"
 TRACER_NAME = "triton-server"  # Triton's kTritonTracer
 MISSING = (
     "--trace-config mode=opentelemetry needs OpenTelemetry's SDK and OTLP/HTTP exporter: "
-    "pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-http"
+    "pip install 'sonic-inference[otlp]' (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)"
 )
 
 
