@@ -265,3 +265,61 @@ def test_a_count_is_spent_then_written_to_a_numbered_file(
     assert [p.name for p in tmp_path.iterdir()] == ["trace.json.0"]
     objects = json.loads((tmp_path / "trace.json.0").read_text())
     assert len({o["id"] for o in objects}) == 2
+
+
+ENSEMBLE = """platform: "ensemble"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "plain" model_version: -1 input_map { key: "A" value: "X" } output_map { key: "B" value: "mid" } },
+    { model_name: "plain" model_version: -1 input_map { key: "A" value: "mid" } output_map { key: "B" value: "Y" } }
+  ]
+}
+"""
+
+
+# A step's trace: the model's activities, none of a front end's.
+STEP_ACTIVITIES = {"REQUEST_START", "QUEUE_START", "REQUEST_END"} | {
+    f"COMPUTE_{part}" for part in ("START", "INPUT_END", "OUTPUT_START", "END")
+}
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_an_ensembles_steps_are_its_child_traces(kind: str, tmp_path: Path) -> None:
+    repository = python_model_repository(tmp_path, "plain", CONFIG, MODEL)
+    (repository / "ens" / "1").mkdir(parents=True)
+    (repository / "ens" / "config.pbtxt").write_text(ENSEMBLE, encoding="utf-8")
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    flags = ["--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1"]
+    flags += [
+        "--trace-config",
+        f"triton,file={traces / 't.json'}",
+        "--trace-config",
+        "triton,log-frequency=1",
+    ]
+    with serving(kind, repository, ["plain", "ens"], sonic_args=flags, triton_args=flags) as endpoint:
+        client = httpclient.InferenceServerClient(endpoint.http)
+        try:
+            tensor = httpclient.InferInput("X", [1, 2], "FP32")
+            tensor.set_data_from_numpy(np.array([[1.0, 2.0]], dtype=np.float32))
+            client.infer("ens", [tensor], request_id="e1")
+        finally:
+            client.close()
+    [name] = [p.name for p in traces.iterdir()]  # one trace: the ensemble's, its steps' inside
+    objects = json.loads((traces / name).read_text())
+    lines = {o["id"]: o for o in objects if "model_name" in o}
+    [parent] = [o for o in lines.values() if o["model_name"] == "ens"]
+    assert parent == {"id": parent["id"], "model_name": "ens", "model_version": 1, "request_id": "e1"}
+    children = [o for o in lines.values() if o["model_name"] == "plain"]
+    assert [(c["parent_id"], c["request_id"]) for c in children] == [(parent["id"], "e1")] * 2
+
+    def names(trace_id: int) -> set[str]:
+        return {t["name"] for o in objects if o["id"] == trace_id for t in o.get("timestamps", [])}
+
+    assert "COMPUTE_START" not in names(parent["id"])  # an ensemble computes nothing itself
+    assert {"REQUEST_START", "QUEUE_START", "HTTP_RECV_START", "REQUEST_END"} <= names(parent["id"])
+    for child in children:
+        assert names(child["id"]) == STEP_ACTIVITIES

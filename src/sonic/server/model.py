@@ -304,6 +304,7 @@ class ModelVersion:
         traffic = self.traffic if self.traffic is not None and self.traffic.enabled else None
         if trace is not None:  # the inputs as queued (the scheduler lets go of them once they ran)
             trace.queued(item.inputs, {name: spec.datatype.name for name, spec in self.spec.inputs.items()})
+            item.trace = trace
         self.stats.pending_requests += 1
         try:
             outputs, timing = await self.scheduler.submit(item)

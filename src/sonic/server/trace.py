@@ -12,7 +12,8 @@ activity (monotonic nanoseconds, the clock Triton uses: ``HTTP_RECV_START``, ``H
 ``REQUEST_START``, ``QUEUE_START``, ``COMPUTE_START``, ``COMPUTE_INPUT_END``, ``COMPUTE_OUTPUT_START``,
 ``COMPUTE_END``, ``INFER_RESPONSE_COMPLETE``, ``REQUEST_END``, ``HTTP_SEND_START``, ``HTTP_SEND_END``; over
 gRPC ``GRPC_WAITREAD_END`` and ``GRPC_SEND_START``) and, at level TENSORS, one
-``{"id":N,"activity":"TENSOR_QUEUE_INPUT"|"TENSOR_BACKEND_OUTPUT","tensor":{...}}`` per tensor.
+``{"id":N,"activity":"TENSOR_QUEUE_INPUT"|"TENSOR_BACKEND_OUTPUT","tensor":{...}}`` per tensor. An
+ensemble's steps are child traces (their own ids, ``"parent_id"``), written with the ensemble's.
 """
 
 from __future__ import annotations
@@ -72,8 +73,11 @@ class RequestTrace:
     ``REQUEST_START``."""
 
     __slots__ = (
+        "_children",
         "_entries",
         "_export",
+        "_next_id",
+        "_parent_id",
         "_setting",
         "_tensors",
         "_timestamps",
@@ -83,10 +87,20 @@ class RequestTrace:
         "request_id",
     )
 
-    def __init__(self, trace_id: int, setting: TraceSetting, export: OtelExport | None) -> None:
+    def __init__(
+        self,
+        trace_id: int,
+        setting: TraceSetting,
+        export: OtelExport | None,
+        next_id: Callable[[], int],
+        parent_id: int = 0,
+    ) -> None:
         self.id = trace_id
         self._setting = setting
         self._export = export
+        self._next_id = next_id  # the server's trace ids, for the traces this one spawns
+        self._parent_id = parent_id
+        self._children: list[RequestTrace] = []
         self._tensors = TraceLevel.TENSORS in setting.level and export is None
         # As Triton: at level TENSORS alone, no activity (and no model line) is written, only tensors.
         self._timestamps = TraceLevel.TIMESTAMPS in setting.level
@@ -105,6 +119,8 @@ class RequestTrace:
         line = f'{{"id":{self.id},"model_name":{json.dumps(model_name)},"model_version":{model_version}'
         if request_id:
             line += f',"request_id":{json.dumps(request_id)}'
+        if self._parent_id:
+            line += f',"parent_id":{self._parent_id}'
         if self._timestamps:
             self._entries.append(line + "}")
         self.stamp("REQUEST_START")
@@ -137,6 +153,19 @@ class RequestTrace:
                     _tensor(self.id, "TENSOR_BACKEND_OUTPUT", tensor.name, tensor.datatype, tensor.array)
                 )
 
+    def child(self) -> RequestTrace | None:
+        """The trace of a request this one makes (an ensemble's step), written with it, as Triton's
+        ``parent_id`` traces are (Triton mode; OpenTelemetry mode traces the ensemble alone)."""
+        if self._export is not None:
+            return None
+        child = RequestTrace(self._next_id(), self._setting, None, self._next_id, self.id)
+        self._children.append(child)
+        return child
+
+    def _text(self) -> str:
+        own = (e if isinstance(e, str) else _stamp(self.id, e[0], e[1]) for e in self._entries)
+        return ",".join([*own, *(text for child in self._children if (text := child._text()))])
+
     def finish(self) -> None:
         """The front end answered: the trace goes to its setting's file (or its spans to the exporter)."""
         if not self.model_name:  # never reached a model (unknown, not ready): nothing to say of it
@@ -146,9 +175,7 @@ class RequestTrace:
             model = TracedModel(self.id, self.model_name, self.model_version, self.request_id)
             self._export.spans(model, [e for e in self._entries if isinstance(e, tuple)])
             return
-        self._setting.write(
-            ",".join(e if isinstance(e, str) else _stamp(self.id, e[0], e[1]) for e in self._entries)
-        )
+        self._setting.write(self._text())
 
 
 class TraceManager:
@@ -188,7 +215,7 @@ class TraceManager:
             force = export.parent_sampled
         if not setting.sample(force):
             return None
-        return RequestTrace(next(self._ids), setting, export)
+        return RequestTrace(next(self._ids), setting, export, self._ids.__next__)
 
     # --- the settings API ---------------------------------------------------------------------------
 
