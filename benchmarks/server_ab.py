@@ -9,6 +9,8 @@ sends the same tensors to the HTTP/REST front end instead (binary tensor extensi
 
     .venv/bin/python -m benchmarks.server_ab --tree base=/path/to/old/src --tree after=src [--rounds 4]
     .venv/bin/python -m benchmarks.server_ab --tree off=src --tree on=src --server-args "on=--traffic-log DIR"
+    .venv/bin/python -m benchmarks.server_ab --workload small --tree base=/path/to/old/src --tree off=src \
+        --tree on=src --server-args "on=--trace-config level=TIMESTAMPS --trace-config triton,file=FILE"
 """
 
 from __future__ import annotations
@@ -147,6 +149,9 @@ def main() -> None:
         "--instances", type=int, default=0, help="instances per model for every tree (0: each tree's default)"
     )
     parser.add_argument(
+        "--workload", choices=["all", "small", "large"], default="all", help="small: identity b1 c32 only"
+    )
+    parser.add_argument(
         "--server-args",
         action="append",
         default=[],
@@ -160,9 +165,13 @@ def main() -> None:
         configure_instances(repository, args.instances)
     large_array = np.random.default_rng(0).random(LARGE_SHAPE, dtype=np.float32)
     small_array = np.ones((1, 16), np.float32)
-    workloads = (
-        Workload("identity b1 c32", "identity", small_array, 32, 3.0),
-        Workload("15.6 MB c1", "identity_large", large_array, 1, 4.0),
+    workloads = tuple(
+        workload
+        for workload in (
+            Workload("identity b1 c32", "identity", small_array, 32, 3.0),
+            Workload("15.6 MB c1", "identity_large", large_array, 1, 4.0),
+        )
+        if args.workload == "all" or (args.workload == "small") == (workload.model == "identity")
     )
     rows: list[dict[str, float | int | str]] = []
     with ServerSet() as servers:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tests.integration.triton_helpers import SERVERS, Endpoint, serving
+from tests.integration.triton_helpers import SERVERS, Endpoint, python_model_repository, serving
 from tritonclient.utils import InferenceServerException
 
 pytestmark = [pytest.mark.integration]
@@ -48,11 +48,7 @@ NEGATIVE_VERSION = "invalid model version specified '-1' , version should be an 
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    repo = tmp_path_factory.mktemp("load_parity") / "models"
-    (repo / "plain" / "1").mkdir(parents=True)
-    (repo / "plain" / "config.pbtxt").write_text(CONFIG, encoding="utf-8")
-    (repo / "plain" / "1" / "model.py").write_text(NOOP, encoding="utf-8")
-    return repo
+    return python_model_repository(tmp_path_factory.mktemp("load_parity"), "plain", CONFIG, NOOP)
 
 
 @pytest.fixture(scope="module", params=SERVERS)

@@ -87,6 +87,15 @@ def running_triton(
         yield triton
 
 
+def python_model_repository(root: Path, name: str, config: str, source: str) -> Path:
+    """A repository ``root/models`` of one Python-backend model ``name`` (version 1), as both servers load it."""
+    repository = root / "models"
+    (repository / name / "1").mkdir(parents=True)
+    (repository / name / "config.pbtxt").write_text(config, encoding="utf-8")
+    (repository / name / "1" / "model.py").write_text(source, encoding="utf-8")
+    return repository
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where a test's server listens."""

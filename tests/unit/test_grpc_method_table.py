@@ -18,7 +18,7 @@ from sonic.server.manager import ModelManager
 pytestmark = pytest.mark.unit
 
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
-NOT_UNARY_HERE = {"ModelInfer", "ModelStreamInfer", "TraceSetting"}  # inference: own paths; no trace API
+NOT_UNARY_HERE = {"ModelInfer", "ModelStreamInfer"}  # inference: their own paths
 
 
 def test_the_table_holds_every_unary_method_of_the_service_with_its_types() -> None:

@@ -148,6 +148,7 @@ def config_from_args(args: argparse.Namespace, triton: TritonSettings | None = N
         cache_size_bytes=args.cache_size_bytes,
         log_requests=args.log_requests,
         otel_tracing=args.otel_tracing,
+        trace=triton.trace,
         http_port=args.http_port,
         metrics_port=args.metrics_port,
         metrics_histograms=not args.no_metrics_histograms,

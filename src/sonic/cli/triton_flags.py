@@ -19,6 +19,7 @@ from typing import Final, Literal
 
 from sonic.server.config import RateLimitConfig
 from sonic.server.runtime.rate_limiter import ResourceCount
+from sonic.server.trace_config import TraceConfig, TraceFlags, parse_trace_flags
 
 Kind = Literal["implemented", "noticed", "refused"]
 IMPLEMENTED: Final = "implemented"
@@ -100,12 +101,16 @@ TRITON_FLAGS: dict[str, TritonFlag] = {
     "--grpc-max-connection-age-grace": TritonFlag(NOTICED, "int", "use --grpc-idle-timeout-secs"),
     "--grpc-header-forward-pattern": TritonFlag(NOTICED, "str", "headers reach no backend"),
     "--http-header-forward-pattern": TritonFlag(NOTICED, "str", "headers reach no backend"),
-    "--trace-config": TritonFlag(NOTICED, "list", "use --otel-tracing"),
-    "--trace-file": TritonFlag(NOTICED, "str", "use --otel-tracing"),
-    "--trace-level": TritonFlag(NOTICED, "str", "use --otel-tracing"),
-    "--trace-rate": TritonFlag(NOTICED, "int", "use --otel-tracing"),
-    "--trace-count": TritonFlag(NOTICED, "int", "use --otel-tracing"),
-    "--trace-log-frequency": TritonFlag(NOTICED, "int", "use --otel-tracing"),
+    "--trace-config": TritonFlag(
+        IMPLEMENTED, "list", "Triton's tracing: level, rate, count, mode, triton,file=..."
+    ),
+    "--trace-file": TritonFlag(IMPLEMENTED, "str", "deprecated: --trace-config triton,file=PATH"),
+    "--trace-level": TritonFlag(IMPLEMENTED, "list", "deprecated: --trace-config level=LEVEL"),
+    "--trace-rate": TritonFlag(IMPLEMENTED, "int", "deprecated: --trace-config rate=N"),
+    "--trace-count": TritonFlag(IMPLEMENTED, "int", "deprecated: --trace-config count=N"),
+    "--trace-log-frequency": TritonFlag(
+        IMPLEMENTED, "int", "deprecated: --trace-config triton,log-frequency=N"
+    ),
     "--rate-limit": TritonFlag(
         IMPLEMENTED, "str", "execution_count: instances wait for their rate_limiter resources; off"
     ),
@@ -172,6 +177,7 @@ class TritonSettings:
     exit_on_error: bool = False
     auto_complete: bool = True
     rate_limit: RateLimitConfig | None = None  # --rate-limit execution_count
+    trace: TraceConfig = field(default_factory=TraceConfig)  # --trace-config and the deprecated --trace-*
 
 
 def apply_triton_flags(args: argparse.Namespace, log: logging.Logger) -> TritonSettings:
@@ -203,6 +209,7 @@ def apply_triton_flags(args: argparse.Namespace, log: logging.Logger) -> TritonS
     if "--response-cache-byte-size" in given:
         args.cache_size_bytes = _int("--response-cache-byte-size", given["--response-cache-byte-size"])
     settings.rate_limit = _rate_limit(given)
+    settings.trace = _trace(given, log)
     for entry in given.get("--cache-config", []):
         cache, _, setting = entry.partition(",")
         key, _, size = setting.partition("=")
@@ -221,6 +228,28 @@ def _rate_limit(given: dict[str, object]) -> RateLimitConfig | None:
     if mode == "off":
         return None  # as Triton: the rate_limiter sections and resources are ignored
     return RateLimitConfig(tuple(resources))
+
+
+def _trace(given: dict[str, object], log: logging.Logger) -> TraceConfig:
+    def text(flag: str) -> str | None:
+        return str(given[flag]) if flag in given else None
+
+    def texts(flag: str) -> list[str]:
+        value = given.get(flag, [])
+        return [str(v) for v in value] if isinstance(value, list) else []
+
+    flags = TraceFlags(
+        trace_config=texts("--trace-config"),
+        trace_file=text("--trace-file"),
+        trace_level=texts("--trace-level"),
+        trace_rate=text("--trace-rate"),
+        trace_count=text("--trace-count"),
+        trace_log_frequency=text("--trace-log-frequency"),
+    )
+    config, notices = parse_trace_flags(flags)  # TraceFlagError is a ValueError: refused as Triton refuses
+    for notice in notices:
+        log.warning("sonic serve: %s", notice)
+    return config
 
 
 def _map_logging(given: dict[str, object], settings: TritonSettings) -> None:

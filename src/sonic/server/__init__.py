@@ -16,5 +16,8 @@
   regions resolved once), :mod:`.stats` and :mod:`.metrics`
   (statistics, Prometheus), :mod:`.observe` (log record and span per request), :mod:`.traffic_rows`,
   :mod:`.traffic_table` and :mod:`.traffic_switch` (``--traffic-log``, switched on and off),
-  :mod:`.log_settings` (Triton's log-settings API).
+  :mod:`.log_settings` (Triton's log-settings API), :mod:`.trace` (Triton's trace extension: sampling and
+  each traced request's record) with :mod:`.trace_config` (its flags), :mod:`.trace_settings` (global and
+  per-model settings, the API's changes), :mod:`.trace_file` (the trace files' writer thread) and
+  :mod:`.trace_otel` (its OpenTelemetry mode).
 """

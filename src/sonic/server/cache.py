@@ -21,6 +21,7 @@ from sonic.protocol import dtypes
 from sonic.protocol.types import InferRequest, InferResponse, OutputTensor
 from sonic.server.model import ModelVersion
 from sonic.server.shm_request import RequestMemory
+from sonic.server.trace import RequestTrace
 
 _SEPARATOR = b"\x00"
 
@@ -86,6 +87,7 @@ async def infer_through_cache(
     request: InferRequest,
     received_ns: int = 0,
     memory: RequestMemory | None = None,
+    trace: RequestTrace | None = None,
 ) -> InferResponse:
     started = time.perf_counter_ns()
     received = received_ns or started
@@ -99,7 +101,7 @@ async def infer_through_cache(
         stats.last_inference_ms = time.time_ns() // 1_000_000
         return InferResponse(model.name, str(model.version), request.request_id, list(outputs))
     lookup_ns = time.perf_counter_ns() - started
-    response = await model.infer(request, received_ns, memory)
+    response = await model.infer(request, received_ns, memory, trace)
     inserted = time.perf_counter_ns()
     cache.put(key, response.outputs)
     stats.cache_miss.add(lookup_ns + time.perf_counter_ns() - inserted)

@@ -31,7 +31,15 @@ class ServerModelCaller:
 
     async def infer(self, call: ModelCall) -> dict[str, npt.NDArray[Any]]:
         model = self._lookup(call.model_name, call.model_version)
-        response = await model.infer(call.request())
+        trace = call.trace
+        if trace is None:
+            response = await model.infer(call.request())
+        else:  # an ensemble step of a traced request: its own trace, the ensemble's child
+            trace.started(model.name, model.version, call.request_id)
+            try:
+                response = await model.infer(call.request(), trace=trace)
+            finally:
+                trace.stamp("REQUEST_END")
         return {tensor.name: tensor.array for tensor in response.outputs}
 
     def infer_blocking(self, call: ModelCall) -> dict[str, npt.NDArray[Any]]:

@@ -11,6 +11,7 @@ from sonic.h2.limits import SERVER_LIMITS, Http2Limits
 from sonic.protocol.wire import MAX_MESSAGE_BYTES
 from sonic.server.budget import DEFAULT_WAIT_S, default_budget_bytes
 from sonic.server.runtime.rate_limiter import ResourceCount
+from sonic.server.trace_config import TraceConfig
 from sonic.traffic.config import TrafficLogConfig
 
 
@@ -121,6 +122,7 @@ class ServerConfig:
     cache_size_bytes: int = 0  # response cache for models that enable it; 0: no cache
     log_requests: bool = False  # one structured log record per inference request
     otel_tracing: bool = False  # OpenTelemetry spans around requests (needs opentelemetry-api)
+    trace: TraceConfig = field(default_factory=TraceConfig)  # Triton's trace extension (--trace-config)
     exit_on_error: bool = False  # Triton's --exit-on-error: fail start-up when a model fails to load
     auto_complete_config: bool = True  # False (Triton's --disable-auto-complete-config): configs are whole
     rate_limit: RateLimitConfig | None = None  # None: Triton's --rate-limit off (rate_limiter ignored)

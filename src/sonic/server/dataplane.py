@@ -6,7 +6,7 @@ them as JSON); inference uses the lighter :mod:`sonic.protocol.types` dataclasse
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
 from tritonclient.grpc import service_pb2
@@ -33,6 +33,9 @@ from sonic.server.model import ModelVersion
 from sonic.server.observe import RequestObserver
 from sonic.server.shm import SharedMemoryRegistry
 from sonic.server.shm_request import resolve
+from sonic.server.trace import RequestTrace, TraceManager
+from sonic.server.trace_config import TraceConfig
+from sonic.server.trace_settings import Answer, Changes
 
 EXTENSIONS = (
     "model_repository",
@@ -44,16 +47,19 @@ EXTENSIONS = (
     "system_shared_memory",
     "binary_tensor_data",
     "logging",
+    "trace",
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Arrival:
     """What a front end knows of an inference request beyond its wire form: when it arrived
-    (``perf_counter_ns``, the start of its latency) and its W3C trace headers (read only when tracing)."""
+    (``perf_counter_ns``, the start of its latency), its W3C trace headers (read only when tracing) and,
+    when Triton's trace extension samples it, its trace record."""
 
     received_ns: int
     trace_headers: dict[str, str] | None = None
+    trace: RequestTrace | None = None
 
 
 class DataPlane:
@@ -70,11 +76,13 @@ class DataPlane:
         self.in_flight = 0  # inference requests being served: those left at the drain timeout are cut off
         # The log-settings API; the server replaces it with its own (its log handler, its traffic recorder).
         self.log_settings = LogSettingsService(LogControl.in_process())
+        # Triton's trace extension; the server replaces it with one of its configuration's.
+        self.traces = TraceManager(TraceConfig())
 
     @property
     def wants_trace_context(self) -> bool:
         """Whether frontends should pass W3C trace headers along (only when spans are made)."""
-        return self.observer is not None and self.observer.tracing
+        return (self.observer is not None and self.observer.tracing) or self.traces.wants_trace_context
 
     # --- health and metadata ------------------------------------------------------------------------
 
@@ -195,6 +203,8 @@ class DataPlane:
             raise UnavailableError(msg)
         self.in_flight += 1
         try:
+            if arrival.trace is not None:
+                return await self._traced(request, arrival, endpoint, arrival.trace)
             if self.observer is not None:
                 return await self.observer(
                     lambda r: self._infer(r, arrival.received_ns, endpoint), request, arrival.trace_headers
@@ -202,6 +212,35 @@ class DataPlane:
             return await self._infer(request, arrival.received_ns, endpoint)
         finally:
             self.in_flight -= 1
+
+    async def _traced(
+        self, request: InferRequest, arrival: Arrival, endpoint: str, trace: RequestTrace
+    ) -> InferResponse:
+        """:meth:`infer` of a request Triton's trace extension samples: its model's line and activities."""
+        model = self.models.get(request.model_name, request.model_version)  # errors as the inference's
+        trace.started(model.name, model.version, request.request_id)
+        try:
+            if self.observer is not None:
+                response = await self.observer(
+                    lambda r: self._infer(r, arrival.received_ns, endpoint, trace),
+                    request,
+                    arrival.trace_headers,
+                )
+            else:
+                response = await self._infer(request, arrival.received_ns, endpoint, trace)
+            trace.stamp("INFER_RESPONSE_COMPLETE")
+            return response
+        finally:
+            trace.stamp("REQUEST_END")
+
+    def trace_setting(self, model: str, changes: Callable[[], Changes] | None) -> Answer:
+        """Triton's trace settings of ``model`` ("" : the global ones), after ``changes`` when given (read
+        only once the model is known, as Triton checks it first)."""
+        if model and not self.model_ready(model):
+            raise InvalidArgumentError(f"Request for unknown model : {model}")
+        if changes is not None:
+            return self.traces.update(model, changes())
+        return self.traces.answer(model)
 
     def raw_request_target(self, name: str, version: str, endpoint: str) -> tuple[ModelSpec, int]:
         """The spec and version number a raw binary HTTP request deduces its input from (errors as inference's)."""
@@ -255,15 +294,17 @@ class DataPlane:
             if memory is not None:
                 memory.release()
 
-    async def _infer(self, request: InferRequest, received_ns: int, endpoint: str) -> InferResponse:
+    async def _infer(
+        self, request: InferRequest, received_ns: int, endpoint: str, trace: RequestTrace | None = None
+    ) -> InferResponse:
         model = self._unary_model(request.model_name, request.model_version, endpoint)
         cached = self.cache is not None and model.config.response_cache.enable
         memory = await resolve(self.shared_memory, request, model.spec, cached)
         try:
             if self.cache is not None and cached:
-                response = await infer_through_cache(self.cache, model, request, received_ns, memory)
+                response = await infer_through_cache(self.cache, model, request, received_ns, memory, trace)
             else:
-                response = await model.infer(request, received_ns, memory)
+                response = await model.infer(request, received_ns, memory, trace)
             if memory is not None:
                 await memory.write(self.shared_memory, response)
         finally:

@@ -34,6 +34,7 @@ from sonic.server.runtime.sequence_scheduler import SequenceScheduler
 from sonic.server.runtime.sequences import SequencePolicy
 from sonic.server.shm_request import RequestMemory
 from sonic.server.stats import ModelStats
+from sonic.server.trace import RequestTrace
 from sonic.server.traffic_rows import TrafficRecorder, request_row
 from sonic.server.work import RequestScheduler, WorkItem
 
@@ -286,10 +287,14 @@ class ModelVersion:
     # --- inference ------------------------------------------------------------------------------------
 
     async def infer(
-        self, request: InferRequest, received_ns: int = 0, memory: RequestMemory | None = None
+        self,
+        request: InferRequest,
+        received_ns: int = 0,
+        memory: RequestMemory | None = None,
+        trace: RequestTrace | None = None,
     ) -> InferResponse:
         """``received_ns``: when the request arrived (0: now, a model-to-model call); ``memory``: its
-        shared memory (:meth:`prepare`)."""
+        shared memory (:meth:`prepare`); ``trace``: its trace record, when Triton's trace extension samples it."""
         if self.decoupled:
             # Only model-to-model calls get here (the front ends refuse in their own words): Triton's
             # words for a BLS call without decoupled=True.
@@ -302,6 +307,9 @@ class ModelVersion:
         # A request refused by validation never reaches the model: Triton counts it in no statistic.
         item = self.prepare(request, memory)
         traffic = self.traffic if self.traffic is not None and self.traffic.enabled else None
+        if trace is not None:  # the inputs as queued (the scheduler lets go of them once they ran)
+            trace.queued(item.inputs, {name: spec.datatype.name for name, spec in self.spec.inputs.items()})
+            item.trace = trace
         self.stats.pending_requests += 1
         try:
             outputs, timing = await self.scheduler.submit(item)
@@ -335,6 +343,8 @@ class ModelVersion:
             )
         elapsed = time.perf_counter_ns() - received
         self.stats.record_success(elapsed, timing, item.batch_size)
+        if trace is not None:
+            trace.executed(item.enqueued_ns, timing, tensors)
         if traffic is not None:
             keep = traffic.wants_contents()
             arrays = [tensor.array for tensor in tensors]

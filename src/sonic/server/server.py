@@ -32,6 +32,7 @@ from sonic.server.guard import Guard
 from sonic.server.log_settings import LogSettingsService
 from sonic.server.manager import ModelManager
 from sonic.server.observe import RequestObserver, load_tracer
+from sonic.server.trace import TraceManager
 from sonic.server.traffic_switch import open_traffic_log
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,9 @@ class Server:
         self.models = ModelManager(config, traffic=self.traffic)
         self.dataplane = DataPlane(config, self.models)
         self.dataplane.log_settings = LogSettingsService(log_control or LogControl.in_process(), self.traffic)
+        # Triton's trace extension (its settings API is always there); ``tracer_provider`` serves its
+        # OpenTelemetry mode too.
+        self.dataplane.traces = TraceManager(config.trace, tracer_provider=tracer_provider)
         if config.log_requests or config.otel_tracing:
             tracer = load_tracer(tracer_provider) if config.otel_tracing else None
             self.dataplane.observer = RequestObserver(log_requests=config.log_requests, tracer=tracer)
@@ -93,6 +97,7 @@ class Server:
         if self.state is not ServerState.CREATED:
             raise RuntimeError(f"server can only be started once (state: {self.state.value})")
         self.state = ServerState.STARTING
+        self.dataplane.traces.start_writer()
         if self.traffic is not None:
             await self.traffic.start()
         mode = self.config.model_control_mode
@@ -174,6 +179,7 @@ class Server:
         await self.models.close()
         if self.traffic is not None:  # after the models: the last requests' records are written too
             await self.traffic.close()
+        await asyncio.to_thread(self.dataplane.traces.close)  # kept traces written, files closed
         self.dataplane.shared_memory.close()
         self.state = ServerState.STOPPED
         log.info("server stopped")

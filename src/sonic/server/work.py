@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from sonic.server.responses import ResponseChannel
 from sonic.server.stats import RequestTiming
+from sonic.server.trace import RequestTrace
 
 ItemOutputs = dict[str, npt.NDArray[Any]]
 
@@ -49,6 +50,7 @@ class WorkItem:
     level: int = 0  # priority queue index
     state: ItemState = ItemState.QUEUED
     timer: asyncio.TimerHandle | None = None  # the queue timeout, when there is one
+    trace: RequestTrace | None = None  # Triton's trace of it, when sampled (an ensemble traces its steps)
 
 
 class RequestScheduler(Protocol):

@@ -106,6 +106,19 @@ def _traffic_log_key(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     return named and triton.code in {"OK", "200"} and sonic.code in {"INVALID_ARGUMENT", "400"}
 
 
+def _trace_setting_value(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    unknown_level = triton.code in {"OK", "200"} and sonic.message.startswith("unknown trace level")
+    if isinstance(call, GrpcCall):
+        return call.method == "TraceSetting" and sonic.code == "INVALID_ARGUMENT" and unknown_level
+    if not (call.path.endswith("/trace/setting") and sonic.code == "400"):
+        return False
+    return unknown_level or (triton.code == "500" and triton.message == sonic.message)
+
+
+def _trace_files(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    return False  # the harness compares answers, not trace files: tests/integration/test_trace.py reads them
+
+
 def _json_not_utf8(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     refused = "cannot be parsed" in sonic.message and "'utf-8' codec can't decode" in sonic.message
     return isinstance(call, HttpCall) and triton.code in {"200", "400"} and sonic.code == "400" and refused
@@ -306,7 +319,7 @@ INTENDED: tuple[Intended, ...] = (
     Intended(
         "server-metadata",
         "ServerMetadata (`GET /v2`): `version` is sonic's own, not `2.51.0`; `extensions` lists what "
-        "sonic implements (no `classification`, `cuda_shared_memory`, `trace`). `name` is "
+        "sonic implements (no `classification`, `cuda_shared_memory`). `name` is "
         "the same: `triton` unless `--id` says otherwise.",
         "A client that reads the extensions learns what it can use; a version that claimed Triton's "
         "would make bug reports point at the wrong server.",
@@ -363,6 +376,29 @@ INTENDED: tuple[Intended, ...] = (
         "One switch for both the log and the traffic recording, through the API that clients already "
         "have; a caller that asks to record where nothing can be recorded is told so.",
         _traffic_log_key,
+    ),
+    Intended(
+        "trace-setting-values",
+        "`POST /v2/trace/setting` (or a model's) with a value of the wrong JSON type (`trace_rate` a "
+        "number, `trace_level` not a list): Triton answers 500, sonic 400, with the same words. A "
+        "`trace_level` other than `OFF`, `TIMESTAMPS`, `TENSORS`: Triton ignores it (200), sonic refuses "
+        "it (400 / INVALID_ARGUMENT) and names the levels.",
+        "A client's fault is not the server's; a level dropped without a word would leave the caller "
+        "believing it traces what it does not.",
+        _trace_setting_value,
+    ),
+    Intended(
+        "trace-files",
+        "Triton-mode trace files: over gRPC sonic writes `GRPC_WAITREAD_END` and `GRPC_SEND_START` but "
+        "not `GRPC_WAITREAD_START` or `GRPC_SEND_END`; `COMPUTE_*` times come from sonic's scheduler; "
+        "INT8/UINT8 tensor data are numbers (Triton writes the bytes as characters) and BYTES are JSON "
+        "strings; requests to decoupled models are not traced; a request to an unknown model writes "
+        "nothing. Without a log "
+        "frequency or count, traces go to the file as they complete (Triton keeps them in memory until "
+        "it exits).",
+        "The HTTP/2 writer does not say when a response left, and a time not known is not written; the "
+        "file stays valid JSON; memory stays bounded however long the server runs.",
+        _trace_files,
     ),
     Intended(
         "json-not-utf8",

@@ -267,6 +267,7 @@ ROUTE_METHODS = (
     ("{model}", "GET"), ("{model}/ready", "GET"), ("{model}/config", "GET"), ("{model}/stats", "GET"),
     ("{model}/infer", "POST"), ("/v2/repository/index", "POST"), ("/v2/logging", "GET POST"),
     ("/v2/repository/models/{name}/load", "POST"), ("/v2/repository/models/{name}/unload", "POST"),
+    ("/v2/trace/setting", "GET POST"), ("/v2/models/{name}/trace/setting", "GET POST"),
     *(
         route
         for memory in ("systemsharedmemory", "cudasharedmemory")
@@ -399,4 +400,35 @@ def log_settings_cases(draw: st.DrawFn) -> list[Call]:
         _http("GET", "/v2/logging"),
         _grpc("LogSettings", _log_request(LOG_DEFAULTS)),
         _http("POST", "/v2/logging", LOG_DEFAULTS),
+    ]
+
+
+TRACE_KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency", "trace_file", "trace_mode", "other")  # fmt: skip
+TRACE_VALUES: tuple[object, ...] = (
+    "1", "7", "0", "-1", "-2", " 12x", "abc", "", "99999999999", "4294967295", 5, None, True,
+    ["TIMESTAMPS"], ["TENSORS"], ["OFF"], ["OFF", "TENSORS"], ["TIMESTAMPS", "TENSORS"], [], ["LOUD"], [1],
+)  # fmt: skip
+TRACE_CLEARED = dict.fromkeys(("trace_level", "trace_rate", "trace_count", "log_frequency"))
+
+
+@st.composite
+def trace_settings_cases(draw: st.DrawFn) -> list[Call]:
+    """One change of one trace setting (global or a model's; any key, any value), both protocols' reads,
+    then every field cleared again (on a server started without trace flags, as the harness's are)."""
+    model = draw(st.sampled_from(["", MIXED.name, "no_such_model"]))
+    path = f"/v2/models/{model}/trace/setting" if model else "/v2/trace/setting"
+    key = draw(st.sampled_from(TRACE_KEYS))
+    value = draw(st.sampled_from(TRACE_VALUES))
+    if draw(st.booleans()):
+        request = service_pb2.TraceSettingRequest(model_name=model)
+        strings = value if isinstance(value, list) else [] if value is None else [str(value)]
+        request.settings[key].value.extend(str(v) for v in strings)
+        change: Call = _grpc("TraceSetting", request)
+    else:
+        change = _http("POST", path, {key: value})
+    return [
+        change,
+        _grpc("TraceSetting", service_pb2.TraceSettingRequest(model_name=model)),
+        _http("GET", path),
+        _http("POST", path, TRACE_CLEARED),
     ]

@@ -36,6 +36,7 @@ from tests.integration.differential.strategies import (
     sequence_cases,
     sequence_request,
     shm_cases,
+    trace_settings_cases,
     wrong_method_calls,
 )
 
@@ -162,5 +163,12 @@ def test_malformed(both: Both, call: Call) -> None:
 @budget(30)
 @given(calls=log_settings_cases())
 def test_log_settings(both: Both, calls: list[Call]) -> None:
+    for call in calls:
+        both.compare(call)
+
+
+@budget(30)
+@given(calls=trace_settings_cases())
+def test_trace_settings(both: Both, calls: list[Call]) -> None:
     for call in calls:
         both.compare(call)

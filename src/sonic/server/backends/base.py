@@ -40,6 +40,7 @@ from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InputTensor, check_parameters
 from sonic.server.paths import ModelFiles
 from sonic.server.responses import ResponseChannel, Streamed
+from sonic.server.trace import RequestTrace
 from sonic.server.work import RequestScheduler
 
 
@@ -59,6 +60,7 @@ class ModelCall:
     output_names: Sequence[str] | None = None
     request_id: str = ""
     parameters: Mapping[str, object] | None = None
+    trace: RequestTrace | None = None  # Triton's trace of the call, when its caller's is sampled
 
     def request(self) -> InferRequest:
         """The request the called model validates and schedules as any other (parameters checked first)."""

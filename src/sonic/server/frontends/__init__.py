@@ -9,5 +9,6 @@ trace context, error mapping).
   :mod:`.grpc_methods`;
 - HTTP/REST: :mod:`.http` with :mod:`.http_routes` (the route table), :mod:`.http_connections` (aiohttp's
   server, counting clients; a body framed twice refused in words) and :mod:`.http_body` (bounded bodies); ``GET /metrics``: :mod:`.metrics`; both on
-  :mod:`.aiohttp_listener`.
+  :mod:`.aiohttp_listener`;
+- :mod:`.traced`: a traced inference call's protocol activities (Triton's trace extension).
 """

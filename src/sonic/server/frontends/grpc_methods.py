@@ -28,7 +28,10 @@ from sonic.protocol.wire import wrap_stream_response
 from sonic.server.dataplane import Arrival, DataPlane
 from sonic.server.decoupled import StreamAnswer
 from sonic.server.frontends.gate import as_sonic_error
+from sonic.server.frontends.traced import grpc_traced
 from sonic.server.log_settings import changes_from_grpc, settings_to_grpc
+from sonic.server.trace_settings import answer_to_grpc
+from sonic.server.trace_settings import changes_from_grpc as trace_changes_from_grpc
 
 # gRPC's standard health service (grpc-health-probe, Kubernetes gRPC probes), as Triton serves it: only
 # Check. Its two messages are one field each, so they are read and written by hand.
@@ -66,6 +69,12 @@ async def _repository_unload(dp: DataPlane, r: Any) -> Any:
 async def _log_settings(dp: DataPlane, r: Any) -> Any:
     settings = await dp.log_settings.update(changes_from_grpc(r))
     return settings_to_grpc(settings, pb.LogSettingsResponse())
+
+
+def _trace_setting(dp: DataPlane, r: Any) -> Any:
+    # As Triton: an empty map reads the settings; the model is checked before the changes are read.
+    changes = (lambda: trace_changes_from_grpc(r.settings)) if r.settings else None
+    return answer_to_grpc(dp.trace_setting(r.model_name, changes), pb.TraceSettingResponse())
 
 
 def _shm_register(dp: DataPlane, r: Any) -> Any:
@@ -109,6 +118,7 @@ _ANSWERS: dict[str, Callable[[DataPlane, Any], Any]] = {
     "CudaSharedMemoryUnregister": _cuda_shm_unregister,
     "CudaSharedMemoryStatus": lambda dp, r: dp.cuda_shared_memory_status(r.name),
     "LogSettings": _log_settings,
+    "TraceSetting": _trace_setting,
 }
 
 
@@ -144,8 +154,10 @@ class GrpcMethods:
     ) -> list[bytes | memoryview]:
         """``ModelInfer``: a serialized request in, the serialized response's pieces out."""
         arrival = Arrival(time.perf_counter_ns(), trace_headers)
-        response = await self.dataplane.infer(decode_infer_request(data), arrival)
-        return encode_infer_response(response)
+        request = decode_infer_request(data)
+        if self.dataplane.traces.active:  # Triton's trace extension: this one check while it is off
+            return await grpc_traced(self.dataplane, request, arrival, encode_infer_response)
+        return encode_infer_response(await self.dataplane.infer(request, arrival))
 
     async def stream_responses(
         self, data: bytes | bytearray | memoryview, trace_headers: dict[str, str] | None = None
@@ -156,6 +168,9 @@ class GrpcMethods:
             arrival = Arrival(time.perf_counter_ns(), trace_headers)
             request = decode_infer_request(data)
             if not self.dataplane.is_decoupled(request.model_name, request.model_version):
+                if self.dataplane.traces.active:
+                    yield await grpc_traced(self.dataplane, request, arrival, _final_stream_response)
+                    return
                 response = await self.dataplane.infer(request, arrival)
                 yield wrap_stream_response(encode_infer_response(response, final=True))
                 return
@@ -193,6 +208,10 @@ class GrpcMethods:
                 # Triton's empty final response names the model but no version.
                 empty = InferResponse(request.model_name, "", request.request_id, [])
                 yield wrap_stream_response(encode_infer_response(empty, final=True))
+
+
+def _final_stream_response(response: InferResponse) -> list[bytes | memoryview]:
+    return wrap_stream_response(encode_infer_response(response, final=True))
 
 
 async def _chain(first: StreamAnswer, rest: AsyncIterator[StreamAnswer]) -> AsyncIterator[StreamAnswer]:

@@ -46,9 +46,12 @@ from sonic.server.frontends.gate import CallGate, as_sonic_error
 from sonic.server.frontends.http_body import PayloadTooLargeError, read_body, refuse_body
 from sonic.server.frontends.http_connections import ClientCountingServer
 from sonic.server.frontends.http_routes import Route, RouteTable, with_versions
+from sonic.server.frontends.traced import http_traced
 from sonic.server.guard import CallKind
 from sonic.server.log_settings import changes_from_json
 from sonic.server.tls import http_ssl_context
+from sonic.server.trace import RequestTrace
+from sonic.server.trace_settings import changes_from_json as trace_changes_from_json
 
 log = logging.getLogger(__name__)
 
@@ -250,8 +253,21 @@ class HttpFrontend(Frontend):
         return _json_response(http_json.message_to_json(statistics))
 
     async def _infer(self, call: _Call) -> web.StreamResponse:
+        if self._dataplane.traces.active:  # Triton's trace extension: this one check while it is off
+            return await http_traced(
+                self._dataplane,
+                call.request,
+                call.name,
+                call.received_ns,
+                lambda t: self._answer_infer(call, t),
+            )
+        return await self._answer_infer(call, None)
+
+    async def _answer_infer(self, call: _Call, trace: RequestTrace | None) -> web.StreamResponse:
         request, name, version, received_ns = call.request, call.name, call.version, call.received_ns
         body = await read_body(request, self._max_message_bytes, self._max_decompressed_bytes, call.hold)
+        if trace is not None:
+            trace.stamp("HTTP_RECV_END")
         header_length = request.headers.get(http_json.HEADER_LENGTH)
         # ASCII digits only: int() would also take spaces, "1_0" and other scripts' digits.
         if header_length is not None and not (header_length.isascii() and header_length.isdigit()):
@@ -269,7 +285,7 @@ class HttpFrontend(Frontend):
         else:
             decode = functools.partial(http_json.decode_infer_request, body, length, name, version)
             infer_request, choice = await asyncio.to_thread(decode)
-        arrival = Arrival(received_ns, self._gate.trace_context(request.headers.get))
+        arrival = Arrival(received_ns, self._gate.trace_context(request.headers.get), trace)
         response = await self._dataplane.infer(infer_request, arrival, "HTTP end point")
         payload, json_length = http_json.encode_infer_response(response, choice)
         if json_length is None:
@@ -288,6 +304,17 @@ class HttpFrontend(Frontend):
         payload = await self._json_value(call.request, call.hold)
         changes = changes_from_json(payload) if isinstance(payload, dict) else {}
         return _json_response(await self._dataplane.log_settings.update(changes))
+
+    async def _trace_setting(self, call: _Call) -> web.StreamResponse:
+        return _json_response(self._dataplane.trace_setting(call.name, None))
+
+    async def _update_trace_setting(self, call: _Call) -> web.StreamResponse:
+        # As Triton: a JSON value other than an object changes nothing (and answers the settings).
+        payload = await self._json_value(call.request, call.hold)
+        changes = payload if isinstance(payload, dict) else {}
+        return _json_response(
+            self._dataplane.trace_setting(call.name, lambda: trace_changes_from_json(changes))
+        )
 
     async def _shm_status(self, call: _Call) -> web.StreamResponse:
         regions = self._dataplane.system_shared_memory_status(call.name).regions
@@ -374,4 +401,14 @@ class HttpFrontend(Frontend):
                 *_shm_routes("cudasharedmemory", _cuda_status, _cuda_register, _cuda_unregister),
             )
         )
+    )
+    # A model's trace settings have no version (Triton: "there is no specification on versioning").
+    _ROUTES = RouteTable(
+        [
+            *_ROUTES.routes,
+            Route(_G, ("trace", "setting"), CallKind.CONTROL, _trace_setting),
+            Route(_P, ("trace", "setting"), CallKind.CONTROL, _update_trace_setting),
+            Route(_G, ("models", "{name}", "trace", "setting"), CallKind.CONTROL, _trace_setting),
+            Route(_P, ("models", "{name}", "trace", "setting"), CallKind.CONTROL, _update_trace_setting),
+        ]
     )

@@ -40,6 +40,7 @@ from tritonclient.grpc import model_config_pb2
 from sonic.protocol.errors import InternalError, ModelConfigError, SonicError, UnavailableError
 from sonic.server.backends.base import Backend, InstanceContext, ModelCall
 from sonic.server.stats import RequestTiming
+from sonic.server.trace import RequestTrace
 from sonic.server.work import ItemOutputs, WorkItem
 
 Arrays = dict[str, npt.NDArray[Any]]
@@ -195,8 +196,10 @@ class EnsemblePlan:
         request_id: str,
         parameters: Mapping[str, object] | None = None,
         turns: Turns | None = None,
+        trace: RequestTrace | None = None,
     ) -> Arrays:
-        """Run one request; ``turns`` (from :meth:`SequenceOrder.join`) orders it in its sequence."""
+        """Run one request; ``turns`` (from :meth:`SequenceOrder.join`) orders it in its sequence;
+        ``trace``: its trace, when sampled (each step's call is traced as its child)."""
         loop = asyncio.get_running_loop()
         previous, own = turns if turns is not None else (None, None)
         forwarded = step_parameters(parameters or {})
@@ -223,6 +226,7 @@ class EnsemblePlan:
                         list(step.output_map),
                         request_id,
                         forwarded,
+                        trace.child() if trace is not None else None,
                     )
                 )
             except SonicError as exc:
@@ -269,7 +273,9 @@ class EnsembleScheduler:
         sequence = correlation_id(item.parameters)
         turns = self._order.join(sequence) if sequence is not None else None
         try:
-            outputs = await self._plan.run(self._caller, item.inputs, item.request_id, item.parameters, turns)
+            outputs = await self._plan.run(
+                self._caller, item.inputs, item.request_id, item.parameters, turns, item.trace
+            )
         finally:
             if sequence is not None and turns is not None:
                 self._order.leave(sequence, turns[1])
