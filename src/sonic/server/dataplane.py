@@ -24,6 +24,7 @@ from sonic.protocol.errors import (
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InferResponse
 from sonic.server.cache import ResponseCache, infer_through_cache
+from sonic.server.classification import classify
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.decoupled import DecoupledCall, StreamAnswer
 from sonic.server.load_config import parse_override
@@ -35,6 +36,7 @@ from sonic.server.shm import SharedMemoryRegistry
 from sonic.server.shm_request import resolve
 
 EXTENSIONS = (
+    "classification",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
@@ -241,6 +243,14 @@ class DataPlane:
         try:
             while True:
                 for answer in await call.next():
+                    if request.output_classes and answer.response is not None:
+                        answer = StreamAnswer(  # noqa: PLW2901  (the same answer, classified)
+                            classify(
+                                answer.response, request.output_classes, model.spec.batched, model.labels
+                            ),
+                            answer.error,
+                            answer.final,
+                        )
                     yield answer
                     if answer.final:
                         return
@@ -258,6 +268,8 @@ class DataPlane:
             response = await model.infer(request, received_ns, memory)
         if memory is not None:
             await memory.write(self.shared_memory, response)
+        if request.output_classes:  # never with shared memory: the codecs refuse both on one output
+            response = classify(response, request.output_classes, model.spec.batched, model.labels)
         return response
 
     # --- system shared memory ---------------------------------------------------------------------------

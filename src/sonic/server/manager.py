@@ -179,6 +179,7 @@ class ModelManager:
                     config, spec, backend_cls, prepared.files, version
                 )
                 new_models[version].traffic = self._traffic
+                new_models[version].labels = prepared.labels
             except SonicError as exc:
                 failures[version] = str(exc)
         if not new_models and failures:

@@ -137,6 +137,13 @@ class MemoryServer:
         self.request_ids.append(request.request_id)
         self.parameters.append(dict(request.parameters))
         results = model.function(arrays)
+        if any(o.class_count for o in request.outputs):
+            msg = "the in-memory transport has no classification extension (class_counts)"
+            raise InvalidRequestError(
+                msg,
+                status=GrpcCode.UNIMPLEMENTED,
+                server=self.address,
+            )
         wanted = [o.name for o in request.outputs] or [o.name for o in model.info.outputs]
         outputs = []
         for name in wanted:
