@@ -98,8 +98,12 @@ TRITON_FLAGS: dict[str, TritonFlag] = {
     "--grpc-http2-max-ping-strikes": TritonFlag(NOTICED, "int", "pings are not limited"),
     "--grpc-max-connection-age": TritonFlag(NOTICED, "int", "use --grpc-idle-timeout-secs"),
     "--grpc-max-connection-age-grace": TritonFlag(NOTICED, "int", "use --grpc-idle-timeout-secs"),
-    "--grpc-header-forward-pattern": TritonFlag(NOTICED, "str", "headers reach no backend"),
-    "--http-header-forward-pattern": TritonFlag(NOTICED, "str", "headers reach no backend"),
+    "--grpc-header-forward-pattern": TritonFlag(
+        IMPLEMENTED, "str", "matching gRPC headers become request parameters (reserved names excepted)"
+    ),
+    "--http-header-forward-pattern": TritonFlag(
+        IMPLEMENTED, "str", "matching HTTP headers become request parameters (reserved names excepted)"
+    ),
     "--trace-config": TritonFlag(NOTICED, "list", "use --otel-tracing"),
     "--trace-file": TritonFlag(NOTICED, "str", "use --otel-tracing"),
     "--trace-level": TritonFlag(NOTICED, "str", "use --otel-tracing"),
@@ -172,6 +176,8 @@ class TritonSettings:
     exit_on_error: bool = False
     auto_complete: bool = True
     rate_limit: RateLimitConfig | None = None  # --rate-limit execution_count
+    grpc_header_forward_pattern: str = ""  # --grpc-header-forward-pattern
+    http_header_forward_pattern: str = ""  # --http-header-forward-pattern
 
 
 def apply_triton_flags(args: argparse.Namespace, log: logging.Logger) -> TritonSettings:
@@ -203,6 +209,8 @@ def apply_triton_flags(args: argparse.Namespace, log: logging.Logger) -> TritonS
     if "--response-cache-byte-size" in given:
         args.cache_size_bytes = _int("--response-cache-byte-size", given["--response-cache-byte-size"])
     settings.rate_limit = _rate_limit(given)
+    settings.grpc_header_forward_pattern = str(given.get("--grpc-header-forward-pattern", ""))
+    settings.http_header_forward_pattern = str(given.get("--http-header-forward-pattern", ""))
     for entry in given.get("--cache-config", []):
         cache, _, setting = entry.partition(",")
         key, _, size = setting.partition("=")

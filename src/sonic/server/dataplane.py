@@ -27,6 +27,7 @@ from sonic.server.cache import ResponseCache, infer_through_cache
 from sonic.server.classification import classify
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.decoupled import DecoupledCall, StreamAnswer
+from sonic.server.header_forward import Forwarded, forward
 from sonic.server.load_config import parse_override
 from sonic.server.log_settings import LogSettingsService
 from sonic.server.manager import ModelManager
@@ -56,6 +57,8 @@ class Arrival:
 
     received_ns: int
     trace_headers: dict[str, str] | None = None
+    # Headers the front end's --*-header-forward-pattern matched: added to the request's parameters.
+    forwarded: Forwarded = ()
 
 
 class DataPlane:
@@ -195,6 +198,8 @@ class DataPlane:
         if not self.accepting:
             msg = "server is not accepting requests (starting up or shutting down)"
             raise UnavailableError(msg)
+        if arrival.forwarded:
+            forward(request.parameters, arrival.forwarded)
         self.in_flight += 1
         try:
             if self.observer is not None:
@@ -232,6 +237,8 @@ class DataPlane:
             msg = "server is not accepting requests (starting up or shutting down)"
             raise UnavailableError(msg)
         model = self.models.get(request.model_name, request.model_version)
+        if arrival.forwarded:
+            forward(request.parameters, arrival.forwarded)
         if request.output_shm:
             raise InvalidArgumentError(
                 f"model {quote(request.model_name)} is decoupled: its outputs cannot go to shared memory "

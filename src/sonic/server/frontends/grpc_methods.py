@@ -28,6 +28,7 @@ from sonic.protocol.wire import wrap_stream_response
 from sonic.server.dataplane import Arrival, DataPlane
 from sonic.server.decoupled import StreamAnswer
 from sonic.server.frontends.gate import as_sonic_error
+from sonic.server.header_forward import Forwarded
 from sonic.server.log_settings import changes_from_grpc, settings_to_grpc
 
 # gRPC's standard health service (grpc-health-probe, Kubernetes gRPC probes), as Triton serves it: only
@@ -140,20 +141,27 @@ class GrpcMethods:
         return _HEALTH_SERVING if self.dataplane.server_ready() else _HEALTH_NOT_SERVING
 
     async def infer(
-        self, data: bytes | bytearray | memoryview, trace_headers: dict[str, str] | None = None
+        self,
+        data: bytes | bytearray | memoryview,
+        trace_headers: dict[str, str] | None = None,
+        forwarded: Forwarded = (),
     ) -> list[bytes | memoryview]:
-        """``ModelInfer``: a serialized request in, the serialized response's pieces out."""
-        arrival = Arrival(time.perf_counter_ns(), trace_headers)
+        """``ModelInfer``: a serialized request in, the serialized response's pieces out (``forwarded``:
+        the call's headers that become request parameters)."""
+        arrival = Arrival(time.perf_counter_ns(), trace_headers, forwarded)
         response = await self.dataplane.infer(decode_infer_request(data), arrival)
         return encode_infer_response(response)
 
     async def stream_responses(
-        self, data: bytes | bytearray | memoryview, trace_headers: dict[str, str] | None = None
+        self,
+        data: bytes | bytearray | memoryview,
+        trace_headers: dict[str, str] | None = None,
+        forwarded: Forwarded = (),
     ) -> AsyncGenerator[list[bytes | memoryview], None]:
         """One ``ModelStreamInfer`` request's messages, as pieces: one for most models, zero or more for a
         decoupled one. Errors travel inside the stream, as Triton's do."""
         try:
-            arrival = Arrival(time.perf_counter_ns(), trace_headers)
+            arrival = Arrival(time.perf_counter_ns(), trace_headers, forwarded)
             request = decode_infer_request(data)
             if not self.dataplane.is_decoupled(request.model_name, request.model_version):
                 response = await self.dataplane.infer(request, arrival)
