@@ -116,7 +116,7 @@ def _classified_bytes(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     return refused and triton.code not in {"OK", "200"}
 
 
-def _never_generated(_: Call, triton: Outcome, sonic: Outcome) -> bool:  # noqa: ARG001
+def _never_generated(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     # The harness starts both servers without header forwarding: its cases never meet this row, which
     # tests/integration/backends/test_header_forward_parity.py checks instead.
     return False

@@ -1,0 +1,158 @@
+"""Triton's classification extension (``sonic.server.classification``) and its request parameters in both codecs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from tritonclient.grpc import model_config_pb2, service_pb2
+
+from sonic.protocol import dtypes
+from sonic.protocol.errors import InvalidArgumentError, ModelConfigError
+from sonic.protocol.grpc_codec import decode_infer_request as decode_grpc
+from sonic.protocol.grpc_codec import encode_request
+from sonic.protocol.http_json import decode_infer_request as decode_http
+from sonic.protocol.types import InferResponse, OutputTensor, WireOutputRequest, WireRequest
+from sonic.server.classification import classify, read_labels
+from sonic.server.paths import ModelFiles
+
+pytestmark = pytest.mark.unit
+
+
+def _classes(array: Any, count: int, batched: bool = True, labels: tuple[bytes, ...] = ()) -> Any:
+    array = np.asarray(array)
+    datatype = dtypes.from_numpy(array.dtype).name
+    response = InferResponse("m", "1", "r", [OutputTensor("Y", datatype, array.shape, array)])
+    out = classify(response, {"Y": count}, batched, {"Y": labels})
+    assert response.outputs[0].array is array  # the given response (maybe the cache's) is not changed
+    tensor = out.outputs[0]
+    assert tensor.datatype == "BYTES"
+    assert tensor.array.shape == tensor.shape
+    return (
+        [[b.decode() for b in row] for row in tensor.array]
+        if tensor.array.ndim == 2
+        else [b.decode() for b in tensor.array]
+    )
+
+
+def test_top_k_per_row_printed_as_std_to_string() -> None:
+    scores = np.array([[0.1, 0.5, 3.0], [1e20, -0.0, 123456.789]], np.float32)
+    assert _classes(scores, 2, labels=(b"a", b"", b"c:d")) == [
+        ["3.000000:2:c:d", "0.500000:1"],
+        ["100000002004087734272.000000:0:a", "123456.789062:2:c:d"],
+    ]
+
+
+def test_integers_unsigned_and_count_past_the_row() -> None:
+    assert _classes(np.array([[3, -7, 9]], np.int32), 5) == [["9:2", "3:0", "-7:1"]]
+    big = np.array([[2**64 - 1, 0]], np.uint64)
+    assert _classes(big, 1) == [["18446744073709551615:0"]]
+
+
+def test_equal_values_by_index_and_rows_flattened() -> None:
+    ties = np.ones((1, 20), np.float32)
+    ties[0, 7] = 2.0
+    assert _classes(ties, 4) == [["2.000000:7", "1.000000:0", "1.000000:1", "1.000000:2"]]
+    grid = np.arange(6, dtype=np.float64).reshape(1, 3, 2)
+    assert _classes(grid, 2) == [["5.000000:5", "4.000000:4"]]
+
+
+def test_a_model_that_does_not_batch_classifies_the_whole_tensor() -> None:
+    assert _classes(np.array([[0.2, 0.9], [0.7, 0.1]], np.float32), 3, batched=False) == [
+        "0.900000:1",
+        "0.700000:2",
+        "0.200000:0",
+    ]
+
+
+@pytest.mark.parametrize(("datatype", "array"), [("FP16", np.zeros(2, np.float16)), ("BOOL", np.zeros(2, bool)),
+                                                  ("BYTES", np.array([b"a"], dtype=np.object_))])  # fmt: skip
+def test_types_triton_cannot_classify_are_refused(datatype: str, array: Any) -> None:
+    response = InferResponse("m", "1", "", [OutputTensor("Y", datatype, array.shape, array)])
+    with pytest.raises(InvalidArgumentError, match=f"unsupported type '{datatype}'"):
+        classify(response, {"Y": 1}, False, {})
+
+
+def _files(tmp_path: Path, contents: bytes) -> tuple[model_config_pb2.ModelConfig, ModelFiles]:
+    (tmp_path / "labels.txt").write_bytes(contents)
+    config = model_config_pb2.ModelConfig(name="m")
+    config.output.add(name="Y", label_filename="labels.txt")
+    config.output.add(name="Z")
+    return config, ModelFiles("m", tmp_path)
+
+
+def test_labels_are_lines_as_triton_reads_them(tmp_path: Path) -> None:
+    config, files = _files(tmp_path, b"cat\n\ndog\r\nlast")
+    assert read_labels(config, files) == {"Y": (b"cat", b"", b"dog\r", b"last")}
+    config, files = _files(tmp_path, b"one\n")
+    assert read_labels(config, files) == {"Y": (b"one",)}
+
+
+def test_label_files_go_through_the_paths_choke_point(tmp_path: Path) -> None:
+    outside = tmp_path / "secret.txt"
+    outside.write_text("x\n")
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "labels.txt").symlink_to(outside)
+    config = model_config_pb2.ModelConfig(name="m")
+    config.output.add(name="Y", label_filename="labels.txt")
+    with pytest.raises(InvalidArgumentError, match="leads outside the model's folder"):
+        read_labels(config, ModelFiles("m", model))
+    config.output[0].label_filename = "missing.txt"
+    with pytest.raises(ModelConfigError, match="failed to open text file for read"):
+        read_labels(config, ModelFiles("m", model))
+
+
+def _grpc_request(set_parameter: Any, shm: bool = False) -> bytes:
+    request = service_pb2.ModelInferRequest(model_name="m")
+    output = request.outputs.add(name="Y")
+    set_parameter(output.parameters["classification"])
+    if shm:
+        output.parameters["shared_memory_region"].string_param = "r"
+        output.parameters["shared_memory_byte_size"].int64_param = 4
+    return bytes(request.SerializeToString())
+
+
+def test_grpc_codec_reads_and_refuses_as_triton() -> None:
+    def three(p: Any) -> None:
+        p.int64_param = 3
+
+    def zero(p: Any) -> None:
+        p.int64_param = 0
+
+    def unsigned(p: Any) -> None:
+        p.uint64_param = 3
+
+    assert decode_grpc(_grpc_request(three)).output_classes == {"Y": 3}
+    with pytest.raises(
+        InvalidArgumentError, match=r"^invalid value for 'classification' parameter, expected >= 0$"
+    ):
+        decode_grpc(_grpc_request(zero))
+    with pytest.raises(InvalidArgumentError, match="expected int64_param"):
+        decode_grpc(_grpc_request(unsigned))
+    with pytest.raises(
+        InvalidArgumentError, match="output can't set both 'shared_memory_region' and 'classification'"
+    ):
+        decode_grpc(_grpc_request(three, shm=True))
+
+
+def test_client_encodes_class_count() -> None:
+    head, _ = encode_request(
+        WireRequest("m", "", (), (WireOutputRequest("Y", None, 4), WireOutputRequest("Z")))
+    )
+    assert head.outputs[0].parameters["classification"].int64_param == 4
+    assert "classification" not in head.outputs[1].parameters
+
+
+def test_http_codec_zero_asks_for_the_tensor() -> None:
+    def decode(count: object) -> dict[str, int]:
+        body = json.dumps({"inputs": [], "outputs": [{"name": "Y", "parameters": {"classification": count}}]})
+        return decode_http(body.encode(), None, "m", "")[0].output_classes
+
+    assert decode(2) == {"Y": 2}
+    assert decode(0) == {}
+    with pytest.raises(InvalidArgumentError, match="non-unsigned-integer"):
+        decode(False)
