@@ -79,7 +79,10 @@ def _grpc_infer(
 
 
 def _texts(array: npt.NDArray[Any]) -> list[Any]:
-    return np.vectorize(lambda b: b.decode() if isinstance(b, bytes) else b, otypes=[object])(array).tolist()
+    texts: list[Any] = np.vectorize(lambda b: b.decode() if isinstance(b, bytes) else b, otypes=[object])(
+        array
+    ).tolist()
+    return texts
 
 
 def test_server_metadata_lists_classification(server: Endpoint) -> None:
