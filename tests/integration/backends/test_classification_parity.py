@@ -39,6 +39,18 @@ OUTPUTS = """output [
 ]"""
 # One label a line; the third is empty (no label) and the fourth holds a colon. Index 4 and up: none.
 LABELS = "zero\none\n\nthree:x\n"
+# An ensemble output without a label file takes the labels of the step output it comes from.
+ENSEMBLE = """name: "top_classes_ensemble"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "BEST" data_type: TYPE_FP32 dims: [ -1 ] } ]
+ensemble_scheduling { step [ {
+  model_name: "top_classes" model_version: -1
+  input_map { key: "IN" value: "IN" }
+  output_map { key: "SCORES" value: "BEST" }
+} ] }
+"""
 BATCH = np.array([[0.1, 0.5, 0.5, 0.2, 3.0], [1, 2, 3, 4, 5]], np.float32)
 
 
@@ -56,12 +68,15 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
         (folder / "labels.txt").write_text(LABELS, encoding="utf-8")
         (folder / "1" / "model.py").write_bytes((PYTHON_MODELS / "top_classes.py").read_bytes())
+    (repo / "top_classes_ensemble" / "1").mkdir(parents=True)
+    (repo / "top_classes_ensemble" / "config.pbtxt").write_text(ENSEMBLE, encoding="utf-8")
     return repo
 
 
 @pytest.fixture(scope="module", params=[*SERVERS, "sonic-grpcio"])
 def server(request: pytest.FixtureRequest, repository: Path) -> Iterator[Endpoint]:
-    with serving(request.param, repository, ["top_classes", "top_classes_nb"]) as endpoint:
+    models = ["top_classes", "top_classes_nb", "top_classes_ensemble"]
+    with serving(request.param, repository, models) as endpoint:
         yield endpoint
 
 
@@ -102,6 +117,11 @@ def test_top_k_per_batch_row_with_labels(server: Endpoint) -> None:
         ["3.000000:4", "0.500000:1:one", "0.500000:2"],
         ["5.000000:4", "4.000000:3:three:x", "3.000000:2"],
     ]
+
+
+def test_an_ensemble_output_takes_its_step_outputs_labels(server: Endpoint) -> None:
+    answer = _grpc_infer(server, "top_classes_ensemble", BATCH, "BEST", 2)
+    assert _texts(answer) == [["3.000000:4", "0.500000:1:one"], ["5.000000:4", "4.000000:3:three:x"]]
 
 
 def test_more_classes_asked_than_there_are_gives_them_all(server: Endpoint) -> None:
