@@ -57,11 +57,16 @@ BATCH = np.array([[0.1, 0.5, 0.5, 0.2, 3.0], [1, 2, 3, 4, 5]], np.float32)
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("classification") / "models"
-    for name, max_batch_size in (("top_classes", 8), ("top_classes_nb", 0)):
+    decoupled = "model_transaction_policy { decoupled: true }\n"
+    for name, max_batch_size, policy in (
+        ("top_classes", 8, ""),
+        ("top_classes_nb", 0, ""),
+        ("top_classes_decoupled", 8, decoupled),
+    ):
         folder = repo / name
         (folder / "1").mkdir(parents=True)
         (folder / "config.pbtxt").write_text(
-            f'name: "{name}"\nbackend: "python"\nmax_batch_size: {max_batch_size}\n'
+            f'name: "{name}"\nbackend: "python"\nmax_batch_size: {max_batch_size}\n{policy}'
             'input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
             f"{OUTPUTS}\ninstance_group [ {{ kind: KIND_CPU }} ]\n",
             encoding="utf-8",
@@ -75,7 +80,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module", params=[*SERVERS, "sonic-grpcio"])
 def server(request: pytest.FixtureRequest, repository: Path) -> Iterator[Endpoint]:
-    models = ["top_classes", "top_classes_nb", "top_classes_ensemble"]
+    models = ["top_classes", "top_classes_nb", "top_classes_ensemble", "top_classes_decoupled"]
     with serving(request.param, repository, models) as endpoint:
         yield endpoint
 
@@ -248,18 +253,28 @@ def test_grpc_classification_must_be_a_positive_int64(server: Endpoint) -> None:
     assert error.details() == "invalid value type for 'classification' parameter, expected int64_param"
 
 
-def test_grpc_stream_answers_classes(server: Endpoint) -> None:
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("top_classes", [[["0.300000:1:one", "0.200000:2"]]]),
+        (
+            "top_classes_decoupled",
+            [[["0.300000:1:one", "0.200000:2"]], [["0.300000:1:one", "0.200000:0:zero"]]],
+        ),
+    ],
+)
+def test_grpc_stream_answers_classes(server: Endpoint, model: str, expected: list[Any]) -> None:
     results: queue.Queue[Any] = queue.Queue()  # the client's stream thread puts, the test takes
     with grpcclient.InferenceServerClient(server.grpc) as client:
         client.start_stream(callback=lambda result, error: results.put(error or result))
         tensor = grpcclient.InferInput("IN", [1, 3], "FP32")
         tensor.set_data_from_numpy(np.array([[0.1, 0.3, 0.2]], np.float32))
         client.async_stream_infer(
-            "top_classes", [tensor], outputs=[grpcclient.InferRequestedOutput("SCORES", class_count=2)]
+            model, [tensor], outputs=[grpcclient.InferRequestedOutput("SCORES", class_count=2)]
         )
-        answer = results.get(timeout=60)
+        answers = [results.get(timeout=60) for _ in expected]
         client.stop_stream()
-    assert _texts(answer.as_numpy("SCORES")) == [["0.300000:1:one", "0.200000:2"]]
+    assert [_texts(answer.as_numpy("SCORES")) for answer in answers] == expected
 
 
 def test_sonic_client_class_counts(server: Endpoint) -> None:
