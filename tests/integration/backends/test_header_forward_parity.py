@@ -171,11 +171,13 @@ def test_http_value_with_trailing_space(server: Endpoint) -> None:
 @pytest.mark.parametrize("kind", [*SERVERS, "sonic-grpcio"])
 def test_a_pattern_for_every_name_forwards_what_grpc_shows(repository: Path, kind: str) -> None:
     flags = ["--grpc-header-forward-pattern", ".*"]
-    with serving(kind, repository, ["echo_parameters"], sonic_args=flags, triton_args=flags) as endpoint:
-        with grpcclient.InferenceServerClient(endpoint.grpc) as client:
-            result = client.infer(
-                "echo_parameters", _input(grpcclient), headers={"my-key": "v"}, client_timeout=60
-            )
+    with (
+        serving(kind, repository, ["echo_parameters"], sonic_args=flags, triton_args=flags) as endpoint,
+        grpcclient.InferenceServerClient(endpoint.grpc) as client,
+    ):
+        result = client.infer(
+            "echo_parameters", _input(grpcclient), headers={"my-key": "v"}, client_timeout=60
+        )
     seen = _seen(result)
     # gRPC's own headers (content-type, te, grpc-*, pseudo-headers) stay out; user-agent is shown.
     assert sorted(seen) == ["my-key", "user-agent"]
