@@ -26,7 +26,8 @@ from tests.integration.triton_helpers import SERVERS, Endpoint, serving
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from sonic.client import AsyncClient, ClientConfig, InputError
+from sonic.client import AsyncClient, ClientConfig, InputError, SyncClient
+from sonic.client.config import TransportKind
 
 pytestmark = [pytest.mark.integration]
 
@@ -277,9 +278,12 @@ def test_grpc_stream_answers_classes(server: Endpoint, model: str, expected: lis
     assert [_texts(answer.as_numpy("SCORES")) for answer in answers] == expected
 
 
-def test_sonic_client_class_counts(server: Endpoint) -> None:
+@pytest.mark.parametrize("transport", list(TransportKind))
+def test_sonic_client_class_counts(server: Endpoint, transport: TransportKind) -> None:
     async def run() -> dict[str, npt.NDArray[Any]]:
-        async with AsyncClient("top_classes", ClientConfig(servers=(server.grpc,))) as client:
+        async with AsyncClient(
+            "top_classes", ClientConfig(servers=(server.grpc,), transport=transport)
+        ) as client:
             with pytest.raises(InputError, match="class count must be a positive integer, got 0"):
                 await client.infer({"IN": BATCH}, ["SCORES"], class_counts={"SCORES": 0})
             return await client.infer({"IN": BATCH}, ["SCORES", "COUNTS"], class_counts={"SCORES": 1})
@@ -287,3 +291,16 @@ def test_sonic_client_class_counts(server: Endpoint) -> None:
     outputs = asyncio.run(run())
     assert _texts(outputs["SCORES"]) == [["3.000000:4"], ["5.000000:4"]]
     assert outputs["COUNTS"].tolist() == [[0, 0, 0, 0, 3], [1, 2, 3, 4, 5]]
+
+
+def test_sync_client_class_counts(server: Endpoint) -> None:
+    with SyncClient("top_classes", ClientConfig(servers=(server.grpc,))) as client:
+        first = client.infer({"IN": BATCH}, ["SCORES"])  # the blocking fast path, raw scores
+        classes = client.infer({"IN": BATCH}, ["SCORES"], class_counts={"SCORES": 2})
+        detailed = client.infer_detailed({"IN": BATCH}, ["SCORES"], class_counts={"SCORES": 1})
+    assert first["SCORES"].dtype == np.float32
+    assert _texts(classes["SCORES"]) == [
+        ["3.000000:4", "0.500000:1:one"],
+        ["5.000000:4", "4.000000:3:three:x"],
+    ]
+    assert _texts(detailed.outputs["SCORES"]) == [["3.000000:4"], ["5.000000:4"]]
