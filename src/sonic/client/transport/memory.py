@@ -133,17 +133,13 @@ class MemoryServer:
                 status=GrpcCode.INVALID_ARGUMENT,
                 server=self.address,
             )
+        if any(o.class_count for o in request.outputs):
+            msg = "the in-memory transport has no classification extension (class_counts)"
+            raise InvalidRequestError(msg, status=GrpcCode.UNIMPLEMENTED, server=self.address)
         self.batch_sizes.append(batch)
         self.request_ids.append(request.request_id)
         self.parameters.append(dict(request.parameters))
         results = model.function(arrays)
-        if any(o.class_count for o in request.outputs):
-            msg = "the in-memory transport has no classification extension (class_counts)"
-            raise InvalidRequestError(
-                msg,
-                status=GrpcCode.UNIMPLEMENTED,
-                server=self.address,
-            )
         wanted = [o.name for o in request.outputs] or [o.name for o in model.info.outputs]
         outputs = []
         for name in wanted:
