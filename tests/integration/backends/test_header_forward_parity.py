@@ -20,6 +20,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tests.integration.triton_helpers import SERVERS, Endpoint, serving
 
+from sonic.client import ClientConfig, SyncClient
+from sonic.client.config import TransportKind
+
 pytestmark = [pytest.mark.integration]
 
 PYTHON_MODELS = Path(__file__).parent / "python_models"
@@ -178,8 +181,19 @@ def test_a_pattern_for_every_name_forwards_what_grpc_shows(repository: Path, kin
         result = client.infer(
             "echo_parameters", _input(grpcclient), headers={"my-key": "v"}, client_timeout=60
         )
+        native = _sonic_client_parameters(endpoint.grpc)
     seen = _seen(result)
     # gRPC's own headers (content-type, te, grpc-*, pseudo-headers) stay out; user-agent is shown.
     assert sorted(seen) == ["my-key", "user-agent"]
     assert seen["my-key"] == "v"
     assert seen["user-agent"].startswith("grpc-python/")
+    # sonic.client's own transport sends no header beyond gRPC's and its user-agent.
+    assert native == {"user-agent": "sonic-client", "run": "2026A"}
+
+
+def _sonic_client_parameters(address: str) -> dict[str, Any]:
+    config = ClientConfig(servers=(address,), transport=TransportKind.NATIVE)
+    with SyncClient("echo_parameters", config) as client:
+        outputs = client.infer({"X": np.zeros(1, np.float32)}, parameters={"run": "2026A"})
+    seen: dict[str, Any] = json.loads(outputs["PARAMETERS"][0])
+    return seen
