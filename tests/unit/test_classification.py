@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -16,7 +19,7 @@ from sonic.protocol.grpc_codec import decode_infer_request as decode_grpc
 from sonic.protocol.grpc_codec import encode_request
 from sonic.protocol.http_json import decode_infer_request as decode_http
 from sonic.protocol.types import InferResponse, OutputTensor, WireOutputRequest, WireRequest
-from sonic.server.classification import classify, read_labels
+from sonic.server.classification import OFF_LOOP_ELEMENTS, classify, classify_off_loop, read_labels
 from sonic.server.paths import ModelFiles
 
 pytestmark = pytest.mark.unit
@@ -156,3 +159,27 @@ def test_http_codec_zero_asks_for_the_tensor() -> None:
     assert decode(0) == {}
     with pytest.raises(InvalidArgumentError, match="non-unsigned-integer"):
         decode(False)
+
+
+def test_large_outputs_are_classified_off_the_loop() -> None:
+    rows = np.tile(np.arange(OFF_LOOP_ELEMENTS // 4, dtype=np.float32), (4, 1))
+    small = rows[:1, :8]
+    seen: list[str] = []
+
+    async def run(array: Any) -> Any:
+        loop_thread = threading.get_ident()
+
+        def spy(*args: Any) -> Any:
+            seen.append("loop" if threading.get_ident() == loop_thread else "thread")
+            return classify(*args)
+
+        response = InferResponse("m", "1", "", [OutputTensor("Y", "FP32", array.shape, array)])
+        with mock.patch("sonic.server.classification.classify", spy):
+            return await classify_off_loop(response, {"Y": 1}, True, {})
+
+    big = asyncio.run(run(rows))
+    assert [row[0] for row in big.outputs[0].array.tolist()] == [
+        f"{OFF_LOOP_ELEMENTS // 4 - 1}.000000:{OFF_LOOP_ELEMENTS // 4 - 1}".encode()
+    ] * 4
+    asyncio.run(run(small))
+    assert seen == ["thread", "loop"]

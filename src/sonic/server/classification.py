@@ -20,6 +20,7 @@ elements; docs/triton-differences.md).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +34,8 @@ from sonic.server.paths import ModelFiles
 
 Labels = Mapping[str, tuple[bytes, ...]]  # output name -> one label per class index ("" for none)
 
+# Elements of classified outputs beyond which sorting and printing them leaves the event loop (a thread).
+OFF_LOOP_ELEMENTS = 1 << 14
 _FLOATS = frozenset({"FP32", "FP64"})
 _INTEGERS = frozenset({"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"})
 
@@ -71,6 +74,16 @@ def classify(
         for output in response.outputs
     ]
     return InferResponse(response.model_name, response.model_version, response.request_id, outputs)
+
+
+async def classify_off_loop(
+    response: InferResponse, counts: Mapping[str, int], batched: bool, labels: Labels
+) -> InferResponse:
+    """:func:`classify`, in a worker thread when the classified outputs are large."""
+    elements = sum(output.array.size for output in response.outputs if output.name in counts)
+    if elements < OFF_LOOP_ELEMENTS:
+        return classify(response, counts, batched, labels)
+    return await asyncio.to_thread(classify, response, counts, batched, labels)
 
 
 def _classified(output: OutputTensor, count: int, batched: bool, all_labels: Labels) -> OutputTensor:

@@ -24,7 +24,7 @@ from sonic.protocol.errors import (
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InferResponse
 from sonic.server.cache import ResponseCache, infer_through_cache
-from sonic.server.classification import classify
+from sonic.server.classification import classify_off_loop
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.decoupled import DecoupledCall, StreamAnswer
 from sonic.server.header_forward import Forwarded, forward
@@ -252,7 +252,7 @@ class DataPlane:
                 for answer in await call.next():
                     if request.output_classes and answer.response is not None:
                         answer = StreamAnswer(  # noqa: PLW2901  (the same answer, classified)
-                            classify(
+                            await classify_off_loop(
                                 answer.response, request.output_classes, model.spec.batched, model.labels
                             ),
                             answer.error,
@@ -276,7 +276,9 @@ class DataPlane:
         if memory is not None:
             await memory.write(self.shared_memory, response)
         if request.output_classes:  # never with shared memory: the codecs refuse both on one output
-            response = classify(response, request.output_classes, model.spec.batched, model.labels)
+            response = await classify_off_loop(
+                response, request.output_classes, model.spec.batched, model.labels
+            )
         return response
 
     # --- system shared memory ---------------------------------------------------------------------------
