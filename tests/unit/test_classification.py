@@ -19,6 +19,7 @@ from sonic.protocol.grpc_codec import decode_infer_request as decode_grpc
 from sonic.protocol.grpc_codec import encode_request
 from sonic.protocol.http_json import decode_infer_request as decode_http
 from sonic.protocol.types import InferResponse, OutputTensor, WireOutputRequest, WireRequest
+from sonic.server.class_order import StdSort
 from sonic.server.classification import OFF_LOOP_ELEMENTS, classify, classify_off_loop, read_labels
 from sonic.server.paths import ModelFiles
 
@@ -55,10 +56,35 @@ def test_integers_unsigned_and_count_past_the_row() -> None:
     assert _classes(big, 1) == [["18446744073709551615:0"]]
 
 
-def test_equal_values_by_index_and_rows_flattened() -> None:
-    ties = np.ones((1, 20), np.float32)
-    ties[0, 7] = 2.0
-    assert _classes(ties, 4) == [["2.000000:7", "1.000000:0", "1.000000:1", "1.000000:2"]]
+def test_equal_values_in_the_order_of_tritons_std_sort() -> None:
+    # Answers of Triton 2.51 (probed): a short row is insertion-sorted (equal values by index), a longer
+    # one goes through introsort's partitions first.
+    assert _classes(np.array([[1, 0, 1, 1, 0, 1]], np.float32), 6) == [
+        ["1.000000:0", "1.000000:2", "1.000000:3", "1.000000:5", "0.000000:1", "0.000000:4"]
+    ]
+    ties = np.ones((1, 26), np.float32)
+    ties[0, 20] = 2.0
+    order = [20, 13, 25, 24, 23, 22, 21, 19, 18, 17, 16, 15, 14, 0, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1]
+    assert _classes(ties, 26) == [[f"{2.0 if i == 20 else 1.0:f}:{i}" for i in order]]
+    weird = np.array([[1e20, -0.0, np.nan, np.inf, -np.inf, 1e-7, 123456.789]], np.float32)
+    assert [text.split(":")[1] for text in _classes(weird, 7)[0]] == ["3", "0", "1", "2", "6", "5", "4"]
+
+
+def test_std_sort_replay_sorts_whatever_it_is_given() -> None:
+    rng = np.random.default_rng(7)
+    for size in (17, 40, 300):
+        values = rng.integers(0, 5, size).tolist()
+        order = StdSort(values).indices()
+        assert sorted(order) == list(range(size))
+        assert [values[i] for i in order] == sorted(values, reverse=True)
+    # Many equal values in a long row: each row replayed, the values in order, each index once.
+    counts = np.tile(np.array([3, 1, 3, 2], np.int32), (2, 10))
+    for row in _classes(counts, 22):
+        assert [text.split(":")[0] for text in row] == ["3"] * 20 + ["2"] * 2
+        assert len({text.split(":")[1] for text in row}) == 22
+
+
+def test_rows_are_flattened() -> None:
     grid = np.arange(6, dtype=np.float64).reshape(1, 3, 2)
     assert _classes(grid, 2) == [["5.000000:5", "4.000000:4"]]
 

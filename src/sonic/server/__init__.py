@@ -12,7 +12,8 @@
 - execution: :mod:`.work` (the work item and the scheduler interface) and :mod:`.responses` (a decoupled
   request's response channel), below both :mod:`.runtime` (scheduling) :mod:`.backends` (one module per framework), :mod:`.decoupled`
   (a decoupled model's responses), :mod:`.calls` and :mod:`.calls_decoupled` (model-to-model calls: ensembles, BLS),
-  :mod:`.cache` (response cache), :mod:`.classification` (an output's top k classes as text);
+  :mod:`.cache` (response cache), :mod:`.classification` (an output's top k classes as text) and
+  :mod:`.class_order` (their order, as Triton's ``std::sort``);
 - around them: :mod:`.shm`, :mod:`.shm_open` and :mod:`.shm_request` (system shared memory; one request's
   regions resolved once), :mod:`.stats` and :mod:`.metrics`
   (statistics, Prometheus), :mod:`.observe` (log record and span per request), :mod:`.traffic_rows`,

@@ -14,22 +14,20 @@ writers of its gRPC and HTTP front ends):
   through :mod:`sonic.server.paths`); an index past the last line, or an empty line, has no label.
 - FP16, BF16, BOOL and BYTES outputs are refused in Triton's words.
 
-Equal values are listed by index (Triton's ``std::sort`` keeps that order only for rows of up to 16
-elements; docs/triton-differences.md).
+Classes of equal value come in Triton's order (:mod:`sonic.server.class_order`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.errors import InvalidArgumentError, ModelConfigError, quote
 from sonic.protocol.types import InferResponse, OutputTensor
+from sonic.server.class_order import top_indices
 from sonic.server.paths import ModelFiles
 
 Labels = Mapping[str, tuple[bytes, ...]]  # output name -> one label per class index ("" for none)
@@ -98,7 +96,7 @@ def _classified(output: OutputTensor, count: int, batched: bool, all_labels: Lab
     row_elements = int(np.prod(array.shape[1:] if batched and array.ndim > 0 else array.shape))
     kept = min(count, row_elements)
     flat = array.reshape(rows, row_elements)
-    top = _descending(flat)[:, :kept]
+    top = top_indices(flat, kept)
     values = np.take_along_axis(flat, top, axis=1)
     texts = np.empty((rows, kept), dtype=np.object_)
     number = "%f" if output.datatype in _FLOATS else "%d"
@@ -110,12 +108,3 @@ def _classified(output: OutputTensor, count: int, batched: bool, all_labels: Lab
             texts[row, column] = text + b":" + label if label else text
     shape = (rows, kept) if batched and array.ndim > 0 else (kept,)
     return OutputTensor(output.name, "BYTES", shape, texts.reshape(shape))
-
-
-def _descending(rows: npt.NDArray[Any]) -> npt.NDArray[np.intp]:
-    """Each row's indices by value, largest first, equal values by index (no negation: unsigned types).
-
-    A stable ascending sort of the reversed row, read backwards, lists equal values by ascending index."""
-    width = rows.shape[1]
-    ascending_of_reversed = np.argsort(rows[:, ::-1], axis=1, kind="stable")
-    return (width - 1 - ascending_of_reversed[:, ::-1]).astype(np.intp)

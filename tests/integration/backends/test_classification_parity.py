@@ -28,6 +28,7 @@ from tritonclient.utils import InferenceServerException
 
 from sonic.client import AsyncClient, ClientConfig, InputError, SyncClient
 from sonic.client.config import TransportKind
+from sonic.server.class_order import StdSort
 
 pytestmark = [pytest.mark.integration]
 
@@ -158,6 +159,19 @@ def test_equal_scores_keep_index_order_in_a_short_row(server: Endpoint) -> None:
     assert _texts(_grpc_infer(server, "top_classes", scores, "SCORES", 6)) == [
         ["1.000000:0:zero", "1.000000:2", "1.000000:3:three:x", "1.000000:5", "0.000000:1:one", "0.000000:4"]
     ]
+
+
+def test_equal_scores_in_a_long_row_in_the_order_of_tritons_std_sort(server: Endpoint) -> None:
+    scores = np.ones((1, 26), np.float32)
+    scores[0, 20] = 2.0
+    order = [20, 13, 25, 24, 23, 22, 21, 19, 18, 17, 16, 15, 14, 0, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1]
+    answer = _texts(_grpc_infer(server, "top_classes", scores, "SCORES", 26))[0]
+    assert [int(text.split(":")[1]) for text in answer] == order
+    # Integers with many ties across a longer row: introsort's partitions, then the final insertion sort.
+    counts = np.tile(np.array([3, 1, 3, 2, 0, 2], np.float32), 9)
+    expected = StdSort(counts.astype(np.uint8).tolist()).indices()[:30]
+    answer = _texts(_grpc_infer(server, "top_classes", counts[np.newaxis], "COUNTS", 30))[0]
+    assert [int(text.split(":")[1]) for text in answer] == expected
 
 
 def test_http_json_and_binary_outputs(server: Endpoint) -> None:

@@ -377,13 +377,13 @@ INTENDED: tuple[Intended, ...] = (
     ),
     Intended(
         "classification-order",
-        "Classification (an output's `classification` parameter): classes of equal value are listed by "
-        "index, and NaN first; Triton's `std::sort` keeps index order only in rows of up to 16 elements "
-        "and puts NaN anywhere. A BYTES output asked as classification is refused in Triton's words for "
-        "the other types it cannot classify (INVALID_ARGUMENT/400 `class result not available for output "
-        "due to unsupported type 'BYTES'`); Triton 2.51 crashes (a division by zero).",
-        "An order that depends on the row's length is not one a client can rely on, and a request must "
-        "not take the server down.",
+        "Classification (an output's `classification` parameter): in a row of more than 16 elements "
+        "with a NaN, sonic lists NaN first; Triton's `std::sort` runs its unguarded loops with a "
+        "comparison NaN breaks (undefined behaviour). A BYTES output asked as classification is refused "
+        "in Triton's words for the other types it cannot classify (INVALID_ARGUMENT/400 `class result "
+        "not available for output due to unsupported type 'BYTES'`); Triton 2.51 crashes (a division "
+        "by zero).",
+        "Undefined behaviour cannot be matched, and a request must not take the server down.",
         _classified_bytes,
     ),
     Intended(
