@@ -123,7 +123,10 @@ def test_decode_binary_inputs_are_views() -> None:
          "unexpected number of string elements 2 for inference input 'T' for model 'm', expecting 1"),
         ({"inputs": []}, b"", 10_000, "Inference-Header-Content-Length"),
         ({"outputs": []}, b"", 0, "no 'inputs'"),
-        ({"inputs": [], "outputs": [{"name": "Y", "parameters": {"classification": 3}}]}, b"", 0, "classification"),
+        ({"inputs": [], "outputs": [{"name": "Y", "parameters": {"classification": -1}}]}, b"", 0,
+         "Unable to set 'classification': attempt to access JSON non-unsigned-integer as unsigned-integer"),
+        ({"inputs": [], "outputs": [{"name": "Y", "parameters": {"classification": 1, "shared_memory_region": "r"}}]},
+         b"", 0, "Output can't set both 'shared_memory_region' and 'classification'"),
     ],
 )  # fmt: skip
 def test_decode_errors(header: dict[str, object], tail: bytes, length_delta: int, fragment: str) -> None:

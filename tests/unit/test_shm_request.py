@@ -26,7 +26,16 @@ from sonic.server.shm_request import resolve
 
 pytestmark = pytest.mark.unit
 
-WIRE_FIELDS = {"model_name", "model_version", "inputs", "request_id", "outputs", "parameters", "output_shm"}
+WIRE_FIELDS = {
+    "model_name",
+    "model_version",
+    "inputs",
+    "request_id",
+    "outputs",
+    "parameters",
+    "output_shm",
+    "output_classes",
+}
 SIZE = 4 * 16  # one FP32 [1, 16] tensor
 VALUES = np.arange(16, dtype=np.float32).reshape(1, 16)
 

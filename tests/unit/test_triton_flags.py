@@ -105,6 +105,14 @@ def test_cache_and_keepalive_flags(tmp_path: Path) -> None:
     assert config.grpc_http2_limits.keepalive_interval_s == 20.0
 
 
+def test_header_forward_patterns_reach_the_config(tmp_path: Path) -> None:
+    flags = ("--grpc-header-forward-pattern=my_.*", "--http-header-forward-pattern=x")
+    config = _config(f"--model-repository={tmp_path}", *flags)
+    assert (config.grpc_header_forward_pattern, config.http_header_forward_pattern) == ("my_.*", "x")
+    with pytest.raises(ValueError, match=r"--http-header-forward-pattern=a\(: not a regular expression"):
+        _config(f"--model-repository={tmp_path}", "--http-header-forward-pattern=a(")
+
+
 @pytest.mark.parametrize(
     "flag",
     ["--model-config-name=other", "--allow-grpc=false", "--model-namespacing=true"],

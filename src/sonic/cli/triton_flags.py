@@ -99,8 +99,12 @@ TRITON_FLAGS: dict[str, TritonFlag] = {
     "--grpc-http2-max-ping-strikes": TritonFlag(NOTICED, "int", "pings are not limited"),
     "--grpc-max-connection-age": TritonFlag(NOTICED, "int", "use --grpc-idle-timeout-secs"),
     "--grpc-max-connection-age-grace": TritonFlag(NOTICED, "int", "use --grpc-idle-timeout-secs"),
-    "--grpc-header-forward-pattern": TritonFlag(NOTICED, "str", "headers reach no backend"),
-    "--http-header-forward-pattern": TritonFlag(NOTICED, "str", "headers reach no backend"),
+    "--grpc-header-forward-pattern": TritonFlag(
+        IMPLEMENTED, "str", "matching gRPC headers become request parameters (reserved names excepted)"
+    ),
+    "--http-header-forward-pattern": TritonFlag(
+        IMPLEMENTED, "str", "matching HTTP headers become request parameters (reserved names excepted)"
+    ),
     "--trace-config": TritonFlag(
         IMPLEMENTED, "list", "Triton's tracing: level, rate, count, mode, triton,file=..."
     ),
@@ -178,6 +182,8 @@ class TritonSettings:
     auto_complete: bool = True
     rate_limit: RateLimitConfig | None = None  # --rate-limit execution_count
     trace: TraceConfig = field(default_factory=TraceConfig)  # --trace-config and the deprecated --trace-*
+    grpc_header_forward_pattern: str = ""  # --grpc-header-forward-pattern
+    http_header_forward_pattern: str = ""  # --http-header-forward-pattern
 
 
 def apply_triton_flags(args: argparse.Namespace, log: logging.Logger) -> TritonSettings:
@@ -210,6 +216,8 @@ def apply_triton_flags(args: argparse.Namespace, log: logging.Logger) -> TritonS
         args.cache_size_bytes = _int("--response-cache-byte-size", given["--response-cache-byte-size"])
     settings.rate_limit = _rate_limit(given)
     settings.trace = _trace(given, log)
+    settings.grpc_header_forward_pattern = str(given.get("--grpc-header-forward-pattern", ""))
+    settings.http_header_forward_pattern = str(given.get("--http-header-forward-pattern", ""))
     for entry in given.get("--cache-config", []):
         cache, _, setting = entry.partition(",")
         key, _, size = setting.partition("=")

@@ -26,6 +26,22 @@ def check_request_parameters(model: str, parameters: Parameters) -> None:
         raise InputError(exc.message) from None
 
 
+def check_class_counts(model: str, names: Sequence[str], class_counts: Mapping[str, int]) -> dict[str, int]:
+    """``class_counts`` of outputs the call asks for, each a positive integer (the server refuses others)."""
+    for name, given in class_counts.items():
+        count: object = given  # from callers' code: checked, whatever its annotation says
+        if name not in names:
+            raise InputError(
+                f"model '{model}': class_counts names output '{name}', which the call does not ask for "
+                f"(outputs: {', '.join(names)})"
+            )
+        if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+            raise InputError(
+                f"model '{model}' output '{name}': class count must be a positive integer, got {count!r}"
+            )
+    return dict(class_counts)
+
+
 def _dims_match(given: tuple[int, ...], expected: tuple[int, ...]) -> bool:
     return len(given) == len(expected) and all(e in (-1, g) for g, e in zip(given, expected, strict=True))
 

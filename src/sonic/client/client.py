@@ -205,13 +205,20 @@ class AsyncClient:
         outputs: Sequence[str] | None = None,
         *,
         parameters: Parameters | None = None,
+        class_counts: Mapping[str, int] | None = None,
     ) -> Arrays:
         """Named numpy inputs in, named numpy outputs out (all outputs unless ``outputs`` names some).
 
         ``parameters``: Triton's request parameters (``sequence_id``, ``priority``, ``timeout``, ...) and
         custom ones a model reads (``request.parameters()`` in a Python model); see
-        :mod:`sonic.protocol.types`.
+        :mod:`sonic.protocol.types`. ``class_counts``: outputs asked as their top k classes (Triton's
+        classification extension, tritonclient's ``class_count``): each comes back as a BYTES array of
+        ``b"value:index[:label]"``, shape ``[batch, k]``.
         """
+        if class_counts:
+            return (
+                await self.infer_detailed(inputs, outputs, parameters=parameters, class_counts=class_counts)
+            ).outputs
         registry = self._registry
         info = self._info
         if parameters or registry is None or info is None or self._state is not ClientState.OPEN:
@@ -304,24 +311,31 @@ class AsyncClient:
         outputs: Sequence[str] | None = None,
         *,
         parameters: Parameters | None = None,
+        class_counts: Mapping[str, int] | None = None,
     ) -> InferResult:
         info = await self.model_info()
         arrays, batch = batching.check_inputs(info, inputs)
         names = batching.output_names(info, outputs)
         if parameters:
             batching.check_request_parameters(self.model, parameters)
-        if batch == 0:
+        classes = batching.check_class_counts(self.model, names, class_counts or {})
+        if batch == 0 and not classes:  # classified outputs are the server's to shape
             return InferResult(batching.empty_outputs(info, names), CallTiming())
         # Requests with parameters are never merged: each keeps its own.
-        if self.config.coalesce_in_flight and not parameters and 0 < batch < info.max_batch_size:
+        if (
+            self.config.coalesce_in_flight
+            and not parameters
+            and not classes
+            and 0 < batch < info.max_batch_size
+        ):
             return await self._coalesced(info, arrays, batch, names)
         extra = parameters or {}
         parts = batching.split(arrays, batch, info.max_batch_size)
         if len(parts) == 1:
-            results = [await self._infer_part(info, parts[0], names, extra)]
+            results = [await self._infer_part(info, parts[0], names, extra, classes)]
         else:
             async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(self._infer_part(info, p, names, extra)) for p in parts]
+                tasks = [group.create_task(self._infer_part(info, p, names, extra, classes)) for p in parts]
             results = [t.result() for t in tasks]
         if len(results) == 1:
             return results[0]
@@ -341,7 +355,12 @@ class AsyncClient:
         return InferResult(outputs, timing)
 
     async def _infer_part(
-        self, info: ModelInfo, arrays: Arrays, names: list[str], parameters: Parameters
+        self,
+        info: ModelInfo,
+        arrays: Arrays,
+        names: list[str],
+        parameters: Parameters,
+        class_counts: Mapping[str, int] | None = None,
     ) -> InferResult:
         start = time.perf_counter_ns()
         encoded = batching.encode(info, arrays)
@@ -350,7 +369,9 @@ class AsyncClient:
         assert self._in_flight is not None
         async with self._in_flight:
             (outputs, serialize_s, wait_s, deserialize_s, server, address), tries = await self._with_retries(
-                lambda entry: self._tries.call(entry, info, encoded, names, request_id, parameters)
+                lambda entry: self._tries.call(
+                    entry, info, encoded, names, request_id, parameters, class_counts
+                )
             )
         timing = CallTiming(
             serialize_s + prepare_ns / 1e9, wait_s, deserialize_s, 1, tries, (address,), server

@@ -145,9 +145,14 @@ class SyncClient:
         outputs: Sequence[str] | None = None,
         *,
         parameters: Parameters | None = None,
+        class_counts: Mapping[str, int] | None = None,
     ) -> Arrays:
         # The common call goes out on a blocking connection (sonic.client.blocking) while this thread
         # may drive the client: no loop turns. Anything else, or a failed first try's retries, on the loop.
+        if class_counts:
+            return self._run(
+                self._client.infer(inputs, outputs, parameters=parameters, class_counts=class_counts)
+            )
         if not parameters and not self._threaded and self._driving.acquire(blocking=False):
             try:
                 if not self._closed and _no_running_loop():
@@ -166,8 +171,11 @@ class SyncClient:
         outputs: Sequence[str] | None = None,
         *,
         parameters: Parameters | None = None,
+        class_counts: Mapping[str, int] | None = None,
     ) -> InferResult:
-        return self._run(self._client.infer_detailed(inputs, outputs, parameters=parameters))
+        return self._run(
+            self._client.infer_detailed(inputs, outputs, parameters=parameters, class_counts=class_counts)
+        )
 
     def infer_ragged(
         self,

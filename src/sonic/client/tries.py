@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy.typing as npt
@@ -67,14 +68,19 @@ class Tries:
         names: list[str],
         request_id: str,
         parameters: Parameters,
+        class_counts: Mapping[str, int] | None = None,
     ) -> Answer:
+        """``class_counts``: outputs asked as their top k classes (never placed in shared memory)."""
+        classes = class_counts or {}
         batch = next(iter(encoded.values()))[0].shape[0] if info.max_batch_size > 0 else 1
         region: Region | None = None
         placements: dict[str, ShmRef] = {}
         out_placements: dict[str, ShmRef] = {}
         shm_ns = 0
         if self.use_shm(entry):
-            out_sizes = output_bytes(info, names, batch) or {}
+            out_sizes = {
+                n: s for n, s in (output_bytes(info, names, batch) or {}).items() if n not in classes
+            }
             in_sizes = {
                 n: (d.nbytes if isinstance(d, memoryview) else len(d)) for n, (_, _, d) in encoded.items()
             }
@@ -95,7 +101,7 @@ class Tries:
                 WireInput(n, datatype, tuple(a.shape), None if n in placements else d, placements.get(n))
                 for n, (a, datatype, d) in encoded.items()
             ),
-            outputs=tuple(WireOutputRequest(n, out_placements.get(n)) for n in names),
+            outputs=tuple(WireOutputRequest(n, out_placements.get(n), classes.get(n, 0)) for n in names),
             request_id=request_id,
             timeout_s=self._config.timeout_s,
             parameters=parameters,

@@ -209,7 +209,25 @@ def decode_infer_request(data: bytes | bytearray | memoryview) -> InferRequest:
             if "shared_memory_region" in o.parameters
             and (ref := _shm_ref(o.parameters, f"{model} output {quote(o.name)}")) is not None
         },
+        output_classes={
+            o.name: _class_count(o.parameters) for o in head.outputs if "classification" in o.parameters
+        },
     )
+
+
+def _class_count(parameters: Any) -> int:
+    """An output's ``classification`` parameter, in Triton's words (its ``ParseClassificationParams``)."""
+    param = parameters["classification"]
+    if param.WhichOneof("parameter_choice") != "int64_param":
+        msg = "invalid value type for 'classification' parameter, expected int64_param"
+        raise InvalidArgumentError(msg)
+    if param.int64_param <= 0:
+        msg = "invalid value for 'classification' parameter, expected >= 0"
+        raise InvalidArgumentError(msg)
+    if "shared_memory_region" in parameters:
+        msg = "output can't set both 'shared_memory_region' and 'classification'"
+        raise InvalidArgumentError(msg)
+    return int(param.int64_param)
 
 
 def _typed_contents(tensor: Any, shape: tuple[int, ...], model: _ModelName) -> InputTensor:
@@ -305,6 +323,8 @@ def encode_request(request: WireRequest) -> tuple[Any, list[bytes | memoryview]]
         message = head.outputs.add(name=output.name)
         if output.shm is not None:
             _set_shm(message.parameters, output.shm)
+        if output.class_count:
+            message.parameters["classification"].int64_param = output.class_count
     return head, raw_input_parts(contents)
 
 

@@ -175,16 +175,14 @@ def decode_infer_request(
         raise InvalidArgumentError(
             f"{where.model}: {len(body) - offset} bytes of binary data left over after the inputs"
         )
-    outputs, output_shm, binary = _decode_outputs(header.get("outputs"), where)
     request = InferRequest(
         model_name=model_name,
         model_version=model_version,
         inputs=inputs,
         request_id=request_id,
-        outputs=outputs,
         parameters=parameters,
-        output_shm=output_shm,
     )
+    binary = _decode_outputs(header.get("outputs"), where, request)
     return request, OutputChoice(parameters.get("binary_data_output", False), binary)
 
 
@@ -295,14 +293,12 @@ def _check_json_elements(flat: list[Any], datatype: dtypes.Datatype, at: str) ->
     )
 
 
-def _decode_outputs(
-    raw_outputs: object, where: _Where
-) -> tuple[list[str] | None, dict[str, ShmRef], dict[str, bool]]:
-    """``outputs``: the names asked for (None: every output), their shared memory, their binary choice."""
+def _decode_outputs(raw_outputs: object, where: _Where, request: InferRequest) -> dict[str, bool]:
+    """``outputs``: the names asked for (None: every output), their shared memory and classification (into
+    ``request``); returns their binary choice."""
     binary: dict[str, bool] = {}
-    output_shm: dict[str, ShmRef] = {}
     if raw_outputs is None:
-        return None, output_shm, binary
+        return binary
     if not isinstance(raw_outputs, list):
         raise InvalidArgumentError(f"{where.model}: 'outputs' must be a list")
     outputs: list[str] = []
@@ -314,16 +310,32 @@ def _decode_outputs(
         parameters = item.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise InvalidArgumentError(f"{where.output(name)}: bad 'parameters'")
+        if "classification" in parameters:
+            count = _class_count(parameters, where.output(name))
+            if count:  # as Triton: 0 asks for the tensor itself
+                request.output_classes[name] = count
         ref = _shm_ref(parameters, where.output(name))
         if ref is not None:
-            output_shm[name] = ref
-        if parameters.get("classification"):
-            raise InvalidArgumentError(
-                f"{where.output(name)}: the classification extension is not supported by this server"
-            )
+            request.output_shm[name] = ref
         if "binary_data" in parameters:
             binary[name] = bool(parameters["binary_data"])
-    return outputs, output_shm, binary
+    request.outputs = outputs
+    return binary
+
+
+def _class_count(parameters: dict[str, Any], where: str) -> int:
+    """An output's ``classification``: an unsigned integer (Triton's ``CheckClassificationOutput``)."""
+    if "shared_memory_region" in parameters:
+        msg = "Output can't set both 'shared_memory_region' and 'classification'"
+        raise InvalidArgumentError(msg)
+    count = parameters["classification"]
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        # Triton's words (its status is 500: docs/triton-differences.md, client-fault-not-internal).
+        raise InvalidArgumentError(
+            "Unable to set 'classification': attempt to access JSON non-unsigned-integer as unsigned-integer "
+            f"({where}: got {count!r})"
+        )
+    return count
 
 
 # --- inference responses --------------------------------------------------------------------------------

@@ -103,6 +103,8 @@ class InferRequest:
     outputs: list[str] | None = None  # None: every output of the model
     parameters: dict[str, object] = field(default_factory=dict)  # checked by check_parameters
     output_shm: dict[str, ShmRef] = field(default_factory=dict)  # outputs to write into shared memory
+    # Outputs asked as classification (parameter ``classification``): their top k as text (server/classification.py).
+    output_classes: dict[str, int] = field(default_factory=dict)
 
     @property
     def priority(self) -> int:
@@ -148,6 +150,7 @@ class WireInput:
 class WireOutputRequest:
     name: str
     shm: ShmRef | None = None
+    class_count: int = 0  # > 0: the output's top k classes as BYTES (Triton's classification extension)
 
 
 @dataclass(slots=True)  # hot path: plain slots init, no frozen setattr

@@ -10,6 +10,7 @@ from pathlib import Path
 from sonic.h2.limits import SERVER_LIMITS, Http2Limits
 from sonic.protocol.wire import MAX_MESSAGE_BYTES
 from sonic.server.budget import DEFAULT_WAIT_S, default_budget_bytes
+from sonic.server.header_forward import HeaderForward
 from sonic.server.runtime.rate_limiter import ResourceCount
 from sonic.server.trace_config import TraceConfig
 from sonic.traffic.config import TrafficLogConfig
@@ -131,6 +132,10 @@ class ServerConfig:
     # default is a quarter of the machine's (or the container's) memory, within 64 MiB and 16 GiB.
     request_buffer_budget_bytes: int = field(default_factory=default_budget_bytes)
     request_buffer_wait_s: float = DEFAULT_WAIT_S  # longest wait for room, then 503 / RESOURCE_EXHAUSTED
+    # Triton's --grpc-header-forward-pattern / --http-header-forward-pattern: headers whose names match
+    # reach the model as request parameters (server/header_forward.py); "": none.
+    grpc_header_forward_pattern: str = ""
+    http_header_forward_pattern: str = ""
 
     def __post_init__(self) -> None:
         if not self.model_repositories:
@@ -145,5 +150,7 @@ class ServerConfig:
                 f"request_buffer_budget_bytes must be >= 1 and request_buffer_wait_s > 0, got "
                 f"{self.request_buffer_budget_bytes} and {self.request_buffer_wait_s}"
             )
+        HeaderForward.compile(self.grpc_header_forward_pattern, "--grpc-header-forward-pattern")
+        HeaderForward.compile(self.http_header_forward_pattern, "--http-header-forward-pattern")
         if self.max_requests_per_s is not None and self.max_requests_per_s <= 0:
             raise ValueError(f"max_requests_per_s must be > 0, got {self.max_requests_per_s}")

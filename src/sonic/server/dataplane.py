@@ -24,8 +24,10 @@ from sonic.protocol.errors import (
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InferResponse
 from sonic.server.cache import ResponseCache, infer_through_cache
+from sonic.server.classification import classify_off_loop
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.decoupled import DecoupledCall, StreamAnswer
+from sonic.server.header_forward import Forwarded, forward
 from sonic.server.load_config import parse_override
 from sonic.server.log_settings import LogSettingsService
 from sonic.server.manager import ModelManager
@@ -38,6 +40,7 @@ from sonic.server.trace_config import TraceConfig
 from sonic.server.trace_settings import Answer, Changes
 
 EXTENSIONS = (
+    "classification",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
@@ -60,6 +63,8 @@ class Arrival:
     received_ns: int
     trace_headers: dict[str, str] | None = None
     trace: RequestTrace | None = None
+    # Headers the front end's --*-header-forward-pattern matched: added to the request's parameters.
+    forwarded: Forwarded = ()
 
 
 class DataPlane:
@@ -201,6 +206,8 @@ class DataPlane:
         if not self.accepting:
             msg = "server is not accepting requests (starting up or shutting down)"
             raise UnavailableError(msg)
+        if arrival.forwarded:
+            forward(request.parameters, arrival.forwarded)
         self.in_flight += 1
         try:
             if arrival.trace is not None:
@@ -269,6 +276,8 @@ class DataPlane:
             msg = "server is not accepting requests (starting up or shutting down)"
             raise UnavailableError(msg)
         model = self.models.get(request.model_name, request.model_version)
+        if arrival.forwarded:
+            forward(request.parameters, arrival.forwarded)
         if request.output_shm:
             raise InvalidArgumentError(
                 f"model {quote(request.model_name)} is decoupled: its outputs cannot go to shared memory "
@@ -285,6 +294,14 @@ class DataPlane:
         try:
             while True:
                 for answer in await call.next():
+                    if request.output_classes and answer.response is not None:
+                        answer = StreamAnswer(  # noqa: PLW2901  (the same answer, classified)
+                            await classify_off_loop(
+                                answer.response, request.output_classes, model.spec.batched, model.labels
+                            ),
+                            answer.error,
+                            answer.final,
+                        )
                     yield answer
                     if answer.final:
                         return
@@ -310,6 +327,10 @@ class DataPlane:
         finally:
             if memory is not None:  # answered, refused, failed or cancelled: the regions may go again
                 memory.release()
+        if request.output_classes:  # never with shared memory: the codecs refuse both on one output
+            response = await classify_off_loop(
+                response, request.output_classes, model.spec.batched, model.labels
+            )
         return response
 
     # --- system shared memory ---------------------------------------------------------------------------

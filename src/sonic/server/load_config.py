@@ -28,6 +28,7 @@ from sonic.protocol.model_config import (
     validate_config,
 )
 from sonic.server import backends
+from sonic.server.classification import Labels, read_labels
 from sonic.server.paths import ModelFiles, check_config_paths
 from sonic.server.repository import ModelLocation, available_versions, select_versions
 
@@ -54,6 +55,7 @@ class PreparedConfig:
     backend_cls: type[backends.Backend]
     versions: list[int]  # the version folders the policy selects
     files: ModelFiles
+    labels: Labels  # the lines of each output's label_filename (classification)
 
 
 def prepare_config(
@@ -110,4 +112,4 @@ def prepare_config(
     fill_defaults(config, default_filename=backend_cls.default_filename, gpu_count=gpu_count)
     check_config_paths(config, files, selected)  # what auto-completion added
     spec = validate_config(config)
-    return PreparedConfig(config, spec, backend_cls, selected, files)
+    return PreparedConfig(config, spec, backend_cls, selected, files, read_labels(config, files))

@@ -8,6 +8,7 @@ An ensemble loads with its step models and is unloaded with them (``server/ensem
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Iterator
 
@@ -19,6 +20,7 @@ from sonic.protocol.wire import ModelState
 from sonic.server import backends
 from sonic.server.backends.base import InstanceContext, RequestBackend
 from sonic.server.calls import ServerModelCaller
+from sonic.server.classification import Labels
 from sonic.server.config import ServerConfig
 from sonic.server.ensemble_steps import StepGraph, step_models
 from sonic.server.instance_thread import InstanceThread
@@ -168,6 +170,7 @@ class ModelManager:
             prepared.versions,
         )
         await self._steps.load_steps(chain, step_models(config))
+        labels = self._labels(config, prepared.labels)
         new_models: dict[int, ModelVersion] = {}
         failures: dict[int, str] = {}
         for version in selected:
@@ -179,6 +182,7 @@ class ModelManager:
                     config, spec, backend_cls, prepared.files, version
                 )
                 new_models[version].traffic = self._traffic
+                new_models[version].labels = labels
             except SonicError as exc:
                 failures[version] = str(exc)
         if not new_models and failures:
@@ -209,6 +213,21 @@ class ModelManager:
             if version not in selected:
                 entry.versions[version] = VersionState(ModelState.UNAVAILABLE, "unloaded")
         log.info("model %s loaded, versions %s", location.name, sorted(new_models))
+
+    def _labels(self, config: model_config_pb2.ModelConfig, own: Labels) -> Labels:
+        """The labels of a model's outputs; an ensemble's output without a label file of its own takes
+        those of the step output it is mapped from, as Triton's (its step models are loaded by now)."""
+        labels = dict(own)
+        for step in config.ensemble_scheduling.step if config.platform == "ensemble" else ():
+            for step_output, output in step.output_map.items():
+                if output in labels or not any(o.name == output for o in config.output):
+                    continue
+                version = str(step.model_version) if step.model_version >= 0 else ""
+                with contextlib.suppress(NotFoundError, UnavailableError):
+                    step_labels = self.get(step.model_name, version).labels.get(step_output)
+                    if step_labels is not None:
+                        labels[output] = step_labels
+        return labels
 
     async def _create_version(
         self,

@@ -25,6 +25,7 @@ from sonic.protocol.errors import (
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InferResponse, InputTensor, OutputTensor
 from sonic.server.backends.base import Backend
+from sonic.server.classification import Labels
 from sonic.server.paths import ModelFiles
 from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.policy import BatchPolicy
@@ -81,6 +82,7 @@ class ModelVersion:
     # Decoupled requests' executions still running after their reader left (sonic.server.decoupled).
     background: set[asyncio.Task[None]] = field(default_factory=set)
     traffic: TrafficRecorder | None = None  # sonic serve --traffic-log: one record per request
+    labels: Labels = field(default_factory=dict)  # output label files' lines, for classification
 
     @classmethod
     def create(

@@ -133,6 +133,17 @@ def _both_framings(call: Call, _: Outcome, sonic: Outcome) -> bool:
     return framed_twice and sonic.code == "400" and said
 
 
+def _classified_bytes(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    refused = "class result not available for output due to unsupported type 'BYTES'" in sonic.message
+    return refused and triton.code not in {"OK", "200"}
+
+
+def _never_generated(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    # The harness starts both servers without header forwarding: its cases never meet this row, which
+    # tests/integration/backends/test_header_forward_parity.py checks instead.
+    return False
+
+
 def _string_sequence_id(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     return sonic.code in CLIENT_ERRORS and "is a string, but control input" in sonic.message
 
@@ -267,7 +278,7 @@ INTENDED: tuple[Intended, ...] = (
         "with a negative number, JSON `data` that does not fill `shape`, JSON `data` elements of the "
         "wrong JSON type (`null` or a string for a number, `1` for BOOL, `1.5` for an integer), a "
         "shared-memory key that does not exist or is empty, a load of a model that is not in the repository, a log setting of the "
-        "wrong JSON type. sonic answers INVALID_ARGUMENT/400 or NOT_FOUND/404 with what was wrong.",
+        "wrong JSON type, an HTTP output `classification` that is not an unsigned integer. sonic answers INVALID_ARGUMENT/400 or NOT_FOUND/404 with what was wrong.",
         "A 5xx tells clients and load balancers (Envoy outlier detection, the sonic client's "
         "failover) that the server is at fault and invites a retry elsewhere; these are the client's "
         "faults and a retry gives the same answer.",
@@ -319,7 +330,7 @@ INTENDED: tuple[Intended, ...] = (
     Intended(
         "server-metadata",
         "ServerMetadata (`GET /v2`): `version` is sonic's own, not `2.51.0`; `extensions` lists what "
-        "sonic implements (no `classification`, `cuda_shared_memory`). `name` is "
+        "sonic implements (no `cuda_shared_memory`). `name` is "
         "the same: `triton` unless `--id` says otherwise.",
         "A client that reads the extensions learns what it can use; a version that claimed Triton's "
         "would make bug reports point at the wrong server.",
@@ -420,6 +431,30 @@ INTENDED: tuple[Intended, ...] = (
         "would see another request in the same bytes (request smuggling). RFC 9112 section 6.1 lets a "
         "server treat the message as an error and close the connection.",
         _both_framings,
+    ),
+    Intended(
+        "classification-order",
+        "Classification (an output's `classification` parameter): in a row of more than 16 elements "
+        "with a NaN, sonic lists NaN first; Triton's `std::sort` runs its unguarded loops with a "
+        "comparison NaN breaks (undefined behaviour). A BYTES output asked as classification is refused "
+        "in Triton's words for the other types it cannot classify (INVALID_ARGUMENT/400 `class result "
+        "not available for output due to unsupported type 'BYTES'`); Triton 2.51 crashes (a division "
+        "by zero).",
+        "Undefined behaviour cannot be matched, and a request must not take the server down.",
+        _classified_bytes,
+    ),
+    Intended(
+        "header-forward-reserved",
+        "`--grpc-header-forward-pattern` / `--http-header-forward-pattern`: a header named as one of "
+        "Triton's request parameters (`sequence_id`, `sequence_start`, `sequence_end`, `priority`, "
+        "`timeout`, `binary_data_output`, `triton_enable_empty_final_response`) is not forwarded (Triton "
+        "shows it to the model as a string parameter); a header named as a parameter the client sent "
+        "replaces it (Triton passes both and `json.loads` keeps the header's); HTTP values lose trailing "
+        "whitespace; a pattern Python's `re` cannot read fails the start (Triton forwards nothing).",
+        "sonic's request parameters are one mapping: a header string there would take the place of the "
+        "value the scheduler reads. Trailing whitespace is not part of an HTTP field value (RFC 9110 "
+        "5.5); a flag that silently does nothing is worse than one refused at start.",
+        _never_generated,
     ),
 )
 

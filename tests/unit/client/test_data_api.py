@@ -12,7 +12,15 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from sonic.client import AsyncClient, ClientConfig, ClientState, ClientStateError, InputError, SyncClient
+from sonic.client import (
+    AsyncClient,
+    ClientConfig,
+    ClientError,
+    ClientState,
+    ClientStateError,
+    InputError,
+    SyncClient,
+)
 from sonic.client.transport.memory import MemoryServer, MemoryTransport
 
 pytestmark = pytest.mark.unit
@@ -88,6 +96,28 @@ def test_input_errors_name_model_and_input(
 def test_unknown_output_is_an_input_error(transports: list[MemoryTransport]) -> None:
     with pytest.raises(InputError, match="unknown outputs"):
         run(_infer(transports, "double", {"INPUT0": np.zeros((1, 4), np.float32)}, ["NOPE"]))
+
+
+def test_class_counts_are_checked_before_sending(
+    transports: list[MemoryTransport], servers: list[MemoryServer]
+) -> None:
+    async def infer(class_counts: dict[str, Any], outputs: list[str] | None = None) -> Any:
+        async with AsyncClient("double", transports=transports) as client:
+            return await client.infer(
+                {"INPUT0": np.zeros((1, 4), np.float32)}, outputs, class_counts=class_counts
+            )
+
+    with pytest.raises(
+        InputError, match="class_counts names output 'OUTPUT0', which the call does not ask for"
+    ):
+        run(infer({"OUTPUT0": 2}, ["OUTPUT1"]))
+    for bad in (0, -3, True, 2.0):
+        with pytest.raises(InputError, match=f"class count must be a positive integer, got {bad!r}"):
+            run(infer({"OUTPUT0": bad}))
+    assert not servers[0].batch_sizes  # never sent
+    # The in-memory transport has no classification: it says so instead of answering the raw tensor.
+    with pytest.raises(ClientError, match="no classification extension"):
+        run(infer({"OUTPUT0": 2}))
 
 
 def test_oversized_batch_is_split_and_joined(

@@ -133,6 +133,9 @@ class MemoryServer:
                 status=GrpcCode.INVALID_ARGUMENT,
                 server=self.address,
             )
+        if any(o.class_count for o in request.outputs):
+            msg = "the in-memory transport has no classification extension (class_counts)"
+            raise InvalidRequestError(msg, status=GrpcCode.UNIMPLEMENTED, server=self.address)
         self.batch_sizes.append(batch)
         self.request_ids.append(request.request_id)
         self.parameters.append(dict(request.parameters))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sonic.server.config import MAX_GRPC_DECOMPRESSED_BYTES, ServerConfig, TlsConfig
+from sonic.server.header_forward import NO_FORWARD, HeaderForward
 
 
 def host_port(host: str, port: int) -> str:
@@ -30,6 +31,8 @@ class FrontendSettings:
     max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES  # a compressed body, once inflated
     max_concurrent_streams: int | None = None  # gRPC, per connection; None: the stack's own
     max_connections_per_client: int | None = None  # HTTP, open connections per client address
+    grpc_header_forward: HeaderForward = NO_FORWARD  # gRPC headers that become request parameters
+    http_header_forward: HeaderForward = NO_FORWARD  # HTTP headers that become request parameters
 
     @classmethod
     def from_config(cls, config: ServerConfig) -> FrontendSettings:
@@ -40,6 +43,12 @@ class FrontendSettings:
             max_decompressed_bytes=config.grpc_max_decompressed_bytes,
             max_concurrent_streams=config.grpc_max_concurrent_streams,
             max_connections_per_client=config.http_max_connections_per_client,
+            grpc_header_forward=HeaderForward.compile(
+                config.grpc_header_forward_pattern, "--grpc-header-forward-pattern"
+            ),
+            http_header_forward=HeaderForward.compile(
+                config.http_header_forward_pattern, "--http-header-forward-pattern"
+            ),
         )
 
 

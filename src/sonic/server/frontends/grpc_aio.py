@@ -20,6 +20,7 @@ from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.base import Frontend, FrontendSettings
 from sonic.server.frontends.gate import CallGate, as_sonic_error
 from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, GrpcMethods, UnaryMethod
+from sonic.server.header_forward import Forwarded
 from sonic.server.tls import grpc_server_credentials
 
 Context = aio.ServicerContext[Any, Any]
@@ -45,6 +46,7 @@ class GrpcAioFrontend(Frontend):
         self._methods = GrpcMethods(dataplane)
         self._gate = gate
         self.host = settings.host
+        self._header_forward = settings.grpc_header_forward
         self.port = port
         tls = settings.tls
         self._credentials = grpc_server_credentials(tls) if tls is not None else None
@@ -133,8 +135,15 @@ class GrpcAioFrontend(Frontend):
     def _trace_headers(self, context: Context) -> dict[str, str] | None:
         return self._gate.trace_context(lambda name: _metadata(context, name))
 
+    def _forwarded(self, context: Context) -> Forwarded:
+        if not self._header_forward.enabled:
+            return ()
+        return self._header_forward.grpc(context.invocation_metadata() or ())
+
     async def _model_infer(self, data: bytes, context: Context) -> bytes:
-        return b"".join(await self._methods.infer(data, self._trace_headers(context)))
+        return b"".join(
+            await self._methods.infer(data, self._trace_headers(context), self._forwarded(context))
+        )
 
     async def _model_stream_infer(
         self, requests: AsyncIterator[bytes], context: Context
@@ -144,10 +153,10 @@ class GrpcAioFrontend(Frontend):
         await self._admit("ModelStreamInfer", context)
         results: asyncio.Queue[bytes | None] = asyncio.Queue(MAX_QUEUED_STREAM_RESPONSES)
         running: set[asyncio.Task[None]] = set()
-        trace_headers = self._trace_headers(context)
+        trace_headers, forwarded = self._trace_headers(context), self._forwarded(context)
 
         async def one(data: bytes) -> None:
-            async with aclosing(self._methods.stream_responses(data, trace_headers)) as messages:
+            async with aclosing(self._methods.stream_responses(data, trace_headers, forwarded)) as messages:
                 async for parts in messages:
                     await results.put(b"".join(parts))
 

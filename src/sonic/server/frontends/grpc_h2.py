@@ -163,6 +163,11 @@ class GrpcConnection:
             )
         call = Call(method, self._frontend.max_message_bytes, self._frontend.budget.capacity_bytes)
         call.trace = trace
+        header_forward = self._frontend.header_forward
+        if header_forward.enabled and method in {"ModelInfer", "ModelStreamInfer"}:
+            call.forwarded = header_forward.grpc(
+                (n.decode("latin-1"), v.decode("latin-1")) for n, v in headers
+            )
         try:
             call.encoding = check_encoding(encoding)
         except GrpcError as error:
@@ -226,7 +231,7 @@ class GrpcConnection:
             if call.compressed:  # most calls are not: no coroutine for them on the hot path
                 message = await self._inflated(call, message)
             if call.method == "ModelInfer":
-                parts = await self._methods.infer(message, call.trace)
+                parts = await self._methods.infer(message, call.trace, call.forwarded)
             elif call.method == "HealthCheck":
                 parts = [self._methods.health_check(message)]
             else:
@@ -265,7 +270,7 @@ class GrpcConnection:
         except CallError as error:
             self._fail(stream, error.code, error.message)
             return
-        async with aclosing(self._methods.stream_responses(message, call.trace)) as messages:
+        async with aclosing(self._methods.stream_responses(message, call.trace, call.forwarded)) as messages:
             async for parts in messages:
                 if stream.local_closed:
                     return  # closing the responses cancels the request: the model sees is_cancelled()
@@ -348,6 +353,7 @@ class H2GrpcFrontend(Frontend):
         self.gate = gate
         self.host = settings.host
         self.port = port
+        self.header_forward = settings.grpc_header_forward
         max_message_bytes = self.max_message_bytes = settings.max_message_bytes
         # gRPC's message limit holds for the inflated message too (as grpcio checks it).
         self.message_limits = MessageLimits(

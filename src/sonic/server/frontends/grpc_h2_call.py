@@ -14,6 +14,7 @@ import grpc
 from sonic.h2 import grpc_call
 from sonic.h2.grpc_call import ACCEPT_ENCODING
 from sonic.h2.headers import encode_headers
+from sonic.server.header_forward import Forwarded
 
 RESPONSE_HEADERS = encode_headers(
     [
@@ -68,6 +69,7 @@ class Call:
         "deadline",
         "drained",
         "encoding",
+        "forwarded",
         "headers_sent",
         "held",
         "input_done",
@@ -86,6 +88,7 @@ class Call:
         self.compressed = False
         self.encoding: str | None = None
         self.trace: dict[str, str] | None = None
+        self.forwarded: Forwarded = ()  # headers that become request parameters (--grpc-header-forward-pattern)
         self.deadline = math.inf  # loop time; the connection's one deadline timer watches it
         self.tasks: set[asyncio.Task[None]] = set()
         # ModelStreamInfer: set while a decoupled model's responses wait for the client to read

@@ -29,6 +29,7 @@ from sonic.server.dataplane import Arrival, DataPlane
 from sonic.server.decoupled import StreamAnswer
 from sonic.server.frontends.gate import as_sonic_error
 from sonic.server.frontends.traced import grpc_traced
+from sonic.server.header_forward import Forwarded
 from sonic.server.log_settings import changes_from_grpc, settings_to_grpc
 from sonic.server.trace_settings import answer_to_grpc
 from sonic.server.trace_settings import changes_from_grpc as trace_changes_from_grpc
@@ -150,22 +151,29 @@ class GrpcMethods:
         return _HEALTH_SERVING if self.dataplane.server_ready() else _HEALTH_NOT_SERVING
 
     async def infer(
-        self, data: bytes | bytearray | memoryview, trace_headers: dict[str, str] | None = None
+        self,
+        data: bytes | bytearray | memoryview,
+        trace_headers: dict[str, str] | None = None,
+        forwarded: Forwarded = (),
     ) -> list[bytes | memoryview]:
-        """``ModelInfer``: a serialized request in, the serialized response's pieces out."""
-        arrival = Arrival(time.perf_counter_ns(), trace_headers)
+        """``ModelInfer``: a serialized request in, the serialized response's pieces out (``forwarded``:
+        the call's headers that become request parameters)."""
+        arrival = Arrival(time.perf_counter_ns(), trace_headers, forwarded=forwarded)
         request = decode_infer_request(data)
         if self.dataplane.traces.active:  # Triton's trace extension: this one check while it is off
             return await grpc_traced(self.dataplane, request, arrival, encode_infer_response)
         return encode_infer_response(await self.dataplane.infer(request, arrival))
 
     async def stream_responses(
-        self, data: bytes | bytearray | memoryview, trace_headers: dict[str, str] | None = None
+        self,
+        data: bytes | bytearray | memoryview,
+        trace_headers: dict[str, str] | None = None,
+        forwarded: Forwarded = (),
     ) -> AsyncGenerator[list[bytes | memoryview], None]:
         """One ``ModelStreamInfer`` request's messages, as pieces: one for most models, zero or more for a
         decoupled one. Errors travel inside the stream, as Triton's do."""
         try:
-            arrival = Arrival(time.perf_counter_ns(), trace_headers)
+            arrival = Arrival(time.perf_counter_ns(), trace_headers, forwarded=forwarded)
             request = decode_infer_request(data)
             if not self.dataplane.is_decoupled(request.model_name, request.model_version):
                 if self.dataplane.traces.active:

@@ -136,6 +136,7 @@ class HttpFrontend(Frontend):
         self._max_decompressed_bytes = settings.max_decompressed_bytes
         self._gate = gate
         self.host = settings.host
+        self._header_forward = settings.http_header_forward
         self.port = port
         self._max_connections_per_client = settings.max_connections_per_client
         self._server: ClientCountingServer | None = None
@@ -285,7 +286,12 @@ class HttpFrontend(Frontend):
         else:
             decode = functools.partial(http_json.decode_infer_request, body, length, name, version)
             infer_request, choice = await asyncio.to_thread(decode)
-        arrival = Arrival(received_ns, self._gate.trace_context(request.headers.get), trace)
+        arrival = Arrival(
+            received_ns,
+            self._gate.trace_context(request.headers.get),
+            trace,
+            forwarded=self._header_forward.http(request.raw_headers),
+        )
         response = await self._dataplane.infer(infer_request, arrival, "HTTP end point")
         payload, json_length = http_json.encode_infer_response(response, choice)
         if json_length is None:
