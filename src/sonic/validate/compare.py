@@ -164,7 +164,8 @@ def float_differences(
     relative[np.isnan(relative)] = math.inf
     ulp = ulp_distance(reference.ravel(), candidate.ravel())
     with np.errstate(invalid="ignore", over="ignore"):
-        inside = equal | (absolute <= tolerance.atol + tolerance.rtol * np.abs(r))
+        # An infinite difference is outside whatever the tolerance (rtol times an infinity included).
+        inside = equal | (np.isfinite(absolute) & (absolute <= tolerance.atol + tolerance.rtol * np.abs(r)))
     if tolerance.max_ulp is not None:
         inside |= ulp <= tolerance.max_ulp
     return Differences(absolute, relative, ulp, ~inside)

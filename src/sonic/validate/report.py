@@ -60,9 +60,13 @@ def summary_rows(result: ValidationResult) -> list[list[Any]]:
     """One row per model's statuses (when any disagreed) and per output, in :data:`HEADERS`' order."""
     rows: list[list[Any]] = []
     for model in result.models.values():
-        if model.status_mismatches or model.unanswered:
-            what = f"{model.status_mismatches} status mismatches, {model.unanswered} unanswered"
-            rows.append([model.model, "(status)", "", False, model.requests, what, "", "", "", "", ""])
+        if model.status_mismatches or model.unanswered or model.both_failed:
+            what = (
+                f"{model.status_mismatches} status mismatches, {model.unanswered} unanswered, "
+                f"{model.both_failed} failed alike on both"
+            )
+            agree = not model.status_mismatches and not model.unanswered
+            rows.append([model.model, "(status)", "", agree, model.requests, what, "", "", "", "", ""])
         for output in model.outputs.values():
             agreement = output.argmax_agreement
             rows.append([

@@ -37,6 +37,11 @@ from sonic.protocol.types import ParameterValue, WireInput, WireRequest
 from sonic.validate.compare import Answer, Tensor
 
 
+# The caller's deadline (sonic.validate.run) ends a request; the transport's own, a little later, only
+# closes what is left. A DEADLINE_EXCEEDED answer is then the server's, never the client's own deadline.
+TRANSPORT_GRACE_S = 1.0
+
+
 class Scheme(enum.StrEnum):
     GRPC = "grpc"
     HTTP = "http"
@@ -149,7 +154,7 @@ class GrpcTarget:
         head, tail = encode_request(call.wire())
         message = b"".join([head.SerializeToString(), *tail])
         try:
-            data = await self._transport.raw_call("ModelInfer", message, timeout_s)
+            data = await self._transport.raw_call("ModelInfer", message, timeout_s + TRANSPORT_GRACE_S)
         except ServerError as exc:
             return grpc_error(exc.status, exc.detail)
         except ClientError as exc:
@@ -206,7 +211,7 @@ class HttpTarget:
                 self._base + path,
                 data=b"".join([head, *pieces]),
                 headers=headers,
-                timeout=aiohttp.ClientTimeout(total=timeout_s),
+                timeout=aiohttp.ClientTimeout(total=timeout_s + TRANSPORT_GRACE_S),
             ) as response:
                 body = await response.read()
                 length = response.headers.get("Inference-Header-Content-Length")
@@ -286,7 +291,17 @@ class DirectTarget:
             response = await self._dataplane.infer(request, Arrival(time.perf_counter_ns()))
         except SonicError as exc:
             return Answer(exc.code.name, int(http_status(exc)), exc.message)
-        outputs = {o.name: Tensor(o.datatype, tuple(o.shape), o.array) for o in response.outputs}
+        # Through the bytes the wire would carry: a backend's BYTES output may hold str elements.
+        outputs = {
+            o.name: _tensor(
+                o.name,
+                o.datatype,
+                tuple(o.shape),
+                dtypes.array_to_bytes(o.array, dtypes.from_name(o.datatype)),
+                call.model,
+            )
+            for o in response.outputs
+        }
         return Answer("OK", 200, outputs=outputs)
 
     async def close(self) -> None:
