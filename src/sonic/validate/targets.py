@@ -36,7 +36,6 @@ from sonic.protocol.model_config import CONFIG_FILENAME
 from sonic.protocol.types import ParameterValue, WireInput, WireRequest
 from sonic.validate.compare import Answer, Tensor
 
-
 # The caller's deadline (sonic.validate.run) ends a request; the transport's own, a little later, only
 # closes what is left. A DEADLINE_EXCEEDED answer is then the server's, never the client's own deadline.
 TRANSPORT_GRACE_S = 1.0

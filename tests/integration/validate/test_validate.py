@@ -88,7 +88,8 @@ def test_a_perturbed_model_is_caught(
     assert probabilities["max_abs"] > 1e-3
     assert probabilities["elements_outside"] > 0
     worst = probabilities["worst"]
-    assert worst and worst[0]["request_id"].startswith("c")
+    assert worst
+    assert worst[0]["request_id"].startswith("c")
     assert worst[0]["arrival"].startswith("2023-11-14T22:13:20")  # the recorded arrival, in UTC
     assert worst[0]["max_abs"] == probabilities["max_abs"]
     assert "FAIL" in done.stdout

@@ -4,6 +4,7 @@ fraction allowed outside, exact types, statuses, arg-max agreement and the bound
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -33,13 +34,15 @@ INFO = RequestInfo(0, "r0", 1_700_000_000_000_000_000)
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16])
 def test_ulp_distance_counts_representable_values_through_zero(dtype: type) -> None:
-    one = np.array([1.0], dtype=dtype)
+    one: np.ndarray[Any, Any] = np.array([1.0], dtype=dtype)
     up = np.nextafter(one.astype(np.float64), 2).astype(dtype) if dtype is ml_dtypes.bfloat16 else None
     if up is None or up[0] == one[0]:  # bfloat16 has no nextafter: step its bits
         up = (one.view(f"<i{one.itemsize}") + 1).view(dtype)
     assert ulp_distance(one, up).tolist() == [1.0]
     assert ulp_distance(up, one).tolist() == [1.0]
-    tiny = (np.zeros(1, dtype=dtype).view(f"<i{one.itemsize}") + 1).view(dtype)  # smallest subnormal
+    tiny: np.ndarray[Any, Any] = (np.zeros(1, dtype=dtype).view(f"<i{one.itemsize}") + 1).view(
+        dtype
+    )  # smallest subnormal
     # -tiny to +tiny: two steps, through the one value zero (-0.0 and +0.0 are the same value).
     assert ulp_distance(-tiny, tiny).tolist() == [2.0]
     assert ulp_distance(np.array([-0.0], dtype=dtype), np.array([0.0], dtype=dtype)).tolist() == [0.0]
