@@ -69,6 +69,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="REF=CAND",
         help="the candidate's name for a reference input or output (e.g. a TorchScript model's INPUT__0)",
     )
+    parser.add_argument(
+        "--messages",
+        default="exact",
+        choices=["exact", "status"],
+        help="error messages must match word for word (exact), or only the statuses (status: e.g. sonic against "
+        "Triton, whose words sonic keeps after its own context)",
+    )
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight at once")
     parser.add_argument("--timeout-s", type=float, default=30.0, help="deadline of each request, per target")
     parser.add_argument(
@@ -126,6 +133,7 @@ def _progress(total: int) -> Callable[[int], None] | None:
 def run(args: argparse.Namespace) -> int:
     from sonic.client.config import TransportKind  # noqa: PLC0415  (the command's imports when it runs)
     from sonic.validate import report  # noqa: PLC0415
+    from sonic.validate.compare import Messages  # noqa: PLC0415
     from sonic.validate.run import ValidateConfig, count_requests, validate  # noqa: PLC0415
     from sonic.validate.source import SourceConfig  # noqa: PLC0415
     from sonic.validate.targets import TargetSpec  # noqa: PLC0415
@@ -147,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             timeout_s=args.timeout_s,
             transport=TransportKind(args.transport),
+            messages=Messages(args.messages),
         )
         total = count_requests(source)
         result = asyncio.run(validate(config, _progress(total)))

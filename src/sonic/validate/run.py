@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from sonic.client.config import TransportKind
 from sonic.traffic.schema import traffic_files
-from sonic.validate.compare import NO_ANSWER, Answer, ModelStats, Tolerances, compare_answers
+from sonic.validate.compare import NO_ANSWER, Answer, Messages, ModelStats, Tolerances, compare_answers
 from sonic.validate.source import Recorded, SourceConfig, recorded_requests
 from sonic.validate.targets import Call, Target, TargetSpec, open_target
 
@@ -38,6 +38,7 @@ class ValidateConfig:
     concurrency: int = 4
     timeout_s: float = 30.0  # per request and target
     transport: TransportKind = TransportKind.NATIVE
+    messages: Messages = Messages.EXACT
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -136,7 +137,9 @@ class _Run:
             stats = self.models[recorded.model] = ModelStats(recorded.model)
         self.used_renames.update(name for name in answers[0].outputs if name in self.config.renames)
         self.synthetic += recorded.synthetic
-        compare_answers(stats, recorded.info, *answers, self.config.tolerances, self.config.renames)
+        compare_answers(
+            stats, recorded.info, *answers, self.config.tolerances, self.config.renames, self.config.messages
+        )
 
 
 async def validate(config: ValidateConfig, progress: Callable[[int], None] | None = None) -> ValidationResult:
