@@ -105,7 +105,8 @@ def tolerances(args: argparse.Namespace) -> Tolerances:
                 value = convert(text)
             except ValueError:
                 flag = "--" + option.replace("_", "-")
-                raise ValueError(f"{flag} {text}: expected a number ({convert.__name__})") from None
+                given = f"{output}={text}" if output else text
+                raise ValueError(f"{flag} {given}: expected a number ({convert.__name__})") from None
             (per.setdefault(output, {}) if output else glob)[name] = value
     default = Tolerance(**glob)
     return Tolerances(default, {key: Tolerance(**(glob | values)) for key, values in per.items()})

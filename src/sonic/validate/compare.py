@@ -219,6 +219,7 @@ class OutputStats:
     argmax_agree: int = 0
     argmax_rows: int = 0
     mismatches: int = 0  # requests whose output differs in structure or, for exact types, in value
+    structural: int = 0  # of them, in structure: datatype, shape, a missing output
     examples: list[tuple[RequestInfo, str]] = field(default_factory=list)
     worst: list[WorstCase] = field(default_factory=list)  # a min-heap of the worst WORST_KEPT
     sample_abs: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
@@ -249,8 +250,9 @@ class OutputStats:
         sample = self.sample_abs if which == "abs" else self.sample_rel
         return float(np.median(sample)) if sample.size else 0.0
 
-    def mismatch(self, request: RequestInfo, what: str) -> None:
+    def mismatch(self, request: RequestInfo, what: str, *, structural: bool = True) -> None:
         self.mismatches += 1
+        self.structural += structural
         if len(self.examples) < EXAMPLES_KEPT:
             self.examples.append((request, what))
 
@@ -275,7 +277,9 @@ class OutputStats:
             first = int(np.argmax(differ))
             values = reference.array.ravel()[first], candidate.array.ravel()[first]
             self.mismatch(
-                request, f"{count} elements differ; first at {first}: {values[1]!r}, reference {values[0]!r}"
+                request,
+                f"{count} elements differ; first at {first}: {values[1]!r}, reference {values[0]!r}",
+                structural=False,
             )
 
     def _add_floating(

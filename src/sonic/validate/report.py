@@ -39,7 +39,9 @@ HEADERS = (
 
 
 def _arrival(info: RequestInfo) -> str:
-    return dt.datetime.fromtimestamp(info.arrival_unix_ns / 1e9, dt.UTC).isoformat(timespec="milliseconds")
+    return dt.datetime.fromtimestamp(info.arrival_unix_ns / 1e9, dt.UTC).isoformat(
+        " ", timespec="milliseconds"
+    )[:23]
 
 
 def _number(value: float) -> Any:
@@ -61,10 +63,7 @@ def summary_rows(result: ValidationResult) -> list[list[Any]]:
     rows: list[list[Any]] = []
     for model in result.models.values():
         if model.status_mismatches or model.unanswered or model.both_failed:
-            what = (
-                f"{model.status_mismatches} status mismatches, {model.unanswered} unanswered, "
-                f"{model.both_failed} failed alike on both"
-            )
+            what = f"{model.status_mismatches} differ, {model.unanswered} unanswered, {model.both_failed} failed alike"
             agree = not model.status_mismatches and not model.unanswered
             rows.append([model.model, "(status)", "", agree, model.requests, what, "", "", "", "", ""])
         for output in model.outputs.values():
@@ -75,12 +74,12 @@ def summary_rows(result: ValidationResult) -> list[list[Any]]:
                 output.datatype,
                 output.passed,
                 output.requests,
-                f"{output.elements_outside}/{output.elements}" + (f" +{output.mismatches} mismatched" if output.mismatches else ""),
+                f"{output.elements_outside}/{output.elements}" + (f" +{output.structural} mismatched" if output.structural else ""),
                 _number(output.max_abs) if output.floating else "",
                 output.median("abs") if output.floating else "",
                 _number(output.max_rel) if output.floating else "",
                 _number(output.max_ulp) if output.floating else "",
-                f"{agreement:.4%}" if agreement is not None else "",
+                f"{agreement:.2%}" if agreement is not None else "",
             ])  # fmt: skip
     return rows
 

@@ -20,6 +20,7 @@ from tests.integration.validate.conftest import (
 )
 
 from sonic.launch import ServerProcess
+from sonic.testing import chromium
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +91,7 @@ def test_a_perturbed_model_is_caught(
     worst = probabilities["worst"]
     assert worst
     assert worst[0]["request_id"].startswith("c")
-    assert worst[0]["arrival"].startswith("2023-11-14T22:13:20")  # the recorded arrival, in UTC
+    assert worst[0]["arrival"].startswith("2023-11-14 22:13:20.")  # the recorded arrival, in UTC
     assert worst[0]["max_abs"] == probabilities["max_abs"]
     assert "FAIL" in done.stdout
     assert (tmp_path / "report.html").is_file()
@@ -164,3 +165,22 @@ def test_a_target_naming_one_model_needs_a_trace_of_one(
         "names model 'classifier' but the trace holds classifier, strings: choose the recorded one"
         in done.stderr
     )
+
+
+@pytest.mark.slow
+def test_the_report_renders_in_chromium(
+    repositories: Repositories, browser: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    done = run_validate(tmp_path, capsys, "--traffic", str(repositories.trace), "--model", "classifier",
+                        "--reference", f"direct:{repositories.models}",
+                        "--candidate", f"direct:{repositories.perturbed}", "--atol", "1e-3")  # fmt: skip
+    assert done.code == 1
+    page = tmp_path / "report.html"
+    text = page.read_text(encoding="utf-8")
+    assert text.count("data:image/png;base64,") == 1  # one histogram: PROBABILITIES (LABEL is exact)
+    assert "Worst requests" in text
+    assert "BEYOND TOLERANCE" in text
+    screenshot = chromium.render(browser, page, tmp_path / "report.png", tmp_path / "profile", (1100, 1800))
+    size, inked = chromium.inked(screenshot)
+    assert size == (1100, 1800)
+    assert 0.02 < inked < 0.6, f"{inked:.3f} of the page is not background: blank or unstyled page?"
