@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -122,7 +123,7 @@ def read_traffic(directory: Path, models: tuple[str, ...] = ()) -> pa.Table:
     return pa.concat_tables(tables).sort_by("arrival_unix_ns")
 
 
-def _file_rows(path: Path, batch_rows: int, with_contents_only: bool) -> Iterator[dict[str, object]]:
+def _file_rows(path: Path, batch_rows: int, with_contents_only: bool) -> Iterator[dict[str, Any]]:
     file = pq.ParquetFile(path)
     _check_version(path, file.schema_arrow)
     for batch in file.iter_batches(batch_size=batch_rows):
@@ -134,7 +135,7 @@ def _file_rows(path: Path, batch_rows: int, with_contents_only: bool) -> Iterato
 
 def iter_traffic(
     directory: Path, models: tuple[str, ...] = (), *, batch_rows: int = 64, with_contents_only: bool = False
-) -> Iterator[dict[str, object]]:
+) -> Iterator[dict[str, Any]]:
     """The records under ``directory`` one at a time, read lazily: at most ``batch_rows`` rows of each
     model's current file are in memory, whatever the size of the trace.
 
@@ -150,4 +151,8 @@ def iter_traffic(
         itertools.chain.from_iterable(_file_rows(path, batch_rows, with_contents_only) for path in paths)
         for paths in by_model.values()
     ]
-    yield from heapq.merge(*streams, key=lambda row: row["arrival_unix_ns"])  # type: ignore[arg-type, return-value]
+    yield from heapq.merge(*streams, key=_arrival)
+
+
+def _arrival(row: dict[str, Any]) -> int:
+    return int(row["arrival_unix_ns"])

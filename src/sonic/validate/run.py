@@ -142,12 +142,22 @@ class _Run:
         )
 
 
-async def validate(config: ValidateConfig, progress: Callable[[int], None] | None = None) -> ValidationResult:
-    """Replay the trace to both targets and compare; ``progress`` is called with the requests done."""
+async def validate(
+    config: ValidateConfig,
+    progress: Callable[[int], None] | None = None,
+    *,
+    targets: tuple[Target, Target] | None = None,
+) -> ValidationResult:
+    """Replay the trace to both targets and compare; ``progress`` is called with the requests done.
+    ``targets`` (reference, candidate) replaces those the config names (tests); they are closed here."""
     check_models(config)
     started = time.perf_counter()
-    reference = open_target(config.reference, config.transport, config.timeout_s)
-    candidate = open_target(config.candidate, config.transport, config.timeout_s)
+    if targets is None:
+        targets = (
+            open_target(config.reference, config.transport, config.timeout_s),
+            open_target(config.candidate, config.transport, config.timeout_s),
+        )
+    reference, candidate = targets
     run = _Run(config, reference, candidate)
     requests: Iterator[Recorded] = recorded_requests(config.source)
     done = 0

@@ -56,10 +56,10 @@ def recorded_requests(config: SourceConfig) -> Iterator[Recorded]:
         if config.max_requests and index >= config.max_requests:
             return
         yield Recorded(
-            info=RequestInfo(index, str(row["request_id"]), int(row["arrival_unix_ns"])),  # type: ignore[call-overload]
+            info=RequestInfo(index, str(row["request_id"]), int(row["arrival_unix_ns"])),
             model=str(row["model"]),
             arrays=recorded_arrays(row, Synthetic.RANDOM, rng),
-            datatypes=dict(zip(row["input_names"], row["input_datatypes"], strict=True)),  # type: ignore[call-overload]
+            datatypes=dict(zip(row["input_names"], row["input_datatypes"], strict=True)),
             parameters=recorded_parameters(row),
             synthetic=row["contents"] is None,
         )

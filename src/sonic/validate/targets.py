@@ -258,8 +258,9 @@ class DirectTarget:
         from sonic.server.dataplane import DataPlane  # noqa: PLC0415
         from sonic.server.manager import ModelManager  # noqa: PLC0415
 
-        self._manager = ModelManager(ServerConfig(model_repositories=(repository,)))
-        self._dataplane = DataPlane(ServerConfig(model_repositories=(repository,)), self._manager)
+        config = ServerConfig(model_repositories=(repository,))
+        self._manager = ModelManager(config)
+        self._dataplane = DataPlane(config, self._manager)
         self._dataplane.accepting = True
         self._loads: dict[str, asyncio.Task[Answer | None]] = {}
 
