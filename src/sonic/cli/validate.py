@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sonic.validate.compare import Tolerances
+    from sonic.validate.run import ValidateConfig
 
 
 def _setting(text: str) -> tuple[str, str]:
@@ -45,15 +46,26 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         action="store_true",
         help="also the requests recorded without contents, with seeded inputs of their recorded shapes",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic inputs")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the synthetic inputs (default 0)")
     parser.add_argument("--max-requests", type=int, default=0, help="only the first N requests (0: all)")
     group = parser.add_argument_group(
         "tolerances (floating point; integers, BOOL and BYTES compare exactly); VALUE for every output, "
         "OUTPUT=VALUE or MODEL/OUTPUT=VALUE for one; default: exact"
     )
-    group.add_argument("--atol", action="append", default=[], type=_setting, metavar="[OUTPUT=]V")
-    group.add_argument("--rtol", action="append", default=[], type=_setting, metavar="[OUTPUT=]V")
-    group.add_argument("--max-ulp", action="append", default=[], type=_setting, metavar="[OUTPUT=]N")
+    group.add_argument(
+        "--atol", action="append", default=[], type=_setting, metavar="[OUTPUT=]V", help="absolute difference"
+    )
+    group.add_argument(
+        "--rtol", action="append", default=[], type=_setting, metavar="[OUTPUT=]V", help="times |reference|"
+    )
+    group.add_argument(
+        "--max-ulp",
+        action="append",
+        default=[],
+        type=_setting,
+        metavar="[OUTPUT=]N",
+        help="representable values apart (an element passes by any one criterion)",
+    )
     group.add_argument(
         "--allow-fraction",
         action="append",
@@ -79,7 +91,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight at once")
     parser.add_argument("--timeout-s", type=float, default=30.0, help="deadline of each request, per target")
     parser.add_argument(
-        "--transport", default="native", choices=["native", "grpcio"], help="gRPC client stack"
+        "--transport", default=None, choices=["native", "grpcio"], help="gRPC client stack (default native)"
     )
     parser.add_argument(
         "--out", type=Path, default=Path("sonic-validate"), help="report.html, report.json, plots"
@@ -131,35 +143,51 @@ def _progress(total: int) -> Callable[[int], None] | None:
         return None
 
 
-def run(args: argparse.Namespace) -> int:
+def validate_config(args: argparse.Namespace) -> ValidateConfig:
+    """What the command line asks for; ValueError naming the option where it is wrong or would change nothing."""
     from sonic.client.config import TransportKind  # noqa: PLC0415  (the command's imports when it runs)
-    from sonic.validate import report  # noqa: PLC0415
     from sonic.validate.compare import Messages  # noqa: PLC0415
-    from sonic.validate.run import ValidateConfig, count_requests, validate  # noqa: PLC0415
+    from sonic.validate.run import ValidateConfig  # noqa: PLC0415
     from sonic.validate.source import SourceConfig  # noqa: PLC0415
-    from sonic.validate.targets import TargetSpec  # noqa: PLC0415
+    from sonic.validate.targets import Scheme, TargetSpec  # noqa: PLC0415
+
+    if args.seed is not None and not args.synthetic:
+        msg = "--seed sets the synthetic inputs: it needs --synthetic"
+        raise ValueError(msg)
+    source = SourceConfig(
+        args.traffic,
+        tuple(args.model),
+        synthetic=args.synthetic,
+        seed=args.seed or 0,
+        max_requests=args.max_requests,
+    )
+    config = ValidateConfig(
+        source=source,
+        reference=TargetSpec.parse(args.reference),
+        candidate=TargetSpec.parse(args.candidate),
+        tolerances=tolerances(args),
+        renames=_renames(args.rename),
+        concurrency=args.concurrency,
+        timeout_s=args.timeout_s,
+        transport=TransportKind(args.transport or "native"),
+        messages=Messages(args.messages),
+    )
+    if args.transport is not None and Scheme.GRPC not in (
+        config.reference.protocol,
+        config.candidate.protocol,
+    ):
+        msg = "--transport chooses the gRPC client: neither target is gRPC"
+        raise ValueError(msg)
+    return config
+
+
+def run(args: argparse.Namespace) -> int:
+    from sonic.validate import report  # noqa: PLC0415  (the command's imports when it runs)
+    from sonic.validate.run import count_requests, validate  # noqa: PLC0415
 
     try:
-        source = SourceConfig(
-            args.traffic,
-            tuple(args.model),
-            synthetic=args.synthetic,
-            seed=args.seed,
-            max_requests=args.max_requests,
-        )
-        config = ValidateConfig(
-            source=source,
-            reference=TargetSpec.parse(args.reference),
-            candidate=TargetSpec.parse(args.candidate),
-            tolerances=tolerances(args),
-            renames=_renames(args.rename),
-            concurrency=args.concurrency,
-            timeout_s=args.timeout_s,
-            transport=TransportKind(args.transport),
-            messages=Messages(args.messages),
-        )
-        total = count_requests(source)
-        result = asyncio.run(validate(config, _progress(total)))
+        config = validate_config(args)
+        result = asyncio.run(validate(config, _progress(count_requests(config.source))))
     except ValueError as exc:
         print(f"sonic validate: {exc}", file=sys.stderr)
         return 2

@@ -181,3 +181,26 @@ def test_the_report_renders_in_chromium(
     assert "Worst requests" in text
     assert "BEYOND TOLERANCE" in text
     chromium.assert_renders(browser, page, tmp_path, (1100, 1800))
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        (["--seed", "3"], "--seed sets the synthetic inputs: it needs --synthetic"),
+        (["--transport", "grpcio"], "--transport chooses the gRPC client: neither target is gRPC"),
+        (["--max-ulp", "OUT=1.5"], "--max-ulp OUT=1.5: expected a number (int)"),
+        (["--atol", "-1"], "tolerances are >= 0"),
+    ],
+)
+def test_options_that_would_change_nothing_or_are_wrong_are_refused(
+    repositories: Repositories,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    options: list[str],
+    words: str,
+) -> None:
+    direct = f"direct:{repositories.models}"
+    done = run_validate(tmp_path, capsys, "--traffic", str(repositories.trace), "--reference", direct,
+                        "--candidate", direct, *options)  # fmt: skip
+    assert done.code == 2
+    assert words in done.stderr
