@@ -222,10 +222,10 @@ class OutputStats:
     structural: int = 0  # of them, in structure: datatype, shape, a missing output
     examples: list[tuple[RequestInfo, str]] = field(default_factory=list)
     worst: list[WorstCase] = field(default_factory=list)  # a min-heap of the worst WORST_KEPT
-    sample_abs: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
-    sample_rel: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
-    _sample_keys: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
-    _rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    sample_abs: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0), repr=False)
+    sample_rel: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0), repr=False)
+    _sample_keys: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0), repr=False)
+    _rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0), repr=False)
 
     @property
     def floating(self) -> bool:
