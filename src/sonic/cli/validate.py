@@ -183,7 +183,8 @@ def validate_config(args: argparse.Namespace) -> ValidateConfig:
 
 def run(args: argparse.Namespace) -> int:
     from sonic.validate import report  # noqa: PLC0415  (the command's imports when it runs)
-    from sonic.validate.run import count_requests, validate  # noqa: PLC0415
+    from sonic.validate.run import validate  # noqa: PLC0415
+    from sonic.validate.source import count_requests  # noqa: PLC0415
 
     try:
         config = validate_config(args)

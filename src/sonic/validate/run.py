@@ -16,13 +16,9 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
 from sonic.client.config import TransportKind
-from sonic.traffic.schema import traffic_files
 from sonic.validate.compare import NO_ANSWER, Answer, Messages, ModelStats, Tolerances, compare_answers
-from sonic.validate.source import Recorded, SourceConfig, recorded_requests
+from sonic.validate.source import Recorded, SourceConfig, recorded_models, recorded_requests
 from sonic.validate.targets import Call, Target, TargetSpec, open_target
 
 
@@ -32,9 +28,8 @@ class ValidateConfig:
     reference: TargetSpec
     candidate: TargetSpec
     tolerances: Tolerances = field(default_factory=Tolerances)
-    renames: Mapping[str, str] = field(
-        default_factory=dict
-    )  # reference name -> candidate's (inputs, outputs)
+    # The candidate's names of reference inputs and outputs, where they differ.
+    renames: Mapping[str, str] = field(default_factory=dict)
     concurrency: int = 4
     timeout_s: float = 30.0  # per request and target
     transport: TransportKind = TransportKind.NATIVE
@@ -58,27 +53,6 @@ class ValidationResult:
     @property
     def passed(self) -> bool:
         return bool(self.requests) and all(m.passed for m in self.models.values())
-
-
-def recorded_models(config: SourceConfig) -> list[str]:
-    """The models the trace holds (only those selected)."""
-    names = sorted({path.parent.name for path in traffic_files(config.traffic_dir)})
-    return [name for name in names if not config.models or name in config.models]
-
-
-def count_requests(config: SourceConfig) -> int:
-    """How many requests the replay will send (for its progress bar): a pass over one column."""
-    total = 0
-    for path in traffic_files(config.traffic_dir):
-        if config.models and path.parent.name not in config.models:
-            continue
-        file = pq.ParquetFile(path)
-        if config.synthetic:
-            total += file.metadata.num_rows
-            continue
-        for batch in file.iter_batches(batch_size=256, columns=["contents"]):
-            total += pc.sum(pc.is_valid(batch.column(0))).as_py() or 0
-    return min(total, config.max_requests) if config.max_requests else total
 
 
 def check_models(config: ValidateConfig) -> list[str]:

@@ -16,10 +16,12 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from sonic.protocol.types import ParameterValue
 from sonic.traffic.requests import Synthetic, recorded_arrays, recorded_parameters
-from sonic.traffic.schema import iter_traffic
+from sonic.traffic.schema import iter_traffic, traffic_files
 from sonic.validate.compare import RequestInfo
 
 
@@ -63,3 +65,24 @@ def recorded_requests(config: SourceConfig) -> Iterator[Recorded]:
             parameters=recorded_parameters(row),
             synthetic=row["contents"] is None,
         )
+
+
+def recorded_models(config: SourceConfig) -> list[str]:
+    """The models the trace holds (only those selected)."""
+    names = sorted({path.parent.name for path in traffic_files(config.traffic_dir)})
+    return [name for name in names if not config.models or name in config.models]
+
+
+def count_requests(config: SourceConfig) -> int:
+    """How many requests the replay will send (for its progress bar): a pass over one column."""
+    total = 0
+    for path in traffic_files(config.traffic_dir):
+        if config.models and path.parent.name not in config.models:
+            continue
+        file = pq.ParquetFile(path)
+        if config.synthetic:
+            total += file.metadata.num_rows
+            continue
+        for batch in file.iter_batches(batch_size=256, columns=["contents"]):
+            total += pc.sum(pc.is_valid(batch.column(0))).as_py() or 0
+    return min(total, config.max_requests) if config.max_requests else total

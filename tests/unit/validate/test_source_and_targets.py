@@ -13,8 +13,7 @@ from tests.integration.traffic.trace import record, write_records
 from sonic.cli import validate as cli
 from sonic.traffic.schema import iter_traffic
 from sonic.validate.compare import Tolerance
-from sonic.validate.run import count_requests
-from sonic.validate.source import SourceConfig, recorded_requests
+from sonic.validate.source import SourceConfig, count_requests, recorded_requests
 from sonic.validate.targets import Scheme, TargetSpec
 
 pytestmark = pytest.mark.unit
