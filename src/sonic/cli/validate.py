@@ -52,28 +52,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "tolerances (floating point; integers, BOOL and BYTES compare exactly); VALUE for every output, "
         "OUTPUT=VALUE or MODEL/OUTPUT=VALUE for one; default: exact"
     )
-    group.add_argument(
-        "--atol", action="append", default=[], type=_setting, metavar="[OUTPUT=]V", help="absolute difference"
-    )
-    group.add_argument(
-        "--rtol", action="append", default=[], type=_setting, metavar="[OUTPUT=]V", help="times |reference|"
-    )
-    group.add_argument(
-        "--max-ulp",
-        action="append",
-        default=[],
-        type=_setting,
-        metavar="[OUTPUT=]N",
-        help="representable values apart (an element passes by any one criterion)",
-    )
-    group.add_argument(
-        "--allow-fraction",
-        action="append",
-        default=[],
-        type=_setting,
-        metavar="[OUTPUT=]F",
-        help="fraction of an output's elements allowed outside (default 0)",
-    )
+    for flag, metavar, text in (
+        ("--atol", "[OUTPUT=]V", "absolute difference"),
+        ("--rtol", "[OUTPUT=]V", "times |reference|"),
+        ("--max-ulp", "[OUTPUT=]N", "representable values apart (an element passes by any one criterion)"),
+        ("--allow-fraction", "[OUTPUT=]F", "fraction of an output's elements allowed outside (default 0)"),
+    ):
+        group.add_argument(flag, action="append", default=[], type=_setting, metavar=metavar, help=text)
     parser.add_argument(
         "--rename",
         action="append",
