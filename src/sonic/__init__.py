@@ -10,6 +10,7 @@ docs/architecture.md is the map; from the bottom layer up:
 - :mod:`sonic.traffic`: the traffic record of ``sonic serve --traffic-log``;
 - :mod:`sonic.perf` and :mod:`sonic.workflow`: load generation, and CMSSW-style event loops of users;
 - :mod:`sonic.cli`, :mod:`sonic.demos`, :mod:`sonic.coffea`, :mod:`sonic.deploy`: entry points and integrations;
+- :mod:`sonic.validate`: recorded traffic replayed to a reference and a candidate setup, outputs compared;
 - :mod:`sonic.models`: reference models built locally; :mod:`sonic.testing`: helpers for tests only;
 - :mod:`sonic.logs`: log set-up (plain text or JSON lines), shared by every command.
 """

@@ -10,6 +10,7 @@ import pytest
 from sonic.launch import ServerProcess
 from sonic.models.simple import identity_model, write_sample_repository
 from sonic.models.testing import fixed_shape_model, slow_model, string_identity_model, variable_dims_model
+from sonic.testing import chromium
 
 
 def _model(root: Path, name: str, config: str | None, build, versions: tuple[int, ...] = (1,)) -> None:  # type: ignore[no-untyped-def]
@@ -135,3 +136,9 @@ def fresh_server(test_repository: Path) -> Iterator[ServerProcess]:
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Path:
+    """Debian's chromium, unpacked under .cache/ by tools/install-chromium.sh on first use."""
+    return chromium.install(Path(__file__).resolve().parents[2])

@@ -5,6 +5,7 @@
   (``--traffic-log``) and :mod:`.triton_flags` (``tritonserver``'s flags, accepted as Triton spells them);
 - :mod:`.perf` (``sonic perf``) and :mod:`.perf_replay` (``sonic perf --replay``);
 - :mod:`.analyze` (``sonic analyze``) and :mod:`.analyze_traffic` (``sonic analyze --traffic``);
+- :mod:`.validate` (``sonic validate``: recorded traffic replayed to two setups, outputs compared);
 - :mod:`.scale` (``sonic scale``), :mod:`.demo` (``sonic demo``), :mod:`.deploy` (``sonic deploy``),
   :mod:`.models` (``sonic models``), :mod:`.cmstriton` (``sonic cmstriton``, CMSSW's ``cmsTriton``).
 """

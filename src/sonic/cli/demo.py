@@ -56,6 +56,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the server records every request it sees (sonic serve --traffic-log DIR): "
         "replay with sonic perf --replay DIR, tune with sonic analyze --traffic DIR",
     )
+    parser.add_argument(
+        "--traffic-log-sample-contents-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --traffic-log: keep the input bytes of every N-th request (up to 1 MiB each), "
+        "for sonic validate (0: never)",
+    )
     group = parser.add_argument_group("protodune")
     group.add_argument("--events", type=int, default=None, help="events (default 4)")
     group.add_argument(
@@ -140,7 +148,10 @@ def _run(args: argparse.Namespace, out: Path, log_path: Path) -> int:
     print("no GPU here: the server runs the models on this machine's CPU")
     results: dict[str, Any] = {}
     # The trace is complete once the server has stopped (its last file is renamed at shutdown).
-    traffic = ("--traffic-log", str(args.traffic_log)) if args.traffic_log is not None else ()
+    traffic: tuple[str, ...] = ()
+    if args.traffic_log is not None:
+        every = str(args.traffic_log_sample_contents_every)
+        traffic = ("--traffic-log", str(args.traffic_log), "--traffic-log-sample-contents-every", every)
     with ServerProcess.start([repository], extra_args=traffic, log_path=out / "server.log") as server:
         print(f"server ready at {server.grpc_address} (pid {server.pid})")
         if "protodune" in selected:
@@ -164,7 +175,9 @@ def _run(args: argparse.Namespace, out: Path, log_path: Path) -> int:
     screen.print(f"report: {page.resolve()}  (one HTML file, plots inside; open it in a browser)")
     screen.print(f"data:   {out / 'summary.json'}; log: {log_path}")
     if args.traffic_log is not None:
-        screen.print(f"traffic: {args.traffic_log} (sonic perf --replay, sonic analyze --traffic)")
+        screen.print(
+            f"traffic: {args.traffic_log} (sonic perf --replay, sonic analyze --traffic, sonic validate)"
+        )
     verdict = "OK" if identical else "OUTPUTS DIFFER between direct and service"
     screen.print(f"demo: {verdict} ({results['wall_s']:.0f} s)")
     return 0 if identical else 1

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from sonic import __version__
-from sonic.cli import analyze, cmstriton, demo, deploy, models, perf, scale, serve
+from sonic.cli import analyze, cmstriton, demo, deploy, models, perf, scale, serve, validate
 from sonic.logs import configure_logging
 
 
 def _commands() -> list[ModuleType]:
-    return [serve, cmstriton, models, demo, perf, analyze, scale, deploy]
+    return [serve, cmstriton, models, demo, perf, analyze, scale, deploy, validate]
 
 
 def build_parser() -> argparse.ArgumentParser:

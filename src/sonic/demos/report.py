@@ -63,13 +63,13 @@ def _cell(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _image(path: Path, alt: str) -> str:
+def embedded_png(path: Path, alt: str) -> str:
     if not path.is_file():
         return f"<p class=note>plot not written: {html.escape(str(path))}</p>"
     data = base64.b64encode(path.read_bytes()).decode("ascii")
@@ -89,7 +89,7 @@ def _projection(gpu: Mapping[str, Any] | None) -> str:
     return (
         "<div class=projection><h3>Projection: the same run with a GPU server</h3>"
         f"<p>Scaling model (<code>sonic.perf.scaling</code>); {html.escape(gpu['basis'])}.</p>"
-        f"{_table(['quantity', 'value'], rows)}"
+        f"{html_table(['quantity', 'value'], rows)}"
         f"<p class=note>Measured on a GPU: {html.escape(gpu['gpu_measurement'])}.</p></div>"
     )
 
@@ -104,7 +104,7 @@ def _section_protodune(result: Mapping[str, Any]) -> str:
     scale = result["scaling"]
     text = (f"Measured with this CPU as the server: {scale['predicted_clients_per_server']:.1f} clients per "
             f"server (seed 002: {scale['seed_ratio_measured']:.0f} measured on T4 GPUs).")  # fmt: skip
-    return _table(headers, rows) + f"<p>{html.escape(text)}</p>"
+    return html_table(headers, rows) + f"<p>{html.escape(text)}</p>"
 
 
 def _section_hlt(result: Mapping[str, Any]) -> str:
@@ -126,14 +126,14 @@ def _section_hlt(result: Mapping[str, Any]) -> str:
         text = f"Scaling-model fit to these points: {fit['predicted_clients_per_server']:.1f} clients per server."
     else:
         text = f"Scaling-model fit: {fit.get('error', 'not available')}."
-    return _table(headers, rows) + f"<p>{html.escape(text)}</p>"
+    return html_table(headers, rows) + f"<p>{html.escape(text)}</p>"
 
 
 def _section_miniaod(result: Mapping[str, Any]) -> str:
     rows = [[name, r["time_per_event_s"], r["rest_s"], r["ml_span_s"], 100 * r["ml_fraction"]]
             for name, r in result["runs"].items()]  # fmt: skip
     text = f"Seed 001: ML is {100 * result['seed_ml_fraction']:.1f} % of the event on a CPU."
-    return _table(["mode", "s/event", "rest s", "ML s", "ML %"], rows) + f"<p>{html.escape(text)}</p>"
+    return html_table(["mode", "s/event", "rest s", "ML s", "ML %"], rows) + f"<p>{html.escape(text)}</p>"
 
 
 SECTIONS = {"protodune": _section_protodune, "hlt": _section_hlt, "miniaod": _section_miniaod}
@@ -174,11 +174,11 @@ def write_html(path: Path, results: Mapping[str, Any], out: Path, log_path: Path
         ),
         status,
         "<h2>Summary</h2>",
-        _table(SUMMARY_HEADERS, summary_rows(results)),
+        html_table(SUMMARY_HEADERS, summary_rows(results)),
     ]
     for name in names:
         parts += [f"<h2>{html.escape(TITLES[name])}</h2>", "<h3>Measured on this machine</h3>"]
-        parts += [SECTIONS[name](results[name]), _image(out / PLOTS[name], TITLES[name])]
+        parts += [SECTIONS[name](results[name]), embedded_png(out / PLOTS[name], TITLES[name])]
         parts.append(_projection(results[name].get("gpu_projection")))
     if log_path is not None:
         parts.append(f"<p class=note>Log: {html.escape(str(log_path))}</p>")

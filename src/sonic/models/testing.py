@@ -73,3 +73,44 @@ def slow_model(path: Path, *, width: int = 512, depth: int = 40) -> None:
         initializer=[weight],
     )
     save_graph(graph, path)
+
+
+CLASSIFIER_CONFIG = """backend: "onnxruntime"
+max_batch_size: 64
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {features} ] }} ]
+output [
+  {{ name: "PROBABILITIES" data_type: TYPE_FP32 dims: [ {classes} ] }},
+  {{ name: "LABEL" data_type: TYPE_INT64 dims: [ 1 ] }}
+]
+"""
+
+
+def classifier_model(
+    path: Path, *, features: int = 32, hidden: int = 64, classes: int = 5, perturbation: float = 0.0
+) -> None:
+    """A small classifier: ``INPUT0`` FP32 [batch, features] through tanh(x @ W1) @ W2 to ``PROBABILITIES``
+    (softmax, [batch, classes]) and ``LABEL`` (arg-max, INT64 [batch, 1]). Seeded weights; ``perturbation``
+    is added to one weight of the last layer: the same model with a deliberate defect (``sonic validate``'s
+    tests and docs/perf.md catch it)."""
+    rng = np.random.default_rng(11)
+    first = (rng.standard_normal((features, hidden)) / np.sqrt(features)).astype(np.float32)
+    second = (3 * rng.standard_normal((hidden, classes)) / np.sqrt(hidden)).astype(np.float32)
+    second[0, 0] += perturbation
+    nodes = [
+        helper.make_node("MatMul", ["INPUT0", "w1"], ["h"]),
+        helper.make_node("Tanh", ["h"], ["a"]),
+        helper.make_node("MatMul", ["a", "w2"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["PROBABILITIES"], axis=-1),
+        helper.make_node("ArgMax", ["logits"], ["LABEL"], axis=-1, keepdims=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "classifier",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", features])],
+        [
+            helper.make_tensor_value_info("PROBABILITIES", TensorProto.FLOAT, ["batch", classes]),
+            helper.make_tensor_value_info("LABEL", TensorProto.INT64, ["batch", 1]),
+        ],
+        initializer=[numpy_helper.from_array(first, "w1"), numpy_helper.from_array(second, "w2")],
+    )
+    save_graph(graph, path)

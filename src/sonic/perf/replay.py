@@ -20,13 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from sonic.perf.engine import LATE_NS
 from sonic.perf.stats import LatencySummary, ServerBreakdown, server_breakdown, summarize_latencies
 from sonic.perf.transport import PerfError, RequestFailed, Transport
-from sonic.protocol import dtypes
-from sonic.protocol.types import ParameterValue
+from sonic.traffic.requests import Synthetic, recorded_arrays, recorded_parameters
 from sonic.traffic.schema import read_traffic
 
 
@@ -106,52 +104,13 @@ def per_second(offsets_ns: Sequence[int]) -> list[int]:
     return [counts.get(second, 0) for second in range(max(counts) + 1)]
 
 
-def _arrays(
-    row: dict[str, Any], config: ReplayConfig, rng: np.random.Generator
-) -> dict[str, npt.NDArray[Any]]:
-    contents = row["contents"] if config.use_contents else None
-    arrays: dict[str, npt.NDArray[Any]] = {}
-    for index, (name, datatype_name, shape) in enumerate(
-        zip(row["input_names"], row["input_datatypes"], row["input_shapes"], strict=True)
-    ):
-        datatype = dtypes.from_name(datatype_name)
-        if contents is not None and datatype.name != "BYTES":
-            arrays[name] = np.frombuffer(contents[index], dtype=datatype.numpy).reshape(shape)
-        elif datatype.name == "BYTES":
-            size = int(np.prod(shape))
-            arrays[name] = np.array([b"x" * 8] * size, dtype=np.object_).reshape(shape)
-        elif config.synthetic == "zero":
-            arrays[name] = np.zeros(shape, dtype=datatype.numpy)
-        elif datatype.name == "BOOL":
-            arrays[name] = rng.random(shape) < 0.5
-        elif datatype.numpy.kind in "iu":
-            arrays[name] = rng.integers(0, 100, size=shape).astype(datatype.numpy)
-        else:
-            arrays[name] = rng.random(shape, dtype=np.float32).astype(datatype.numpy)
-    return arrays
-
-
-def recorded_parameters(row: dict[str, Any]) -> dict[str, ParameterValue]:
-    """The recorded request parameters the server acts on: sequence id and flags, priority, timeout."""
-    found: dict[str, ParameterValue] = {}
-    if row["sequence_id"]:
-        text = row["sequence_id"]
-        found["sequence_id"] = int(text) if text.isdigit() else text
-        found["sequence_start"] = bool(row["sequence_start"])
-        found["sequence_end"] = bool(row["sequence_end"])
-    if row["priority"]:
-        found["priority"] = int(row["priority"])
-    if row["timeout_us"]:
-        found["timeout"] = int(row["timeout_us"])
-    return found
-
-
 def plan(config: ReplayConfig, rows: list[dict[str, Any]], transports: dict[str, Transport]) -> list[Planned]:
     """The requests of the trace, encoded, in arrival order (synthetic payloads shared per signature)."""
     if config.max_requests:
         rows = rows[: config.max_requests]
     start = rows[0]["arrival_unix_ns"]
     rng = np.random.default_rng(config.seed)
+    synthetic = Synthetic(config.synthetic)
     shared: dict[tuple[Any, ...], bytes] = {}
     planned = []
     for row in rows:
@@ -160,7 +119,8 @@ def plan(config: ReplayConfig, rows: list[dict[str, Any]], transports: dict[str,
         parameters = recorded_parameters(row)
         if (config.use_contents and row["contents"] is not None) or parameters:
             # Sampled contents, or a sequence's request: a payload of its own.
-            payload = transport.encode(_arrays(row, config, rng), datatypes, parameters)
+            arrays = recorded_arrays(row, synthetic, rng, use_contents=config.use_contents)
+            payload = transport.encode(arrays, datatypes, parameters)
         else:
             key = (
                 row["model"],
@@ -169,7 +129,8 @@ def plan(config: ReplayConfig, rows: list[dict[str, Any]], transports: dict[str,
                 str(row["input_shapes"]),
             )
             if key not in shared:
-                shared[key] = transport.encode(_arrays({**row, "contents": None}, config, rng), datatypes)
+                arrays = recorded_arrays(row, synthetic, rng, use_contents=False)
+                shared[key] = transport.encode(arrays, datatypes)
             payload = shared[key]
         offset = int((row["arrival_unix_ns"] - start) / config.time_scale)
         planned.append(Planned(offset, row["model"], payload, row["batch_size"]))

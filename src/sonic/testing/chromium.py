@@ -44,3 +44,22 @@ def render(browser: Path, page: Path, png: Path, profile: Path, size: tuple[int,
     if done.returncode != 0 or not png.is_file():
         raise RuntimeError(f"chromium exited {done.returncode} without {png}: {done.stderr.strip()[-2000:]}")
     return png
+
+
+def assert_renders(browser: Path, page: Path, workdir: Path, size: tuple[int, int]) -> Path:
+    """Render ``page`` at ``size`` into ``workdir/page.png`` and check that a person would see a page: the
+    screenshot has that size, and between 2 % and 60 % of it is not background. Returns the PNG."""
+    png = render(browser, page, workdir / "page.png", workdir / "profile", size)
+    shot_size, fraction = inked(png)
+    assert shot_size == size, (shot_size, size)
+    assert 0.02 < fraction < 0.6, f"{fraction:.3f} of the page is not background: blank or unstyled page?"
+    return png
+
+
+def inked(png: Path) -> tuple[tuple[int, int], float]:
+    """A screenshot's size (width, height) and the fraction of its pixels that are not background: a blank
+    or unstyled page has almost none."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415  (the perf extra; only the report tests call this)
+
+    pixels = plt.imread(png)  # RGBA floats in [0, 1]
+    return (pixels.shape[1], pixels.shape[0]), float((pixels[..., :3].mean(axis=2) < 0.9).mean())

@@ -101,7 +101,6 @@ def write_test_repository(root: Path, flavor: str, models: tuple[TestModel, ...]
     """Write ``models`` under ``root`` for ``flavor`` 'sonic' or 'triton'; returns ``root``."""
     if flavor not in {"sonic", "triton"}:
         raise ValueError(f"flavor '{flavor}': expected 'sonic' or 'triton'")
-    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]
     for model in models:
         model_dir = root / model.name
         onnx_path = model_dir / "1" / "model.onnx"
@@ -110,6 +109,11 @@ def write_test_repository(root: Path, flavor: str, models: tuple[TestModel, ...]
             (model_dir / "config.pbtxt").write_text(_config(model, "onnxruntime"), encoding="utf-8")
             continue
         (model_dir / "config.pbtxt").write_text(_config(model, "python"), encoding="utf-8")
-        source = PYTHON_MODEL.format(onnx=str(onnx_path), paths=list(dict.fromkeys(paths)))
-        (model_dir / "1" / "model.py").write_text(source, encoding="utf-8")
+        (model_dir / "1" / "model.py").write_text(python_model_source(onnx_path), encoding="utf-8")
     return root
+
+
+def python_model_source(onnx_path: Path) -> str:
+    """A Python backend ``model.py`` running the ONNX file at ``onnx_path`` with onnxruntime."""
+    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]
+    return PYTHON_MODEL.format(onnx=str(onnx_path), paths=list(dict.fromkeys(paths)))

@@ -10,9 +10,12 @@ it carried. Files of schema version 1 (before that column) read as version 2.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -98,6 +101,14 @@ def traffic_files(directory: Path) -> Iterator[Path]:
     yield from sorted(directory.glob(f"*/*{SUFFIX}"), key=lambda p: (p.parent.name, p.name))
 
 
+def _check_version(path: Path, schema: pa.Schema) -> None:
+    version = (schema.metadata or {}).get(METADATA_KEY)
+    if version not in {v.encode() for v in READABLE_VERSIONS}:
+        raise ValueError(
+            f"{path}: traffic schema {version!r}, this sonic reads {', '.join(READABLE_VERSIONS)}"
+        )
+
+
 def read_traffic(directory: Path, models: tuple[str, ...] = ()) -> pa.Table:
     """Every complete record under ``directory`` (only ``models`` when given), sorted by arrival."""
     tables: list[pa.Table] = []
@@ -105,12 +116,43 @@ def read_traffic(directory: Path, models: tuple[str, ...] = ()) -> pa.Table:
         if models and path.parent.name not in models:
             continue
         table = pq.read_table(path)
-        version = (table.schema.metadata or {}).get(METADATA_KEY)
-        if version not in {v.encode() for v in READABLE_VERSIONS}:
-            raise ValueError(
-                f"{path}: traffic schema {version!r}, this sonic reads {', '.join(READABLE_VERSIONS)}"
-            )
+        _check_version(path, table.schema)
         tables.append(_upgraded(table))
     if not tables:
         return arrow_schema().empty_table()
     return pa.concat_tables(tables).sort_by("arrival_unix_ns")
+
+
+def _file_rows(path: Path, batch_rows: int, with_contents_only: bool) -> Iterator[dict[str, Any]]:
+    file = pq.ParquetFile(path)
+    _check_version(path, file.schema_arrow)
+    for batch in file.iter_batches(batch_size=batch_rows):
+        table = pa.Table.from_batches([batch])
+        if with_contents_only:
+            table = table.filter(pc.is_valid(table.column("contents")))
+        yield from _upgraded(table.replace_schema_metadata(file.schema_arrow.metadata)).to_pylist()
+
+
+def iter_traffic(
+    directory: Path, models: tuple[str, ...] = (), *, batch_rows: int = 64, with_contents_only: bool = False
+) -> Iterator[dict[str, Any]]:
+    """The records under ``directory`` one at a time, read lazily: at most ``batch_rows`` rows of each
+    model's current file are in memory, whatever the size of the trace.
+
+    Models are merged by arrival; one model's records come in the order its files hold them (the
+    order its requests finished, which may put one a little before an earlier arrival).
+    ``with_contents_only`` skips the records that kept no contents without building them.
+    """
+    by_model: dict[str, list[Path]] = {}
+    for path in traffic_files(directory):
+        if not models or path.parent.name in models:
+            by_model.setdefault(path.parent.name, []).append(path)
+    streams = [
+        itertools.chain.from_iterable(_file_rows(path, batch_rows, with_contents_only) for path in paths)
+        for paths in by_model.values()
+    ]
+    yield from heapq.merge(*streams, key=_arrival)
+
+
+def _arrival(row: dict[str, Any]) -> int:
+    return int(row["arrival_unix_ns"])

@@ -8,7 +8,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
@@ -112,20 +111,10 @@ def test_demo_keeps_library_logs_off_the_screen(demo_run: DemoRun) -> None:
     assert "PROJECTION" in demo_run.stdout  # GPU figures are labelled as projections
 
 
-@pytest.fixture(scope="session")
-def browser() -> Path:
-    """Debian's chromium, unpacked under .cache/ by tools/install-chromium.sh on first use."""
-    return chromium.install(Path(__file__).resolve().parents[3])
-
-
 def test_demo_report_renders_in_chromium(demo_run: DemoRun, browser: Path, tmp_path: Path) -> None:
     page = demo_run.out / "report.html"
     text = page.read_text()
     assert text.count("data:image/png;base64,") == 3  # the plots travel inside the one file
     assert "Projection: the same run with a GPU server" in text
     assert "Measured on a GPU: no GPU run" in text
-    screenshot = chromium.render(browser, page, tmp_path / "report.png", tmp_path / "profile", (1100, 4400))
-    pixels = plt.imread(screenshot)  # RGBA floats in [0, 1]
-    assert pixels.shape[:2] == (4400, 1100)
-    inked = (pixels[..., :3].mean(axis=2) < 0.9).mean()
-    assert 0.02 < inked < 0.6, f"{inked:.3f} of the page is not background: blank or unstyled page?"
+    chromium.assert_renders(browser, page, tmp_path, (1100, 4400))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sonic.perf.replay import ReplayConfig, ReplayReport, per_second, recorded_parameters
+from sonic.perf.replay import ReplayConfig, ReplayReport, per_second
+from sonic.traffic.requests import recorded_parameters
 
 pytestmark = pytest.mark.unit
 
