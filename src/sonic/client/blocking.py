@@ -34,6 +34,7 @@ from sonic.h2.client import ClientRole
 from sonic.h2.frames import ErrorCode, ProtocolError
 from sonic.h2.grpc_call import GrpcError, reset_status, trailers_status
 from sonic.h2.headers import Headers
+from sonic.h2.lifecycle import ConnectionState
 from sonic.h2.limits import CLIENT_LIMITS, Http2Limits
 from sonic.h2.stream import Stream
 from sonic.protocol.errors import GrpcCode
@@ -79,8 +80,7 @@ class BlockingConnection:
 
     @property
     def usable(self) -> bool:
-        core = self._core
-        return not (core.closing or core.lost or core.close_wanted) and self._role.ids_left
+        return self._core.state.opens_streams and self._role.ids_left
 
     def exchange(self, block: bytes, message: list[bytes | memoryview], timeout_s: float | None) -> Answer:
         """One unary call: its response message; a :class:`ServerError` for a status or a missed deadline
@@ -123,10 +123,12 @@ class BlockingConnection:
             if out:
                 sock.sendall(out[0] if len(out) == 1 else b"".join(out))
                 continue  # everything the windows allow goes out before reading
-            if core.abort_wanted:  # keepalive: no answer to our PING, as the loop's path says it
+            if (
+                core.state is ConnectionState.ABORTING
+            ):  # keepalive: no answer to our PING, as the loop's path says it
                 detail = f"the connection was lost (no PING answer) ({self.address})"
                 raise ConnectionLostError(detail, status=GrpcCode.UNAVAILABLE, server=self.address)
-            if core.close_wanted or core.lost:
+            if core.state.ended:
                 raise Unanswered
             wake = core.next_deadline()  # keepalive's next PING or its answer's deadline
             until = deadline if wake is None or (deadline is not None and deadline <= wake) else wake
@@ -146,7 +148,7 @@ class BlockingConnection:
             core.receive_data(data)
 
     def close(self) -> None:
-        self._core.lost = True
+        self._core.transport_lost()
         self._sock.close()
 
     # --- the core's handler: this connection's one call at a time -----------------------------------
@@ -189,7 +191,7 @@ class BlockingConnection:
     def stream_reset(self, stream: Stream) -> None:
         if stream.stream_id != self._stream_id or self._outcome is not None:
             return
-        if self._core.lost:
+        if self._core.state is ConnectionState.LOST:
             self._outcome = Unanswered()
             return
         detail = f"the server reset the stream (RST_STREAM {stream.reset_code})"

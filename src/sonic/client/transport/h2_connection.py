@@ -35,6 +35,7 @@ from sonic.h2.client import ClientRole
 from sonic.h2.frames import ErrorCode, ProtocolError
 from sonic.h2.grpc_call import GrpcError, reset_status, trailers_status
 from sonic.h2.headers import Headers
+from sonic.h2.lifecycle import ConnectionState
 from sonic.h2.limits import CLIENT_LIMITS, Http2Limits
 from sonic.h2.stream import Stream
 from sonic.protocol.errors import GrpcCode
@@ -115,7 +116,7 @@ class ClientConnection:
 
     @property
     def closing(self) -> bool:
-        return self.core.closing or self.core.lost
+        return not self.core.state.opens_streams
 
     @property
     def full(self) -> bool:
@@ -144,7 +145,7 @@ class ClientConnection:
             msg = "the connection is closing"
             raise self._lost(msg)
         if not self._role.ids_left:
-            self.core.closing = True  # stream ids are spent: the next call opens a new connection
+            self.core.stop_new_streams()  # stream ids are spent: the next call opens a new connection
             msg = "stream ids exhausted"
             raise self._lost(msg)
         deadline = math.inf if timeout_s is None else self._loop.time() + timeout_s
@@ -189,7 +190,7 @@ class ClientConnection:
     # --- the connection -----------------------------------------------------------------------------
 
     def _connection_lost(self) -> None:
-        """The core has reset every open stream (as lost: ``core.lost`` was set first)."""
+        """The core has reset every open stream (as lost: the core's state was LOST first)."""
         self._wake_all()
 
     def goaway_received(self, last_stream_id: int, code: int) -> None:
@@ -255,7 +256,7 @@ class ClientConnection:
         self._end(stream, error)
 
     def stream_reset(self, stream: Stream) -> None:
-        if self.core.lost:
+        if self.core.state is ConnectionState.LOST:
             self._fail(stream, self._lost("the connection was lost"))
             return
         if self._draining and stream.reset_code == ErrorCode.CANCEL:
