@@ -365,6 +365,23 @@ class Connection:
         if end_stream:
             self.role.finished(stream)
 
+    def end_now(self, stream: Stream, block: bytes) -> None:
+        """End ``stream`` with header block ``block`` at once: DATA not yet sent is dropped (an error
+        replaces a response that has not left)."""
+        stream.pending.clear()
+        self.send_headers(stream, block, end_stream=True)
+
+    def queued_bytes(self, stream: Stream) -> int:
+        """DATA queued on ``stream`` that flow control has not let out yet."""
+        return sum(len(piece) for piece in stream.pending) if stream.pending else 0
+
+    def on_drained(self, stream: Stream, callback: Callable[[], None]) -> None:
+        """``callback`` once, when the DATA queued on ``stream`` has all left (at once if none is)."""
+        if not stream.pending:
+            callback()
+        else:
+            stream.drained = callback
+
     def reset(self, stream: Stream, code: ErrorCode) -> None:
         if stream.state is not StreamState.CLOSED:
             self.output.emit(rst_stream(stream.stream_id, code))
