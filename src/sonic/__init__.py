@@ -4,7 +4,8 @@ A KServe v2 / NVIDIA Triton compatible inference server (``sonic serve``), and t
 docs/architecture.md is the map; from the bottom layer up:
 
 - :mod:`sonic.protocol`: what both ends agree on (types, errors and the status table, codecs, model config),
-  and :mod:`sonic.h2`: the HTTP/2 + gRPC-call stack that carries it (sans I/O, one asyncio adapter);
+  and :mod:`sonic.h2`: the HTTP/2 + gRPC-call stack that carries it (sans I/O, one asyncio adapter),
+  with :mod:`sonic.grpc` above it (a unary call's answer, sans I/O);
 - :mod:`sonic.launch`: start, wait for and stop server processes by PID;
 - :mod:`sonic.server` and :mod:`sonic.client`: the two ends;
 - :mod:`sonic.traffic`: the traffic record of ``sonic serve --traffic-log``;

@@ -223,7 +223,7 @@ def _feed(pieces: list[bytes]) -> EchoCore:
             written += chunk
         assert len(core.h2.streams) <= core.h2.limits.max_concurrent_streams
         assert len(core.h2._buffer) <= 9 + (1 << 20) + len(PREFACE)
-        if core.h2.close_wanted:
+        if core.h2.state.ended:
             break
     for frame_type, _, _, payload in parse_frames(bytes(written)):
         if frame_type == FrameType.GOAWAY:
@@ -259,7 +259,7 @@ def test_server_core_refuses_what_is_not_a_preface(data: bytes) -> None:
     core = run_bounded(lambda: _feed([data]), allowed=(), max_peak_bytes=PEAK_BYTES).value
     assert core is not None
     if len(data) >= len(PREFACE) and not data.startswith(PREFACE):
-        assert core.h2.close_wanted
+        assert core.h2.state.ended
 
 
 @st.composite

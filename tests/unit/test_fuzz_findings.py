@@ -22,7 +22,7 @@ from sonic.protocol.errors import GrpcCode, InvalidArgumentError, Unauthenticate
 from sonic.protocol.shm_names import owner_exited, pid_namespace
 from sonic.server.config import AuthConfig
 from sonic.server.guard import TokenVerifier
-from sonic.testing.h2 import parse_frames
+from sonic.testing.h2 import SilentHandler, parse_frames
 
 
 def test_grpc_message_that_is_not_ascii_is_read_not_raised() -> None:
@@ -147,7 +147,7 @@ def test_padded_headers_frame_without_payload_is_a_protocol_error() -> None:
     assert struct.unpack(">I", goaways[0][4:8])[0] == ErrorCode.PROTOCOL_ERROR
 
 
-class _NoStreams:
+class _NoStreams(SilentHandler):
     """A server-role core (``h2``) whose handler records nothing: the frame above never opens a stream."""
 
     def __init__(self) -> None:
@@ -155,18 +155,6 @@ class _NoStreams:
 
     def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
         raise AssertionError("no stream opens")
-
-    def stream_data(self, stream: Stream, data: memoryview) -> None:
-        pass
-
-    def stream_ended(self, stream: Stream) -> None:
-        pass
-
-    def stream_reset(self, stream: Stream) -> None:
-        pass
-
-    def goaway_received(self, last_stream_id: int, code: int) -> None:
-        pass
 
 
 def test_json_integers_mixed_with_other_values_are_range_checked() -> None:

@@ -29,11 +29,11 @@ from sonic.client.plans import FirstTry
 from sonic.client.results import Arrays
 from sonic.client.transport.base import Transport
 from sonic.client.transport.h2 import H2Transport
-from sonic.client.transport.h2_connection import MessageReader, not_grpc
+from sonic.grpc.unary import ENDED_WITHOUT_STATUS, Failure, Message, UnaryAnswer
 from sonic.h2.client import ClientRole
-from sonic.h2.frames import ErrorCode, ProtocolError
-from sonic.h2.grpc_call import GrpcError, reset_status, trailers_status
+from sonic.h2.grpc_call import reset_status
 from sonic.h2.headers import Headers
+from sonic.h2.lifecycle import ConnectionState
 from sonic.h2.limits import CLIENT_LIMITS, Http2Limits
 from sonic.h2.stream import Stream
 from sonic.protocol.errors import GrpcCode
@@ -71,16 +71,12 @@ class BlockingConnection:
         self._reset_call()
 
     def _reset_call(self) -> None:
-        self._headers: Headers | None = None
-        self._message: Answer | None = None
-        self._compressed = False
-        self._reader = MessageReader(MAX_MESSAGE_BYTES)
+        self._answer = UnaryAnswer(MAX_MESSAGE_BYTES)
         self._outcome: Answer | ServerError | Unanswered | None = None
 
     @property
     def usable(self) -> bool:
-        core = self._core
-        return not (core.closing or core.lost or core.close_wanted) and self._role.ids_left
+        return self._core.state.opens_streams and self._role.ids_left
 
     def exchange(self, block: bytes, message: list[bytes | memoryview], timeout_s: float | None) -> Answer:
         """One unary call: its response message; a :class:`ServerError` for a status or a missed deadline
@@ -111,7 +107,7 @@ class BlockingConnection:
             if isinstance(outcome, Unanswered):
                 self.close()
             raise outcome
-        if self._compressed:  # inflated on the loop's path (bounded, off the caller)
+        if self._answer.compressed:  # inflated on the loop's path (bounded, off the caller)
             self.close()
             raise Unanswered
         return outcome
@@ -123,10 +119,12 @@ class BlockingConnection:
             if out:
                 sock.sendall(out[0] if len(out) == 1 else b"".join(out))
                 continue  # everything the windows allow goes out before reading
-            if core.abort_wanted:  # keepalive: no answer to our PING, as the loop's path says it
+            if (
+                core.state is ConnectionState.ABORTING
+            ):  # keepalive: no answer to our PING, as the loop's path says it
                 detail = f"the connection was lost (no PING answer) ({self.address})"
                 raise ConnectionLostError(detail, status=GrpcCode.UNAVAILABLE, server=self.address)
-            if core.close_wanted or core.lost:
+            if core.state.ended:
                 raise Unanswered
             wake = core.next_deadline()  # keepalive's next PING or its answer's deadline
             until = deadline if wake is None or (deadline is not None and deadline <= wake) else wake
@@ -146,7 +144,7 @@ class BlockingConnection:
             core.receive_data(data)
 
     def close(self) -> None:
-        self._core.lost = True
+        self._core.transport_lost()
         self._sock.close()
 
     # --- the core's handler: this connection's one call at a time -----------------------------------
@@ -154,42 +152,26 @@ class BlockingConnection:
     def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
         if stream.stream_id != self._stream_id or self._outcome is not None:
             return
-        if self._headers is None:
-            self._headers = headers
-            error = not_grpc(headers, self.address)
-            if error is not None:
-                self._end(stream, error)
-                return
-            if not end_stream:
-                return
-        elif not end_stream:
-            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "second HEADERS without END_STREAM")
-        self._end(stream, self._result(headers))
+        outcome = self._answer.headers_received(headers, end_stream)
+        if outcome is not None:
+            self._end(stream, outcome)
 
     def stream_data(self, stream: Stream, data: memoryview) -> None:
         if stream.stream_id != self._stream_id or self._outcome is not None:
             return
-        try:
-            messages = self._reader.feed(data)
-        except GrpcError as exc:
-            self._end(stream, error_for_status(exc.status, exc.message, self.address))
-            return
-        if len(messages) + (self._message is not None) > 1:
-            detail = "more than one response message in a unary call"
-            self._end(stream, error_for_status(GrpcCode.INTERNAL, detail, self.address))
-        elif messages:
-            self._compressed, self._message = messages[0]
+        failure = self._answer.data_received(data)
+        if failure is not None:
+            self._end(stream, failure)
 
     def stream_ended(self, stream: Stream) -> None:
         if stream.stream_id != self._stream_id or self._outcome is not None:
             return
-        error = error_for_status(GrpcCode.INTERNAL, "the response ended without grpc-status", self.address)
-        self._end(stream, error)
+        self._end(stream, ENDED_WITHOUT_STATUS)
 
     def stream_reset(self, stream: Stream) -> None:
         if stream.stream_id != self._stream_id or self._outcome is not None:
             return
-        if self._core.lost:
+        if self._core.state is ConnectionState.LOST:
             self._outcome = Unanswered()
             return
         detail = f"the server reset the stream (RST_STREAM {stream.reset_code})"
@@ -201,19 +183,14 @@ class BlockingConnection:
             self._role.drop(stream)
             self._outcome = Unanswered()  # not processed: the loop's path sends it
 
-    def _end(self, stream: Stream, outcome: Answer | ServerError) -> None:
+    def _end(self, stream: Stream, outcome: Message | Failure) -> None:
         self._role.end(stream)
         if self._outcome is None:
-            self._outcome = outcome
-
-    def _result(self, trailers: Headers) -> Answer | ServerError:
-        status, message = trailers_status(trailers)
-        if status is not GrpcCode.OK:
-            return error_for_status(status, message, self.address)
-        if self._message is None or self._reader.partial:
-            detail = "an OK response without a whole message"
-            return error_for_status(GrpcCode.INTERNAL, detail, self.address)
-        return self._message
+            self._outcome = (
+                error_for_status(outcome.status, outcome.detail, self.address)
+                if isinstance(outcome, Failure)
+                else outcome
+            )
 
 
 class FastPath:

@@ -5,7 +5,10 @@ Laid out like python-hyper h2, one module per concept, composed (no class inheri
 - :mod:`~sonic.h2.frames`: frame types, flags, error codes, setting ids, the frames we build
 - :mod:`~sonic.h2.headers`: HPACK with its bounds (encoder, memoised bounded decoder, header blocks
   over CONTINUATION) and the field rules of RFC 9113 section 8
-- :mod:`~sonic.h2.stream`: one stream's state machine (:class:`~sonic.h2.stream.StreamState`, one transition table) and recently closed ids
+- :mod:`~sonic.h2.stream`: one stream's state machine (:class:`~sonic.h2.stream.StreamState`, one
+  transition table) and recently closed ids
+- :mod:`~sonic.h2.lifecycle`: one connection's state machine
+  (:class:`~sonic.h2.lifecycle.ConnectionState`, one transition table)
 - :mod:`~sonic.h2.windows`: flow control, send side (the output queue, the windows) and receive side
 - :mod:`~sonic.h2.settings`: the SETTINGS we send, the peer's checked
 - :mod:`~sonic.h2.limits`: :class:`~sonic.h2.limits.Http2Limits` (units in names) and the memo budget

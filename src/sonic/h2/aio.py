@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import cast
 
 from sonic.h2.connection import Connection
+from sonic.h2.lifecycle import ConnectionState
 
 log = logging.getLogger(__name__)
 
@@ -120,16 +121,17 @@ class H2Protocol(asyncio.Protocol):
         if transport is None or transport.is_closing() or self._linger_timer is not None:
             return
         core = self.core
-        if not core.output.paused or core.close_wanted:
+        ended = core.state.ended
+        if not core.output.paused or ended:
             out = core.data_to_send()
             if out:
                 transport.writelines(out)
-        if not core.close_wanted:
+        if not ended:
             return
         linger_s = core.limits.linger_s
         if linger_s > 0:
             self._linger(transport, linger_s)
-        elif core.abort_wanted:
+        elif core.state is ConnectionState.ABORTING:
             transport.abort()
         else:
             transport.close()
@@ -151,7 +153,7 @@ class H2Protocol(asyncio.Protocol):
     def _timer_fired(self) -> None:
         self._timer = None
         self.core.on_timer(self.loop.time())
-        if not self.core.close_wanted:
+        if not self.core.state.ended:
             self._arm_timer()
 
     # --- call deadlines -----------------------------------------------------------------------------

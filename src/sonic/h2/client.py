@@ -84,7 +84,7 @@ class ClientRole:
 
     def goaway_received(self, last_stream_id: int, code: int) -> None:
         """No new streams; the handler fails those above ``last_stream_id`` (:meth:`drop`) and finishes."""
-        self.connection.closing = True
+        self.connection.stop_new_streams()
         self._handler.goaway_received(last_stream_id, code)
 
     def drop(self, stream: Stream) -> None:

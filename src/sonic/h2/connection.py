@@ -42,6 +42,7 @@ from sonic.h2.frames import (
     window_update,
 )
 from sonic.h2.headers import HeaderBlocks, HeaderDecoder
+from sonic.h2.lifecycle import ConnectionEvent, ConnectionState, next_state
 from sonic.h2.limits import Http2Limits, MemoBudget
 from sonic.h2.settings import MAX_FRAME_BYTES, STREAM_WINDOW_BYTES, local_settings
 from sonic.h2.stream import ClosedStreams, Stream, StreamEvent, StreamState
@@ -85,10 +86,7 @@ class Connection:
         self.last_stream_id = 0  # the highest stream id opened, by the peer (server) or by us (client)
         self.peer_max_streams = 1 << 31  # unlimited until its SETTINGS say otherwise
         self.peer = "unknown"  # as gRPC spells it; the adapter knows
-        self.closing = False  # GOAWAY sent or received: no new streams
-        self.close_wanted = False  # the adapter closes the transport once the output is written
-        self.abort_wanted = False  # ... or drops it at once (a peer we will not wait for)
-        self.lost = False  # the transport is gone (set before the open streams are reset)
+        self.state = ConnectionState.OPEN  # moved by the methods below only (sonic.h2.lifecycle)
         self.on_close = _nothing  # the adapter writes out and closes at once
         self.stream_closed: Callable[[], None] | None = None  # a stream left the open ones (room for one)
         self.blocks = HeaderBlocks(limits, self.counters.empty_frame)  # HEADERS, then CONTINUATION frames
@@ -120,7 +118,7 @@ class Connection:
 
     def receive_data(self, data: bytes) -> None:
         """Bytes from the peer. A connection error queues GOAWAY and asks the adapter to close."""
-        if self.close_wanted:
+        if self.state.ended:
             return  # the connection is ending: nothing more is parsed, nor kept (a lingering close reads on)
         self.timers.active = True
         try:
@@ -143,7 +141,7 @@ class Connection:
 
     def transport_lost(self) -> None:
         """The transport is gone: every open stream is reset for its application."""
-        self.lost = True
+        self.state = next_state(self.state, ConnectionEvent.TRANSPORT_LOST)
         streams = list(self.streams.values())
         self.streams.clear()
         self.output.forget_all_blocked()
@@ -168,7 +166,7 @@ class Connection:
                 raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 client (bad connection preface)")
             self._preface_seen = True
             pos += len(PREFACE)
-        while end - pos >= FRAME_HEADER_BYTES and not self.close_wanted:
+        while end - pos >= FRAME_HEADER_BYTES and not self.state.ended:
             high, low, frame_type, flags, stream_id = FRAME_HEADER.unpack_from(view, pos)
             length = (high << 16) | low
             stream_id &= 0x7FFFFFFF
@@ -310,15 +308,18 @@ class Connection:
     def connection_error(self, exc: ProtocolError) -> None:
         log.info("HTTP/2 connection error with %s: %s", self.peer, exc)
         self.output.emit(goaway(self.last_stream_id, exc.code, str(exc)))
-        if exc.code == ErrorCode.ENHANCE_YOUR_CALM:
-            self.abort_wanted = True  # an abusive peer: its unread output is not waited for
-        self.close()
+        # An abusive peer: its unread output is not waited for.
+        self.close(abort=exc.code == ErrorCode.ENHANCE_YOUR_CALM)
 
-    def close(self) -> None:
-        """No more streams; the adapter closes once what is queued is written (at once)."""
+    def stop_new_streams(self) -> None:
+        """GOAWAY sent or received, or our stream ids spent: no new streams, open ones finish."""
+        self.state = next_state(self.state, ConnectionEvent.STOP_NEW_STREAMS)
+
+    def close(self, *, abort: bool = False) -> None:
+        """No more streams; the adapter closes once what is queued is written (at once), or with
+        ``abort`` drops the transport without waiting for the peer to read."""
         self.receive.stopped = True
-        self.closing = True
-        self.close_wanted = True
+        self.state = next_state(self.state, ConnectionEvent.ABORT if abort else ConnectionEvent.CLOSE)
         self.output.ready()
         self.on_close()
 
@@ -337,9 +338,8 @@ class Connection:
                     self.peer,
                     self.limits.ping_timeout_s,
                 )
-                self.abort_wanted = True
-                self.close()
-            elif not self.closing:  # idle
+                self.close(abort=True)
+            elif self.state.opens_streams:  # idle
                 self.output.emit(goaway(self.last_stream_id, ErrorCode.NO_ERROR, "idle"))
                 self.close()
 
@@ -355,7 +355,7 @@ class Connection:
     def _count_queued(self) -> None:
         output = self.output
         output.queued_control += 1
-        if output.queued_control > self.limits.max_queued_control_frames and not self.close_wanted:
+        if output.queued_control > self.limits.max_queued_control_frames and not self.state.ended:
             # Not raised: the application's answers come here too, outside receive_data.
             msg = f"more than {self.limits.max_queued_control_frames} frames queued and not read"
             self.connection_error(ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, msg))
@@ -364,6 +364,23 @@ class Connection:
         self.output.emit_header_block(stream.stream_id, block, end_stream=end_stream)
         if end_stream:
             self.role.finished(stream)
+
+    def end_now(self, stream: Stream, block: bytes) -> None:
+        """End ``stream`` with header block ``block`` at once: DATA not yet sent is dropped (an error
+        replaces a response that has not left)."""
+        stream.pending.clear()
+        self.send_headers(stream, block, end_stream=True)
+
+    def queued_bytes(self, stream: Stream) -> int:
+        """DATA queued on ``stream`` that flow control has not let out yet."""
+        return sum(len(piece) for piece in stream.pending) if stream.pending else 0
+
+    def on_drained(self, stream: Stream, callback: Callable[[], None]) -> None:
+        """``callback`` once, when the DATA queued on ``stream`` has all left (at once if none is)."""
+        if not stream.pending:
+            callback()
+        else:
+            stream.drained = callback
 
     def reset(self, stream: Stream, code: ErrorCode) -> None:
         if stream.state is not StreamState.CLOSED:
@@ -385,5 +402,5 @@ class Connection:
         self.output.unblock(stream)
         if self.stream_closed is not None:
             self.stream_closed()
-        if self.closing and not self.streams:
+        if self.state is ConnectionState.GOING_AWAY and not self.streams:
             self.close()

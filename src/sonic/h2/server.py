@@ -43,8 +43,8 @@ class ServerRole:
     def start_shutdown(self) -> None:
         """GOAWAY: streams already opened finish, new ones are refused."""
         core = self.connection
-        if not core.closing:
-            core.closing = True
+        if core.state.opens_streams:
+            core.stop_new_streams()
             core.output.emit(goaway(core.last_stream_id, ErrorCode.NO_ERROR))
         if not core.streams:
             core.close()
@@ -91,9 +91,10 @@ class ServerRole:
             return
         core.last_stream_id = stream_id
         core.counters.streams_opened += 1
-        if core.closing or len(core.streams) >= core.limits.max_concurrent_streams:
+        opens_streams = core.state.opens_streams
+        if not opens_streams or len(core.streams) >= core.limits.max_concurrent_streams:
             core.refuse(stream_id, ErrorCode.REFUSED_STREAM)
-            if not core.closing:
+            if opens_streams:
                 core.counters.reset()  # a peer that ignores our limit is budgeted like a rapid reset
             return
         if self._malformed(block, headers):

@@ -6,6 +6,9 @@ import asyncio
 from typing import Any
 
 from sonic.h2.connection import Connection
+from sonic.h2.headers import Headers
+from sonic.h2.lifecycle import ConnectionState
+from sonic.h2.stream import Stream
 
 
 class RecordingTransport:
@@ -74,4 +77,23 @@ class CoreOutput:
     @property
     def closed(self) -> bool:
         """The core wants its transport closed (or dropped)."""
-        return self._core.close_wanted or self._core.abort_wanted
+        return self._core.state in {ConnectionState.CLOSING, ConnectionState.ABORTING}
+
+
+class SilentHandler:
+    """A connection's handler that answers nothing and records nothing: streams stay as the test leaves them."""
+
+    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
+        pass
+
+    def stream_data(self, stream: Stream, data: memoryview) -> None:
+        pass
+
+    def stream_ended(self, stream: Stream) -> None:
+        pass
+
+    def stream_reset(self, stream: Stream) -> None:
+        pass
+
+    def goaway_received(self, last_stream_id: int, code: int) -> None:
+        pass

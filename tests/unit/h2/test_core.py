@@ -25,6 +25,7 @@ from sonic.h2.frames import (
     window_update,
 )
 from sonic.h2.headers import Headers, encode_headers
+from sonic.h2.lifecycle import ConnectionState
 from sonic.h2.limits import SERVER_LIMITS, MemoBudget
 from sonic.h2.server import ServerRole
 from sonic.h2.stream import Stream, StreamState
@@ -194,7 +195,7 @@ def test_connection_errors_are_goaway_with_their_code(case: str) -> None:
     core = connect()
     core.h2.receive_data(data)
     assert goaway_code(sent(core)) == code
-    assert core.h2.close_wanted
+    assert core.h2.state.ended
 
 
 def test_a_bad_preface_is_a_protocol_error() -> None:
@@ -212,7 +213,7 @@ def test_headers_on_a_closed_stream_get_rst_stream_closed() -> None:
     assert resets(sent(core)) == [(1, ErrorCode.STREAM_CLOSED)]
     core.h2.receive_data(headers(5, end_stream=False) + rst_stream(5, ErrorCode.CANCEL) + headers(5))
     assert resets(sent(core)) == [(5, ErrorCode.STREAM_CLOSED)]
-    assert not core.h2.close_wanted
+    assert not core.h2.state.ended
 
 
 def test_frames_after_end_stream_are_stream_closed() -> None:
@@ -235,7 +236,7 @@ def test_late_frames_on_closed_streams_follow_rfc_9113_section_5_1() -> None:
     assert resets(sent(core)) == [(1, ErrorCode.STREAM_CLOSED), (3, ErrorCode.STREAM_CLOSED)]
     core.h2.receive_data(late)  # after our RST_STREAM, frames in flight are ignored: said once per stream
     assert resets(sent(core)) == []
-    assert not core.h2.close_wanted
+    assert not core.h2.state.ended
 
 
 def test_headers_on_a_lower_stream_id_never_opened_is_a_protocol_error() -> None:
@@ -252,7 +253,7 @@ def test_stream_window_errors_reset_only_the_stream() -> None:
     core.h2.receive_data(window_update(1, 0) + window_update(3, (1 << 31) - 1))
     assert resets(sent(core)) == [(1, ErrorCode.PROTOCOL_ERROR), (3, ErrorCode.FLOW_CONTROL_ERROR)]
     assert core.resets == [1, 3]
-    assert not core.h2.close_wanted
+    assert not core.h2.state.ended
 
 
 # --- limits ----------------------------------------------------------------------------------------------
@@ -300,7 +301,7 @@ def test_rapid_reset_is_budgeted() -> None:
     for stream_id in range(1, 22, 2):  # 11 streams reset before any answer
         core.h2.receive_data(headers(stream_id, end_stream=False) + rst_stream(stream_id, ErrorCode.CANCEL))
     assert goaway_code(sent(core)) == ErrorCode.ENHANCE_YOUR_CALM
-    assert core.h2.abort_wanted
+    assert core.h2.state is ConnectionState.ABORTING
 
 
 def test_completed_streams_earn_reset_budget() -> None:
@@ -327,7 +328,7 @@ def test_acks_are_not_queued_without_bound_for_a_peer_that_does_not_read(flood: 
     assert goaway_code(sent(core)) is None  # 40 ACKs, taken by the transport
     core.h2.receive_data(flood * 51)  # 51 more before anything is taken: the peer does not read
     assert goaway_code(sent(core)) == ErrorCode.ENHANCE_YOUR_CALM
-    assert core.h2.abort_wanted
+    assert core.h2.state is ConnectionState.ABORTING
 
 
 @pytest.mark.parametrize(
@@ -347,10 +348,10 @@ def test_floods_of_frames_without_progress_end_the_connection(nuisance: bytes) -
     for _ in range(5000):
         core.h2.receive_data(nuisance)
         sent(core)  # the peer reads everything: only the work is the problem
-        if core.h2.close_wanted:
+        if core.h2.state.ended:
             break
-    assert core.h2.close_wanted
-    assert core.h2.abort_wanted
+    assert core.h2.state.ended
+    assert core.h2.state is ConnectionState.ABORTING
 
 
 def test_settings_with_too_many_entries_are_refused() -> None:
@@ -371,7 +372,7 @@ def test_window_updates_revisit_only_streams_whose_window_opened() -> None:
     assert core.flushes == 1
     core.h2.receive_data(settings_frame({Setting.INITIAL_WINDOW_SIZE: 100}))  # now every window opens
     assert core.flushes == 5000
-    assert not core.h2.close_wanted
+    assert not core.h2.state.ended
 
 
 def test_connection_window_serves_blocked_streams_in_order_and_stops_when_spent() -> None:
@@ -421,12 +422,12 @@ def test_an_idle_connection_is_closed_with_goaway_and_pings_do_not_keep_it() -> 
         core.h2.on_timer(now)
         for ping in [f for f in sent(core) if f[0] == FrameType.PING]:
             core.h2.receive_data(frame(FrameType.PING, Flag.ACK, 0, ping[3]))  # the client answers every PING
-        assert not core.h2.close_wanted
+        assert not core.h2.state.ended
     core.h2.on_timer(20.0)  # a whole period without a call
     frames = sent(core)
     assert goaway_code(frames) == ErrorCode.NO_ERROR
-    assert core.h2.close_wanted
-    assert not core.h2.abort_wanted
+    assert core.h2.state.ended
+    assert not (core.h2.state is ConnectionState.ABORTING)
 
 
 def test_keepalive_pings_and_drops_a_silent_peer() -> None:
@@ -439,12 +440,11 @@ def test_keepalive_pings_and_drops_a_silent_peer() -> None:
     assert core.h2.next_deadline() == 7.0
     core.h2.receive_data(PREFACE + frame(FrameType.PING, Flag.ACK, 0, pings[0][3]))
     core.h2.on_timer(10.0)  # answered, and bytes arrived: no new PING needed yet
-    assert not core.h2.close_wanted
+    assert not core.h2.state.ended
     core.h2.on_timer(15.0)
     assert [f[0] for f in sent(core)] == [FrameType.PING]
     core.h2.on_timer(17.0)  # no answer within 2 s
-    assert bool(core.h2.close_wanted)  # bool(): mypy narrowed the attribute to False above
-    assert core.h2.abort_wanted
+    assert core.h2.state is ConnectionState.ABORTING
 
 
 def test_answers_held_for_a_peer_that_does_not_read_are_bounded_too() -> None:
@@ -454,7 +454,7 @@ def test_answers_held_for_a_peer_that_does_not_read_are_bounded_too() -> None:
     core.h2.pause_output(True)  # the transport's buffer is full: the peer does not read
     core.h2.receive_data(b"".join(headers(2 * i + 201) for i in range(60)))
     assert goaway_code(sent(core)) == ErrorCode.ENHANCE_YOUR_CALM
-    assert core.h2.abort_wanted
+    assert core.h2.state is ConnectionState.ABORTING
 
 
 MALFORMED = {

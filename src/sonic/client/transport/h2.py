@@ -208,10 +208,10 @@ class H2Transport(GrpcCalls):
         except asyncio.CancelledError:
             connection.cancel(stream, None)  # the caller gave up: the server stops too
             raise
-        if not stream.call.compressed:
+        if not stream.call.answer.compressed:
             return response
         try:
-            return await decompress(response, stream.call.encoding, self._message_limits)
+            return await decompress(response, stream.call.answer.encoding, self._message_limits)
         except GrpcError as exc:
             raise error_for_status(exc.status, exc.message, self.address) from None
 

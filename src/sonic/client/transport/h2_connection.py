@@ -3,9 +3,10 @@
 :class:`ClientConnection` is the :class:`~sonic.h2.events.Handler` of a sans-I/O HTTP/2 core in the client
 role (:class:`sonic.h2.client.ClientRole`); ``protocol`` puts that core on asyncio
 (:class:`sonic.h2.aio.H2Protocol`), and tests drive the core by hand (``core.receive_data``,
-``core.data_to_send()``). Statuses, trailers and message framing are :mod:`sonic.h2.grpc_call`. A call is opened with :meth:`ClientConnection.open_call` (HEADERS, then
+``core.data_to_send()``). What the server's answer must be is checked by :mod:`sonic.grpc.unary`, shared
+with the blocking driver. A call is opened with :meth:`ClientConnection.open_call` (HEADERS, then
 its message as flow control allows, END_STREAM on the last DATA) and ends when the server's trailers
-arrive; its future then holds the one response message (still compressed when ``call.compressed``: the
+arrive; its future then holds the one response message (still compressed when ``call.answer.compressed``: the
 transport inflates it, bounded and off the loop) or one of our error types.
 
 Deadlines: every call has one by default, so a timer handle per call (made, pushed on the loop's heap,
@@ -29,12 +30,13 @@ from sonic.client.errors import (
     ServerError,
     error_for_status,
 )
-from sonic.h2 import grpc_call
+from sonic.grpc.unary import ENDED_WITHOUT_STATUS, Failure, Message, UnaryAnswer
 from sonic.h2.aio import H2Protocol
 from sonic.h2.client import ClientRole
-from sonic.h2.frames import ErrorCode, ProtocolError
-from sonic.h2.grpc_call import GrpcError, reset_status, trailers_status
+from sonic.h2.frames import ErrorCode
+from sonic.h2.grpc_call import reset_status
 from sonic.h2.headers import Headers
+from sonic.h2.lifecycle import ConnectionState
 from sonic.h2.limits import CLIENT_LIMITS, Http2Limits
 from sonic.h2.stream import Stream
 from sonic.protocol.errors import GrpcCode
@@ -47,29 +49,10 @@ def _code_name(code: int) -> str:
         return f"error code {code}"
 
 
-def not_grpc(headers: Headers, address: str) -> ServerError | None:
-    """The error for a response's first HEADERS whose ``:status`` is not 200 (a proxy's or another
-    server's answer, not a gRPC one), else None. A 502/503/504 is retried elsewhere as UNAVAILABLE."""
-    status = dict(headers).get(b":status")
-    if status == b"200":
-        return None
-    code = GrpcCode.UNAVAILABLE if status in {b"502", b"503", b"504"} else GrpcCode.UNKNOWN
-    detail = f"HTTP status {(status or b'none').decode()} instead of a gRPC response"
-    return error_for_status(code, detail, address)
-
-
-class MessageReader(grpc_call.MessageReader):
-    __slots__ = ()
-
-    def too_large(self, length: int) -> Exception:
-        msg = f"gRPC message of {length} bytes, larger than the limit of {self._max_bytes}"
-        return GrpcError(msg, GrpcCode.RESOURCE_EXHAUSTED)
-
-
 class Call:
     """One unary call: the future its caller awaits and what has arrived so far."""
 
-    __slots__ = ("compressed", "deadline", "future", "headers", "message", "reader", "timeout_s")
+    __slots__ = ("answer", "deadline", "future", "timeout_s")
 
     def __init__(
         self,
@@ -79,17 +62,9 @@ class Call:
         deadline: float,
     ) -> None:
         self.future = future
-        self.reader = MessageReader(max_bytes)
-        self.headers: Headers | None = None  # the response headers, once they came
-        self.message: bytes | bytearray | memoryview | None = None
-        self.compressed = False  # the message is compressed with the response's grpc-encoding
+        self.answer = UnaryAnswer(max_bytes)
         self.timeout_s = timeout_s
         self.deadline = deadline  # loop time; inf without a timeout
-
-    @property
-    def encoding(self) -> str | None:
-        value = dict(self.headers or ()).get(b"grpc-encoding")
-        return None if value is None else value.decode("latin-1")
 
 
 WRITE_BATCH_BYTES = 1 << 18  # DATA per loop iteration: large requests leave paced (sonic.h2.windows)
@@ -115,7 +90,7 @@ class ClientConnection:
 
     @property
     def closing(self) -> bool:
-        return self.core.closing or self.core.lost
+        return not self.core.state.opens_streams
 
     @property
     def full(self) -> bool:
@@ -144,7 +119,7 @@ class ClientConnection:
             msg = "the connection is closing"
             raise self._lost(msg)
         if not self._role.ids_left:
-            self.core.closing = True  # stream ids are spent: the next call opens a new connection
+            self.core.stop_new_streams()  # stream ids are spent: the next call opens a new connection
             msg = "stream ids exhausted"
             raise self._lost(msg)
         deadline = math.inf if timeout_s is None else self._loop.time() + timeout_s
@@ -189,7 +164,7 @@ class ClientConnection:
     # --- the connection -----------------------------------------------------------------------------
 
     def _connection_lost(self) -> None:
-        """The core has reset every open stream (as lost: ``core.lost`` was set first)."""
+        """The core has reset every open stream (as lost: the core's state was LOST first)."""
         self._wake_all()
 
     def goaway_received(self, last_stream_id: int, code: int) -> None:
@@ -222,40 +197,24 @@ class ClientConnection:
 
     def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
         call: Call = stream.call
-        if call.headers is None:
-            call.headers = headers
-            error = not_grpc(headers, self.address)
-            if error is not None:
-                self._end(stream, error)
-                return
-            if not end_stream:
-                return
-        elif not end_stream:
-            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "second HEADERS without END_STREAM")
-        self._end(stream, self._outcome(call, headers))
+        outcome = call.answer.headers_received(headers, end_stream)
+        if outcome is not None:
+            self._end(stream, outcome)
 
     def stream_data(self, stream: Stream, data: memoryview) -> None:
         call: Call = stream.call
         if call.future.done():
             return
-        try:
-            messages = call.reader.feed(data)
-        except GrpcError as exc:
-            self.cancel(stream, error_for_status(exc.status, exc.message, self.address))
-            return
-        if len(messages) + (call.message is not None) > 1:
-            detail = "more than one response message in a unary call"
-            self.cancel(stream, error_for_status(GrpcCode.INTERNAL, detail, self.address))
-        elif messages:
-            call.compressed, call.message = messages[0]
+        failure = call.answer.data_received(data)
+        if failure is not None:
+            self.cancel(stream, self._error(failure))
 
     def stream_ended(self, stream: Stream) -> None:
         """DATA with END_STREAM: a response without trailers, hence without a status."""
-        error = error_for_status(GrpcCode.INTERNAL, "the response ended without grpc-status", self.address)
-        self._end(stream, error)
+        self._end(stream, ENDED_WITHOUT_STATUS)
 
     def stream_reset(self, stream: Stream) -> None:
-        if self.core.lost:
+        if self.core.state is ConnectionState.LOST:
             self._fail(stream, self._lost("the connection was lost"))
             return
         if self._draining and stream.reset_code == ErrorCode.CANCEL:
@@ -265,28 +224,16 @@ class ClientConnection:
         detail = f"the server reset the stream (RST_STREAM {_code_name(stream.reset_code)})"
         self._fail(stream, error_for_status(status, detail, self.address))
 
-    def _end(self, stream: Stream, outcome: bytes | bytearray | memoryview | ClientError) -> None:
-        """The server ended the call: resolve it, and stop sending if the request is still going."""
+    def _end(self, stream: Stream, outcome: Message | Failure) -> None:
+        """The server ended the call (or its answer is refused): resolve it, and stop the stream."""
         self._role.end(stream)
-        if isinstance(outcome, ClientError):
-            self._fail(stream, outcome)
+        if isinstance(outcome, Failure):
+            self._fail(stream, self._error(outcome))
         elif not stream.call.future.done():
             stream.call.future.set_result(outcome)
 
-    def _outcome(self, call: Call, trailers: Headers) -> bytes | bytearray | memoryview | ClientError:
-        status, message = trailers_status(trailers)
-        if status is GrpcCode.OK:
-            if call.message is None:
-                return error_for_status(GrpcCode.INTERNAL, "an OK response without a message", self.address)
-            if call.reader.partial:
-                return error_for_status(
-                    GrpcCode.INTERNAL, "the response ended inside a message", self.address
-                )
-            if call.compressed and call.encoding is None:
-                detail = "a compressed response without a grpc-encoding header"
-                return error_for_status(GrpcCode.INTERNAL, detail, self.address)
-            return call.message
-        return error_for_status(status, message, self.address)
+    def _error(self, failure: Failure) -> ServerError:
+        return error_for_status(failure.status, failure.detail, self.address)
 
     def _fail(self, stream: Stream, error: ClientError) -> None:
         if not stream.call.future.done():

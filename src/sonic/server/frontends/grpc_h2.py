@@ -275,10 +275,10 @@ class GrpcConnection:
                 if stream.local_closed:
                     return  # closing the responses cancels the request: the model sees is_cancelled()
                 self.core.respond(stream, [grpc_message_prefix(parts_size(parts)), *parts])
-                if stream.pending and sum(len(piece) for piece in stream.pending) > MAX_QUEUED_STREAM_BYTES:
+                if self.core.queued_bytes(stream) > MAX_QUEUED_STREAM_BYTES:
                     if call.drained is None:
                         call.drained = self._loop.create_future()
-                        stream.drained = call.output_drained
+                        self.core.on_drained(stream, call.output_drained)
                     await call.drained
 
     def _finish_stream_call(self, stream: Stream, call: Call) -> None:
@@ -326,10 +326,7 @@ class GrpcConnection:
             call.deadline = math.inf
             self._release(call)
         headers_sent = call is not None and call.headers_sent
-        stream.pending.clear()  # an error replaces any response not yet sent
-        self.core.send_headers(
-            stream, status_block(code_of(code), message, trailers_only=not headers_sent), end_stream=True
-        )
+        self.core.end_now(stream, status_block(code_of(code), message, trailers_only=not headers_sent))
 
 
 class H2GrpcFrontend(Frontend):
@@ -397,8 +394,7 @@ class H2GrpcFrontend(Frontend):
             for waiter in late:
                 waiter.cancel()
         for connection in list(self.connections):
-            for stream in list(connection.streams.values()):
-                connection.stream_reset(stream)
+            connection.core.transport_lost()  # dropped now: its calls fail before stop() returns
             connection.protocol.abort()
         if self._server is not None:
             await self._server.wait_closed()
