@@ -8,7 +8,9 @@ does not parse, or names another model, is answered in Triton's words ("failed t
 failed to poll from model repository"), followed by what is wrong.
 
 Every file the configuration names is checked by :mod:`sonic.server.paths` before any backend code
-runs (auto-completion of a Python model imports its file), and again after completion.
+runs (auto-completion of a Python model imports its file), and again after completion. The names an
+override gives are the caller's: they must resolve inside the model's folder, links included, whether
+or not the server follows the links its repository holds.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from sonic.protocol.model_config import (
     validate_config,
 )
 from sonic.server import backends
-from sonic.server.paths import ModelFiles, check_config_paths
+from sonic.server.paths import ConfigOrigin, ModelFiles, check_config_paths
 from sonic.server.repository import ModelLocation, available_versions, select_versions
 
 POLL_FAILED = "failed to poll from model repository"  # Triton's words for a load refused before loading
@@ -62,7 +64,7 @@ def prepare_config(
     gpu_count: int,
     *,
     auto_complete: bool = True,
-    allow_links_outside: bool = False,
+    allow_links_outside: bool = True,
 ) -> PreparedConfig:
     """Read (or take the override), check paths, auto-complete and validate (blocking: runs in a thread)."""
     config_path = location.path / CONFIG_FILENAME
@@ -101,6 +103,9 @@ def prepare_config(
         config.backend = name
     backend_cls = backends.backend_class(name)
     selected = select_versions(config.version_policy, versions)
+    if override is not None:  # the caller's names: never through a link out, whatever the server's rule
+        caller = ModelFiles(location.name, location.path, origin=ConfigOrigin.LOAD_OVERRIDE)
+        check_config_paths(config, caller, selected)
     check_config_paths(config, files, selected)  # before any backend code reads or imports a file
     if auto_complete:
         latest = selected[-1]
