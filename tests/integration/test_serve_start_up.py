@@ -263,7 +263,9 @@ def _grpc_ready(address: str) -> bool:
 
 def _health_check(address: str) -> bytes:
     with grpc.insecure_channel(address) as channel:
-        check = channel.unary_unary("/grpc.health.v1.Health/Check")
+        check = channel.unary_unary(
+            "/grpc.health.v1.Health/Check", request_serializer=None, response_deserializer=None
+        )
         answer: bytes = check(b"", timeout=30)
         return answer
 
@@ -317,7 +319,7 @@ def test_a_model_with_no_loaded_version_answers_tritons_words_then_why(
                 with pytest.raises(grpc.RpcError) as info:
                     call(request, timeout=30)
                 assert info.value.code() == grpc.StatusCode.NOT_FOUND
-                assert info.value.details().startswith(NO_VERSIONS)
+                assert (info.value.details() or "").startswith(NO_VERSIONS)
 
 
 # --- nothing served --------------------------------------------------------------------------------
