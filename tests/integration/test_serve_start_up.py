@@ -113,9 +113,20 @@ def test_a_model_that_fails_to_load_stops_start_up(repository: Path, flags: list
     assert "sonic: ready" not in result.stdout
 
 
+EXPLICIT_NO_SUCH_MODEL = ["--model-control-mode=explicit", "--load-model=good", "--load-model=nosuch"]
+
+
+def test_a_load_model_that_names_no_model_stops_start_up(repository: Path) -> None:
+    result = _serve("--model-repository", str(repository), *EXPLICIT_NO_SUCH_MODEL)
+    assert result.returncode == 1
+    assert FAILED_TO_LOAD in result.stderr.splitlines()
+    assert "model 'nosuch'" in result.stderr
+
+
 @pytest.mark.triton
-def test_triton_stops_start_up_alike(repository: Path, tmp_path: Path) -> None:
-    result = _triton([repository], tmp_path)
+@pytest.mark.parametrize("flags", [[], EXPLICIT_NO_SUCH_MODEL], ids=["broken", "no-such-model"])
+def test_triton_stops_start_up_alike(repository: Path, tmp_path: Path, flags: list[str]) -> None:
+    result = _triton([repository], tmp_path, *flags)
     assert result.returncode == 1
     assert _last_line(result.stderr) == FAILED_TO_LOAD
 

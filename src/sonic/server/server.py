@@ -22,7 +22,7 @@ from types import FrameType, TracebackType
 from typing import Any, Self
 
 from sonic.logs import LogControl
-from sonic.protocol.errors import SonicError
+from sonic.protocol.errors import NotFoundError, SonicError
 from sonic.protocol.wire import ModelState
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.dataplane import DataPlane
@@ -124,20 +124,25 @@ class Server:
         # The first line of a start that may take minutes (one more per model loaded): what
         # `sonic deploy local` shows and times its --ready-timeout-s from.
         log.info("loading models (model control mode %s)", mode.value)
+        failed: dict[str, str] = {}  # model: why, also a --load-model name that is no model (as Triton)
         if mode in {ModelControlMode.NONE, ModelControlMode.POLL} or "*" in self.config.load_models:
             await self.models.load_all()
         else:
             for name in self.config.load_models:
                 try:
                     await self.models.load(name)
-                except SonicError:
-                    continue  # listed as UNAVAILABLE with its reason
-        failed = [row for row in self.models.index(ready_only=False) if row.state is ModelState.UNAVAILABLE]
+                except SonicError as exc:
+                    failed[name] = str(exc)  # a model is listed as UNAVAILABLE with its reason too
+                    if isinstance(exc, NotFoundError):  # no such model folder: nothing else logs it
+                        log.error("--load-model %s: %s", name, exc)  # noqa: TRY400  (says it all)
+        for row in self.models.index(ready_only=False):
+            if row.state is ModelState.UNAVAILABLE:
+                failed.setdefault(row.name, row.reason)
         if self.config.exit_on_error and failed:  # Triton's --exit-on-error=true, its default
             msg = "failed to load all models"
             raise StartFailure(
                 msg,
-                "; ".join(f"model '{row.name}': {row.reason}" for row in failed)
+                "; ".join(f"model '{name}': {reason}" for name, reason in failed.items())
                 + " (--exit-on-error=false serves the others)",
             )
 
