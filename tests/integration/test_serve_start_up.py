@@ -317,7 +317,13 @@ def test_a_model_with_no_loaded_version_answers_tritons_words_then_why(
             message = json.loads(text)["error"]
             assert message.startswith(NO_VERSIONS), path
             if kind == "sonic":
-                assert "boom at import" in message, path  # then why
+                assert "version 1 is UNAVAILABLE" in message, path  # then its versions and why
+                assert "boom at import" in message, path
+        status, text = _http(server.http, "/v2/models/broken/versions/1")
+        assert status == 503
+        assert json.loads(text)["error"].startswith(
+            "Request for unknown model: 'broken' version 1 is not at ready state"
+        )
         assert _http(server.http, "/v2/models/broken/ready")[0] == 400
         with grpc.insecure_channel(server.grpc) as channel:
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)

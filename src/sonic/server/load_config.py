@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tritonclient.grpc import model_config_pb2
 
-from sonic.protocol.errors import InvalidArgumentError, ModelConfigError, quote
+from sonic.protocol.errors import InvalidArgumentError, ModelConfigError, SonicError, quote
 from sonic.protocol.model_config import (
     CONFIG_FILENAME,
     ModelSpec,
@@ -47,6 +47,17 @@ def parse_override(name: str, text: object) -> model_config_pb2.ModelConfig:
         return parse_config_json(text, "invalid config override")
     except ModelConfigError as exc:
         raise InvalidArgumentError(f"{where}: {exc}") from None
+
+
+class VersionsFailedError(Exception):
+    """The backend's own code refused the model while completing its configuration (a Python model
+    that fails at import): a failure of the ``versions`` about to load, as Triton reports it (each
+    version UNAVAILABLE with the reason), not of the configuration. ``error`` is what to answer."""
+
+    def __init__(self, error: SonicError, versions: list[int]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.versions = versions
 
 
 @dataclass(frozen=True)
@@ -111,7 +122,10 @@ def prepare_config(
         latest = selected[-1]
         filename = backend_cls.model_filename(config, location.path / str(latest))
         model_path = files.version_file(latest, "default_model_filename", filename)
-        backend_cls.auto_complete_config(config, model_path)
+        try:
+            backend_cls.auto_complete_config(config, model_path)
+        except SonicError as exc:
+            raise VersionsFailedError(exc, selected) from exc
     fill_defaults(config, default_filename=backend_cls.default_filename, gpu_count=gpu_count)
     check_config_paths(config, files, selected)  # what auto-completion added
     spec = validate_config(config)

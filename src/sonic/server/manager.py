@@ -22,7 +22,7 @@ from sonic.server.calls import ServerModelCaller
 from sonic.server.config import ServerConfig
 from sonic.server.ensemble_steps import StepGraph, step_models
 from sonic.server.instance_thread import InstanceThread
-from sonic.server.load_config import prepare_config
+from sonic.server.load_config import VersionsFailedError, prepare_config
 from sonic.server.model import ModelVersion
 from sonic.server.model_entries import UNLOADED, IndexRow, ModelEntry, VersionState, step_state
 from sonic.server.paths import ModelFiles
@@ -157,14 +157,20 @@ class ModelManager:
             current = await asyncio.to_thread(fingerprint, location.path)
             if current == entry.fingerprint:  # as Triton: files unchanged, the override keeps serving
                 override = entry.override
-        prepared = await asyncio.to_thread(
-            prepare_config,
-            location,
-            override,
-            self._config.gpu_count,
-            auto_complete=self._config.auto_complete_config,
-            allow_links_outside=self._config.allow_model_links_outside,
-        )
+        try:
+            prepared = await asyncio.to_thread(
+                prepare_config,
+                location,
+                override,
+                self._config.gpu_count,
+                auto_complete=self._config.auto_complete_config,
+                allow_links_outside=self._config.allow_model_links_outside,
+            )
+        except VersionsFailedError as failure:
+            for version in failure.versions:  # as Triton: each version UNAVAILABLE, with the reason
+                if version not in entry.versions or entry.versions[version].state is not ModelState.READY:
+                    entry.versions[version] = VersionState(ModelState.UNAVAILABLE, str(failure.error))
+            raise failure.error from None
         config, spec, backend_cls, selected = (
             prepared.config,
             prepared.spec,
