@@ -232,7 +232,8 @@ def freeze_start_up() -> None:
     kept for good. Models loaded later through the API are not frozen: their objects must stay
     collectable, or each load/unload cycle would keep its cycles for good (a model loaded at start and
     unloaded later keeps its cyclic objects: at most what start-up loaded, once). Blocking, but before
-    the server turns ready: the front ends listen, and refuse inferences meanwhile."""
+    the server turns ready: the front ends listen, and refuse inferences meanwhile (the objects of a
+    connection open at that moment, a probe's, are frozen with the rest: a few, once)."""
     gc.collect()
     gc.freeze()
 
