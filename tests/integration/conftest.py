@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.integration.triton_helpers import SERVE_BROKEN_TOO
 
 from sonic.launch import ServerProcess
 from sonic.models.simple import identity_model, write_sample_repository
@@ -88,6 +89,18 @@ def build_test_repository(root: Path) -> Path:
     _model(root, "checksum", 'backend: "onnxruntime"\nmax_batch_size: 4\n' + CHECKSUM_AGENT, identity_model)
     _model(
         root,
+        "chunked",
+        'backend: "onnxruntime"\nmax_batch_size: 64\n'
+        'parameters { key: "max_execution_batch_size" value { string_value: "3" } }\n',
+        variable_dims_model,
+    )
+    return root
+
+
+def build_broken_repository(root: Path) -> Path:
+    """Two models that fail to load: a config.pbtxt that does not parse, and a model file that is not ONNX."""
+    _model(
+        root,
         "broken_config",
         'backend: "onnxruntime"\nmax_batch_size: 4\ninput [ { name: "X" ',
         identity_model,
@@ -100,31 +113,34 @@ def build_test_repository(root: Path) -> Path:
         'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
         'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
     )
-    _model(
-        root,
-        "chunked",
-        'backend: "onnxruntime"\nmax_batch_size: 64\n'
-        'parameters { key: "max_execution_batch_size" value { string_value: "3" } }\n',
-        variable_dims_model,
-    )
     return root
 
 
 @pytest.fixture(scope="session")
 def test_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Models that all load (a server of them alone starts with Triton's defaults)."""
     return build_test_repository(tmp_path_factory.mktemp("repository"))
 
 
+@pytest.fixture(scope="session")
+def broken_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_broken_repository(tmp_path_factory.mktemp("broken"))
+
+
 @pytest.fixture(scope="session", params=["native", "grpcio"])
-def server(request: pytest.FixtureRequest, test_repository: Path) -> Iterator[ServerProcess]:
+def server(
+    request: pytest.FixtureRequest, test_repository: Path, broken_repository: Path
+) -> Iterator[ServerProcess]:
     """One `sonic serve` (model control mode none) shared by the read-mostly tests, once per gRPC stack."""
-    with ServerProcess.start([test_repository], extra_args=["--grpc-server", request.param]) as process:
+    args = ["--grpc-server", request.param, *SERVE_BROKEN_TOO]
+    with ServerProcess.start([test_repository, broken_repository], extra_args=args) as process:
         yield process
 
 
 @pytest.fixture
-def explicit_server(test_repository: Path) -> Iterator[ServerProcess]:
-    with ServerProcess.start([test_repository], extra_args=["--model-control-mode", "explicit"]) as process:
+def explicit_server(test_repository: Path, broken_repository: Path) -> Iterator[ServerProcess]:
+    args = ["--model-control-mode", "explicit", *SERVE_BROKEN_TOO]
+    with ServerProcess.start([test_repository, broken_repository], extra_args=args) as process:
         yield process
 
 

@@ -5,7 +5,8 @@ proves the list complete), each with an absolute name, a name climbing out with 
 is a symbolic link out of the folder, sent as RepositoryModelLoad ``config`` over gRPC and over HTTP:
 each is refused with INVALID_ARGUMENT / 400 naming the model and the field, nothing outside is
 imported (a marker file would appear) and the answer tells nothing about the outside file (its size).
-With ``--allow-model-links-outside`` the links are followed; names still cannot leave.
+Links the repository holds (a model file, a model folder) are followed by default, as Triton follows
+them, and refused with ``--refuse-model-links-outside``; an override's names never follow a link out.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tests.integration.triton_helpers import running_triton
 from tritonclient.utils import InferenceServerException
 
 from sonic.launch import ServerProcess
@@ -132,6 +134,14 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> Layout:
     for field in FIELDS:  # one link out per field, in the folder its names are read from
         (model / field.base / f"link_{field.name}").symlink_to(outside / field.target)
     (model / "1" / "good_link.py").symlink_to(outside / "good.py")
+    # The repository author's links: a model file and a whole model folder from elsewhere (e.g. CVMFS).
+    (repository / "linked_file" / "1").mkdir(parents=True)
+    (repository / "linked_file" / "config.pbtxt").write_text('backend: "python"\n')
+    (repository / "linked_file" / "1" / "model.py").symlink_to(outside / "good.py")
+    (outside / "folder" / "1").mkdir(parents=True)
+    (outside / "folder" / "1" / "model.py").write_text(IDENTITY)
+    (outside / "folder" / "config.pbtxt").write_text('backend: "python"\n')
+    (repository / "linked_folder").symlink_to(outside / "folder")
     return Layout(root, repository, outside, marker)
 
 
@@ -206,21 +216,46 @@ def test_absolute_outside_file_and_missing_file_read_alike(server: ServerProcess
     assert messages[0] == messages[1]
 
 
-def test_links_outside_are_followed_only_with_the_option(layout: Layout) -> None:
-    args = ["--model-control-mode", "explicit", "--allow-model-links-outside"]
-    with ServerProcess.start([layout.repository], extra_args=args) as process:
-        _load("grpc", process.grpc_address, "victim", _override(FIELDS[0], "good_link.py"))
-        with grpcclient.InferenceServerClient(process.grpc_address) as client:
-            assert client.is_model_ready("victim")
-        for variant in ("absolute", "dotdot"):
+LINK_MODES = {"default": [], "strict": ["--refuse-model-links-outside"]}
+
+
+@pytest.mark.parametrize("mode", list(LINK_MODES))
+def test_links_in_the_repository_load_by_default_only(layout: Layout, mode: str) -> None:
+    args = ["--model-control-mode", "explicit", *LINK_MODES[mode]]
+    with (
+        ServerProcess.start([layout.repository], extra_args=args) as process,
+        grpcclient.InferenceServerClient(process.grpc_address) as client,
+    ):
+        for model in ("linked_file", "linked_folder"):
+            if mode == "default":
+                client.load_model(model)
+                assert client.is_model_ready(model)
+                continue
             with pytest.raises(InferenceServerException) as info:
-                _load(
-                    "grpc",
-                    process.grpc_address,
-                    "victim",
-                    _override(FIELDS[0], _name(layout, FIELDS[0], variant)),
-                )
+                client.load_model(model)
+            assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+            assert f"model '{model}'" in info.value.message()
+            assert "--refuse-model-links-outside" in info.value.message()
+
+
+@pytest.mark.parametrize("mode", list(LINK_MODES))
+def test_a_load_override_never_follows_a_link_out(layout: Layout, mode: str) -> None:
+    # The link is the repository author's; the name is the caller's: refused whatever the server's mode.
+    args = ["--model-control-mode", "explicit", *LINK_MODES[mode]]
+    with ServerProcess.start([layout.repository], extra_args=args) as process:
+        for variant, name in (
+            ("link", "good_link.py"),
+            ("absolute", _name(layout, FIELDS[0], "absolute")),
+            ("dotdot", _name(layout, FIELDS[0], "dotdot")),
+        ):
+            with pytest.raises(InferenceServerException) as info:
+                _load("grpc", process.grpc_address, "victim", _override(FIELDS[0], name))
+            assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
             assert VARIANTS[variant] in info.value.message()
+            assert "a load override may name only files inside its model's folder" in info.value.message()
+        # The same link, loaded from the repository's own configuration, would be followed by default.
+        with grpcclient.InferenceServerClient(process.grpc_address) as client:
+            assert not client.is_model_ready("victim")
     assert not layout.marker.exists()
 
 
@@ -234,3 +269,13 @@ def test_file_overrides_are_refused(server: ServerProcess, layout: Layout, proto
     assert info.value.status() == ("StatusCode.INVALID_ARGUMENT" if protocol == "grpc" else "400")
     assert "model file overrides ('file:1/model.py') are not supported" in info.value.message()
     assert not layout.marker.exists()
+
+
+@pytest.mark.triton
+def test_triton_follows_the_repositorys_links_alike(layout: Layout) -> None:
+    with (
+        running_triton([layout.repository], ["linked_file", "linked_folder"]) as triton,
+        grpcclient.InferenceServerClient(triton.grpc_address) as client,
+    ):
+        assert client.is_model_ready("linked_file")
+        assert client.is_model_ready("linked_folder")

@@ -33,7 +33,7 @@ TRITON_STYLE = [
 
 
 def test_serve_runs_with_tritons_flags(test_repository: Path, tmp_path: Path) -> None:
-    repository = tmp_path / "models"  # only good models: --exit-on-error=true stops on the broken ones
+    repository = tmp_path / "models"
     shutil.copytree(test_repository / "identity", repository / "identity")
     with ServerProcess.start([repository], extra_args=TRITON_STYLE) as process:
         with grpcclient.InferenceServerClient(process.grpc_address) as client:
@@ -61,7 +61,8 @@ def test_exit_on_error_stops_start_up_when_a_model_fails(test_repository: Path, 
     (repository / "identity" / "config.pbtxt").write_text("max_batch_size: oops", encoding="utf-8")
     result = _serve(repository, "--exit-on-error=true")
     assert result.returncode == 1
-    assert "failed to load all models (--exit-on-error)" in result.stderr
+    assert "error: creating server: Internal - failed to load all models" in result.stderr.splitlines()
+    assert "model 'identity'" in result.stderr  # then which model, and why
     assert "sonic: ready" not in result.stdout
 
 

@@ -29,6 +29,9 @@ from sonic.launch.triton import (
 )
 
 READY_TIMEOUT_S = 120.0
+# Flags of a server that serves models that failed to load beside the others, and says ready meanwhile:
+# both servers' defaults (Triton's) stop start-up instead, or leave the server not ready.
+SERVE_BROKEN_TOO = ["--exit-on-error=false", "--strict-readiness=false"]
 # What a parity test's server fixture is parametrized with: Triton only where the ``triton`` marker is selected.
 SERVERS = ["sonic", pytest.param("triton", marks=pytest.mark.triton)]
 

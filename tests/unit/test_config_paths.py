@@ -1,7 +1,7 @@
 """The path choke point (sonic.server.paths): every file a model configuration names stays in its folder.
 
-Three kinds of proof: the rule itself (absolute, ``..``, links out, with and without
-``--allow-model-links-outside``); completeness (every file-naming field of ModelConfig, found by walking
+Three kinds of proof: the rule itself (absolute, ``..``, links out, followed by default for the
+repository's own names, refused with ``--refuse-model-links-outside`` and always for a load override's); completeness (every file-naming field of ModelConfig, found by walking
 the protobuf descriptor, is listed and produced by ``config_file_names``); and a scan of the server's
 source for code that reads a file-naming field without handing it to the choke point.
 """
@@ -21,7 +21,7 @@ from sonic.protocol.errors import InvalidArgumentError, ModelConfigError
 from sonic.protocol.model_config import parse_config_text, validate_config
 from sonic.server.backends.base import InstanceContext
 from sonic.server.backends.hls4ml import Hls4mlBackend
-from sonic.server.paths import FILE_FIELDS, ModelFiles, check_config_paths, config_file_names
+from sonic.server.paths import FILE_FIELDS, ConfigOrigin, ModelFiles, check_config_paths, config_file_names
 from sonic.server.repository import parse_version
 
 pytestmark = pytest.mark.unit
@@ -97,7 +97,7 @@ def model(tmp_path: Path) -> ModelFiles:
     (folder / "1" / "out.py").symlink_to(outside / "secret")
     (folder / "1" / "dangling.py").symlink_to(outside / "missing")
     (folder / "1" / "dir").symlink_to(outside)
-    return ModelFiles("m", folder)
+    return ModelFiles("m", folder, allow_links_outside=False)  # --refuse-model-links-outside
 
 
 @pytest.mark.parametrize(
@@ -141,12 +141,27 @@ def test_inside_names_resolve(model: ModelFiles) -> None:
 
 
 def test_allow_links_outside_follows_links_but_never_names(model: ModelFiles) -> None:
-    linked = ModelFiles(model.model, model.folder, allow_links_outside=True)
+    linked = ModelFiles(model.model, model.folder)  # the default, as Triton
     assert linked.version_file(1, "f", "out.py").name == "secret"
     assert linked.version_file(1, "f", "dir/secret").name == "secret"
     for name in ("/etc/passwd", "../../outside/secret"):
         with pytest.raises(InvalidArgumentError):
             linked.version_file(1, "f", name)
+
+
+@pytest.mark.parametrize("allow_links_outside", [True, False])
+def test_a_load_overrides_names_never_follow_links_out(model: ModelFiles, allow_links_outside: bool) -> None:
+    caller = ModelFiles(model.model, model.folder, allow_links_outside, ConfigOrigin.LOAD_OVERRIDE)
+    for name, why in (
+        ("out.py", "symbolic link"),
+        ("dir/secret", "symbolic link"),
+        ("/etc/passwd", "absolute"),
+    ):
+        with pytest.raises(InvalidArgumentError, match=why) as info:
+            caller.version_file(1, "f", name)
+        assert "a load override may name only files inside its model's folder" in str(info.value)
+        assert "--refuse-model-links-outside" not in str(info.value)  # no server option lifts it
+    assert caller.version_file(1, "f", "inner.py").name == "model.py"  # links inside are fine
 
 
 def test_a_model_folder_linked_in_is_its_own_inside(tmp_path: Path) -> None:

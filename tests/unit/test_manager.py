@@ -21,6 +21,7 @@ from sonic.server.backends.base import Backend
 from sonic.server.config import ServerConfig
 from sonic.server.instance_thread import InstanceThread
 from sonic.server.manager import ModelManager
+from sonic.server.model_entries import UNLOADED, ModelEntry, VersionState
 from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.policy import BatchPolicy
 from sonic.server.runtime.scheduler import Scheduler
@@ -156,3 +157,21 @@ async def test_instance_group_runs_instances_concurrently() -> None:
         np.testing.assert_array_equal(outputs["y"], np.full((1, 2), 3 * i))
     for instance in instances:
         instance.thread.shutdown()
+
+
+def test_strict_readiness_counts_each_model_as_triton_does() -> None:
+    """Every version READY or unloaded; a model with no version only once unloaded."""
+    entry = ModelEntry("m")
+    entry.reason = "failed to load 'm': bad config"
+    assert not entry.counts_as_ready()
+    entry.reason = UNLOADED
+    assert entry.counts_as_ready()
+    entry.versions = {1: VersionState(ModelState.READY), 2: VersionState(ModelState.UNAVAILABLE, UNLOADED)}
+    assert entry.counts_as_ready()
+    entry.versions[3] = VersionState(ModelState.UNAVAILABLE, "boom")
+    assert not entry.counts_as_ready()
+    entry.versions[3] = VersionState(ModelState.LOADING)
+    assert not entry.counts_as_ready()
+    assert entry.versions_and_reasons() == (
+        "version 1 is READY; version 2 is UNAVAILABLE: unloaded; version 3 is LOADING"
+    )

@@ -170,3 +170,26 @@ def test_no_repository_is_an_error() -> None:
     args, settings = _parse()
     with pytest.raises(ValueError, match="--model-repository"):
         config_from_args(args, settings)
+
+
+def test_exit_on_error_and_strict_readiness_default_to_tritons_true(tmp_path: Path) -> None:
+    # A site's Triton command line works unchanged: no flag means what it means to Triton.
+    config = _config(f"--model-repository={tmp_path}")
+    assert config.exit_on_error
+    assert config.strict_readiness
+    assert ServerConfig(model_repositories=(tmp_path,)).exit_on_error  # the library's default too
+    lenient = _config(f"--model-repository={tmp_path}", "--exit-on-error=false", "--strict-readiness", "0")
+    assert not lenient.exit_on_error
+    assert not lenient.strict_readiness
+    assert _config(f"--model-repository={tmp_path}", "--strict-readiness").strict_readiness
+
+
+def test_model_links_are_followed_unless_refused(tmp_path: Path) -> None:
+    assert _config(f"--model-repository={tmp_path}").allow_model_links_outside  # as Triton
+    assert _config(f"--model-repository={tmp_path}", "--allow-model-links-outside").allow_model_links_outside
+    strict = _config(f"--model-repository={tmp_path}", "--refuse-model-links-outside")
+    assert not strict.allow_model_links_outside
+    with pytest.raises(ValueError, match="opposite things"):
+        _config(
+            f"--model-repository={tmp_path}", "--refuse-model-links-outside", "--allow-model-links-outside"
+        )

@@ -23,6 +23,7 @@ from sonic.server.config import (
     ServerConfig,
 )
 from sonic.server.devices import detect_gpu_count
+from sonic.server.repository import StartFailure
 from sonic.server.server import Server, ShutdownSignals
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,7 @@ def config_from_args(args: argparse.Namespace, triton: TritonSettings | None = N
     return ServerConfig(
         server_name=args.server_name,
         exit_on_error=triton.exit_on_error,
+        strict_readiness=triton.strict_readiness,
         auto_complete_config=triton.auto_complete,
         rate_limit=triton.rate_limit,
         grpc_header_forward_pattern=triton.grpc_header_forward_pattern,
@@ -257,6 +259,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(serve(config, log_control))
+    except StartFailure as exc:  # Triton's line (scripts look for it), then ours
+        print(exc.triton_line(), file=sys.stderr)
+        if exc.detail:
+            print(f"sonic serve: {exc.detail}", file=sys.stderr)
+        return 1
     except (SonicError, OSError, ImportError, ValueError) as exc:
         print(f"sonic serve: {exc}", file=sys.stderr)
         return 1

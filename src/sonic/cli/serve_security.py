@@ -102,9 +102,15 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
         "--disable-repository-control", action="store_true", help="refuse model load/unload requests"
     )
     group.add_argument(
+        "--refuse-model-links-outside",
+        action="store_true",
+        help="refuse model folders and files that are symlinks to places outside the repositories "
+        "(default: follow them, as Triton; a load override's names never may)",
+    )
+    group.add_argument(
         "--allow-model-links-outside",
         action="store_true",
-        help="load model folders that are symlinks to places outside the repositories (e.g. CVMFS)",
+        help="follow symlinks out of the repositories (e.g. CVMFS): the default, kept for old command lines",
     )
     group.add_argument(
         "--allow-shm-from-other-users",
@@ -118,6 +124,13 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
         "server by shrinking its object, even one of the server's user (default: only objects others can "
         "write are copied)",
     )
+
+
+def _follow_model_links(args: argparse.Namespace) -> bool:
+    if args.refuse_model_links_outside and args.allow_model_links_outside:
+        msg = "--refuse-model-links-outside and --allow-model-links-outside ask for opposite things: give one"
+        raise ValueError(msg)
+    return not args.refuse_model_links_outside
 
 
 def _read_tokens(path: Path) -> frozenset[str]:
@@ -167,7 +180,7 @@ def security_from_args(args: argparse.Namespace) -> dict[str, object]:
         "grpc_server": GrpcServerKind(args.grpc_server),
         "http_max_connections_per_client": args.http_max_connections_per_client,
         "repository_control": not args.disable_repository_control,
-        "allow_model_links_outside": args.allow_model_links_outside,
+        "allow_model_links_outside": _follow_model_links(args),
         "allow_shm_from_other_users": args.allow_shm_from_other_users,
         "shm_copy_always": args.shm_copy_always,
         "request_buffer_wait_s": args.request_buffer_wait_secs,

@@ -43,7 +43,9 @@ TRITON_FLAGS: dict[str, TritonFlag] = {
     "--log-info": TritonFlag(IMPLEMENTED, "bool", "false: no INFO records"),
     "--log-warning": TritonFlag(IMPLEMENTED, "bool", "false: no WARNING records"),
     "--log-error": TritonFlag(IMPLEMENTED, "bool", "false: no ERROR (or CRITICAL) records"),
-    "--exit-on-error": TritonFlag(IMPLEMENTED, "bool", "true: exit when a model fails to load at start"),
+    "--exit-on-error": TritonFlag(
+        IMPLEMENTED, "bool", "true (default, as Triton): exit 1 when a model fails to load at start"
+    ),
     "--strict-model-config": TritonFlag(
         IMPLEMENTED, "bool", "true: no auto-complete (configs must be whole)"
     ),
@@ -69,7 +71,9 @@ TRITON_FLAGS: dict[str, TritonFlag] = {
     "--allow-cpu-metrics": TritonFlag(NOTICED, "bool", "no CPU metrics family"),
     "--metrics-interval-ms": TritonFlag(NOTICED, "str", "metrics are computed when scraped"),
     "--metrics-config": TritonFlag(NOTICED, "list", "metric families are fixed"),
-    "--strict-readiness": TritonFlag(NOTICED, "bool", "ready once start-up loading is done"),
+    "--strict-readiness": TritonFlag(
+        IMPLEMENTED, "bool", "true (default, as Triton): ready only while every model is; false: once started"
+    ),
     "--log-file": TritonFlag(IMPLEMENTED, "str", "logs appended to this file instead of stderr"),
     "--backend-directory": TritonFlag(NOTICED, "str", "backends are Python modules"),
     "--repoagent-directory": TritonFlag(
@@ -178,7 +182,8 @@ class TritonSettings:
     log_file: Path | None = None
     # The --log-* flags given, by LogSettings field (log_info, ..., log_verbose_level): Triton's switches.
     log_switches: dict[str, bool | int] = field(default_factory=dict)
-    exit_on_error: bool = False
+    exit_on_error: bool = True  # Triton's defaults: a Triton command line works unchanged
+    strict_readiness: bool = True
     auto_complete: bool = True
     rate_limit: RateLimitConfig | None = None  # --rate-limit execution_count
     trace: TraceConfig = field(default_factory=TraceConfig)  # --trace-config and the deprecated --trace-*
@@ -208,6 +213,8 @@ def apply_triton_flags(args: argparse.Namespace, log: logging.Logger) -> TritonS
         args.server_name = given["--id"]
     if "--exit-on-error" in given:
         settings.exit_on_error = parse_bool("--exit-on-error", given["--exit-on-error"])
+    if "--strict-readiness" in given:
+        settings.strict_readiness = parse_bool("--strict-readiness", given["--strict-readiness"])
     strict = "--strict-model-config" in given and parse_bool(
         "--strict-model-config", given["--strict-model-config"]
     )

@@ -117,14 +117,19 @@ class ServerConfig:
     grpc_server: GrpcServerKind = GrpcServerKind.NATIVE
     http_max_connections_per_client: int | None = None  # open HTTP connections per client address
     repository_control: bool = True  # False: load/unload refused even in explicit mode
-    allow_model_links_outside: bool = False  # True: model folders may be symlinks out of the repositories
+    # Links placed in the repositories (a model folder, a model file) may lead elsewhere, as Triton follows
+    # them; False (--refuse-model-links-outside): everything must resolve inside. A name a load override
+    # gives is confined to its model's folder either way (sonic.server.paths).
+    allow_model_links_outside: bool = True
     allow_shm_from_other_users: bool = False  # True: shared memory objects of any owner may be registered
     shm_copy_always: bool = False  # True: never map a shared memory region, copy through its descriptor
     cache_size_bytes: int = 0  # response cache for models that enable it; 0: no cache
     log_requests: bool = False  # one structured log record per inference request
     otel_tracing: bool = False  # OpenTelemetry spans around requests (needs opentelemetry-api)
     trace: TraceConfig = field(default_factory=TraceConfig)  # Triton's trace extension (--trace-config)
-    exit_on_error: bool = False  # Triton's --exit-on-error: fail start-up when a model fails to load
+    exit_on_error: bool = True  # Triton's --exit-on-error (default true): fail start-up when a model fails
+    # Triton's --strict-readiness (default true): the server is ready only while every model it has is.
+    strict_readiness: bool = True
     auto_complete_config: bool = True  # False (Triton's --disable-auto-complete-config): configs are whole
     rate_limit: RateLimitConfig | None = None  # None: Triton's --rate-limit off (rate_limiter ignored)
     traffic_log: TrafficLogConfig | None = None  # --traffic-log DIR: one record per request, for replay

@@ -95,7 +95,10 @@ class DataPlane:
         return True
 
     def server_ready(self) -> bool:
-        return self.accepting
+        """Started and not stopping; with strict readiness (Triton's default) also every model ready."""
+        if not self.accepting:
+            return False
+        return not self._config.strict_readiness or not self.models.unready_models()
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
@@ -124,8 +127,8 @@ class DataPlane:
         return response
 
     def model_config(self, name: str, version: str = "") -> service_pb2.ModelConfigResponse:
-        if version:
-            self.models.get(name, version)  # NOT_FOUND / UNAVAILABLE for a bad version
+        # As Triton: NOT_FOUND / UNAVAILABLE, in the words of a lookup, unless a version serves.
+        self.models.get(name, version)
         response = service_pb2.ModelConfigResponse()
         response.config.CopyFrom(self.models.config_of(name))
         return response

@@ -8,7 +8,9 @@ does not parse, or names another model, is answered in Triton's words ("failed t
 failed to poll from model repository"), followed by what is wrong.
 
 Every file the configuration names is checked by :mod:`sonic.server.paths` before any backend code
-runs (auto-completion of a Python model imports its file), and again after completion.
+runs (auto-completion of a Python model imports its file), and again after completion. The names an
+override gives are the caller's: they must resolve inside the model's folder, links included, whether
+or not the server follows the links its repository holds.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 
 from tritonclient.grpc import model_config_pb2
 
-from sonic.protocol.errors import InvalidArgumentError, ModelConfigError, quote
+from sonic.protocol.errors import InvalidArgumentError, ModelConfigError, SonicError, quote
 from sonic.protocol.model_config import (
     CONFIG_FILENAME,
     ModelSpec,
@@ -29,7 +31,7 @@ from sonic.protocol.model_config import (
 )
 from sonic.server import backends
 from sonic.server.classification import Labels, read_labels
-from sonic.server.paths import ModelFiles, check_config_paths
+from sonic.server.paths import ConfigOrigin, ModelFiles, check_config_paths
 from sonic.server.repository import ModelLocation, available_versions, select_versions
 
 POLL_FAILED = "failed to poll from model repository"  # Triton's words for a load refused before loading
@@ -48,6 +50,17 @@ def parse_override(name: str, text: object) -> model_config_pb2.ModelConfig:
         raise InvalidArgumentError(f"{where}: {exc}") from None
 
 
+class VersionsFailedError(Exception):
+    """The backend's own code refused the model while completing its configuration (a Python model
+    that fails at import): a failure of the ``versions`` about to load, as Triton reports it (each
+    version UNAVAILABLE with the reason), not of the configuration. ``error`` is what to answer."""
+
+    def __init__(self, error: SonicError, versions: list[int]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.versions = versions
+
+
 @dataclass(frozen=True)
 class PreparedConfig:
     config: model_config_pb2.ModelConfig
@@ -64,7 +77,7 @@ def prepare_config(
     gpu_count: int,
     *,
     auto_complete: bool = True,
-    allow_links_outside: bool = False,
+    allow_links_outside: bool = True,
 ) -> PreparedConfig:
     """Read (or take the override), check paths, auto-complete and validate (blocking: runs in a thread)."""
     config_path = location.path / CONFIG_FILENAME
@@ -103,12 +116,18 @@ def prepare_config(
         config.backend = name
     backend_cls = backends.backend_class(name)
     selected = select_versions(config.version_policy, versions)
+    if override is not None:  # the caller's names: never through a link out, whatever the server's rule
+        caller = ModelFiles(location.name, location.path, origin=ConfigOrigin.LOAD_OVERRIDE)
+        check_config_paths(config, caller, selected)
     check_config_paths(config, files, selected)  # before any backend code reads or imports a file
     if auto_complete:
         latest = selected[-1]
         filename = backend_cls.model_filename(config, location.path / str(latest))
         model_path = files.version_file(latest, "default_model_filename", filename)
-        backend_cls.auto_complete_config(config, model_path)
+        try:
+            backend_cls.auto_complete_config(config, model_path)
+        except SonicError as exc:
+            raise VersionsFailedError(exc, selected) from exc
     fill_defaults(config, default_filename=backend_cls.default_filename, gpu_count=gpu_count)
     check_config_paths(config, files, selected)  # what auto-completion added
     spec = validate_config(config)

@@ -24,9 +24,9 @@ from sonic.server.classification import Labels
 from sonic.server.config import ServerConfig
 from sonic.server.ensemble_steps import StepGraph, step_models
 from sonic.server.instance_thread import InstanceThread
-from sonic.server.load_config import prepare_config
+from sonic.server.load_config import VersionsFailedError, prepare_config
 from sonic.server.model import ModelVersion
-from sonic.server.model_entries import IndexRow, ModelEntry, VersionState, step_state
+from sonic.server.model_entries import UNLOADED, IndexRow, ModelEntry, VersionState, step_state
 from sonic.server.paths import ModelFiles
 from sonic.server.repository import (
     ModelLocation,
@@ -81,11 +81,11 @@ class ModelManager:
             return state.model
         ready = [v for v, s in entry.versions.items() if s.state is ModelState.READY and s.model is not None]
         if not ready:
-            reason = entry.why_not_ready()
-            # Triton's status here is NOT_FOUND (404), unlike a named version that is not ready.
+            detail = entry.versions_and_reasons()
+            # Triton's words and status (NOT_FOUND, 404, unlike a named version that is not ready); then why.
             raise NotFoundError(
                 f"Request for unknown model: {quote(name)} has no available versions"
-                + (f": {reason}" if reason else "")
+                + (f": {detail}" if detail else "")
             )
         model = entry.versions[max(ready)].model
         assert model is not None
@@ -103,6 +103,10 @@ class ModelManager:
 
     def loaded_models(self) -> list[str]:
         return [name for name in self._entries if self.ready_versions(name)]
+
+    def unready_models(self) -> list[str]:
+        """The models that make a server with strict readiness not ready (Triton's --strict-readiness)."""
+        return [name for name, entry in self._entries.items() if not entry.counts_as_ready()]
 
     def index(self, ready_only: bool) -> list[IndexRow]:
         found, conflicts = self.repository.scan()
@@ -155,14 +159,20 @@ class ModelManager:
             current = await asyncio.to_thread(fingerprint, location.path)
             if current == entry.fingerprint:  # as Triton: files unchanged, the override keeps serving
                 override = entry.override
-        prepared = await asyncio.to_thread(
-            prepare_config,
-            location,
-            override,
-            self._config.gpu_count,
-            auto_complete=self._config.auto_complete_config,
-            allow_links_outside=self._config.allow_model_links_outside,
-        )
+        try:
+            prepared = await asyncio.to_thread(
+                prepare_config,
+                location,
+                override,
+                self._config.gpu_count,
+                auto_complete=self._config.auto_complete_config,
+                allow_links_outside=self._config.allow_model_links_outside,
+            )
+        except VersionsFailedError as failure:
+            for version in failure.versions:  # as Triton: each version UNAVAILABLE, with the reason
+                if version not in entry.versions or entry.versions[version].state is not ModelState.READY:
+                    entry.versions[version] = VersionState(ModelState.UNAVAILABLE, str(failure.error))
+            raise failure.error from None
         config, spec, backend_cls, selected = (
             prepared.config,
             prepared.spec,
@@ -211,7 +221,7 @@ class ModelManager:
             assert state.model is not None
             await self._close_version(state.model)
             if version not in selected:
-                entry.versions[version] = VersionState(ModelState.UNAVAILABLE, "unloaded")
+                entry.versions[version] = VersionState(ModelState.UNAVAILABLE, UNLOADED)
         log.info("model %s loaded, versions %s", location.name, sorted(new_models))
 
     def _labels(self, config: model_config_pb2.ModelConfig, own: Labels) -> Labels:
@@ -333,8 +343,8 @@ class ModelManager:
             for version, model in closing:
                 assert model is not None
                 await self._close_version(model)
-                entry.versions[version] = VersionState(ModelState.UNAVAILABLE, "unloaded")
-            entry.state, entry.reason = ModelState.UNAVAILABLE, "unloaded"
+                entry.versions[version] = VersionState(ModelState.UNAVAILABLE, UNLOADED)
+            entry.state, entry.reason = ModelState.UNAVAILABLE, UNLOADED
             log.info("model %s unloaded", name)
         await self._steps.unload_dependents(name)
 
@@ -348,8 +358,16 @@ class ModelManager:
                 continue  # loaded already as the step model of an ensemble
             try:
                 await self.load(name)
-            except SonicError:
-                continue  # recorded in the index; the server stays up
+            except SonicError as exc:
+                self._record_refusal(name, exc)  # in the index; the server stays up unless exit_on_error
+
+    def _record_refusal(self, name: str, exc: SonicError) -> None:
+        """A model of the repository refused before its load began (its folder links outside, with
+        --refuse-model-links-outside): UNAVAILABLE with the reason, as one that failed to load."""
+        entry = self._entry(name)
+        if not entry.versions and not entry.reason:
+            entry.state, entry.reason = ModelState.UNAVAILABLE, str(exc)
+            log.error("model %s failed to load: %s", name, exc)
 
     async def poll(self) -> None:
         """One repository rescan: load new or changed models, unload removed ones."""
@@ -364,7 +382,8 @@ class ModelManager:
                 continue
             try:
                 await self.load(name)
-            except SonicError:
+            except SonicError as exc:
+                self._record_refusal(name, exc)
                 self._entry(name).fingerprint = current  # do not retry until the files change
 
     async def close(self) -> None:

@@ -11,6 +11,8 @@ from sonic.protocol.wire import ModelState
 from sonic.server.ensemble_steps import StepState
 from sonic.server.model import ModelVersion
 
+UNLOADED = "unloaded"  # the reason of a model or version unloaded on request (Triton's word)
+
 
 @dataclass(eq=False)
 class VersionState:
@@ -36,6 +38,23 @@ class ModelEntry:
             for _, s in sorted(self.versions.items())
             if s.state is ModelState.READY and s.model is not None
         ]
+
+    def counts_as_ready(self) -> bool:
+        """Triton's strict readiness, for one model: every version READY or unloaded; a model with no
+        version (it failed before any was created) only when it was unloaded since."""
+        if not self.versions:
+            return self.reason == UNLOADED
+        return all(s.state is ModelState.READY or s.reason == UNLOADED for s in self.versions.values())
+
+    def versions_and_reasons(self) -> str:
+        """What follows Triton's "has no available versions": each version's state and reason, or the
+        model's reason when it failed before any version was created (its configuration, its folder)."""
+        if not self.versions:
+            return self.reason
+        return "; ".join(
+            f"version {version} is {state.state.value}" + (f": {state.reason}" if state.reason else "")
+            for version, state in sorted(self.versions.items())
+        )
 
     def why_not_ready(self) -> str:
         """The model's reason, else the first version's that has one ("" when none does)."""

@@ -7,10 +7,12 @@ model's own folder:
 
 - lexical checks first, before the file system is touched: not empty, no NUL, not absolute, no ``..``
   component, so a refusal tells nothing about the file the name points at;
-- then the name is resolved (symbolic links followed) and must stay inside the model's resolved folder.
-  ``--allow-model-links-outside`` (``ServerConfig.allow_model_links_outside``) lifts this second check
-  only, with the meaning it has for model folders: links placed in the repository by its author may
-  lead elsewhere (e.g. CVMFS); a name in a configuration never can.
+- then the name is resolved (symbolic links followed) and must stay inside the model's resolved folder,
+  unless the configuration is the repository's own and the server follows links (its default, as
+  Triton: ``ServerConfig.allow_model_links_outside``; ``--refuse-model-links-outside`` turns it off):
+  links placed in the repository by its author may lead elsewhere (e.g. CVMFS). A name given by a
+  caller, in a RepositoryModelLoad ``config`` override (:attr:`ConfigOrigin.LOAD_OVERRIDE`), never can,
+  links included: the caller may only name what the author put in the model's folder.
 
 A refusal is :class:`~sonic.protocol.errors.InvalidArgumentError` naming the model, the field, the name
 and the rule; it is the same whether the outside file exists or not, and gives no size or target.
@@ -21,6 +23,7 @@ paths this module returned (``tests/unit/test_config_paths.py`` scans them).
 
 from __future__ import annotations
 
+import enum
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,21 +50,30 @@ FILE_FIELDS: dict[str, str] = {
 }
 
 
+class ConfigOrigin(enum.Enum):
+    """Who wrote the names checked: the repository's author (trusted with links) or a caller."""
+
+    REPOSITORY = "repository"  # config.pbtxt, auto-completion, defaults
+    LOAD_OVERRIDE = "load override"  # RepositoryModelLoad's ``config`` parameter
+
+
 @dataclass(frozen=True)
 class ModelFiles:
     """A model's folder and the rule for the files its configuration names."""
 
     model: str
     folder: Path  # the model's folder as found in the repository (it may itself be a permitted link)
-    allow_links_outside: bool = False
+    allow_links_outside: bool = True  # for the repository's names; see the module's docstring
+    origin: ConfigOrigin = ConfigOrigin.REPOSITORY
 
     def path(self, field: str, name: str, under: str = "") -> Path:
         """The resolved path of ``name`` (from config ``field``), relative to ``folder / under``.
 
         Raises InvalidArgumentError when the name is not a plain relative name or leads outside.
         """
+        override = self.origin is ConfigOrigin.LOAD_OVERRIDE
         where = f"model {quote(self.model)}: {field} {quote(name)}"
-        rule = "a configuration may name only files inside its model's folder"
+        rule = f"a {self.origin.value if override else 'configuration'} may name only files inside its model's folder"
         if not name:
             raise InvalidArgumentError(f"model {quote(self.model)}: {field} is empty; {rule}")
         if "\x00" in name:
@@ -73,11 +85,12 @@ class ModelFiles:
             raise InvalidArgumentError(f"{where} climbs out with '..'; {rule}")
         base = self.folder / under if under else self.folder
         resolved = Path(os.path.realpath(base / name))
-        if not self.allow_links_outside and not resolved.is_relative_to(os.path.realpath(self.folder)):
+        follow = self.allow_links_outside and not override
+        if not follow and not resolved.is_relative_to(os.path.realpath(self.folder)):
             # No target, size or existence in the message: the caller may not learn about the outside.
+            why = "" if override else " (the server was started with --refuse-model-links-outside)"
             raise InvalidArgumentError(
-                f"{where} leads outside the model's folder through a symbolic link; {rule} (start the "
-                "server with --allow-model-links-outside to follow links placed in the repository)"
+                f"{where} leads outside the model's folder through a symbolic link; {rule}{why}"
             )
         return resolved
 

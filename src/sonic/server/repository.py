@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2
 
-from sonic.protocol.errors import InvalidArgumentError, ModelConfigError, NotFoundError, quote
+from sonic.protocol.errors import InternalError, InvalidArgumentError, ModelConfigError, NotFoundError, quote
 
 # std::stol's grammar, which Triton parses a requested version with: blanks, a sign, digits, anything.
 _STOL = re.compile(r"[ \t\n\v\f\r]*([+-]?)([0-9]+)")
@@ -46,6 +48,39 @@ def parse_version(text: str) -> int:
     return value
 
 
+class StartFailure(InternalError):
+    """What stops a server's start: Triton's words (``error: creating server: <status> - <message>``, exit
+    status 1), then ours in ``detail``: which repository or model, and why."""
+
+    def __init__(self, message: str, detail: str = "", triton_status: str = "Internal") -> None:
+        super().__init__(f"{message}: {detail}" if detail else message)
+        self.triton_message = message
+        self.triton_status = triton_status
+        self.detail = detail
+
+    def triton_line(self) -> str:
+        return f"error: creating server: {self.triton_status} - {self.triton_message}"
+
+
+def check_repository_roots(roots: tuple[Path, ...]) -> None:
+    """Each ``--model-repository`` must be a folder the server can list, as Triton checks at start
+    (a typo would otherwise serve nothing from it, silently). Paths as given, as Triton prints them."""
+    for root in roots:
+        where = f"--model-repository {root}"
+        try:
+            info = root.stat()
+        except OSError as exc:
+            raise StartFailure(f"failed to stat file {root}", f"{where}: {exc.strerror}") from None
+        if not stat.S_ISDIR(info.st_mode):
+            msg = "repository path is not a valid directory"
+            raise StartFailure(msg, f"{where} is not a folder", "Invalid argument")
+        try:
+            with os.scandir(root) as entries:
+                next(entries, None)
+        except OSError as exc:
+            raise StartFailure(f"failed to open directory {root}", f"{where}: {exc.strerror}") from None
+
+
 @dataclass(frozen=True)
 class ModelLocation:
     name: str
@@ -55,7 +90,7 @@ class ModelLocation:
 class Repository:
     """The union of one or more repository folders."""
 
-    def __init__(self, roots: tuple[Path, ...], *, allow_links_outside: bool = False) -> None:
+    def __init__(self, roots: tuple[Path, ...], *, allow_links_outside: bool = True) -> None:
         self.roots = tuple(root.resolve() for root in roots)
         self.allow_links_outside = allow_links_outside  # e.g. model folders linked in from CVMFS
 
@@ -95,13 +130,13 @@ class Repository:
                 f"{[str(r) for r in self.roots]}"
             )
         location = found[name]
-        # A symlinked model folder must still resolve inside its repository: nothing is loaded from elsewhere.
+        # A model folder linked in from elsewhere loads, as in Triton, unless the server was told not to.
         resolved = location.path.resolve()
         if not self.allow_links_outside and not any(resolved.is_relative_to(root) for root in self.roots):
             raise InvalidArgumentError(
                 f"model {quote(name)} resolves to {resolved}, outside the model repositories "
-                f"{[str(r) for r in self.roots]}; refusing to load it (start the server with "
-                "--allow-model-links-outside to allow linked model folders)"
+                f"{[str(r) for r in self.roots]}; refusing to load it (the server was started with "
+                "--refuse-model-links-outside)"
             )
         return location
 

@@ -22,7 +22,7 @@ from types import FrameType, TracebackType
 from typing import Any, Self
 
 from sonic.logs import LogControl
-from sonic.protocol.errors import ModelConfigError, SonicError
+from sonic.protocol.errors import NotFoundError, SonicError
 from sonic.protocol.wire import ModelState
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.dataplane import DataPlane
@@ -32,6 +32,7 @@ from sonic.server.guard import Guard
 from sonic.server.log_settings import LogSettingsService
 from sonic.server.manager import ModelManager
 from sonic.server.observe import RequestObserver, load_tracer
+from sonic.server.repository import StartFailure, check_repository_roots
 from sonic.server.trace import TraceManager
 from sonic.server.traffic_switch import open_traffic_log
 
@@ -91,45 +92,86 @@ class Server:
         return self._port("metrics")
 
     async def start(self, *, freeze_heap: bool = False) -> None:
-        """Load the models, start the front ends, serve. ``freeze_heap`` (``sonic serve``): the process
-        is the server's own, so what start-up left alive is frozen before serving (:func:`freeze_start_up`);
-        a caller that starts a server inside a process of its own (tests, embedders) keeps its heap as is."""
+        """Check the repositories, start the front ends, load the models, serve. ``freeze_heap``
+        (``sonic serve``): the process is the server's own, so what start-up left alive is frozen before
+        serving (:func:`freeze_start_up`); a caller that starts a server inside a process of its own
+        (tests, embedders) keeps its heap as is.
+
+        As Triton 2.51: a repository that cannot be read stops the start (:class:`StartFailure`), and so
+        does a model that fails to load, unless ``exit_on_error`` is off. Unlike Triton, the ports are
+        bound before the models load, so a port in use fails at once rather than after minutes of
+        loading; until loading is done the server answers live but not ready.
+        """
         if self.state is not ServerState.CREATED:
             raise RuntimeError(f"server can only be started once (state: {self.state.value})")
         self.state = ServerState.STARTING
+        check_repository_roots(self.config.model_repositories)
         self.dataplane.traces.start_writer()
         if self.traffic is not None:
             await self.traffic.start()
-        mode = self.config.model_control_mode
-        # The first line of a start that may take minutes (one more per model loaded): what
-        # `sonic deploy local` shows and times its --ready-timeout-s from.
-        log.info("loading models (model control mode %s)", mode.value)
-        if mode in {ModelControlMode.NONE, ModelControlMode.POLL} or "*" in self.config.load_models:
-            await self.models.load_all()
-        else:
-            for name in self.config.load_models:
-                try:
-                    await self.models.load(name)
-                except SonicError:
-                    continue  # listed as UNAVAILABLE with its reason
-        failed = [row for row in self.models.index(ready_only=False) if row.state is ModelState.UNAVAILABLE]
-        if self.config.exit_on_error and failed:  # Triton's --exit-on-error=true
-            raise ModelConfigError(
-                "failed to load all models (--exit-on-error): "
-                + "; ".join(f"{row.name}: {row.reason}" for row in failed)
-            )
-        if freeze_heap:
-            freeze_start_up()
         for frontend in configured_frontends(self.config, self.dataplane, self.models, self.guard):
             self.frontends.append(frontend)  # before it starts, so shutdown stops one that fails half-way
             await frontend.start()
-        if mode is ModelControlMode.POLL:
+        await self._load_at_start()
+        if freeze_heap:
+            freeze_start_up()
+        if self.config.model_control_mode is ModelControlMode.POLL:
             self._poller = asyncio.create_task(self._poll_repository(), name="repository-poll")
         self.dataplane.accepting = True
         self.state = ServerState.SERVING
         log.info(
             "serving %d model(s) on %s:%d", len(self.models.loaded_models()), self.config.host, self.grpc_port
         )
+        self._warn_if_not_ready()
+
+    async def _load_at_start(self) -> None:
+        mode = self.config.model_control_mode
+        # The first line of a start that may take minutes (one more per model loaded): what
+        # `sonic deploy local` shows and times its --ready-timeout-s from.
+        log.info("loading models (model control mode %s)", mode.value)
+        failed: dict[str, str] = {}  # model: why, also a --load-model name that is no model (as Triton)
+        if mode in {ModelControlMode.NONE, ModelControlMode.POLL} or "*" in self.config.load_models:
+            await self.models.load_all()
+        else:
+            for name in self.config.load_models:
+                try:
+                    await self.models.load(name)
+                except SonicError as exc:
+                    failed[name] = str(exc)  # a model is listed as UNAVAILABLE with its reason too
+                    if isinstance(exc, NotFoundError):  # no such model folder: nothing else logs it
+                        log.error("--load-model %s: %s", name, exc)  # noqa: TRY400  (says it all)
+        for row in self.models.index(ready_only=False):
+            if row.state is ModelState.UNAVAILABLE:
+                failed.setdefault(row.name, row.reason)
+        if self.config.exit_on_error and failed:  # Triton's --exit-on-error=true, its default
+            msg = "failed to load all models"
+            raise StartFailure(
+                msg,
+                "; ".join(f"model '{name}': {reason}" for name, reason in failed.items())
+                + " (--exit-on-error=false serves the others)",
+            )
+
+    def _warn_if_not_ready(self) -> None:
+        """Say why a server that serves is not ready, or serves nothing from repositories that hold models."""
+        unready = self.models.unready_models()
+        if unready and self.config.strict_readiness:
+            log.warning(
+                "server not ready (--strict-readiness): model(s) %s not ready; "
+                "--strict-readiness=false makes it ready with the others",
+                ", ".join(unready),
+            )
+        explicit = self.config.model_control_mode is ModelControlMode.EXPLICIT
+        if self.models.loaded_models() or (explicit and not self.config.load_models):
+            return
+        found, _ = self.models.repository.scan()
+        entries = sum(1 for root in self.models.repository.roots for _ in root.iterdir())
+        if entries:
+            log.warning(
+                "serving 0 models from model repositories %s, which hold %d entries (%d model folders)",
+                [str(root) for root in self.config.model_repositories],
+                entries,
+                len(found),
+            )
 
     async def _poll_repository(self) -> None:
         while True:
@@ -196,7 +238,8 @@ def freeze_start_up() -> None:
     kept for good. Models loaded later through the API are not frozen: their objects must stay
     collectable, or each load/unload cycle would keep its cycles for good (a model loaded at start and
     unloaded later keeps its cyclic objects: at most what start-up loaded, once). Blocking, but before
-    any front end listens."""
+    the server turns ready: the front ends listen, and refuse inferences meanwhile (the objects of a
+    connection open at that moment, a probe's, are frozen with the rest: a few, once)."""
     gc.collect()
     gc.freeze()
 

@@ -113,10 +113,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     ):
         negpos_model(root / name / "1" / "model.onnx")
         (root / name / "config.pbtxt").write_text(ONNX_CONFIG + operations)
-    # A library installed elsewhere: linked into the model's folder, followed with the option
-    # (a configuration names only files inside its folder: docs/security.md).
+    # A library installed elsewhere: linked into the model's folder, followed as the repository's links are
+    # (a configuration names only files inside its folder: docs/security.md). The model without its
+    # library fails to load beside the others (Triton's default would end start-up).
     (root / "negpos" / "libortextensions.so").symlink_to(extensions.get_library_path())
-    with ServerProcess.start([root], extra_args=["--allow-model-links-outside"]) as process:
+    with ServerProcess.start([root], extra_args=["--exit-on-error=false"]) as process:
         yield process
 
 

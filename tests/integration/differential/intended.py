@@ -233,6 +233,11 @@ def _shm_empty_name(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     return same and _without_empty_region(triton.answer) == sonic.answer
 
 
+def _not_a_request(_: Call, __: Outcome, ___: Outcome) -> bool:
+    """A difference at start-up, not in an answer: tests/integration/test_serve_start_up.py keeps it."""
+    return False
+
+
 INTENDED: tuple[Intended, ...] = (
     Intended(
         "error-context",
@@ -455,6 +460,38 @@ INTENDED: tuple[Intended, ...] = (
         "value the scheduler reads. Trailing whitespace is not part of an HTTP field value (RFC 9110 "
         "5.5); a flag that silently does nothing is worse than one refused at start.",
         _never_generated,
+    ),
+    Intended(
+        "ports-before-models",
+        "Start-up: sonic binds its ports before the models load (meanwhile live answers 200, ready "
+        "400 / ServerReady false, inferences UNAVAILABLE), so a port in use ends start-up at once "
+        "with exit status 1; Triton binds them after loading every model and finds a port in use only"
+        " then.",
+        "A port clash found after minutes of loading wastes them; a server that answers live while it"
+        " loads is what Kubernetes startup probes and launchers expect.",
+        _not_a_request,
+    ),
+    Intended(
+        "repository-unreadable",
+        "A `--model-repository` that does not exist, is not a folder or cannot be read, with `--exit-"
+        "on-error=false`: Triton logs the error and serves no model at all, never ready; sonic exits "
+        "with status 1 and Triton's line, as both do with `--exit-on-error=true` (the default).",
+        "A server of no model that stays up is a silent failure; `--exit-on-error=false` is meant for"
+        " models that fail to load, not for a repository path with a typo.",
+        _not_a_request,
+    ),
+    Intended(
+        "unreadable-config-readiness",
+        "With `--exit-on-error=false`: a model whose configuration cannot be read (a `config.pbtxt` "
+        "that does not parse, a load override naming another model) leaves Triton's server ready (its "
+        "index lists a `config.pbtxt` that does not parse with no state or reason); sonic lists it "
+        "UNAVAILABLE with the "
+        "reason, and with strict readiness (the default) the server is not ready until the model "
+        "loads or is unloaded.",
+        "Strict readiness means every model the server has is ready; a model missing for a typo in "
+        "its configuration is what a load balancer must see, as it sees one that fails in its "
+        "backend.",
+        _not_a_request,
     ),
 )
 

@@ -17,6 +17,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
+from tests.integration.triton_helpers import SERVE_BROKEN_TOO
 
 from sonic.launch import ServerProcess
 
@@ -25,10 +26,10 @@ HTTP_ARGS = ["--http-port", "0", "--metrics-port", "0"]
 
 
 @pytest.fixture(scope="session")
-def http_server(test_repository: Path) -> Iterator[ServerProcess]:
-    """gRPC + HTTP + metrics, explicit model control with every model loaded at start."""
-    args = [*HTTP_ARGS, "--model-control-mode", "explicit", "--load-model", "*"]
-    with ServerProcess.start([test_repository], extra_args=args) as process:
+def http_server(test_repository: Path, broken_repository: Path) -> Iterator[ServerProcess]:
+    """gRPC + HTTP + metrics, explicit model control with every model loaded at start (the broken too)."""
+    args = [*HTTP_ARGS, "--model-control-mode", "explicit", "--load-model", "*", *SERVE_BROKEN_TOO]
+    with ServerProcess.start([test_repository, broken_repository], extra_args=args) as process:
         yield process
 
 
