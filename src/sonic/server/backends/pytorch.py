@@ -89,9 +89,9 @@ def _load_program(torch: Any, model_path: Path) -> Any:
 
 
 def _program_signature(
-    torch: Any, program: Any, where: object, output_names: Sequence[str] = ()
+    torch: Any, program: Any, where: object
 ) -> tuple[list[tuple[str, int, list[int]]], list[tuple[str, int, list[int]]]]:
-    """The program's user inputs (by argument name) and outputs (``output_names[i]``, else ``OUTPUT__i``)."""
+    """The program's user inputs (by argument name) and outputs (``OUTPUT__i``, by position)."""
     types = _config_types(torch)
     nodes = {node.name: node for node in program.graph.nodes}
 
@@ -107,10 +107,7 @@ def _program_signature(
 
     signature = program.graph_signature
     inputs = [describe(name, name) for name in signature.user_inputs]
-    outputs = [
-        describe(name, output_names[index] if index < len(output_names) else f"OUTPUT__{index}")
-        for index, name in enumerate(signature.user_outputs)
-    ]
+    outputs = [describe(name, f"OUTPUT__{index}") for index, name in enumerate(signature.user_outputs)]
     return inputs, outputs
 
 
