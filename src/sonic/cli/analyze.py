@@ -59,7 +59,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--concurrency", default="1:16:x4", help="load levels, START:END:STEP (default 1:16:x4)"
     )
-    parser.add_argument("--objective", choices=["throughput", "latency"], default="throughput")
+    parser.add_argument(
+        "--objective",
+        choices=["throughput", "latency"],
+        default="throughput",
+        help="rank by the highest inferences/s or the lowest p99 latency",
+    )
     parser.add_argument("--max-p99-latency-ms", type=float, default=0.0, help="latency constraint (0: none)")
     parser.add_argument(
         "--time-budget-s", type=float, default=600.0, help="stop starting candidates after this"
@@ -74,7 +79,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="runs per candidate, round robin; the best is kept (default 1); with --traffic: paired "
         "rounds against the current configuration (default 3)",
     )
-    parser.add_argument("-o", "--output-dir", type=Path, default=Path("analyze-results"))
+    parser.add_argument(
+        "-o",
+        "--output-dir",
+        type=Path,
+        default=Path("analyze-results"),
+        help="report.md, report.json, the best config.pbtxt and the plot go here",
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG")
     add_measurement_arguments(parser)
     add_traffic_arguments(parser)

@@ -167,7 +167,11 @@ def run_traffic(args: argparse.Namespace, space: SearchSpace) -> int:
     print(recommended.config_text)
     if args.write:
         config_path = args.model_repository / args.model / CONFIG_FILENAME
-        shutil.copyfile(config_path, config_path.with_name(CONFIG_FILENAME + ".orig"))
+        if config_path.is_file():
+            shutil.copyfile(config_path, config_path.with_name(CONFIG_FILENAME + ".orig"))
+            kept = f"the old one is {CONFIG_FILENAME}.orig"
+        else:
+            kept = "there was none: the model was auto-completed"
         config_path.write_text(recommended.config_text, encoding="utf-8")
-        print(f"wrote {config_path} (the old one is {CONFIG_FILENAME}.orig)")
+        print(f"wrote {config_path} ({kept})")
     return 0

@@ -57,7 +57,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add("-t", dest="tmpdir", type=Path, default=None, help="working folder (default ./.NAME)")
     add("-v", dest="verbose", action="store_true", help="start: debug logs; stop: keep the log")
     add("-w", dest="wait_s", type=float, default=300.0, help="seconds to wait for the server")
-    add("operation", choices=["start", "stop", "check"])
+    add(
+        "operation",
+        choices=["start", "stop", "check"],
+        help="start a server, stop the one started, or check that this system can run one",
+    )
     add("--after-pid", type=int, default=None, help=argparse.SUPPRESS)  # the -p watcher's stop
     parser.set_defaults(run=run)
 

@@ -37,16 +37,29 @@ def _ints(text: str) -> tuple[int, ...]:
     return values
 
 
+def _positive(text: str) -> int:
+    """A count: 0 or less would fall back to the default silently (or fail deep in a demonstrator)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'")
+    return value
+
+
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "demo", help="the seed demonstrators (ProtoDUNE, HLT, MiniAOD), direct vs service"
     )
-    parser.add_argument("which", nargs="?", default="all", choices=[*DEMOS, "all"])
+    parser.add_argument(
+        "which", nargs="?", default="all", choices=[*DEMOS, "all"], help="which demonstrator to run"
+    )
     parser.add_argument("--out", type=Path, default=Path("sonic-demo"), help="JSON, plots, model repository")
     parser.add_argument("--repository", type=Path, default=None, help="model repository (default OUT/models)")
     parser.add_argument("--quick", action="store_true", help="smallest sizes (seconds; what CI runs)")
     parser.add_argument(
-        "--streams", type=int, default=None, help="event streams per job (protodune, miniaod)"
+        "--streams", type=_positive, default=None, help="event streams per job (protodune, miniaod)"
     )
     parser.add_argument(
         "--traffic-log",
@@ -65,9 +78,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "for sonic validate (0: never)",
     )
     group = parser.add_argument_group("protodune")
-    group.add_argument("--events", type=int, default=None, help="events (default 4)")
+    group.add_argument("--events", type=_positive, default=None, help="events (default 4)")
     group.add_argument(
-        "--patches", type=int, default=None, help="patches per event (seed: 55000; default 1500)"
+        "--patches", type=_positive, default=None, help="patches per event (seed: 55000; default 1500)"
     )
     group.add_argument(
         "--batch-sizes", type=_ints, default=None, help="patches per request (default 235,1693)"
@@ -77,13 +90,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--clients", type=_ints, default=None, help="client counts to sweep (default 1,2,4,8,16)"
     )
     group.add_argument(
-        "--events-per-client", type=int, default=None, help="events per client job (default 12)"
+        "--events-per-client", type=_positive, default=None, help="events per client job (default 12)"
     )
-    group.add_argument("--rechits", type=int, default=None, help="HCAL channels per event (default 4000)")
+    group.add_argument(
+        "--rechits", type=_positive, default=None, help="HCAL channels per event (default 4000)"
+    )
     group.add_argument("--scheduler", default=None, help="Dask scheduler address (default: a LocalCluster)")
-    group.add_argument("--dask-workers", type=int, default=2, help="LocalCluster worker processes")
+    group.add_argument("--dask-workers", type=_positive, default=2, help="LocalCluster worker processes")
     group = parser.add_argument_group("miniaod")
-    group.add_argument("--miniaod-events", type=int, default=None, help="events (default 16)")
+    group.add_argument("--miniaod-events", type=_positive, default=None, help="events (default 16)")
     parser.set_defaults(run=run)
 
 

@@ -20,15 +20,23 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     commands = parser.add_subparsers(dest="deploy_command", required=True)
 
     local = commands.add_parser("local", help="run N replicas behind a real Envoy on this host")
-    local.add_argument("--model-repository", action="append", required=True, type=Path)
-    local.add_argument("--replicas", type=int, default=2)
+    local.add_argument(
+        "--model-repository",
+        action="append",
+        required=True,
+        type=Path,
+        help="every replica serves it; repeatable",
+    )
+    local.add_argument("--replicas", type=int, default=2, help="sonic serve processes behind Envoy")
     local.add_argument("--host", default="127.0.0.1", help="address of every process (default: loopback)")
     local.add_argument("--port", type=int, default=8001, help="Envoy's gRPC port (0: a free one)")
     local.add_argument("--envoy-concurrency", type=int, default=2, help="Envoy worker threads")
     local.add_argument("--prometheus", action="store_true", help="also run Prometheus scraping everything")
     local.add_argument("--prometheus-port", type=int, default=9090, help="0: a free one")
     local.add_argument("--prometheus-binary", type=Path, help="default: $SONIC_PROMETHEUS, then PATH")
-    local.add_argument("--scrape-interval", default="5s")
+    local.add_argument(
+        "--scrape-interval", default="5s", help="Prometheus scrape interval (with --prometheus)"
+    )
     local.add_argument("--load-window", default="30s", help="rate() window of the load metric")
     local.add_argument(
         "--admission-threshold-ms",
@@ -49,7 +57,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     local.set_defaults(run=run_local)
 
     render = commands.add_parser("render", help="write the generated Kubernetes files")
-    render.add_argument("--out", type=Path, default=Path("deploy/kubernetes"))
+    render.add_argument(
+        "--out",
+        type=Path,
+        default=Path("deploy/kubernetes"),
+        help="folder the kustomize base and overlays go to",
+    )
     render.set_defaults(run=run_render)
 
 

@@ -86,6 +86,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--json", type=Path, help="write the full report here")
     parser.add_argument("--plot", type=Path, help="write a PNG here (needs the 'perf' extra)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no live progress")
+    parser.add_argument(
+        "--allow-errors",
+        action="store_true",
+        help="exit 0 even when requests failed (they are counted in the summary, CSV and JSON either way)",
+    )
     add_replay_arguments(parser)
     parser.set_defaults(run=run)
 
@@ -136,19 +141,35 @@ def config_from_args(args: argparse.Namespace) -> PerfConfig:
 
 
 def write_outputs(report: PerfReport, args: argparse.Namespace) -> None:
+    """Write the files asked for, and say where each went."""
     rows = [row(r) for r in report.results]
     if args.csv and args.csv_format == "perf_analyzer":
         write_perf_analyzer_csv(report, args.csv, verbose=args.verbose_csv)
     elif args.csv:
         write_csv(rows, args.csv)
+    if args.csv:
+        print(f"sonic perf: wrote CSV ({args.csv_format} columns) to {args.csv}", file=sys.stderr)
     if args.json:
         write_json(report, args.json)
+        print(f"sonic perf: wrote JSON to {args.json}", file=sys.stderr)
     if args.plot:
         from sonic.perf.plot import plot_perf  # noqa: PLC0415  (matplotlib is optional)
 
         plot_perf(
             rows, args.plot, title=f"{report.config.model} batch {report.config.batch_size} at {args.url}"
         )
+        print(f"sonic perf: wrote PNG to {args.plot}", file=sys.stderr)
+
+
+def failure_status(failed: int, args: argparse.Namespace) -> int:
+    """1 when requests failed (figures of a server answering errors are not the model's), unless allowed."""
+    if not failed:
+        return 0
+    if args.allow_errors:
+        print(f"sonic perf: {failed} requests failed (--allow-errors: exit status 0)", file=sys.stderr)
+        return 0
+    print(f"sonic perf: {failed} requests failed; exit status 1 (--allow-errors to accept)", file=sys.stderr)
+    return 1
 
 
 def csv_options_error(args: argparse.Namespace) -> str | None:
@@ -191,4 +212,4 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"sonic perf: {exc}", file=sys.stderr)
         return 2
-    return 0
+    return failure_status(sum(r.errors_all_windows for r in report.results), args)

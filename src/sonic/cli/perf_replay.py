@@ -80,4 +80,11 @@ def run_replay(args: argparse.Namespace) -> int:
         )
     if args.json is not None:
         args.json.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+        print(f"sonic perf: wrote JSON to {args.json}", file=sys.stderr)
+    failed = sum(int(model["failed"]) for model in summary["models"].values())
+    if failed and not args.allow_errors:
+        print(
+            f"sonic perf: {failed} requests failed; exit status 1 (--allow-errors to accept)", file=sys.stderr
+        )
+        return 1
     return 0

@@ -28,7 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
     predict = actions.add_parser("predict", help="saturation point and time per event from given parameters")
     _add_params(predict)
-    predict.add_argument("--servers", type=int, default=1)
+    predict.add_argument("--servers", type=int, default=1, help="servers the clients share")
     predict.add_argument("--clients", type=int, action="append", default=[], help="also tabulate these")
 
     fitting = actions.add_parser("fit", help="fit t_ideal and t_GPU to measured times per event")
@@ -38,24 +38,28 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     fitting.add_argument("--json", type=Path, help="write the fit here")
 
     from_perf = actions.add_parser("from-perf", help="parameters from a sonic perf JSON report")
-    from_perf.add_argument("report", type=Path)
+    from_perf.add_argument("report", type=Path, help="the JSON a sonic perf --json run wrote")
     from_perf.add_argument(
         "--cpu-s", type=float, required=True, help="client CPU time per event, (1-p)·t_CPU"
     )
-    from_perf.add_argument("--requests-per-event", type=int, default=1)
+    from_perf.add_argument(
+        "--requests-per-event", type=int, default=1, help="inference requests each event sends"
+    )
 
     sim = actions.add_parser("simulate", help="discrete-event simulation of N clients on M servers")
     sim.add_argument("--clients", required=True, help="N or START:END:STEP")
-    sim.add_argument("--servers", type=int, default=1)
-    sim.add_argument("--cpu-s", type=float, required=True)
+    sim.add_argument("--servers", type=int, default=1, help="servers the clients share")
+    sim.add_argument("--cpu-s", type=float, required=True, help="client CPU time per event, (1-p)·t_CPU")
     sim.add_argument("--exec-fixed-s", type=float, required=True, help="server time per execution")
     sim.add_argument("--exec-per-request-s", type=float, default=0.0, help="server time per merged request")
     sim.add_argument("--latency-s", type=float, default=0.0, help="wire time per event")
-    sim.add_argument("--requests-per-event", type=int, default=1)
+    sim.add_argument("--requests-per-event", type=int, default=1, help="inference requests each event sends")
     sim.add_argument("--max-batch-requests", type=int, default=1, help="dynamic batching: merge up to this")
-    sim.add_argument("--instances", type=int, default=1)
-    sim.add_argument("--events-per-client", type=int, default=20)
-    sim.add_argument("--cpu-jitter", type=float, default=0.05)
+    sim.add_argument("--instances", type=int, default=1, help="model instances per server")
+    sim.add_argument("--events-per-client", type=int, default=20, help="events each simulated client runs")
+    sim.add_argument(
+        "--cpu-jitter", type=float, default=0.05, help="relative spread of the client CPU time per event"
+    )
     parser.set_defaults(run=run)
 
 

@@ -57,6 +57,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--model-control-mode",
         choices=[m.value for m in ModelControlMode],
         default=ModelControlMode.NONE.value,
+        help="none: load every model at start; explicit: only through the API and --load-model; "
+        "poll: rescan the repository every --repository-poll-secs",
     )
     parser.add_argument(
         "--load-model", action="append", default=[], help="explicit mode: model to load at start ('*': all)"

@@ -27,6 +27,8 @@ from sonic.perf.engine import LevelResult, LoadLevel, MeasurementConfig, PerfCon
 from sonic.perf.transport import PerfError
 from sonic.protocol.errors import SonicError
 from sonic.protocol.model_config import CONFIG_FILENAME, load_config_file
+from sonic.server.load_config import VersionsFailedError, prepare_config
+from sonic.server.repository import ModelLocation
 
 
 @dataclass(frozen=True)
@@ -230,12 +232,32 @@ def _better(config: AnalyzeConfig, kept: CandidateResult | None, new: CandidateR
     return dataclasses.replace(winner, runs=runs, measured_s=measured_s)
 
 
+def base_config(repository: Path, model: str) -> model_config_pb2.ModelConfig:
+    """The configuration candidates start from: the model's ``config.pbtxt``, else the one ``sonic serve``
+    auto-completes from the model file (an ONNX model needs no config.pbtxt), with its instance group
+    left to the server (kind AUTO). PerfError, in one line, when neither can be had."""
+    model_dir = repository / model
+    if not model_dir.is_dir():
+        raise PerfError(f"no model folder '{model}' in the repository {repository}")
+    try:
+        if (model_dir / CONFIG_FILENAME).is_file():
+            base = load_config_file(model_dir / CONFIG_FILENAME)
+        else:
+            base = prepare_config(ModelLocation(model, model_dir), None, gpu_count=0).config
+            base.ClearField("instance_group")  # the server chooses CPU or GPU, as for a config without one
+    except VersionsFailedError as exc:  # the backend refused the model file while completing its config
+        raise PerfError(f"model '{model}': {exc.error}") from None
+    except SonicError as exc:
+        raise PerfError(f"model '{model}': {exc}") from None
+    base.name = base.name or model
+    return base
+
+
 def run_analysis(config: AnalyzeConfig, progress: Progress | None = None) -> AnalysisReport:
     """Measure every candidate ``repeats`` times, round robin (so a slow spell of the machine hits
     different candidates in different rounds), and keep each candidate's best run."""
     model_dir = config.repository / config.model
-    base = load_config_file(model_dir / CONFIG_FILENAME)
-    base.name = base.name or config.model
+    base = base_config(config.repository, config.model)
     candidates = config.space.candidates(
         model_batches=base.max_batch_size > 0, request_batch_size=config.batch_size
     )

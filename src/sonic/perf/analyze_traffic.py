@@ -33,13 +33,14 @@ from sonic.launch import ServerProcess, ServerStartError
 from sonic.perf.analyze import (
     CANDIDATE_SERVER_ARGS,
     SearchSpace,
+    base_config,
     candidate_config,
     write_candidate_repository,
 )
 from sonic.perf.decide import Decision, PairedRounds, decide
 from sonic.perf.replay import ReplayConfig, ReplayReport, replay
 from sonic.perf.transport import PerfError
-from sonic.protocol.model_config import CONFIG_FILENAME, fill_defaults, load_config_file
+from sonic.protocol.model_config import fill_defaults
 from sonic.traffic.schema import read_traffic
 
 
@@ -219,9 +220,7 @@ def run_traffic_analysis(
 ) -> TrafficAnalysis:
     """The current configuration and each distinct candidate replayed once per round, the order of a round
     reversed every other round (a slow spell of the machine hits both ends); then :func:`decide`."""
-    model_dir = config.repository / config.model
-    base = load_config_file(model_dir / CONFIG_FILENAME)
-    base.name = base.name or config.model
+    base = base_config(config.repository, config.model)
     rows = read_traffic(config.traffic_dir, (config.model,)).to_pylist()
     if not rows:
         raise PerfError(f"no traffic of model '{config.model}' recorded under {config.traffic_dir}")

@@ -96,12 +96,14 @@ class LevelResult:
     windows: int  # measured in all, including those before the stable ones
     duration_s: float  # of the windows the figures come from
     requests: int
-    errors: int
+    errors: int  # failed requests in the windows the figures come from
     delayed_requests: int
     latency: LatencySummary
     client_serialize_us: float
     client_deserialize_us: float
     server: ServerBreakdown | None  # None where the server keeps no statistics
+    errors_all_windows: int = 0  # failed requests in every window of the level (the exit status follows it)
+    last_error: str = ""  # the last failure's message, for the summary
 
     @property
     def requests_per_s(self) -> float:
@@ -294,6 +296,8 @@ class LoadGenerator:
             if latencies
             else 0.0,
             server=None if before is None or after is None else server_breakdown(before, after),
+            errors_all_windows=sum(r.errors for r in recorders),
+            last_error=next((r.last_error for r in reversed(recorders) if r.last_error), ""),
         )
 
 

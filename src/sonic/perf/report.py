@@ -17,7 +17,7 @@ from typing import Any
 
 from sonic.perf.engine import LevelResult, PerfReport
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: failed requests counted over every window (errors_all_windows, errors)
 
 COLUMNS = (
     "concurrency",
@@ -29,6 +29,7 @@ COLUMNS = (
     "duration_s",
     "requests",
     "errors",
+    "errors_all_windows",
     "delayed_requests",
     "inferences_per_s",
     "requests_per_s",
@@ -73,6 +74,7 @@ def row(result: LevelResult) -> Row:
         "duration_s": _round(result.duration_s),
         "requests": result.requests,
         "errors": result.errors,
+        "errors_all_windows": result.errors_all_windows,
         "delayed_requests": result.delayed_requests,
         "inferences_per_s": _round(result.inferences_per_s),
         "requests_per_s": _round(result.requests_per_s),
@@ -133,6 +135,7 @@ def to_json(report: PerfReport) -> dict[str, Any]:
             "python": platform.python_version(),
         },
         "notes": list(report.notes),
+        "errors": sum(r.errors_all_windows for r in report.results),
         "columns": list(COLUMNS),
         "results": [row(r) for r in report.results],
     }
@@ -164,6 +167,9 @@ def summary_line(result: LevelResult) -> str:
             f"; server: queue {s.queue_us:,.0f} input {s.compute_input_us:,.0f} infer {s.compute_infer_us:,.0f} "
             f"output {s.compute_output_us:,.0f} overhead {s.overhead_us:,.0f} us, batch {s.average_batch:.1f}"
         )
+    text += f"; {result.errors_all_windows} errors"
+    if result.errors_all_windows:
+        text += f" (last: {result.last_error})"
     if not result.stable:
         text += " [not stable]"
     return text

@@ -57,11 +57,12 @@ class Window:
 def is_stable(windows: Sequence[Window], *, percentage: float, count: int = 3) -> bool:
     """The last ``count`` windows agree: throughput and mean latency each within ``percentage`` % of
     their mean over those windows (perf_analyzer's rule). A window that completed nothing is never
-    stable: the load has not reached the server yet, or the server stalls."""
+    stable: the load has not reached the server yet, or the server stalls. Nor is one in which requests
+    failed: its figures describe a server answering errors, not the model."""
     if len(windows) < count:
         return False
     last = windows[-count:]
-    if any(w.requests == 0 for w in last):
+    if any(w.requests == 0 or w.errors for w in last):
         return False
     for values in ([w.requests_per_s for w in last], [w.mean_latency_us for w in last]):
         mean = sum(values) / count

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,15 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (bad / "config.pbtxt").write_text(
         'platform: "tensorflow_graphdef"\n'
         'parameters { key: "TF_NUM_INTRA_THREADS" value { string_value: "many" } }\n' + deepmet.CONFIG
+    )
+    # The SavedModel's own signature against a config that declares another output shape.
+    mismatch = root / "saved_mismatch"
+    shutil.copytree(root / "deepmet_saved", mismatch)
+    config = (mismatch / "config.pbtxt").read_text()
+    (mismatch / "config.pbtxt").write_text(
+        config.replace(
+            '"output" data_type: TYPE_FP32 dims: [ 2 ]', '"output" data_type: TYPE_FP32 dims: [ 3 ]'
+        )
     )
     return root
 
@@ -125,6 +135,18 @@ def test_concurrent_requests_merge_and_split(repository: Path, server: ServerPro
         results = dict(answers.get(timeout=120) for _ in batches)
     for index, inputs in enumerate(batches):
         np.testing.assert_allclose(results[index].as_numpy(OUTPUT), direct(repository, 2, inputs), rtol=1e-5)
+
+
+def test_savedmodel_config_checked_against_its_signature_at_load(server: ServerProcess) -> None:
+    """As Triton's TensorFlow backend: a config the SavedModel's signature does not match fails the load."""
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+        assert index["saved_mismatch"]["state"] == "UNAVAILABLE"
+        assert (
+            "model 'saved_mismatch', tensor 'output': the model expects 2 dimensions (shape [-1,2]) but the model "
+            "configuration specifies 2 dimensions (an initial batch dimension because max_batch_size > 0 followed "
+            "by the explicit tensor shape, making complete shape [-1,3])"
+        ) in index["saved_mismatch"]["reason"]
 
 
 def test_bad_thread_setting_refuses_the_load(server: ServerProcess) -> None:

@@ -79,3 +79,29 @@ def test_candidates_never_exceed_what_requests_need() -> None:
     assert all(all(p <= 16 for p in c.preferred_batch_sizes) for c in candidates)
     assert len(candidates) == 1 + 2 * 2
     assert space.candidates(model_batches=False, request_batch_size=1)[0].dynamic_batching is False
+
+
+def test_analyze_starts_from_the_auto_completed_config_without_config_pbtxt(
+    perf_repository: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's layout: an ONNX model and no config.pbtxt (it crashed with a traceback before)."""
+    repository = tmp_path / "repository"
+    (repository / "identity" / "1").mkdir(parents=True)
+    onnx_file = perf_repository / "identity" / "1" / "model.onnx"
+    (repository / "identity" / "1" / "model.onnx").write_bytes(onnx_file.read_bytes())
+    out = tmp_path / "analysis"
+    code = main(
+        [
+            "analyze", "--model-repository", str(repository), "-m", "identity",
+            "--instance-counts", "1", "--max-batch-sizes", "4", "--dynamic-batching", "on",
+            "--max-queue-delays-us", "0", "--concurrency", "1",
+            "--measurement-interval-s", "0.5", "--stable-windows", "2", "--max-windows", "3",
+            "--stability-percentage", "50", "--time-budget-s", "60", "-o", str(out), "--no-plots",
+        ]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    config = load_config_file(out / "config.pbtxt")
+    assert [t.name for t in config.input] == ["INPUT0"]  # completed from the model's signature
+    assert [t.name for t in config.output] == ["OUTPUT0"]
+    assert config.max_batch_size == 4
+    assert not (repository / "identity" / "config.pbtxt").exists()  # the repository is left as it was

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,8 @@ def test_perf_writes_csv_json_and_plot(
     assert all(int(r["batch_size"]) == 4 and int(r["requests"]) > 0 for r in rows)
 
     document = json.loads((out / "r.json").read_text())
-    assert document["schema_version"] == 1
+    assert document["schema_version"] == 2
+    assert document["errors"] == 0
     assert document["tool"] == "sonic perf"
     assert document["model"] == "identity"
     assert document["max_batch_size"] == 1024
@@ -56,6 +58,81 @@ def test_perf_writes_csv_json_and_plot(
         assert result["server_inferences"] == 4 * result["server_requests"]
         assert isinstance(result["stable"], bool)
     assert (out / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for kind, name in (("CSV (sonic columns)", "r.csv"), ("JSON", "r.json"), ("PNG", "r.png")):
+        assert f"sonic perf: wrote {kind} to {out / name}" in captured.err
+    assert captured.out.count("; 0 errors") == 2
+
+
+# Fails every request whose input holds a negative number: the perf run below sends such a request
+# every other time, so windows both complete requests and fail them.
+HALF_FAILING_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            if (x < 0).any():
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("negative input")))
+            else:
+                responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", x)]))
+        return responses
+"""
+
+HALF_FAILING_CONFIG = """
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+
+
+@pytest.fixture(scope="module")
+def failing_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("failing")
+    (root / "half_failing" / "1").mkdir(parents=True)
+    (root / "half_failing" / "1" / "model.py").write_text(HALF_FAILING_MODEL)
+    (root / "half_failing" / "config.pbtxt").write_text(HALF_FAILING_CONFIG)
+    with ServerProcess.start([root]) as process:
+        yield process
+
+
+def test_perf_counts_errors_and_fails_unless_allowed(
+    failing_server: ServerProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps({"data": [{"INPUT0": [1, 2, 3, 4]}, {"INPUT0": [-1, 2, 3, 4]}]}))
+    args = [
+        "perf",
+        "-m",
+        "half_failing",
+        "-u",
+        failing_server.grpc_address,
+        "--input-data",
+        str(data),
+        *QUICK_ARGS,
+    ]
+    out = tmp_path / "r.json"
+    code = main([*args, "--json", str(out), "--csv", str(tmp_path / "r.csv")])
+    captured = capsys.readouterr()
+    assert code == 1, captured.err
+    document = json.loads(out.read_text())
+    (result,) = document["results"]
+    assert result["errors"] > 0
+    assert result["errors_all_windows"] >= result["errors"]
+    assert document["errors"] == result["errors_all_windows"]
+    assert result["stable"] is False  # a level with errors is never stable
+    assert "(stable)" not in captured.err
+    assert f"; {result['errors_all_windows']} errors (last: " in captured.out
+    assert "negative input" in captured.out
+    assert f"sonic perf: {result['errors_all_windows']} requests failed; exit status 1" in captured.err
+    with (tmp_path / "r.csv").open(newline="") as handle:
+        assert int(next(csv.DictReader(handle))["errors_all_windows"]) == result["errors_all_windows"]
+
+    assert main([*args, "--allow-errors", "-q"]) == 0
+    assert "(--allow-errors: exit status 0)" in capsys.readouterr().err
 
 
 def test_perf_input_data_file(perf_server: ServerProcess, tmp_path: Path) -> None:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from tritonclient.grpc import model_config_pb2
 
-from sonic.protocol.errors import InternalError, ModelConfigError
+from sonic.protocol.errors import ModelConfigError
 from sonic.protocol.model_config import fill_defaults, parse_config_text, validate_config
 from sonic.server.backends.base import InstanceContext
 from sonic.server.backends.pytorch import PyTorchBackend
@@ -56,10 +58,63 @@ def test_exported_signature_and_dtype_check(exported: Path) -> None:
     out = model.execute({"b": b, "a": a}, ["OUTPUT__0", "OUTPUT__1"])
     np.testing.assert_array_equal(out["OUTPUT__0"], a - b)  # inputs by forward argument name
     assert out["OUTPUT__1"].dtype == np.float64
-    # A config that declares the wrong output type gets a message naming both types.
+    # A config that declares the wrong output type fails the load, in Triton's words, naming both types.
     config.output[1].data_type = model_config_pb2.TYPE_FP32
-    with pytest.raises(InternalError, match=r"output 'OUTPUT__1' has dtype torch.float64.*TYPE_FP32"):
-        backend(config, exported).execute({"a": a, "b": b}, ["OUTPUT__1"])
+    expected = (
+        "unable to load model 'm', configuration expects datatype TYPE_FP32 for output 'OUTPUT__1', "
+        "model provides TYPE_FP64"
+    )
+    with pytest.raises(ModelConfigError, match=re.escape(expected)):
+        backend(config, exported)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda c: c.input[0].dims.__setitem__(0, 4),
+            (
+                "model 'm', tensor 'a': the model expects 2 dimensions (shape [-1,3]) but the model configuration "
+                "specifies 2 dimensions (an initial batch dimension because max_batch_size > 0 followed by the "
+                "explicit tensor shape, making complete shape [-1,4])"
+            ),
+        ),
+        (
+            lambda c: c.input.add(name="c", data_type=model_config_pb2.TYPE_FP32, dims=[3]),
+            "unable to load model 'm', configuration expects 3 inputs, model provides 2",
+        ),
+        (
+            lambda c: c.output.add(name="OUTPUT__2", data_type=model_config_pb2.TYPE_FP32, dims=[3]),
+            "unexpected inference output 'OUTPUT__2', allowed outputs are: OUTPUT__0, OUTPUT__1",
+        ),
+    ],
+)
+def test_exported_program_checked_at_load(exported: Path, change: Any, message: str) -> None:
+    config = model_config_pb2.ModelConfig(name="m", default_model_filename="model.pt2")
+    PyTorchBackend.auto_complete_config(config, exported)
+    change(config)
+    with pytest.raises(ModelConfigError, match=re.escape(message)):
+        backend(config, exported)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")  # deprecated, still what users have
+def test_torchscript_input_count_checked_at_load(tmp_path: Path) -> None:
+    path = tmp_path / "1" / "model.pt"
+    path.parent.mkdir()
+    traced = torch.jit.trace(TwoArgs(), (torch.ones(2, 3), torch.ones(2, 3)))  # type: ignore[no-untyped-call]
+    traced.save(str(path))
+    config = parse_config_text(
+        """
+        name: "m"
+        backend: "pytorch"
+        max_batch_size: 8
+        input [ { name: "a" data_type: TYPE_FP32 dims: [ 3 ] } ]
+        output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 3 ] } ]
+        """,
+        "test",
+    )
+    with pytest.raises(ModelConfigError, match="configuration expects 1 inputs, model provides 2"):
+        backend(config, path)
 
 
 def test_config_order_when_names_say_nothing(exported: Path) -> None:

@@ -111,3 +111,10 @@ def test_load_level_needs_one_mode() -> None:
         LoadLevel(concurrency=2, request_rate_per_s=10)
     with pytest.raises(PerfError, match="distribution"):
         LoadLevel(request_rate_per_s=10, distribution="uniform")
+
+
+def test_a_window_with_errors_is_never_stable() -> None:
+    windows = [_w(100, 1000), _w(101, 1000), _w(99, 1000)]
+    assert is_stable(windows, percentage=10)
+    failing = Window(duration_s=1.0, requests=100, errors=727, mean_latency_us=1000)
+    assert not is_stable([*windows[:2], failing], percentage=10)

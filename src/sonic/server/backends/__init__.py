@@ -9,7 +9,8 @@ A model selects it with ``backend: "name"`` in its config.pbtxt. See docs/backen
 - :mod:`.python`: Triton Python-backend models, with ``triton_python_backend_utils`` in :mod:`.pb_utils`,
   :mod:`.pb_config` (``auto_complete_config``), :mod:`.pb_logging` (``Logger``), :mod:`.pb_decoupled`
   (the response sender);
-- :mod:`.ensemble`: the ``ensemble`` platform's registry entry (its scheduler is in the runtime).
+- :mod:`.ensemble`: the ``ensemble`` platform's registry entry (its scheduler is in the runtime);
+- :mod:`.signature`: a model file's declared tensors and the configuration checked against them at load.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from tritonclient.grpc import model_config_pb2
 from sonic.protocol.errors import InternalError, InvalidArgumentError, ModelConfigError
 from sonic.protocol.model_config import complete_from_signature
 from sonic.server.backends.base import Backend, InstanceContext
+from sonic.server.backends.signature import ModelSignature, TensorInfo, check_config
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,24 @@ _ONNX_TO_CONFIG = {
     12: model_config_pb2.TYPE_UINT32,
     13: model_config_pb2.TYPE_UINT64,
     16: model_config_pb2.TYPE_BF16,
+}
+
+# onnxruntime's NodeArg.type strings to Triton config enums.
+_ORT_TYPES = {
+    "tensor(float)": model_config_pb2.TYPE_FP32,
+    "tensor(uint8)": model_config_pb2.TYPE_UINT8,
+    "tensor(int8)": model_config_pb2.TYPE_INT8,
+    "tensor(uint16)": model_config_pb2.TYPE_UINT16,
+    "tensor(int16)": model_config_pb2.TYPE_INT16,
+    "tensor(int32)": model_config_pb2.TYPE_INT32,
+    "tensor(int64)": model_config_pb2.TYPE_INT64,
+    "tensor(string)": model_config_pb2.TYPE_STRING,
+    "tensor(bool)": model_config_pb2.TYPE_BOOL,
+    "tensor(float16)": model_config_pb2.TYPE_FP16,
+    "tensor(double)": model_config_pb2.TYPE_FP64,
+    "tensor(uint32)": model_config_pb2.TYPE_UINT32,
+    "tensor(uint64)": model_config_pb2.TYPE_UINT64,
+    "tensor(bfloat16)": model_config_pb2.TYPE_BF16,
 }
 
 _OPT_LEVELS = {
@@ -82,6 +101,26 @@ def _session_modes(context: InstanceContext) -> tuple[ort.ExecutionMode, ort.Gra
             f"model '{model}': graph_optimization_level '{level}', expected one of {', '.join(_OPT_LEVELS)}"
         )
     return _EXECUTION_MODES[mode], _OPT_LEVELS[level]
+
+
+def session_signature(session: ort.InferenceSession) -> ModelSignature:
+    """The session's inputs, outputs and overridable initializers, as Triton's backend reads them."""
+
+    def describe(args: Sequence[Any]) -> list[TensorInfo]:
+        return [
+            TensorInfo(
+                arg.name,
+                _ORT_TYPES.get(arg.type, model_config_pb2.TYPE_INVALID),
+                tuple(d if isinstance(d, int) and d >= 0 else -1 for d in arg.shape or ()),
+            )
+            for arg in args
+        ]
+
+    return ModelSignature(
+        describe(session.get_inputs()),
+        describe(session.get_outputs()),
+        describe(session.get_overridable_initializers()),
+    )
 
 
 def _signature(model_path: Path) -> tuple[list[tuple[str, int, list[int]]], list[tuple[str, int, list[int]]]]:
@@ -151,6 +190,9 @@ class OnnxRuntimeBackend(Backend):
             raise ModelConfigError(
                 f"{context.model_path}: onnxruntime cannot load the model: {exc}"
             ) from None
+        # As Triton's onnxruntime backend: a configuration the model does not match fails the load here,
+        # not every request later with onnxruntime's words.
+        check_config(context.config, session_signature(self._session))
         self._model = context.config.name
         self._cpu = context.device_kind != "gpu"  # outputs are bound to host memory only on CPU
         self._run_options = ort.RunOptions()

@@ -39,6 +39,7 @@ from tritonclient.grpc import model_config_pb2
 from sonic.protocol.errors import InternalError, ModelConfigError
 from sonic.protocol.model_config import complete_from_signature
 from sonic.server.backends.base import Backend, InstanceContext
+from sonic.server.backends.signature import ModelSignature, TensorInfo, check_config, expected_input_count
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +81,17 @@ def _index_order(names: Sequence[str]) -> list[int] | None:
     return indices if sorted(indices) == list(range(len(names))) else None
 
 
-def _exported_signature(torch: Any, model_path: Path) -> tuple[list[tuple[str, int, list[int]]], ...]:
+def _load_program(torch: Any, model_path: Path) -> Any:
     try:
-        program = torch.export.load(str(model_path))
+        return torch.export.load(str(model_path))
     except Exception as exc:  # noqa: BLE001  (torch raises many types for a bad file)
         raise ModelConfigError(f"{model_path}: cannot read torch.export program: {exc}") from None
+
+
+def _program_signature(
+    torch: Any, program: Any, where: object
+) -> tuple[list[tuple[str, int, list[int]]], list[tuple[str, int, list[int]]]]:
+    """The program's user inputs (by argument name) and outputs (``OUTPUT__i``, by position)."""
     types = _config_types(torch)
     nodes = {node.name: node for node in program.graph.nodes}
 
@@ -92,7 +99,7 @@ def _exported_signature(torch: Any, model_path: Path) -> tuple[list[tuple[str, i
         value = nodes[node_name].meta.get("val")
         if value is None or not hasattr(value, "dtype") or value.dtype not in types:
             raise ModelConfigError(
-                f"{model_path}: tensor '{tensor_name}' has no Triton datatype "
+                f"{where}: tensor '{tensor_name}' has no Triton datatype "
                 f"({getattr(value, 'dtype', type(value).__name__)})"
             )
         dims = [d if isinstance(d, int) else -1 for d in value.shape]
@@ -121,7 +128,8 @@ class PyTorchBackend(Backend):
             raise ModelConfigError(
                 f"model '{config.name}': no config inputs/outputs and no model file {model_path} to read them from"
             )
-        inputs, outputs = _exported_signature(_import_torch(), model_path)
+        torch = _import_torch()
+        inputs, outputs = _program_signature(torch, _load_program(torch, model_path), model_path)
         complete_from_signature(config, inputs, outputs)
 
     def __init__(self, context: InstanceContext) -> None:
@@ -152,6 +160,7 @@ class PyTorchBackend(Backend):
         if not path.is_file():
             raise ModelConfigError(f"model '{config.name}': model file {path} does not exist")
         self._scripted = path.suffix != ".pt2"
+        declared = None
         try:
             if self._scripted:
                 module = torch.jit.load(str(path), map_location=self._device)
@@ -159,6 +168,7 @@ class PyTorchBackend(Backend):
             else:
                 program = torch.export.load(str(path))
                 arguments = list(program.graph_signature.user_inputs)
+                declared = _program_signature(torch, program, path)
                 if self._device.type != "cpu":
                     program = torch.export.passes.move_to_device_pass(program, self._device)
                 module = program.module()
@@ -182,12 +192,48 @@ class PyTorchBackend(Backend):
             zip(output_names, indices if indices is not None else range(len(output_names)), strict=True)
         )
         self._output_config = {tensor.name: tensor.data_type for tensor in config.output}
+        self._check_signature(config, arguments, declared)
         log.info(
             "model %s: %s on %s, inputs passed as %s",
             config.name,
             "TorchScript" if self._scripted else "torch.export program",
             self._device,
             self._input_order,
+        )
+
+    def _check_signature(
+        self,
+        config: model_config_pb2.ModelConfig,
+        arguments: Sequence[str],
+        declared: tuple[list[tuple[str, int, list[int]]], list[tuple[str, int, list[int]]]] | None,
+    ) -> None:
+        """The configuration against the model, at load: a mismatch never reaches a request.
+
+        TorchScript declares only its ``forward`` arguments: their number is checked, in the words of
+        Triton's PyTorch backend. A ``torch.export`` program declares datatypes and shapes too: each config
+        tensor is checked against the program's tensor it is passed as (by this backend's name rules).
+        """
+        if declared is None:
+            expected = expected_input_count(config)
+            if len(arguments) != expected:
+                raise ModelConfigError(
+                    f"unable to load model '{config.name}', configuration expects {expected} inputs, model "
+                    f"provides {len(arguments)}"
+                )
+            return
+        inputs, outputs = declared
+        # The program's i-th argument is fed the config input passed i-th.
+        names = [*self._input_order, *arguments[len(self._input_order) :]]
+        by_index = {index: name for name, index in self._output_index.items()}
+        check_config(
+            config,
+            ModelSignature(
+                [TensorInfo(name, t, tuple(d)) for name, (_, t, d) in zip(names, inputs, strict=False)],
+                [
+                    TensorInfo(by_index.get(index, f"OUTPUT__{index}"), data_type, tuple(dims))
+                    for index, (_, data_type, dims) in enumerate(outputs)
+                ],
+            ),
         )
 
     @staticmethod

@@ -26,9 +26,37 @@ import numpy as np
 import numpy.typing as npt
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
+from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.errors import InternalError, ModelConfigError
 from sonic.server.backends.base import Backend, InstanceContext
+from sonic.server.backends.signature import ModelSignature, TensorInfo, check_config
+
+# TensorFlow dtype names to Triton config enums (what a SavedModel signature can declare).
+_CONFIG_TYPES = {
+    "bool": model_config_pb2.TYPE_BOOL,
+    "uint8": model_config_pb2.TYPE_UINT8,
+    "uint16": model_config_pb2.TYPE_UINT16,
+    "uint32": model_config_pb2.TYPE_UINT32,
+    "uint64": model_config_pb2.TYPE_UINT64,
+    "int8": model_config_pb2.TYPE_INT8,
+    "int16": model_config_pb2.TYPE_INT16,
+    "int32": model_config_pb2.TYPE_INT32,
+    "int64": model_config_pb2.TYPE_INT64,
+    "float16": model_config_pb2.TYPE_FP16,
+    "float32": model_config_pb2.TYPE_FP32,
+    "float64": model_config_pb2.TYPE_FP64,
+    "bfloat16": model_config_pb2.TYPE_BF16,
+    "string": model_config_pb2.TYPE_STRING,
+}
+
+
+def _tensor_info(name: str, info: Any) -> TensorInfo:
+    """A signature entry; no shape, or rank 0, leaves the shape to the configuration (as Triton)."""
+    shape = info.tensor_shape
+    dims = None if shape.unknown_rank or not shape.dim else tuple(int(d.size) for d in shape.dim)
+    data_type = _CONFIG_TYPES.get(tf.dtypes.as_dtype(info.dtype).name, model_config_pb2.TYPE_INVALID)
+    return TensorInfo(name, data_type, dims)
 
 
 def _threads(context: InstanceContext, triton_name: str, alias: str) -> int:
@@ -51,6 +79,7 @@ class TensorFlowBackend(Backend):
 
     def __init__(self, context: InstanceContext) -> None:
         self._model = context.config.name
+        self._config = context.config
         session_config = tf.compat.v1.ConfigProto(
             intra_op_parallelism_threads=_threads(context, "TF_NUM_INTRA_THREADS", "intra_op_thread_count"),
             inter_op_parallelism_threads=_threads(context, "TF_NUM_INTER_THREADS", "inter_op_thread_count"),
@@ -107,6 +136,12 @@ class TensorFlowBackend(Backend):
         signature = meta_graph.signature_def[signature_name]
         for key, info in [*signature.inputs.items(), *signature.outputs.items()]:
             self._names[key] = info.name
+        # As Triton's TensorFlow backend: the signature says exactly what the model takes and gives.
+        declared = ModelSignature(
+            [_tensor_info(key, info) for key, info in sorted(signature.inputs.items())],
+            [_tensor_info(key, info) for key, info in sorted(signature.outputs.items())],
+        )
+        check_config(self._config, declared, names_first=True)
 
     def _tensor(self, name: str) -> tf.Tensor:
         graph_name = self._names.get(name, name)

@@ -39,6 +39,7 @@ from tritonclient.grpc import model_config_pb2
 from sonic.protocol.errors import InternalError, InvalidArgumentError, ModelConfigError
 from sonic.protocol.model_config import complete_from_signature
 from sonic.server.backends.base import Backend, InstanceContext
+from sonic.server.backends.signature import ModelSignature, TensorInfo, check_config
 
 log = logging.getLogger(__name__)
 
@@ -291,12 +292,8 @@ class TreesBackend(Backend):
     def __init__(self, context: InstanceContext) -> None:
         config = context.config
         self._where = where = f"model '{config.name}'"
-        if len(config.input) != 1 or len(config.output) != 1:
+        if len(config.output) != 1:
             raise ModelConfigError(f"{where}: the trees backend takes one input and gives one output")
-        if config.input[0].data_type != model_config_pb2.TYPE_FP32:
-            raise ModelConfigError(f"{where}: input '{config.input[0].name}' must be TYPE_FP32, as in FIL")
-        if config.output[0].data_type != model_config_pb2.TYPE_FP32:
-            raise ModelConfigError(f"{where}: output '{config.output[0].name}' must be TYPE_FP32, as in FIL")
         _, model_type = _choose_file(config, context.version_dir)
         threads = context.parameter("thread_count") or "0"
         if not threads.isdigit():
@@ -316,21 +313,27 @@ class TreesBackend(Backend):
             raise ModelConfigError(
                 f"{where}: output_class/predict_proba are set, but the model is a regressor"
             )
+        # The configuration against the model at load, as Triton's backends check theirs: one FP32 input of
+        # the model's features and one FP32 output of its values per sample (any names, as FIL).
+        width = self._mode.width(self._model.num_classes)
+        check_config(
+            config,
+            ModelSignature(
+                [
+                    TensorInfo(t.name, model_config_pb2.TYPE_FP32, (-1, self._model.num_features))
+                    for t in config.input[:1]
+                ],
+                [TensorInfo(config.output[0].name, model_config_pb2.TYPE_FP32, (-1, width))],
+            ),
+        )
         self._input = config.input[0].name
         self._output = config.output[0].name
-        self._check_dims(list(config.input[0].dims), self._model.num_features, "input", "features")
-        width = self._mode.width(self._model.num_classes)
-        self._check_dims(list(config.output[0].dims), width, "output", "values per sample")
         if context.device_kind == "gpu":
             log.info(
                 "%s: the trees backend predicts on CPU; GPU instance %s runs on CPU",
                 where,
                 context.instance_name,
             )
-
-    def _check_dims(self, dims: list[int], expected: int, kind: str, what: str) -> None:
-        if dims and dims[-1] not in (-1, expected):
-            raise ModelConfigError(f"{self._where}: {kind} dims {dims}, but the model has {expected} {what}")
 
     def execute(
         self, inputs: Mapping[str, npt.NDArray[Any]], output_names: Sequence[str]
