@@ -55,7 +55,9 @@ def test_every_row_has_a_subject_and_a_status_that_agrees_with_applies() -> None
     for folder, subject, applies, status, where in _rows():
         assert subject, folder
         assert status in STATUSES, f"{folder}: status {status!r} is none of {STATUSES}"
-        assert (status == "n/a") == applies.startswith("n/a"), f"{folder}: applies {applies!r}, status {status}"
+        assert (status == "n/a") == applies.startswith("n/a"), (
+            f"{folder}: applies {applies!r}, status {status}"
+        )
         if status in ("covered", "partial"):
             assert TEST_ID.search(where), f"{folder}: {status} without a test id"
         if status == "partial":
