@@ -263,3 +263,29 @@ def test_a_state_output_asked_for_by_name_is_refused(server: Endpoint) -> None:
         )
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert "unexpected inference output 'SUM_OUT' for model 'state_sum'" in str(info.value.message())
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_a_model_without_versions_fails_to_load_in_tritons_words(kind: str, tmp_path: Path) -> None:
+    """The load is refused; the other models keep serving. (After it, Triton 2.51 leaves the model out of
+    the repository index and answers server readiness false; sonic lists it UNAVAILABLE with the reason
+    and stays ready: see docs/triton-qa.md, L0_lifecycle.)"""
+    repo = tmp_path / "models"
+    _write_model(repo, "identity_fp32", "identity", IDENTITY % ("FP32", "FP32"))
+    (repo / "no_versions").mkdir()
+    (repo / "no_versions" / "config.pbtxt").write_text(
+        f'name: "no_versions"\nbackend: "python"\nmax_batch_size: 0\n{IDENTITY % ("FP32", "FP32")}'
+    )
+    explicit = ["--model-control-mode=explicit", "--load-model=identity_fp32"]
+    with (
+        serving(kind, repo, ["identity_fp32"], sonic_args=explicit, triton_args=explicit) as server,
+        grpcclient.InferenceServerClient(server.grpc) as client,
+    ):
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model("no_versions")
+        assert client.is_model_ready("identity_fp32")
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert str(info.value.message()).startswith(
+        "load failed for model 'no_versions': at least one version must be available under the version "
+        "policy of model 'no_versions'"
+    )

@@ -78,14 +78,18 @@ def test_interleaved_sequences_keep_their_own_state(server: ServerProcess, model
     ]
 
 
-def test_concurrent_sequences_batch_together_and_stay_apart(server: ServerProcess) -> None:
+@pytest.mark.parametrize("model", ["acc_direct", "acc_oldest"])
+def test_concurrent_sequences_batch_together_and_stay_apart(server: ServerProcess, model: str) -> None:
+    """Ten sequences at once: more than the direct batcher's eight slots (batches of 4 on two instances), so
+    two wait in its backlog; or on the oldest-first batcher. Each keeps its implicit state: every one sees
+    only its own running sum and id."""
     answers: queue.Queue[tuple[int, list[Any]]] = queue.Queue()
 
     def sequence(corr: int) -> None:
         with grpcclient.InferenceServerClient(server.grpc_address) as client:
-            answers.put((corr, _run_sequence(client, grpcclient, "acc_direct", corr, [corr] * 6)))
+            answers.put((corr, _run_sequence(client, grpcclient, model, corr, [corr] * 6)))
 
-    threads = [threading.Thread(target=sequence, args=(corr,)) for corr in (1, 2, 3, 4, 5, 6)]
+    threads = [threading.Thread(target=sequence, args=(corr,)) for corr in range(1, 11)]
     for thread in threads:
         thread.start()
     for thread in threads:
