@@ -18,6 +18,7 @@ from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.wire import ModelState
 from sonic.server import backends
 from sonic.server.backends.base import InstanceContext, RequestBackend
+from sonic.server.cache import ResponseCache
 from sonic.server.calls import ServerModelCaller
 from sonic.server.config import ServerConfig
 from sonic.server.ensemble_steps import StepGraph, step_models
@@ -48,6 +49,9 @@ class ModelManager:
             config.model_repositories, allow_links_outside=config.allow_model_links_outside
         )
         self._entries: dict[str, ModelEntry] = {}
+        # One server-wide response cache, for models whose config says response_cache { enable: true }:
+        # client requests and model-to-model calls (ensemble steps, BLS) alike, as in Triton.
+        self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes > 0 else None
         limits = config.rate_limit
         self._rate_limiter = RateLimiter(limits.resources) if limits is not None else None
         # Ensembles and their step models (server/ensemble_steps.py).
@@ -253,7 +257,7 @@ class ModelManager:
         version_dir = files.folder / str(version)
         model_path = files.version_file(version, "default_model_filename", config.default_model_filename)
         options = self._config.backend_options.get(backend_cls.name, {})
-        caller = ServerModelCaller(self.get, asyncio.get_running_loop())
+        caller = ServerModelCaller(self.get, asyncio.get_running_loop(), self.cache)
 
         def context(instance_name: str, device_kind: str, device_id: int) -> InstanceContext:
             return InstanceContext(

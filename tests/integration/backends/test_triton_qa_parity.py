@@ -242,8 +242,26 @@ def test_a_client_timeout_ends_the_call_and_the_server_keeps_serving(server: End
         error = answers.get(timeout=60)
         assert isinstance(error, InferenceServerException)
         assert error.status() == "StatusCode.DEADLINE_EXCEEDED"
+        client.start_stream(callback=lambda result, error: answers.put(error or result), stream_timeout=0.2)
+        client.async_stream_infer("busy_ms", [_tensor(grpcclient, "MS", slow, "INT32")])
+        error = answers.get(timeout=60)
+        client.stop_stream()
+        assert isinstance(error, InferenceServerException)
+        assert "Deadline Exceeded" in str(error.message())
         quick = np.array([0], dtype=np.int32)
         result = client.infer("busy_ms", [_tensor(grpcclient, "MS", quick, "INT32")], client_timeout=60)
+    assert result.as_numpy("DONE").tolist() == [0]
+    http = httpclient.InferenceServerClient(server.http, network_timeout=0.2)
+    try:
+        with pytest.raises(TimeoutError):
+            http.infer("busy_ms", [_tensor(httpclient, "MS", slow, "INT32")])
+    finally:
+        http.close()
+    http = httpclient.InferenceServerClient(server.http)
+    try:
+        result = http.infer("busy_ms", [_tensor(httpclient, "MS", quick, "INT32")])
+    finally:
+        http.close()
     assert result.as_numpy("DONE").tolist() == [0]
 
 
