@@ -69,10 +69,27 @@ sequence_batching {
             initial_state: { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true name: "zero" } } ]
 }
 """
+OPTIONAL_ENSEMBLE = """
+platform: "ensemble"
+input [
+  { name: "X" data_type: TYPE_FP32 dims: [ 2 ] optional: true },
+  { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] optional: true }
+]
+output [
+  { name: "TOTAL" data_type: TYPE_FP32 dims: [ 2 ] },
+  { name: "WHICH" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+ensemble_scheduling {
+  step [ { model_name: "optional_sum" model_version: -1
+           input_map [ { key: "A" value: "X" }, { key: "B" value: "Y" } ]
+           output_map [ { key: "SUM" value: "TOTAL" }, { key: "GIVEN" value: "WHICH" } ] } ]
+}
+"""
 CONFIGS = {  # model: (its model.py in python_models/, its configuration after name, backend, max_batch_size)
     "identity_fp32": ("identity", IDENTITY % ("FP32", "FP32")),
     "identity_bytes": ("identity", IDENTITY % ("STRING", "STRING")),
     "optional_sum": ("optional_sum", OPTIONAL_SUM),
+    "optional_ensemble": ("", OPTIONAL_ENSEMBLE),
     "reshaped": ("shape_seen", RESHAPED),
     "busy_ms": ("busy_ms", BUSY_MS),
     "echo_parameters": ("echo_parameters", ECHO_PARAMETERS),
@@ -82,10 +99,13 @@ MODELS = list(CONFIGS)
 
 
 def _write_model(repo: Path, name: str, source: str, body: str) -> None:
+    """A Python model from ``python_models/<source>.py``; without ``source``, an ensemble (``body`` says so)."""
     (repo / name / "1").mkdir(parents=True)
-    config = f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n{body}\n'
+    backend = 'backend: "python"\n' if source else ""
+    config = f'name: "{name}"\n{backend}max_batch_size: 0\n{body}\n'
     (repo / name / "config.pbtxt").write_text(config, encoding="utf-8")
-    (repo / name / "1" / "model.py").write_bytes((PYTHON_MODELS / f"{source}.py").read_bytes())
+    if source:
+        (repo / name / "1" / "model.py").write_bytes((PYTHON_MODELS / f"{source}.py").read_bytes())
 
 
 @pytest.fixture(scope="module")
@@ -199,6 +219,18 @@ def test_optional_inputs_may_be_left_out(server: Endpoint) -> None:
         result = client.infer("optional_sum", [])
         np.testing.assert_array_equal(result.as_numpy("SUM"), np.zeros(2, dtype=np.float32))
         assert int(result.as_numpy("GIVEN")[0]) == 0
+
+
+def test_optional_inputs_of_an_ensemble_may_be_left_out(server: Endpoint) -> None:
+    a = np.array([1.0, 2.0], dtype=np.float32)
+    b = np.array([10.0, 20.0], dtype=np.float32)
+    cases = [({"X": a}, a, 1), ({"Y": b}, b, 2), ({"X": a, "Y": b}, a + b, 3)]
+    with grpcclient.InferenceServerClient(server.grpc) as client:
+        for given, total, bits in cases:
+            tensors = [_tensor(grpcclient, name, array, "FP32") for name, array in given.items()]
+            result = client.infer("optional_ensemble", tensors)
+            np.testing.assert_array_equal(result.as_numpy("TOTAL"), total)
+            assert int(result.as_numpy("WHICH")[0]) == bits
 
 
 def test_reshape_gives_the_model_its_own_shape(server: Endpoint) -> None:
