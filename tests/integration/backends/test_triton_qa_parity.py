@@ -3,10 +3,11 @@
 Each test runs against ``sonic serve`` and real Triton 2.51 (Python backend on CPU; skipped where it cannot
 run) on the same Python-backend models, and asserts what Triton answers. The tests are ours, written from the
 behaviour each folder checks: NaN and infinities (``L0_nan_inf``), NUL characters and UTF-8 in BYTES
-(``L0_nullchar_string``, ``L0_string_io``), zero-sized tensors (``L0_infer_zero``), optional inputs
-(``L0_optional_input``, ``L0_input_validation``), ``reshape`` (``L0_infer_reshape``), parameters on a stream
-(``L0_parameters``), client timeouts (``L0_client_timeout``), a state output asked for by name
-(``L0_implicit_state``) and a model folder without versions (``L0_lifecycle``).
+(``L0_nullchar_string``, ``L0_string_io``), zero-sized tensors (``L0_infer_zero``), optional inputs of models
+and ensembles (``L0_optional_input``, ``L0_input_validation``), ``reshape`` (``L0_infer_reshape``), parameters
+on a stream (``L0_parameters``), client timeouts (``L0_client_timeout``), a request cancelled while queued
+(``L0_request_cancellation``), a state output asked for by name (``L0_implicit_state``) and a model folder
+without versions (``L0_lifecycle``).
 """
 
 from __future__ import annotations
@@ -339,3 +340,28 @@ def test_a_model_without_versions_fails_to_load_in_tritons_words(kind: str, tmp_
         "load failed for model 'no_versions': at least one version must be available under the version "
         "policy of model 'no_versions'"
     )
+
+
+def test_a_request_cancelled_while_queued_never_runs(server: Endpoint) -> None:
+    """The client cancels a request queued behind a busy one: it gets Triton's client-side words, the model
+    never runs it, no statistic counts it, and the server keeps serving (Triton's L0_request_cancellation)."""
+    busy = _tensor(grpcclient, "MS", np.array([700], dtype=np.int32), "INT32")
+    answers: queue.Queue[Any] = queue.Queue()
+    with grpcclient.InferenceServerClient(server.grpc) as client:
+        before = client.get_inference_statistics("busy_ms").model_stats[0]
+        client.async_infer("busy_ms", [busy], lambda result, error: answers.put(("first", error or result)))
+        queued = client.async_infer(
+            "busy_ms", [busy], lambda result, error: answers.put(("queued", error or result))
+        )
+        queued.cancel()
+        outcomes = dict(answers.get(timeout=60) for _ in range(2))
+        quick = _tensor(grpcclient, "MS", np.array([0], dtype=np.int32), "INT32")
+        assert client.infer("busy_ms", [quick]).as_numpy("DONE").tolist() == [0]
+        after = client.get_inference_statistics("busy_ms").model_stats[0]
+    assert outcomes["first"].as_numpy("DONE").tolist() == [700]
+    assert isinstance(outcomes["queued"], InferenceServerException)
+    assert "Locally cancelled by application!" in str(outcomes["queued"].message())
+    executions = after.execution_count - before.execution_count
+    successes = after.inference_stats.success.count - before.inference_stats.success.count
+    failures = after.inference_stats.fail.count - before.inference_stats.fail.count
+    assert (executions, successes, failures) == (2, 2, 0)  # the first and the quick one: as on Triton
