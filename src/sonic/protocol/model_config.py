@@ -47,6 +47,8 @@ _GROUP_KIND = model_config_pb2.ModelInstanceGroup
 # one would be served with other answers than Triton's: its load is refused, naming the section.
 UNIMPLEMENTED_SECTIONS: dict[str, Callable[[model_config_pb2.ModelConfig], bool]] = {
     "instance_group.secondary_devices": lambda c: any(g.secondary_devices for g in c.instance_group),
+    # Iterative sequences need request rescheduling (a Python model's ``set_release_flags``), which sonic lacks.
+    "sequence_batching.iterative_sequence": lambda c: c.sequence_batching.iterative_sequence,
 }
 
 
