@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,49 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         'platform: "tensorflow_graphdef"\n'
         'parameters { key: "TF_NUM_INTRA_THREADS" value { string_value: "many" } }\n' + deepmet.CONFIG
     )
+    write_tagged_savedmodel(root)
     return root
+
+
+# Triton's TF_GRAPH_TAG and TF_SIGNATURE_DEF (its L0_tf_tag_sigdef): one SavedModel, OUTPUT = INPUT times a
+# factor that says which graph tag and signature answered.
+FACTORS = {("serve", "serving_default"): 2.0, ("serve", "times3"): 3.0, ("custom", "serving_default"): 5.0}
+TAGGED = {
+    "tagged_default": {},
+    "tagged_sigdef": {"TF_SIGNATURE_DEF": "times3"},
+    "tagged_tag": {"TF_GRAPH_TAG": "custom"},
+    "tagged_missing_tag": {"TF_GRAPH_TAG": "absent"},
+}
+
+
+def write_tagged_savedmodel(root: Path) -> None:
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.Session(graph=graph) as session:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 2], name="x")
+        signatures = {
+            key: tf.compat.v1.saved_model.predict_signature_def(
+                {"INPUT": x}, {"OUTPUT": tf.multiply(x, factor)}
+            )
+            for key, factor in FACTORS.items()
+        }
+        builder = tf.compat.v1.saved_model.Builder(str(root / "tagged_default" / "1" / "model.savedmodel"))
+        serve = {sig: signatures[(tag, sig)] for tag, sig in FACTORS if tag == "serve"}
+        builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map=serve)
+        builder.add_meta_graph(
+            ["custom"], signature_def_map={"serving_default": signatures[("custom", "serving_default")]}
+        )
+        builder.save()
+    for name, parameters in TAGGED.items():
+        if name != "tagged_default":
+            shutil.copytree(root / "tagged_default" / "1", root / name / "1")
+        entries = "".join(
+            f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in parameters.items()
+        )
+        (root / name / "config.pbtxt").write_text(
+            f'platform: "tensorflow_savedmodel"\nmax_batch_size: 4\n{entries}'
+            'input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+            'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+        )
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +176,15 @@ def test_bad_thread_setting_refuses_the_load(server: ServerProcess) -> None:
         assert "TF_NUM_INTRA_THREADS must be a whole number, got 'many'" in index["bad_threads"]["reason"]
         with pytest.raises(InferenceServerException):
             infer(client, "bad_threads", deepmet.example_inputs(1))
+
+
+def test_graph_tag_and_signature_come_from_the_config(server: ServerProcess) -> None:
+    x = np.array([[1.0, -2.0]], dtype=np.float32)
+    tensor = grpcclient.InferInput("INPUT", [1, 2], "FP32")
+    tensor.set_data_from_numpy(x)
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        for name, factor in (("tagged_default", 2.0), ("tagged_sigdef", 3.0), ("tagged_tag", 5.0)):
+            np.testing.assert_array_equal(client.infer(name, [tensor]).as_numpy("OUTPUT"), x * factor)
+        index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+    assert index["tagged_missing_tag"]["state"] == "UNAVAILABLE"
+    assert "absent" in index["tagged_missing_tag"]["reason"]

@@ -9,7 +9,8 @@ handling on every call, about 150 us more per call here.
 
 Tensors are named as in Triton: a GraphDef's tensors by their node names (``output/BiasAdd`` means
 the node's first output, ``output/BiasAdd:0``; ``name:1`` another output); a SavedModel's by the
-keys of its ``serving_default`` signature (config parameter ``TF_SIGNATURE_DEF`` picks another).
+keys of its ``serving_default`` signature in its ``serve`` graph (config parameters ``TF_SIGNATURE_DEF``
+and ``TF_GRAPH_TAG`` pick others, as Triton's).
 
 Threads, from config ``parameters`` (Triton's names) or ``--backend-config tensorflow,KEY=VALUE``:
 ``TF_NUM_INTRA_THREADS`` / ``intra_op_thread_count`` and ``TF_NUM_INTER_THREADS`` /
@@ -69,7 +70,11 @@ class TensorFlowBackend(Backend):
         self._names: dict[str, str] = {}  # config name -> graph tensor name (SavedModel signature keys)
         try:
             if path.is_dir():
-                self._load_saved_model(path, context.parameter("TF_SIGNATURE_DEF") or "serving_default")
+                self._load_saved_model(
+                    path,
+                    context.parameter("TF_GRAPH_TAG") or "serve",
+                    context.parameter("TF_SIGNATURE_DEF") or "serving_default",
+                )
             else:
                 graph_def = tf.compat.v1.GraphDef()
                 graph_def.ParseFromString(path.read_bytes())
@@ -98,8 +103,8 @@ class TensorFlowBackend(Backend):
             raise ModelConfigError(f"model '{context.config.name}': no model file or folder {path}")
         return path
 
-    def _load_saved_model(self, path: Path, signature_name: str) -> None:
-        meta_graph = tf.compat.v1.saved_model.loader.load(self._session, ["serve"], str(path))
+    def _load_saved_model(self, path: Path, tag: str, signature_name: str) -> None:
+        meta_graph = tf.compat.v1.saved_model.loader.load(self._session, [tag], str(path))
         if signature_name not in meta_graph.signature_def:
             raise ModelConfigError(
                 f"{path}: no signature '{signature_name}', the model has {sorted(meta_graph.signature_def)}"
