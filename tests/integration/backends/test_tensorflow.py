@@ -37,7 +37,26 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         'parameters { key: "TF_NUM_INTRA_THREADS" value { string_value: "many" } }\n' + deepmet.CONFIG
     )
     write_tagged_savedmodel(root)
+    write_unknown_rank_savedmodel(root)
     return root
+
+
+def write_unknown_rank_savedmodel(root: Path) -> None:
+    """An identity whose input has no known rank (Triton's L0_tf_unknown_rank); the config says [ 1 ]."""
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.Session(graph=graph) as session:
+        x = tf.compat.v1.placeholder(tf.float32, None, name="x")
+        signature = tf.compat.v1.saved_model.predict_signature_def({"INPUT": x}, {"OUTPUT": tf.identity(x)})
+        builder = tf.compat.v1.saved_model.Builder(str(root / "unknown_rank" / "1" / "model.savedmodel"))
+        builder.add_meta_graph_and_variables(
+            session, ["serve"], signature_def_map={"serving_default": signature}
+        )
+        builder.save()
+    (root / "unknown_rank" / "config.pbtxt").write_text(
+        'platform: "tensorflow_savedmodel"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    )
 
 
 # Triton's TF_GRAPH_TAG and TF_SIGNATURE_DEF (its L0_tf_tag_sigdef): one SavedModel, OUTPUT = INPUT times a
@@ -188,3 +207,19 @@ def test_graph_tag_and_signature_come_from_the_config(server: ServerProcess) -> 
         index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
     assert index["tagged_missing_tag"]["state"] == "UNAVAILABLE"
     assert "absent" in index["tagged_missing_tag"]["reason"]
+
+
+def test_an_input_of_unknown_rank_takes_the_configured_shape(server: ServerProcess) -> None:
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        value = np.array([0.25], dtype=np.float32)
+        tensor = grpcclient.InferInput("INPUT", [1], "FP32")
+        tensor.set_data_from_numpy(value)
+        np.testing.assert_array_equal(client.infer("unknown_rank", [tensor]).as_numpy("OUTPUT"), value)
+        wrong = grpcclient.InferInput("INPUT", [1, 2], "FP32")
+        wrong.set_data_from_numpy(np.zeros((1, 2), dtype=np.float32))
+        with pytest.raises(InferenceServerException) as info:
+            client.infer("unknown_rank", [wrong])
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "unexpected shape for input 'INPUT' for model 'unknown_rank'. Expected [1], got [1,2]" in str(
+        info.value.message()
+    )
