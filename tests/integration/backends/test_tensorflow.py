@@ -38,7 +38,37 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     write_tagged_savedmodel(root)
     write_unknown_rank_savedmodel(root)
+    write_variable_graphdefs(root)
     return root
+
+
+def write_variable_graphdefs(root: Path) -> None:
+    """OUTPUT = INPUT + VARIABLE (zero once initialized), as a GraphDef: its variable has a value only once
+    the init ops of TF_INIT_OPS_FILE ran (Triton's L0_tf_parameters). The file in the model's folder, in the
+    version folder, or none."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.int32, [1], name="INPUT")
+        variable = tf.compat.v1.Variable(tf.zeros([1], tf.int32), name="VARIABLE")
+        tf.add(x, variable, name="OUTPUT")
+        tf.compat.v1.global_variables_initializer()  # the operation "init"
+    graph_def = graph.as_graph_def().SerializeToString()
+    for name, folder in (
+        ("variable_no_init", None),
+        ("variable_init", ""),
+        ("variable_init_in_version", "1"),
+    ):
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "1" / "model.graphdef").write_bytes(graph_def)
+        parameter = ""
+        if folder is not None:
+            (root / name / folder / "init_ops.json").write_text('{"init_ops": ["init"]}')
+            parameter = 'parameters { key: "TF_INIT_OPS_FILE" value { string_value: "init_ops.json" } }\n'
+        (root / name / "config.pbtxt").write_text(
+            f'platform: "tensorflow_graphdef"\nmax_batch_size: 0\n{parameter}'
+            'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+            'output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        )
 
 
 def write_unknown_rank_savedmodel(root: Path) -> None:
@@ -223,3 +253,15 @@ def test_an_input_of_unknown_rank_takes_the_configured_shape(server: ServerProce
     assert "unexpected shape for input 'INPUT' for model 'unknown_rank'. Expected [1], got [1,2]" in str(
         info.value.message()
     )
+
+
+def test_variables_are_initialized_by_the_init_ops_file(server: ServerProcess) -> None:
+    value = np.array([10], dtype=np.int32)
+    tensor = grpcclient.InferInput("INPUT", [1], "INT32")
+    tensor.set_data_from_numpy(value)
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        for name in ("variable_init", "variable_init_in_version"):
+            np.testing.assert_array_equal(client.infer(name, [tensor]).as_numpy("OUTPUT"), value)
+        with pytest.raises(InferenceServerException) as info:
+            client.infer("variable_no_init", [tensor])
+    assert "Could not find variable VARIABLE" in str(info.value.message())

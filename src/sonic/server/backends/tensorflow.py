@@ -12,6 +12,9 @@ the node's first output, ``output/BiasAdd:0``; ``name:1`` another output); a Sav
 keys of its ``serving_default`` signature in its ``serve`` graph (config parameters ``TF_SIGNATURE_DEF``
 and ``TF_GRAPH_TAG`` pick others, as Triton's).
 
+Variables: the operations a JSON file names (config parameter ``TF_INIT_OPS_FILE``, as Triton's) run once
+at load.
+
 Threads, from config ``parameters`` (Triton's names) or ``--backend-config tensorflow,KEY=VALUE``:
 ``TF_NUM_INTRA_THREADS`` / ``intra_op_thread_count`` and ``TF_NUM_INTER_THREADS`` /
 ``inter_op_thread_count`` (0: TensorFlow's default).
@@ -19,6 +22,7 @@ Threads, from config ``parameters`` (Triton's names) or ``--backend-config tenso
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -28,8 +32,37 @@ import numpy.typing as npt
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from sonic.protocol.errors import InternalError, ModelConfigError
+from sonic.protocol.errors import InternalError, InvalidArgumentError, ModelConfigError
 from sonic.server.backends.base import Backend, InstanceContext
+
+
+def _init_ops(context: InstanceContext) -> list[str]:
+    """The operations of the JSON file config parameter ``TF_INIT_OPS_FILE`` names (``{"init_ops": [...]}``),
+    as Triton's: in the version folder, else in the model's folder; none without the parameter."""
+    name = context.parameter("TF_INIT_OPS_FILE")
+    if not name:
+        return []
+    field = "parameters TF_INIT_OPS_FILE"
+    path = context.version_file(field, name)
+    if not path.is_file():
+        path = context.files.path(field, name)
+    try:
+        ops = json.loads(path.read_text(encoding="utf-8"))["init_ops"]
+    except OSError as exc:
+        raise ModelConfigError(
+            f"model '{context.config.name}': TF_INIT_OPS_FILE '{name}' is in neither the version folder nor "
+            f"the model's folder ({exc.strerror})"
+        ) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelConfigError(
+            f"model '{context.config.name}': TF_INIT_OPS_FILE '{name}' must be JSON "
+            f'{{"init_ops": ["<operation>", ...]}}: {exc!r}'
+        ) from None
+    if not isinstance(ops, list) or not all(isinstance(op, str) for op in ops):
+        raise ModelConfigError(
+            f"model '{context.config.name}': TF_INIT_OPS_FILE '{name}': init_ops must be a list of operation names"
+        )
+    return ops
 
 
 def _threads(context: InstanceContext, triton_name: str, alias: str) -> int:
@@ -82,7 +115,10 @@ class TensorFlowBackend(Backend):
                 device = f"/device:GPU:{context.device_id}" if context.device_kind == "gpu" else None
                 with self._graph.as_default(), self._graph.device(device):
                     tf.compat.v1.import_graph_def(graph_def, name="")
-        except ModelConfigError:
+            init_ops = _init_ops(context)
+            if init_ops:  # variables get their initial values once, before any request
+                self._session.run([self._graph.get_operation_by_name(op) for op in init_ops])
+        except (ModelConfigError, InvalidArgumentError):  # ours, already saying what is wrong
             self._session.close()
             raise
         except Exception as exc:  # noqa: BLE001  (TensorFlow raises many types for a bad model)
