@@ -82,10 +82,17 @@ def write_unknown_rank_savedmodel(root: Path) -> None:
             session, ["serve"], signature_def_map={"serving_default": signature}
         )
         builder.save()
-    (root / "unknown_rank" / "config.pbtxt").write_text(
+    config = (
         'platform: "tensorflow_savedmodel"\nmax_batch_size: 0\n'
         'input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
         'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    )
+    (root / "unknown_rank" / "config.pbtxt").write_text(config)
+    # The same model asking for a custom-op library that is no library: the load must fail on it.
+    shutil.copytree(root / "unknown_rank" / "1", root / "bad_op_library" / "1")
+    (root / "bad_op_library" / "not_a_library.so").write_bytes(b"not an ELF file")
+    (root / "bad_op_library" / "config.pbtxt").write_text(
+        config + 'model_operations { op_library_filename: "not_a_library.so" }\n'
     )
 
 
@@ -265,3 +272,11 @@ def test_variables_are_initialized_by_the_init_ops_file(server: ServerProcess) -
         with pytest.raises(InferenceServerException) as info:
             client.infer("variable_no_init", [tensor])
     assert "Could not find variable VARIABLE" in str(info.value.message())
+
+
+def test_the_op_libraries_of_the_config_are_loaded_first(server: ServerProcess) -> None:
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+    assert index["bad_op_library"]["state"] == "UNAVAILABLE"
+    assert "TensorFlow cannot load op library" in index["bad_op_library"]["reason"]
+    assert "not_a_library.so" in index["bad_op_library"]["reason"]

@@ -12,6 +12,7 @@ the node's first output, ``output/BiasAdd:0``; ``name:1`` another output); a Sav
 keys of its ``serving_default`` signature in its ``serve`` graph (config parameters ``TF_SIGNATURE_DEF``
 and ``TF_GRAPH_TAG`` pick others, as Triton's).
 
+Custom operators: ``model_operations { op_library_filename }`` libraries are loaded first.
 Variables: the operations a JSON file names (config parameter ``TF_INIT_OPS_FILE``, as Triton's) run once
 at load.
 
@@ -97,6 +98,13 @@ class TensorFlowBackend(Backend):
                 f"model '{context.config.name}' asks for a GPU instance, but this TensorFlow sees no GPU "
                 f"(tensorflow {tf.__version__}); install the GPU build or use instance_group kind KIND_CPU"
             )
+        for library in context.op_libraries():  # model_operations: custom TensorFlow ops the graph uses
+            try:
+                tf.load_op_library(str(library))
+            except Exception as exc:  # noqa: BLE001  (TensorFlow raises its own types)
+                raise ModelConfigError(
+                    f"model '{context.config.name}': TensorFlow cannot load op library {library}: {exc}"
+                ) from None
         path = self._locate(context)
         self._graph = tf.Graph()
         self._session = tf.compat.v1.Session(graph=self._graph, config=session_config)
