@@ -6,8 +6,9 @@ behaviour each folder checks: NaN and infinities (``L0_nan_inf``), NUL character
 (``L0_nullchar_string``, ``L0_string_io``), zero-sized tensors (``L0_infer_zero``), optional inputs of models
 and ensembles (``L0_optional_input``, ``L0_input_validation``), ``reshape`` (``L0_infer_reshape``), parameters
 on a stream (``L0_parameters``), client timeouts (``L0_client_timeout``), a request cancelled while queued
-(``L0_request_cancellation``), a state output asked for by name (``L0_implicit_state``) and a model folder
-without versions (``L0_lifecycle``).
+(``L0_request_cancellation``), a state output asked for by name (``L0_implicit_state``), a model folder
+without versions (``L0_lifecycle``) and a Python model loaded and unloaded with its ensemble again and again
+(``L0_backend_python``).
 """
 
 from __future__ import annotations
@@ -365,3 +366,43 @@ def test_a_request_cancelled_while_queued_never_runs(server: Endpoint) -> None:
     successes = after.inference_stats.success.count - before.inference_stats.success.count
     failures = after.inference_stats.fail.count - before.inference_stats.fail.count
     assert (executions, successes, failures) == (2, 2, 0)  # the first and the quick one: as on Triton
+
+
+ENSEMBLE_OF_IDENTITY = """
+platform: "ensemble"
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+ensemble_scheduling {
+  step [ { model_name: "identity_fp32" model_version: -1
+           input_map { key: "INPUT" value: "IN" } output_map { key: "OUTPUT" value: "OUT" } } ]
+}
+"""
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_a_python_model_and_its_ensemble_load_and_unload_again_and_again(kind: str, tmp_path: Path) -> None:
+    """Triton's L0_backend_python model_control: explicit loads and unloads of a Python model and an
+    ensemble over it, several times over, each time serving."""
+    repo = tmp_path / "models"
+    _write_model(repo, "identity_fp32", "identity", IDENTITY % ("FP32", "FP32"))
+    _write_model(repo, "ensemble_identity", "", ENSEMBLE_OF_IDENTITY)
+    explicit = ["--model-control-mode=explicit"]
+    values = np.arange(16, dtype=np.float32)
+    with (
+        serving(kind, repo, [], sonic_args=explicit, triton_args=explicit) as server,
+        grpcclient.InferenceServerClient(server.grpc) as client,
+    ):
+        for _ in range(3):
+            assert not client.is_model_ready("identity_fp32")
+            client.load_model("identity_fp32")
+            client.load_model("ensemble_identity")
+            assert client.is_model_ready("identity_fp32")
+            assert client.is_model_ready("ensemble_identity")
+            direct = client.infer("identity_fp32", [_tensor(grpcclient, "INPUT", values, "FP32")])
+            np.testing.assert_array_equal(direct.as_numpy("OUTPUT"), values)
+            chained = client.infer("ensemble_identity", [_tensor(grpcclient, "IN", values, "FP32")])
+            np.testing.assert_array_equal(chained.as_numpy("OUT"), values)
+            client.unload_model("ensemble_identity")
+            client.unload_model("identity_fp32")
+            assert not client.is_model_ready("identity_fp32")
+            assert not client.is_model_ready("ensemble_identity")
