@@ -13,8 +13,8 @@
   (a decoupled model's responses), :mod:`.calls` and :mod:`.calls_decoupled` (model-to-model calls: ensembles, BLS),
   :mod:`.cache` (response cache);
 - around them: :mod:`.shm`, :mod:`.shm_open` and :mod:`.shm_request` (system shared memory; one request's
-  regions resolved once), :mod:`.stats` and :mod:`.metrics`
-  (statistics, Prometheus), :mod:`.observe` (log record and span per request), :mod:`.traffic_rows`,
+  regions resolved once), :mod:`.stats`, :mod:`.metrics` and :mod:`.custom_metrics`
+  (statistics, Prometheus, Python models' own metrics), :mod:`.observe` (log record and span per request), :mod:`.traffic_rows`,
   :mod:`.traffic_table` and :mod:`.traffic_switch` (``--traffic-log``, switched on and off),
   :mod:`.log_settings` (Triton's log-settings API).
 """

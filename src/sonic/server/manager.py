@@ -21,6 +21,7 @@ from sonic.server.backends.base import InstanceContext, RequestBackend
 from sonic.server.cache import ResponseCache
 from sonic.server.calls import ServerModelCaller
 from sonic.server.config import ServerConfig
+from sonic.server.custom_metrics import CustomMetrics
 from sonic.server.ensemble_steps import StepGraph, step_models
 from sonic.server.instance_thread import InstanceThread
 from sonic.server.load_config import prepare_config
@@ -52,6 +53,7 @@ class ModelManager:
         # One server-wide response cache, for models whose config says response_cache { enable: true }:
         # client requests and model-to-model calls (ensemble steps, BLS) alike, as in Triton.
         self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes > 0 else None
+        self.custom_metrics = CustomMetrics()  # what Python models define with pb_utils.MetricFamily
         limits = config.rate_limit
         self._rate_limiter = RateLimiter(limits.resources) if limits is not None else None
         # Ensembles and their step models (server/ensemble_steps.py).
@@ -271,6 +273,7 @@ class ModelManager:
                 device_id=device_id,
                 options=options,
                 models=caller,
+                custom_metrics=self.custom_metrics,
                 allow_links_outside=files.allow_links_outside,
             )
 
