@@ -13,6 +13,7 @@ from sonic.server.backends.pb_config import (
     using_decoupled_model_transaction_policy,
 )
 from sonic.server.backends.pb_logging import Logger, LogLevel
+from sonic.server.backends.pb_metrics import Metric, MetricFamily
 from sonic.server.backends.pb_utils import (
     TRITON_STRING_TO_NUMPY,
     TRITONSERVER_REQUEST_FLAG_SEQUENCE_END,
@@ -45,6 +46,8 @@ __all__ = [
     "InferenceResponse",
     "LogLevel",
     "Logger",
+    "Metric",
+    "MetricFamily",
     "ModelConfig",
     "Tensor",
     "TritonError",

@@ -31,6 +31,7 @@ SECTION_SNIPPETS = {
     "instance_group.secondary_devices": (
         "instance_group [ { kind: KIND_CPU secondary_devices [ { kind: KIND_NVDLA device_id: 0 } ] } ]"
     ),
+    "sequence_batching.iterative_sequence": "sequence_batching { iterative_sequence: true }",
 }
 
 

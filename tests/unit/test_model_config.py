@@ -67,6 +67,21 @@ def test_inconsistent_configs(text: str, message: str) -> None:
         validate_config(parse_config_text(text, "c"))
 
 
+def test_reshaped_outputs_come_back_in_their_configured_dims() -> None:
+    """Triton's rule: the configured dims, each -1 filled in order from where ``reshape`` has -1."""
+    y = validate_config(parse_config_text(GOOD, "m/config.pbtxt")).outputs["y"]
+    assert y.client_shape((3,), batched=True) == (3, 1)  # the model's [] per sample is the client's [1]
+    variable = validate_config(
+        parse_config_text(
+            'name: "v"\noutput [ { name: "o" data_type: TYPE_FP32 dims: [ -1, 2 ] reshape: { shape: [ 2, -1 ] } } ]',
+            "v/config.pbtxt",
+        )
+    ).outputs["o"]
+    assert variable.client_shape((2, 5), batched=False) == (5, 2)
+    plain = validate_config(parse_config_text(GOOD, "m/config.pbtxt")).inputs["x"]
+    assert plain.client_shape((3, 7, 4), batched=True) == (3, 7, 4)
+
+
 def test_no_input_or_output_is_a_valid_model() -> None:
     # As Triton 2.51: the override {"max_batch_size": 16} of a Python model without auto-completion loads.
     spec = validate_config(parse_config_text("max_batch_size: 16", "c"))

@@ -47,6 +47,8 @@ _GROUP_KIND = model_config_pb2.ModelInstanceGroup
 # one would be served with other answers than Triton's: its load is refused, naming the section.
 UNIMPLEMENTED_SECTIONS: dict[str, Callable[[model_config_pb2.ModelConfig], bool]] = {
     "instance_group.secondary_devices": lambda c: any(g.secondary_devices for g in c.instance_group),
+    # Iterative sequences need request rescheduling (a Python model's ``set_release_flags``), which sonic lacks.
+    "sequence_batching.iterative_sequence": lambda c: c.sequence_batching.iterative_sequence,
 }
 
 
@@ -119,6 +121,17 @@ class TensorSpec:
     @property
     def has_variable_dims(self) -> bool:
         return any(d < 0 for d in self.dims)
+
+    def client_shape(self, model_shape: tuple[int, ...], batched: bool) -> tuple[int, ...]:
+        """An output's shape as the client sees it, from the shape the model gave (Triton's rule for
+        ``reshape``: the configured ``dims``, each ``-1`` filled in order with the sizes the model gave where
+        ``reshape`` has ``-1``)."""
+        if self.model_dims == self.dims:
+            return model_shape
+        lead = model_shape[:1] if batched else ()
+        sample = model_shape[len(lead) :]
+        sizes = iter([size for size, dim in zip(sample, self.model_dims, strict=False) if dim < 0])
+        return lead + tuple(next(sizes, -1) if dim < 0 else dim for dim in self.dims)
 
 
 def _tensor_spec(

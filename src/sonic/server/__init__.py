@@ -15,8 +15,8 @@
   :mod:`.cache` (response cache), :mod:`.classification` (an output's top k classes as text) and
   :mod:`.class_order` (their order, as Triton's ``std::sort``);
 - around them: :mod:`.shm`, :mod:`.shm_open` and :mod:`.shm_request` (system shared memory; one request's
-  regions resolved once), :mod:`.stats` and :mod:`.metrics`
-  (statistics, Prometheus), :mod:`.observe` (log record and span per request), :mod:`.traffic_rows`,
+  regions resolved once), :mod:`.stats`, :mod:`.metrics` and :mod:`.custom_metrics`
+  (statistics, Prometheus, Python models' own metrics), :mod:`.observe` (log record and span per request), :mod:`.traffic_rows`,
   :mod:`.traffic_table` and :mod:`.traffic_switch` (``--traffic-log``, switched on and off),
   :mod:`.log_settings` (Triton's log-settings API), :mod:`.trace` (Triton's trace extension: sampling and
   each traced request's record) with :mod:`.trace_config` (its flags), :mod:`.trace_settings` (global and

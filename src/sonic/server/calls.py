@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from sonic.protocol.errors import FailedPreconditionError
 from sonic.server.backends.base import ModelCall
+from sonic.server.cache import ResponseCache, infer_through_cache
 from sonic.server.calls_decoupled import stream_blocking
 from sonic.server.model import ModelVersion
 from sonic.server.responses import Streamed
@@ -25,20 +26,29 @@ from sonic.server.responses import Streamed
 class ServerModelCaller:
     """The :class:`sonic.server.backends.base.ModelCaller` of a running server."""
 
-    def __init__(self, lookup: Callable[[str, str], ModelVersion], loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        lookup: Callable[[str, str], ModelVersion],
+        loop: asyncio.AbstractEventLoop,
+        cache: ResponseCache | None = None,
+    ) -> None:
         self._lookup = lookup
         self._loop = loop
+        self._cache = cache  # the server's response cache: a call to a model that enables it goes through it
 
     async def infer(self, call: ModelCall) -> dict[str, npt.NDArray[Any]]:
         model = self._lookup(call.model_name, call.model_version)
         trace = call.trace
-        if trace is None:
-            response = await model.infer(call.request())
-        else:  # an ensemble step of a traced request: its own trace, the ensemble's child
+        cached = self._cache is not None and model.config.response_cache.enable
+        if trace is not None:  # an ensemble step of a traced request: its own trace, the ensemble's child
             trace.started(model.name, model.version, call.request_id)
-            try:
+        try:
+            if self._cache is not None and cached:
+                response = await infer_through_cache(self._cache, model, call.request(), trace=trace)
+            else:
                 response = await model.infer(call.request(), trace=trace)
-            finally:
+        finally:
+            if trace is not None:
                 trace.stamp("REQUEST_END")
         return {tensor.name: tensor.array for tensor in response.outputs}
 

@@ -23,7 +23,7 @@ from sonic.protocol.errors import (
 )
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InferResponse
-from sonic.server.cache import ResponseCache, infer_through_cache
+from sonic.server.cache import infer_through_cache
 from sonic.server.classification import classify_off_loop
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.decoupled import DecoupledCall, StreamAnswer
@@ -75,8 +75,7 @@ class DataPlane:
             allow_other_users=config.allow_shm_from_other_users, copy_always=config.shm_copy_always
         )
         self.accepting = False  # false before start-up is done and once shutdown began
-        # One server-wide cache, used by models whose config says response_cache { enable: true }.
-        self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes > 0 else None
+        self.cache = models.cache  # the manager's: model-to-model calls use it too
         self.observer: RequestObserver | None = None  # request logs / tracing, when configured
         self.in_flight = 0  # inference requests being served: those left at the drain timeout are cut off
         # The log-settings API; the server replaces it with its own (its log handler, its traffic recorder).

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from sonic.protocol.errors import InternalError, SonicError
-from sonic.protocol.types import InferRequest, InferResponse, OutputTensor
+from sonic.protocol.types import InferRequest, InferResponse
 from sonic.server.model import ModelVersion, failure_reason
 from sonic.server.responses import DEFAULT_MAX_QUEUED_RESPONSES, ResponseChannel, Streamed
 from sonic.server.shm_request import RequestMemory
@@ -114,12 +114,7 @@ class DecoupledCall:
         names = [n for n in model.spec.outputs if n in item.outputs]  # in config order, as Triton answers
         if request.outputs is not None:
             names = [n for n in names if n in request.outputs]
-        tensors = [
-            OutputTensor(
-                n, model.spec.outputs[n].datatype.name, tuple(item.outputs[n].shape), item.outputs[n]
-            )
-            for n in names
-        ]
+        tensors = [model.output_tensor(n, item.outputs[n]) for n in names]
         response = InferResponse(model.name, str(model.version), request.request_id, tensors)
         return StreamAnswer(response, None, item.final)
 

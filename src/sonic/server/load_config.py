@@ -101,7 +101,10 @@ def prepare_config(
     files = ModelFiles(location.name, location.path, allow_links_outside)
     versions = available_versions(location.path)
     if not versions:
-        raise ModelConfigError(f"model '{location.name}': no numeric version folder in {location.path}")
+        raise ModelConfigError(  # Triton's words, then where sonic looked
+            f"load failed for model {quote(location.name)}: at least one version must be available under the "
+            f"version policy of model {quote(location.name)} (no numeric version folder in {location.path})"
+        )
     name = backend_name(config)
     if not name:
         filenames = {p.name for v in versions for p in (location.path / str(v)).iterdir()}

@@ -19,9 +19,11 @@ from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.wire import ModelState
 from sonic.server import backends
 from sonic.server.backends.base import InstanceContext, RequestBackend
+from sonic.server.cache import ResponseCache
 from sonic.server.calls import ServerModelCaller
 from sonic.server.classification import Labels
 from sonic.server.config import ServerConfig
+from sonic.server.custom_metrics import CustomMetrics
 from sonic.server.ensemble_steps import StepGraph, step_models
 from sonic.server.instance_thread import InstanceThread
 from sonic.server.load_config import VersionsFailedError, prepare_config
@@ -50,6 +52,10 @@ class ModelManager:
             config.model_repositories, allow_links_outside=config.allow_model_links_outside
         )
         self._entries: dict[str, ModelEntry] = {}
+        # One server-wide response cache, for models whose config says response_cache { enable: true }:
+        # client requests and model-to-model calls (ensemble steps, BLS) alike, as in Triton.
+        self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes > 0 else None
+        self.custom_metrics = CustomMetrics()  # what Python models define with pb_utils.MetricFamily
         limits = config.rate_limit
         self._rate_limiter = RateLimiter(limits.resources) if limits is not None else None
         # Ensembles and their step models (server/ensemble_steps.py).
@@ -282,7 +288,7 @@ class ModelManager:
         version_dir = files.folder / str(version)
         model_path = files.version_file(version, "default_model_filename", config.default_model_filename)
         options = self._config.backend_options.get(backend_cls.name, {})
-        caller = ServerModelCaller(self.get, asyncio.get_running_loop())
+        caller = ServerModelCaller(self.get, asyncio.get_running_loop(), self.cache)
 
         def context(instance_name: str, device_kind: str, device_id: int) -> InstanceContext:
             return InstanceContext(
@@ -296,6 +302,7 @@ class ModelManager:
                 device_id=device_id,
                 options=options,
                 models=caller,
+                custom_metrics=self.custom_metrics,
                 allow_links_outside=files.allow_links_outside,
             )
 

@@ -203,6 +203,7 @@ class Metrics:
 
     def render(self) -> str:
         lines = [*_model_lines(_model_rows(self._models)), *self._cpu.lines(), *self._gpu.lines()]
+        lines.extend(self._models.custom_metrics.lines())  # Python models' pb_utils.MetricFamily
         if self._budget is not None:
             lines.extend(_budget_lines(self._budget))
         return "\n".join(lines) + "\n"

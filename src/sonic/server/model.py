@@ -288,6 +288,20 @@ class ModelVersion:
 
     # --- inference ------------------------------------------------------------------------------------
 
+    def output_tensor(self, name: str, array: npt.NDArray[Any]) -> OutputTensor:
+        """Output ``name`` as the client sees it: a ``reshape``d output in its configured dims, as Triton."""
+        spec = self.spec.outputs[name]
+        shape = spec.client_shape(tuple(array.shape), self.spec.batched)
+        if shape != array.shape:
+            try:
+                array = array.reshape(shape)
+            except ValueError:
+                raise InternalError(
+                    f"model '{self.name}': output '{name}' of shape {list(array.shape)} does not fit its "
+                    f"configured dims {list(spec.dims)} (reshape {list(spec.model_dims)})"
+                ) from None
+        return OutputTensor(name, spec.datatype.name, tuple(array.shape), array)
+
     async def infer(
         self,
         request: InferRequest,
@@ -337,12 +351,7 @@ class ModelVersion:
             self.stats.pending_requests -= 1
         # In config order whatever order the request asked in, as Triton answers.
         names = [n for n in self.spec.outputs if request.outputs is None or n in request.outputs]
-        tensors = []
-        for name in names:
-            array = outputs[name]
-            tensors.append(
-                OutputTensor(name, self.spec.outputs[name].datatype.name, tuple(array.shape), array)
-            )
+        tensors = [self.output_tensor(name, outputs[name]) for name in names]
         elapsed = time.perf_counter_ns() - received
         self.stats.record_success(elapsed, timing, item.batch_size)
         if trace is not None:

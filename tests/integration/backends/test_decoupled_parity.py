@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import queue
+import signal
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -33,6 +34,9 @@ from tests.integration.backends.decoupled_servers import (
 )
 from tests.integration.triton_helpers import Endpoint
 from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from sonic.launch import ServerProcess
 
 pytestmark = [pytest.mark.integration]
 
@@ -229,3 +233,37 @@ def test_an_invalid_request_to_a_decoupled_model_is_answered_in_the_stream(serve
     request_id, model, version, final, error, outputs = message
     assert (request_id, model, version, final, outputs) == ("bad", "", "", None, ())
     assert "unexpected shape for input 'IN' for model 'square_int32'" in error
+
+
+def test_sigterm_lets_a_stream_in_flight_finish_then_exits(tmp_path: Path) -> None:
+    """A decoupled request still sending when the server is told to stop (Triton's L0_grpc_state_cleanup,
+    shutdown with a decoupled stream open): sonic drains it (every response and the final flag reach the
+    client) and then exits 0. sonic only: this is its drain on SIGTERM."""
+    repository = write_repository(tmp_path)
+    answers: queue.Queue[Any] = queue.Queue()
+    with ServerProcess.start([repository]) as server:
+        client = grpcclient.InferenceServerClient(server.grpc_address)
+        try:
+            client.start_stream(callback=lambda result, error: answers.put(error or result))
+            inputs = {
+                "IN": np.arange(5, dtype=np.int32),
+                "DELAY": np.full(5, 200, dtype=np.uint32),
+                "WAIT": np.array([0], dtype=np.uint32),
+            }
+            tensors = []
+            for name, array in inputs.items():
+                tensor = grpcclient.InferInput(name, list(array.shape), "INT32" if name == "IN" else "UINT32")
+                tensor.set_data_from_numpy(array)
+                tensors.append(tensor)
+            client.async_stream_infer("repeat_int32", tensors, enable_empty_final_response=True)
+            first = answers.get(timeout=60)  # the request is running: its first response came
+            server.process.send_signal(signal.SIGTERM)
+            rest = [answers.get(timeout=60) for _ in range(5)]
+            client.stop_stream()
+        finally:
+            client.close()
+        assert server.process.wait(timeout=60) == 0
+    responses = [first, *rest]
+    assert not [r for r in responses if isinstance(r, InferenceServerException)]
+    assert [int(r.as_numpy("OUT")[0]) for r in responses[:5]] == [0, 1, 2, 3, 4]
+    assert responses[5].get_response().parameters["triton_final_response"].bool_param

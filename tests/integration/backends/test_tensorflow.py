@@ -45,7 +45,105 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
             '"output" data_type: TYPE_FP32 dims: [ 2 ]', '"output" data_type: TYPE_FP32 dims: [ 3 ]'
         )
     )
+    write_tagged_savedmodel(root)
+    write_unknown_rank_savedmodel(root)
+    write_variable_graphdefs(root)
     return root
+
+
+def write_variable_graphdefs(root: Path) -> None:
+    """OUTPUT = INPUT + VARIABLE (zero once initialized), as a GraphDef: its variable has a value only once
+    the init ops of TF_INIT_OPS_FILE ran (Triton's L0_tf_parameters). The file in the model's folder, in the
+    version folder, or none."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.int32, [1], name="INPUT")
+        variable = tf.compat.v1.Variable(tf.zeros([1], tf.int32), name="VARIABLE")
+        tf.add(x, variable, name="OUTPUT")
+        tf.compat.v1.global_variables_initializer()  # the operation "init"
+    graph_def = graph.as_graph_def().SerializeToString()
+    for name, folder in (
+        ("variable_no_init", None),
+        ("variable_init", ""),
+        ("variable_init_in_version", "1"),
+    ):
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "1" / "model.graphdef").write_bytes(graph_def)
+        parameter = ""
+        if folder is not None:
+            (root / name / folder / "init_ops.json").write_text('{"init_ops": ["init"]}')
+            parameter = 'parameters { key: "TF_INIT_OPS_FILE" value { string_value: "init_ops.json" } }\n'
+        (root / name / "config.pbtxt").write_text(
+            f'platform: "tensorflow_graphdef"\nmax_batch_size: 0\n{parameter}'
+            'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+            'output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        )
+
+
+def write_unknown_rank_savedmodel(root: Path) -> None:
+    """An identity whose input has no known rank (Triton's L0_tf_unknown_rank); the config says [ 1 ]."""
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.Session(graph=graph) as session:
+        x = tf.compat.v1.placeholder(tf.float32, None, name="x")
+        signature = tf.compat.v1.saved_model.predict_signature_def({"INPUT": x}, {"OUTPUT": tf.identity(x)})
+        builder = tf.compat.v1.saved_model.Builder(str(root / "unknown_rank" / "1" / "model.savedmodel"))
+        builder.add_meta_graph_and_variables(
+            session, ["serve"], signature_def_map={"serving_default": signature}
+        )
+        builder.save()
+    config = (
+        'platform: "tensorflow_savedmodel"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    )
+    (root / "unknown_rank" / "config.pbtxt").write_text(config)
+    # The same model asking for a custom-op library that is no library: the load must fail on it.
+    shutil.copytree(root / "unknown_rank" / "1", root / "bad_op_library" / "1")
+    (root / "bad_op_library" / "not_a_library.so").write_bytes(b"not an ELF file")
+    (root / "bad_op_library" / "config.pbtxt").write_text(
+        config + 'model_operations { op_library_filename: "not_a_library.so" }\n'
+    )
+
+
+# Triton's TF_GRAPH_TAG and TF_SIGNATURE_DEF (its L0_tf_tag_sigdef): one SavedModel, OUTPUT = INPUT times a
+# factor that says which graph tag and signature answered.
+FACTORS = {("serve", "serving_default"): 2.0, ("serve", "times3"): 3.0, ("custom", "serving_default"): 5.0}
+TAGGED = {
+    "tagged_default": {},
+    "tagged_sigdef": {"TF_SIGNATURE_DEF": "times3"},
+    "tagged_tag": {"TF_GRAPH_TAG": "custom"},
+    "tagged_missing_tag": {"TF_GRAPH_TAG": "absent"},
+}
+
+
+def write_tagged_savedmodel(root: Path) -> None:
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.Session(graph=graph) as session:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 2], name="x")
+        signatures = {
+            key: tf.compat.v1.saved_model.predict_signature_def(
+                {"INPUT": x}, {"OUTPUT": tf.multiply(x, factor)}
+            )
+            for key, factor in FACTORS.items()
+        }
+        builder = tf.compat.v1.saved_model.Builder(str(root / "tagged_default" / "1" / "model.savedmodel"))
+        serve = {sig: signatures[(tag, sig)] for tag, sig in FACTORS if tag == "serve"}
+        builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map=serve)
+        builder.add_meta_graph(
+            ["custom"], signature_def_map={"serving_default": signatures[("custom", "serving_default")]}
+        )
+        builder.save()
+    for name, parameters in TAGGED.items():
+        if name != "tagged_default":
+            shutil.copytree(root / "tagged_default" / "1", root / name / "1")
+        entries = "".join(
+            f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in parameters.items()
+        )
+        (root / name / "config.pbtxt").write_text(
+            f'platform: "tensorflow_savedmodel"\nmax_batch_size: 4\n{entries}'
+            'input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+            'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+        )
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +254,51 @@ def test_bad_thread_setting_refuses_the_load(server: ServerProcess) -> None:
         assert "TF_NUM_INTRA_THREADS must be a whole number, got 'many'" in index["bad_threads"]["reason"]
         with pytest.raises(InferenceServerException):
             infer(client, "bad_threads", deepmet.example_inputs(1))
+
+
+def test_graph_tag_and_signature_come_from_the_config(server: ServerProcess) -> None:
+    x = np.array([[1.0, -2.0]], dtype=np.float32)
+    tensor = grpcclient.InferInput("INPUT", [1, 2], "FP32")
+    tensor.set_data_from_numpy(x)
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        for name, factor in (("tagged_default", 2.0), ("tagged_sigdef", 3.0), ("tagged_tag", 5.0)):
+            np.testing.assert_array_equal(client.infer(name, [tensor]).as_numpy("OUTPUT"), x * factor)
+        index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+    assert index["tagged_missing_tag"]["state"] == "UNAVAILABLE"
+    assert "absent" in index["tagged_missing_tag"]["reason"]
+
+
+def test_an_input_of_unknown_rank_takes_the_configured_shape(server: ServerProcess) -> None:
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        value = np.array([0.25], dtype=np.float32)
+        tensor = grpcclient.InferInput("INPUT", [1], "FP32")
+        tensor.set_data_from_numpy(value)
+        np.testing.assert_array_equal(client.infer("unknown_rank", [tensor]).as_numpy("OUTPUT"), value)
+        wrong = grpcclient.InferInput("INPUT", [1, 2], "FP32")
+        wrong.set_data_from_numpy(np.zeros((1, 2), dtype=np.float32))
+        with pytest.raises(InferenceServerException) as info:
+            client.infer("unknown_rank", [wrong])
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "unexpected shape for input 'INPUT' for model 'unknown_rank'. Expected [1], got [1,2]" in str(
+        info.value.message()
+    )
+
+
+def test_variables_are_initialized_by_the_init_ops_file(server: ServerProcess) -> None:
+    value = np.array([10], dtype=np.int32)
+    tensor = grpcclient.InferInput("INPUT", [1], "INT32")
+    tensor.set_data_from_numpy(value)
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        for name in ("variable_init", "variable_init_in_version"):
+            np.testing.assert_array_equal(client.infer(name, [tensor]).as_numpy("OUTPUT"), value)
+        with pytest.raises(InferenceServerException) as info:
+            client.infer("variable_no_init", [tensor])
+    assert "Could not find variable VARIABLE" in str(info.value.message())
+
+
+def test_the_op_libraries_of_the_config_are_loaded_first(server: ServerProcess) -> None:
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+    assert index["bad_op_library"]["state"] == "UNAVAILABLE"
+    assert "TensorFlow cannot load op library" in index["bad_op_library"]["reason"]
+    assert "not_a_library.so" in index["bad_op_library"]["reason"]

@@ -20,6 +20,21 @@ from sonic.models.sequence import write_accumulator
 pytestmark = pytest.mark.integration
 
 OLDEST = "oldest { max_candidate_sequences: 8 }"
+PYTHON_MODELS = Path(__file__).parents[1] / "backends" / "python_models"
+STATE_SHOWN = """
+name: "state_shown"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [
+  { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] },
+  { name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 1 ] }
+]
+sequence_batching {
+  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 1 ]
+            initial_state: { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true name: "zero" } } ]
+}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +43,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     write_accumulator(root, "acc_direct")
     write_accumulator(root, "acc_oldest", OLDEST)
     write_accumulator(root, "acc_string", string_ids=True)
+    (root / "state_shown" / "1").mkdir(parents=True)
+    (root / "state_shown" / "1" / "model.py").write_bytes((PYTHON_MODELS / "state_shown.py").read_bytes())
+    (root / "state_shown" / "config.pbtxt").write_text(STATE_SHOWN)
     with ServerProcess.start([root], extra_args=["--http-port", "0"]) as process:
         yield process
 
@@ -78,14 +96,18 @@ def test_interleaved_sequences_keep_their_own_state(server: ServerProcess, model
     ]
 
 
-def test_concurrent_sequences_batch_together_and_stay_apart(server: ServerProcess) -> None:
+@pytest.mark.parametrize("model", ["acc_direct", "acc_oldest"])
+def test_concurrent_sequences_batch_together_and_stay_apart(server: ServerProcess, model: str) -> None:
+    """Ten sequences at once: more than the direct batcher's eight slots (batches of 4 on two instances), so
+    two wait in its backlog; or on the oldest-first batcher. Each keeps its implicit state: every one sees
+    only its own running sum and id."""
     answers: queue.Queue[tuple[int, list[Any]]] = queue.Queue()
 
     def sequence(corr: int) -> None:
         with grpcclient.InferenceServerClient(server.grpc_address) as client:
-            answers.put((corr, _run_sequence(client, grpcclient, "acc_direct", corr, [corr] * 6)))
+            answers.put((corr, _run_sequence(client, grpcclient, model, corr, [corr] * 6)))
 
-    threads = [threading.Thread(target=sequence, args=(corr,)) for corr in (1, 2, 3, 4, 5, 6)]
+    threads = [threading.Thread(target=sequence, args=(corr,)) for corr in range(1, 11)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -142,3 +164,21 @@ def test_a_sequence_ends_at_end(server: ServerProcess) -> None:
         _run_sequence(client, grpcclient, "acc_direct", 31, [1, 1])
         with pytest.raises(InferenceServerException, match="START flag"):
             client.infer("acc_direct", _input(grpcclient, 1), sequence_id=31)
+
+
+def _state_step(client: Any, model: str, value: float, **sequence: Any) -> Any:
+    tensor = grpcclient.InferInput("INPUT", [1], "FP32")
+    tensor.set_data_from_numpy(np.array([value], dtype=np.float32))
+    outputs = [grpcclient.InferRequestedOutput(name) for name in sequence.pop("outputs", ["OUTPUT"])]
+    return client.infer(model, [tensor], outputs=outputs, sequence_id=61, **sequence)
+
+
+def test_a_state_output_listed_among_the_outputs_can_be_asked_for(server: ServerProcess) -> None:
+    """Triton's L0_implicit_state ``test_request_output``: the state output is an output like any other when
+    the configuration lists it, and the sequence's state still follows it."""
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        first = _state_step(client, "state_shown", 1.0, sequence_start=True, outputs=["OUTPUT", "STATE_OUT"])
+        second = _state_step(client, "state_shown", 2.0, sequence_end=True, outputs=["STATE_OUT"])
+    assert (float(first.as_numpy("OUTPUT")[0]), float(first.as_numpy("STATE_OUT")[0])) == (1.0, 1.0)
+    assert float(second.as_numpy("STATE_OUT")[0]) == 3.0
+    assert second.as_numpy("OUTPUT") is None

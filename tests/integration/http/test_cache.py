@@ -16,6 +16,18 @@ from sonic.models.simple import IDENTITY_CONFIG, identity_model
 
 pytestmark = pytest.mark.integration
 
+ENSEMBLE_OF_CACHED = """
+name: "ensemble_of_cached"
+platform: "ensemble"
+max_batch_size: 1024
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
+ensemble_scheduling {
+  step [ { model_name: "cached" model_version: -1
+           input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" } } ]
+}
+"""
+
 
 @pytest.fixture(scope="module")
 def cache_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -24,6 +36,8 @@ def cache_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         identity_model(root / name / "1" / "model.onnx")
         config = IDENTITY_CONFIG.replace('name: "identity"', f'name: "{name}"') + extra
         (root / name / "config.pbtxt").write_text(config)
+    (root / "ensemble_of_cached" / "1").mkdir(parents=True)
+    (root / "ensemble_of_cached" / "config.pbtxt").write_text(ENSEMBLE_OF_CACHED)
     return root
 
 
@@ -86,3 +100,21 @@ def test_no_cache_without_a_size(cache_repository: Path) -> None:
             assert stats["inference_stats"]["cache_hit"]["count"] == 0
         finally:
             http.close()
+
+
+def test_a_step_model_with_the_cache_enabled_is_answered_from_it(cache_repository: Path) -> None:
+    """Triton's cache serves every request to a model that enables it, an ensemble's step calls included
+    (Triton's L0_response_cache; its Triton wheel here has no cache library, so sonic only)."""
+    args = ["--cache-size-bytes", "1000000"]
+    with (
+        ServerProcess.start([cache_repository], extra_args=args) as process,
+        grpcclient.InferenceServerClient(process.grpc_address) as client,
+    ):
+        data = np.random.default_rng(5).random((2, 16), dtype=np.float32)
+        for _ in range(3):
+            tensor = grpcclient.InferInput("IN", [2, 16], "FP32")
+            tensor.set_data_from_numpy(data)
+            np.testing.assert_array_equal(client.infer("ensemble_of_cached", [tensor]).as_numpy("OUT"), data)
+        stats = client.get_inference_statistics("cached").model_stats[0]
+    assert (stats.inference_stats.cache_miss.count, stats.inference_stats.cache_hit.count) == (1, 2)
+    assert stats.execution_count == 1

@@ -7,7 +7,7 @@ A model selects it with ``backend: "name"`` in its config.pbtxt. See docs/backen
 - frameworks: :mod:`.onnxruntime`, :mod:`.pytorch`, :mod:`.tensorflow`, :mod:`.trees` (XGBoost, LightGBM,
   scikit-learn), :mod:`.hls4ml` (with :mod:`.hls4ml_build` and the FPGA driver interface :mod:`.fpga`);
 - :mod:`.python`: Triton Python-backend models, with ``triton_python_backend_utils`` in :mod:`.pb_utils`,
-  :mod:`.pb_config` (``auto_complete_config``), :mod:`.pb_logging` (``Logger``), :mod:`.pb_decoupled`
+  :mod:`.pb_config` (``auto_complete_config``), :mod:`.pb_logging` (``Logger``), :mod:`.pb_metrics` (``MetricFamily``), :mod:`.pb_decoupled`
   (the response sender);
 - :mod:`.ensemble`: the ``ensemble`` platform's registry entry (its scheduler is in the runtime);
 - :mod:`.signature`: a model file's declared tensors and the configuration checked against them at load.

@@ -38,6 +38,7 @@ from sonic.protocol import dtypes
 from sonic.protocol.errors import ModelConfigError, quote
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InputTensor, check_parameters
+from sonic.server.custom_metrics import CustomMetrics
 from sonic.server.paths import ModelFiles
 from sonic.server.responses import ResponseChannel, Streamed
 from sonic.server.trace import RequestTrace
@@ -112,6 +113,7 @@ class InstanceContext:
     device_id: int
     options: Mapping[str, str] = field(default_factory=dict)  # --backend-config NAME,KEY=VALUE entries
     models: ModelCaller | None = None  # the server's other models; None where there is no server
+    custom_metrics: CustomMetrics | None = None  # the server's registry of model-defined metrics
     allow_links_outside: bool = False  # --allow-model-links-outside: see sonic.server.paths
 
     @property

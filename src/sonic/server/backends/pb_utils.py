@@ -7,8 +7,8 @@ Triton's stub copies them through shared memory into another process.
 The config half (``ModelConfig`` for ``auto_complete_config`` and the config readers) is
 :mod:`sonic.server.backends.pb_config`; the top-level module re-exports both.
 
-Not offered: DLPack GPU tensors other than through numpy, metrics, response senders of
-non-decoupled models. Decoupled models get a response sender (:mod:`.pb_decoupled`).
+Not offered: DLPack GPU tensors other than through numpy, response senders of non-decoupled models.
+Custom metrics (``MetricFamily``) are :mod:`sonic.server.backends.pb_metrics`. Decoupled models get a response sender (:mod:`.pb_decoupled`).
 BLS (``InferenceRequest(...).exec()``, or ``await ....async_exec()`` in ``async def execute``) calls
 the server's other models from the model's own thread; ``decoupled=True`` iterates over the
 responses of a decoupled model.

@@ -47,7 +47,7 @@ from sonic.protocol.errors import (
 )
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import custom_parameters
-from sonic.server.backends import pb_config, pb_decoupled, pb_utils
+from sonic.server.backends import pb_config, pb_decoupled, pb_metrics, pb_utils
 from sonic.server.backends.base import InstanceContext, Request, RequestBackend
 
 log = logging.getLogger(__name__)
@@ -209,6 +209,9 @@ class PythonBackend(RequestBackend):
             for state in config.sequence_batching.state
         }
         pb_utils.current_caller.set(context.models)
+        registry = context.custom_metrics
+        self._metrics = pb_metrics.MetricsScope(registry) if registry is not None else None
+        pb_metrics.current_metrics.set(self._metrics)
         self._loop: asyncio.AbstractEventLoop | None = None  # for ``async def execute`` models
         self._module = _load_module(context.model_path, f"{context.version}_{context.instance_name}")
         try:
@@ -339,6 +342,8 @@ class PythonBackend(RequestBackend):
             if finalize is not None:
                 finalize()
         finally:
+            if self._metrics is not None:
+                self._metrics.close()  # the model's custom metrics go with it
             if self._loop is not None:
                 self._loop.run_until_complete(self._loop.shutdown_default_executor())
                 self._loop.close()

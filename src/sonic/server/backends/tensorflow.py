@@ -9,7 +9,12 @@ handling on every call, about 150 us more per call here.
 
 Tensors are named as in Triton: a GraphDef's tensors by their node names (``output/BiasAdd`` means
 the node's first output, ``output/BiasAdd:0``; ``name:1`` another output); a SavedModel's by the
-keys of its ``serving_default`` signature (config parameter ``TF_SIGNATURE_DEF`` picks another).
+keys of its ``serving_default`` signature in its ``serve`` graph (config parameters ``TF_SIGNATURE_DEF``
+and ``TF_GRAPH_TAG`` pick others, as Triton's).
+
+Custom operators: ``model_operations { op_library_filename }`` libraries are loaded first.
+Variables: the operations a JSON file names (config parameter ``TF_INIT_OPS_FILE``, as Triton's) run once
+at load.
 
 Threads, from config ``parameters`` (Triton's names) or ``--backend-config tensorflow,KEY=VALUE``:
 ``TF_NUM_INTRA_THREADS`` / ``intra_op_thread_count`` and ``TF_NUM_INTER_THREADS`` /
@@ -18,6 +23,7 @@ Threads, from config ``parameters`` (Triton's names) or ``--backend-config tenso
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -28,7 +34,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 from tritonclient.grpc import model_config_pb2
 
-from sonic.protocol.errors import InternalError, ModelConfigError
+from sonic.protocol.errors import InternalError, InvalidArgumentError, ModelConfigError
 from sonic.server.backends.base import Backend, InstanceContext
 from sonic.server.backends.signature import ModelSignature, TensorInfo, check_config
 
@@ -57,6 +63,35 @@ def _tensor_info(name: str, info: Any) -> TensorInfo:
     dims = None if shape.unknown_rank or not shape.dim else tuple(int(d.size) for d in shape.dim)
     data_type = _CONFIG_TYPES.get(tf.dtypes.as_dtype(info.dtype).name, model_config_pb2.TYPE_INVALID)
     return TensorInfo(name, data_type, dims)
+
+
+def _init_ops(context: InstanceContext) -> list[str]:
+    """The operations of the JSON file config parameter ``TF_INIT_OPS_FILE`` names (``{"init_ops": [...]}``),
+    as Triton's: in the version folder, else in the model's folder; none without the parameter."""
+    name = context.parameter("TF_INIT_OPS_FILE")
+    if not name:
+        return []
+    field = "parameters TF_INIT_OPS_FILE"
+    path = context.version_file(field, name)
+    if not path.is_file():
+        path = context.files.path(field, name)
+    try:
+        ops = json.loads(path.read_text(encoding="utf-8"))["init_ops"]
+    except OSError as exc:
+        raise ModelConfigError(
+            f"model '{context.config.name}': TF_INIT_OPS_FILE '{name}' is in neither the version folder nor "
+            f"the model's folder ({exc.strerror})"
+        ) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelConfigError(
+            f"model '{context.config.name}': TF_INIT_OPS_FILE '{name}' must be JSON "
+            f'{{"init_ops": ["<operation>", ...]}}: {exc!r}'
+        ) from None
+    if not isinstance(ops, list) or not all(isinstance(op, str) for op in ops):
+        raise ModelConfigError(
+            f"model '{context.config.name}': TF_INIT_OPS_FILE '{name}': init_ops must be a list of operation names"
+        )
+    return ops
 
 
 def _threads(context: InstanceContext, triton_name: str, alias: str) -> int:
@@ -92,13 +127,24 @@ class TensorFlowBackend(Backend):
                 f"model '{context.config.name}' asks for a GPU instance, but this TensorFlow sees no GPU "
                 f"(tensorflow {tf.__version__}); install the GPU build or use instance_group kind KIND_CPU"
             )
+        for library in context.op_libraries():  # model_operations: custom TensorFlow ops the graph uses
+            try:
+                tf.load_op_library(str(library))
+            except Exception as exc:  # noqa: BLE001  (TensorFlow raises its own types)
+                raise ModelConfigError(
+                    f"model '{context.config.name}': TensorFlow cannot load op library {library}: {exc}"
+                ) from None
         path = self._locate(context)
         self._graph = tf.Graph()
         self._session = tf.compat.v1.Session(graph=self._graph, config=session_config)
         self._names: dict[str, str] = {}  # config name -> graph tensor name (SavedModel signature keys)
         try:
             if path.is_dir():
-                self._load_saved_model(path, context.parameter("TF_SIGNATURE_DEF") or "serving_default")
+                self._load_saved_model(
+                    path,
+                    context.parameter("TF_GRAPH_TAG") or "serve",
+                    context.parameter("TF_SIGNATURE_DEF") or "serving_default",
+                )
             else:
                 graph_def = tf.compat.v1.GraphDef()
                 graph_def.ParseFromString(path.read_bytes())
@@ -106,7 +152,10 @@ class TensorFlowBackend(Backend):
                 device = f"/device:GPU:{context.device_id}" if context.device_kind == "gpu" else None
                 with self._graph.as_default(), self._graph.device(device):
                     tf.compat.v1.import_graph_def(graph_def, name="")
-        except ModelConfigError:
+            init_ops = _init_ops(context)
+            if init_ops:  # variables get their initial values once, before any request
+                self._session.run([self._graph.get_operation_by_name(op) for op in init_ops])
+        except (ModelConfigError, InvalidArgumentError):  # ours, already saying what is wrong
             self._session.close()
             raise
         except Exception as exc:  # noqa: BLE001  (TensorFlow raises many types for a bad model)
@@ -127,8 +176,8 @@ class TensorFlowBackend(Backend):
             raise ModelConfigError(f"model '{context.config.name}': no model file or folder {path}")
         return path
 
-    def _load_saved_model(self, path: Path, signature_name: str) -> None:
-        meta_graph = tf.compat.v1.saved_model.loader.load(self._session, ["serve"], str(path))
+    def _load_saved_model(self, path: Path, tag: str, signature_name: str) -> None:
+        meta_graph = tf.compat.v1.saved_model.loader.load(self._session, [tag], str(path))
         if signature_name not in meta_graph.signature_def:
             raise ModelConfigError(
                 f"{path}: no signature '{signature_name}', the model has {sorted(meta_graph.signature_def)}"

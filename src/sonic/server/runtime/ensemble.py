@@ -212,7 +212,11 @@ class EnsemblePlan:
             tensors[name].set_result(array)
 
         async def run_step(step: Step) -> None:
-            step_inputs = {key: await tensors[value] for key, value in step.input_map.items()}
+            # An optional ensemble input the request left out is left out of the step's request too (as
+            # Triton): the step model takes it if its own input is optional, and refuses it otherwise.
+            step_inputs = {
+                key: await tensors[value] for key, value in step.input_map.items() if value in tensors
+            }
             if previous is not None:
                 await previous[step.index].wait()
             if own is not None:

@@ -52,7 +52,9 @@ class SequenceScheduler:
         self._model = model_name
         self._policy = policy
         self._instances = [instance for instance in instances if not instance.passive]
-        self._output_names = (*output_names, *policy.state_outputs)
+        self._output_names = tuple(dict.fromkeys((*output_names, *policy.state_outputs)))
+        # A state output the configuration also lists as an output is the client's too (Triton's rule).
+        self._hidden = tuple(name for name in policy.state_outputs if name not in output_names)
         self._stats = stats
         self._table = SequenceTable(policy, len(self._instances))
         self._loop = asyncio.get_running_loop()
@@ -197,7 +199,7 @@ class SequenceScheduler:
         for name in self._policy.state_outputs:
             value = outcome[name]
             sequence.state[name] = np.array(value[0] if batched else value)  # a copy: the batch is freed
-        outputs = {name: array for name, array in outcome.items() if name not in self._policy.state_outputs}
+        outputs = {name: array for name, array in outcome.items() if name not in self._hidden}
         if not item.future.done():
             timing = RequestTiming(
                 queue_ns=max(0, result.started_ns - item.enqueued_ns),
