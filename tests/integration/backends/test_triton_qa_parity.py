@@ -319,9 +319,9 @@ def test_a_state_output_asked_for_by_name_is_refused(server: Endpoint) -> None:
 
 @pytest.mark.parametrize("kind", SERVERS)
 def test_a_model_without_versions_fails_to_load_in_tritons_words(kind: str, tmp_path: Path) -> None:
-    """The load is refused; the other models keep serving. (After it, Triton 2.51 leaves the model out of
-    the repository index and answers server readiness false; sonic lists it UNAVAILABLE with the reason
-    and stays ready: see docs/triton-qa.md, L0_lifecycle.)"""
+    """The load is refused; the other models keep serving, and with strict readiness (the default) the
+    server is not ready. Triton 2.51 leaves the model out of the repository index; sonic lists it
+    UNAVAILABLE with the reason (docs/triton-differences.md, ``no-versions-index``)."""
     repo = tmp_path / "models"
     _write_model(repo, "identity_fp32", "identity", IDENTITY % ("FP32", "FP32"))
     (repo / "no_versions").mkdir()
@@ -336,11 +336,18 @@ def test_a_model_without_versions_fails_to_load_in_tritons_words(kind: str, tmp_
         with pytest.raises(InferenceServerException) as info:
             client.load_model("no_versions")
         assert client.is_model_ready("identity_fp32")
+        assert not client.is_server_ready()
+        index = {entry.name: entry for entry in client.get_model_repository_index().models}
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert str(info.value.message()).startswith(
         "load failed for model 'no_versions': at least one version must be available under the version "
         "policy of model 'no_versions'"
     )
+    if kind == "triton":
+        assert "no_versions" not in index
+    else:
+        assert index["no_versions"].state == "UNAVAILABLE"
+        assert index["no_versions"].reason.startswith("load failed for model 'no_versions'")
 
 
 def test_a_request_cancelled_while_queued_never_runs(server: Endpoint) -> None:

@@ -493,6 +493,18 @@ INTENDED: tuple[Intended, ...] = (
         "backend.",
         _not_a_request,
     ),
+    Intended(
+        "no-versions-index",
+        "After a load request fails for a model folder with no version folders (`load failed for "
+        "model ...: at least one version must be available under the version policy of model ...`): "
+        "Triton 2.51 leaves the model out of the repository index; sonic lists "
+        "it UNAVAILABLE with the reason. Both answer server readiness false under strict readiness "
+        "(the default).",
+        "The index is where a client or operator asks what the server has and why a model is not "
+        "serving; a model that failed to load is listed with its reason, as Triton lists one that "
+        "fails in its backend.",
+        _not_a_request,
+    ),
 )
 
 
