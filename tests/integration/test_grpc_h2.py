@@ -16,8 +16,8 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
+from sonic.grpc.call import decode_grpc_message, grpc_message_prefix
 from sonic.h2.frames import PREFACE, Flag, FrameType, frame, settings_frame
-from sonic.h2.grpc_call import decode_grpc_message, grpc_message_prefix
 from sonic.launch import ServerProcess
 
 pytestmark = pytest.mark.integration

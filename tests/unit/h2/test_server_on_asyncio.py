@@ -10,9 +10,9 @@ import grpc
 import hpack
 import pytest
 
+from sonic.grpc.call import encode_grpc_message, grpc_message_prefix, parse_grpc_timeout
 from sonic.h2.aio import H2Protocol
 from sonic.h2.frames import PREFACE, ErrorCode, Flag, FrameType, Setting, frame, settings_frame, window_update
-from sonic.h2.grpc_call import encode_grpc_message, grpc_message_prefix, parse_grpc_timeout
 from sonic.h2.headers import HeaderDecoder, Headers, encode_headers
 from sonic.h2.limits import SERVER_LIMITS
 from sonic.h2.server import ServerRole

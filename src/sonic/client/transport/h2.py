@@ -28,7 +28,7 @@ from sonic.client.errors import (
 from sonic.client.transport.base import RequestTemplate
 from sonic.client.transport.control import GrpcCalls, is_loopback
 from sonic.client.transport.h2_connection import ClientConnection
-from sonic.h2.grpc_call import (
+from sonic.grpc.call import (
     ACCEPT_ENCODING,
     GrpcError,
     MessageLimits,

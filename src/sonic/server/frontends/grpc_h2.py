@@ -8,7 +8,7 @@ gRPC over HTTP/2 as its spec says: ``application/grpc`` POSTs to ``/inference.GR
 length-prefixed messages (gzip/deflate accepted, inflated with a bound on the decompressed size and off
 the event loop when large), ``grpc-timeout`` deadlines, status and message in trailers (or trailers-only
 answers for calls that fail before any response). The parts shared with our client are
-:mod:`sonic.h2.grpc_call`; the HTTP/2 connection is a :class:`sonic.h2.server.ServerRole` core on the
+:mod:`sonic.grpc.call`; the HTTP/2 connection is a :class:`sonic.h2.server.ServerRole` core on the
 :class:`sonic.h2.aio.H2Protocol` adapter, with the limits of :class:`sonic.h2.limits.Http2Limits`, its
 request DATA charged to the server's budget by :mod:`sonic.server.frontends.request_windows`.
 """
@@ -24,8 +24,7 @@ from typing import Any
 
 import grpc
 
-from sonic.h2.aio import H2Protocol
-from sonic.h2.grpc_call import (
+from sonic.grpc.call import (
     GRPC_MESSAGE_PREFIX_BYTES,
     GrpcError,
     MessageLimits,
@@ -35,6 +34,7 @@ from sonic.h2.grpc_call import (
     parse_grpc_timeout,
     status_block,
 )
+from sonic.h2.aio import H2Protocol
 from sonic.h2.headers import Headers, encode_headers
 from sonic.h2.limits import SERVER_LIMITS, Http2Limits, MemoBudget
 from sonic.h2.server import ServerRole

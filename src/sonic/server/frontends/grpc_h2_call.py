@@ -11,8 +11,8 @@ import math
 
 import grpc
 
-from sonic.h2 import grpc_call
-from sonic.h2.grpc_call import ACCEPT_ENCODING
+from sonic.grpc import call as grpc_call
+from sonic.grpc.call import ACCEPT_ENCODING
 from sonic.h2.headers import encode_headers
 from sonic.server.header_forward import Forwarded
 
