@@ -115,7 +115,7 @@ def test_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_test_repository(tmp_path_factory.mktemp("repository"))
 
 
-@pytest.fixture(scope="session", params=["native", "grpcio"])
+@pytest.fixture(scope="session", params=["h2", "grpcio"])
 def server(request: pytest.FixtureRequest, test_repository: Path) -> Iterator[ServerProcess]:
     """One `sonic serve` (model control mode none) shared by the read-mostly tests, once per gRPC stack."""
     with ServerProcess.start([test_repository], extra_args=["--grpc-server", request.param]) as process:

@@ -87,9 +87,9 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--grpc-server",
-        choices=[*(kind.value for kind in GrpcServerKind), "h2"],
-        default=GrpcServerKind.NATIVE.value,
-        help="gRPC's HTTP/2 stack: our own (native, or its name h2: fastest) or grpcio's asyncio server",
+        choices=[*(kind.value for kind in GrpcServerKind), "native"],
+        default=GrpcServerKind.H2.value,
+        help="gRPC's HTTP/2 stack: our own (h2, fastest; 'native' is its old name) or grpcio's asyncio server",
     )
     group.add_argument(
         "--http-max-connections-per-client", type=int, default=None, help="open HTTP connections per address"

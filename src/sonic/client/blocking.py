@@ -202,7 +202,7 @@ class FastPath:
         config = client.config
         # Other transports never take this path: their calls skip even the look-up.
         self._possible = (
-            config.transport is TransportKind.NATIVE
+            config.transport is TransportKind.H2
             and config.tls is None
             and config.compression is Compression.NONE
         )

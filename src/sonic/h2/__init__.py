@@ -21,6 +21,7 @@ Laid out like python-hyper h2, one module per concept, composed (no class inheri
 
 It sits at the protocol layer: it imports no client or server code, and nothing of gRPC (that is
 :mod:`sonic.grpc`, above it); only :mod:`~sonic.h2.aio` imports asyncio. The gRPC server front end on it is
-:mod:`sonic.server.frontends.grpc_h2` (``sonic serve --grpc-server h2``, or ``native``: the default), the
-client transport :mod:`sonic.client.transport.h2` (``transport = "h2"``, or ``native``: the default).
+:mod:`sonic.server.frontends.grpc_h2` (``sonic serve --grpc-server h2``, the default), the
+client transport :mod:`sonic.client.transport.h2` (``transport = "h2"``, the default); ``native``, the old
+name of both, is still accepted.
 """

@@ -1,4 +1,4 @@
-"""KServe v2 gRPC transport on our own HTTP/2 client (the default ``transport = "native"``).
+"""KServe v2 gRPC transport on our own HTTP/2 client (the default ``transport = "h2"``).
 
 Why not grpcio: for small requests its per-call machinery (the C core, its completion-queue poller,
 several event-loop round trips per call) cost the client more CPU per request than the server spends;
