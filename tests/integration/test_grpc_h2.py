@@ -27,7 +27,7 @@ MAX_MESSAGE_BYTES = 50_000
 
 @pytest.fixture(scope="module")
 def native_server(test_repository: Path) -> Iterator[ServerProcess]:
-    """The default frontend (native), with a small message limit."""
+    """The default frontend (h2), with a small message limit."""
     with ServerProcess.start(
         [test_repository], extra_args=["--max-message-bytes", str(MAX_MESSAGE_BYTES)]
     ) as process:
