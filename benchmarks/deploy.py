@@ -60,9 +60,7 @@ async def split_load(addresses: list[str], body: bytes, seconds: float) -> float
     share = CONCURRENCY // len(addresses)
     results = await asyncio.gather(
         *(
-            grpc_load(
-                a, body, concurrency=share, batch=1, duration_s=seconds, warmup_s=0.5, transport="native"
-            )
+            grpc_load(a, body, concurrency=share, batch=1, duration_s=seconds, warmup_s=0.5, transport="h2")
             for a in addresses
         )
     )
@@ -83,7 +81,7 @@ async def throughput(stack: LocalStack, seconds: float) -> dict[str, Any]:
                 batch=1,
                 duration_s=seconds,
                 warmup_s=0.5,
-                transport="native",
+                transport="h2",
             )
 
         rows[model] = {
@@ -108,7 +106,7 @@ async def load_pair(stack: LocalStack, seconds: float) -> tuple[Any, Any]:
     body = payload("identity")
     results = [
         await grpc_load(
-            address, body, concurrency=1, batch=1, duration_s=seconds, warmup_s=0.5, transport="native"
+            address, body, concurrency=1, batch=1, duration_s=seconds, warmup_s=0.5, transport="h2"
         )
         for address in (stack.replicas[0].grpc_address, stack.envoy_address)
     ]

@@ -29,8 +29,8 @@ from h2.settings import SettingCodes
 from benchmarks.harness.load import infer_request_bytes, load_with_server_cpu
 from benchmarks.harness.processes import steady_malloc
 from benchmarks.harness.report import machine, save
+from sonic.grpc.call import MessageReader, grpc_message_prefix
 from sonic.h2.aio import H2Protocol
-from sonic.h2.grpc_call import MessageReader, grpc_message_prefix
 from sonic.h2.headers import Headers, encode_headers
 from sonic.h2.server import ServerRole
 from sonic.h2.stream import Stream

@@ -26,7 +26,7 @@ and CPU µs per event; the same total of events in flight where it can) and writ
 ``tensorflow_deepmet-direct-batches.json`` instead.
 
 Usage: ``./dev bench tensorflow_deepmet [--seconds 5] [--concurrency 8] [--repeats 3]
-[--instances 0] [--intra-threads 0] [--inter-threads 0] [--transport native|grpcio] [--no-merge]
+[--instances 0] [--intra-threads 0] [--inter-threads 0] [--transport h2|grpcio] [--no-merge]
 [--direct-batches]``. Writes ``benchmarks/results/tensorflow_deepmet.json``.
 """
 
@@ -130,7 +130,7 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=0, help="served model instances (0: default, 2)")
     parser.add_argument("--intra-threads", type=int, default=0, help="TF_NUM_INTRA_THREADS (0: TF's default)")
     parser.add_argument("--inter-threads", type=int, default=0, help="TF_NUM_INTER_THREADS (0: TF's default)")
-    parser.add_argument("--transport", default="native", help="load generator: native (sonic's) or grpcio")
+    parser.add_argument("--transport", default="h2", help="load generator: h2 (sonic's) or grpcio")
     parser.add_argument(
         "--no-merge", action="store_true", help="no dynamic_batching: each request runs alone"
     )

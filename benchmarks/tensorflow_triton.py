@@ -77,7 +77,7 @@ def main() -> None:
                         server.pid,
                         concurrency=args.concurrency,
                         window_s=args.seconds,
-                        transport="native",
+                        transport="h2",
                     )
                     row[f"{name}_per_s"] = load.result.inferences_per_s
                     row[f"{name}_ratio"] = load.result.inferences_per_s / direct

@@ -74,7 +74,7 @@ def measure(
                 batch=workload.batch,
                 duration_s=window_s,
                 warmup_s=warmup_s,
-                transport="native" if workload.load == "native" else "grpcio",
+                transport="h2" if workload.load == "native" else "grpcio",
             )
         )
     except RuntimeError as exc:  # no request completed within the window: the server is that slow

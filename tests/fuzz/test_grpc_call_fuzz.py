@@ -12,7 +12,7 @@ import zlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sonic.h2.grpc_call import (
+from sonic.grpc.call import (
     GRPC_MESSAGE_PREFIX,
     GrpcError,
     MessageLimits,
@@ -24,14 +24,14 @@ from sonic.h2.grpc_call import (
     parse_grpc_timeout,
     trailers_status,
 )
-from sonic.h2.inflate import CHUNK_BYTES, InflateError, InflateLimitError, inflate
+from sonic.grpc.inflate import CHUNK_BYTES, InflateError, InflateLimitError, inflate
 from sonic.protocol.errors import GrpcCode
 from sonic.testing.fuzz import mutated, run_bounded
 
 MAX_MESSAGE_BYTES = 1 << 12
 PEAK_BYTES = 1 << 20
 # Inflation produces output a chunk at a time and checks the limit after each: one chunk past the limit is
-# the bound it promises (h2/inflate.py); the first asyncio loop of a process adds its own setup.
+# the bound it promises (grpc/inflate.py); the first asyncio loop of a process adds its own setup.
 INFLATE_PEAK_BYTES = 2 * CHUNK_BYTES + PEAK_BYTES
 
 

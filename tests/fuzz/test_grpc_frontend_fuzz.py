@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from tests.fuzz.served import identity_plane
 from tritonclient.grpc import service_pb2
 
+from sonic.grpc.call import decode_grpc_message, grpc_message_prefix
 from sonic.h2.frames import PREFACE, Flag, FrameType, frame, settings_frame
-from sonic.h2.grpc_call import decode_grpc_message, grpc_message_prefix
 from sonic.protocol.errors import GrpcCode
 from sonic.protocol.wire import SERVICE
 from sonic.server.frontends.base import FrontendSettings

@@ -127,7 +127,7 @@ def broken_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_broken_repository(tmp_path_factory.mktemp("broken"))
 
 
-@pytest.fixture(scope="session", params=["native", "grpcio"])
+@pytest.fixture(scope="session", params=["h2", "grpcio"])
 def server(
     request: pytest.FixtureRequest, test_repository: Path, broken_repository: Path
 ) -> Iterator[ServerProcess]:

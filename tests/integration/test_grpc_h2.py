@@ -16,8 +16,8 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
+from sonic.grpc.call import decode_grpc_message, grpc_message_prefix
 from sonic.h2.frames import PREFACE, Flag, FrameType, frame, settings_frame
-from sonic.h2.grpc_call import decode_grpc_message, grpc_message_prefix
 from sonic.launch import ServerProcess
 
 pytestmark = pytest.mark.integration
@@ -27,7 +27,7 @@ MAX_MESSAGE_BYTES = 50_000
 
 @pytest.fixture(scope="module")
 def native_server(test_repository: Path) -> Iterator[ServerProcess]:
-    """The default frontend (native), with a small message limit."""
+    """The default frontend (h2), with a small message limit."""
     with ServerProcess.start(
         [test_repository], extra_args=["--max-message-bytes", str(MAX_MESSAGE_BYTES)]
     ) as process:

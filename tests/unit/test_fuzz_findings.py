@@ -12,8 +12,8 @@ import tracemalloc
 import pytest
 from tritonclient.grpc import service_pb2
 
+from sonic.grpc.call import trailers_status
 from sonic.h2.frames import PREFACE, ErrorCode, Flag, FrameType, frame, settings_frame
-from sonic.h2.grpc_call import trailers_status
 from sonic.h2.headers import Headers
 from sonic.h2.server import ServerRole
 from sonic.h2.stream import Stream

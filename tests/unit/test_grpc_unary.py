@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from sonic.grpc.call import grpc_message_prefix
 from sonic.grpc.unary import ENDED_WITHOUT_STATUS, Failure, UnaryAnswer
 from sonic.h2.frames import ProtocolError
-from sonic.h2.grpc_call import grpc_message_prefix
 from sonic.protocol.errors import GrpcCode
 
 OK_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]

@@ -14,7 +14,7 @@ from sonic.perf.perf_analyzer_csv import write_perf_analyzer_csv
 from sonic.perf.ranges import parse_range
 from sonic.perf.report import row, summary_line, write_csv, write_json
 from sonic.perf.stats import Window
-from sonic.perf.transport import PerfError
+from sonic.perf.transport import PerfError, transport_name
 
 
 def add_measurement_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,9 +57,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--transport",
-        choices=["native", "grpcio"],
-        default="native",
-        help="load generator's gRPC stack: sonic.client's HTTP/2 (native, less CPU) or grpc.aio",
+        choices=["h2", "grpcio", "native"],
+        default="h2",
+        help="load generator's gRPC stack: sonic.client's HTTP/2 (h2, less CPU; 'native' is its old name) or grpc.aio",
     )
     load = parser.add_mutually_exclusive_group()
     load.add_argument("--concurrency", help="closed loop: START:END:STEP, e.g. 1:64:x2 (default 1)")
@@ -136,7 +136,7 @@ def config_from_args(args: argparse.Namespace) -> PerfConfig:
         input_data=args.input_data,
         shapes=tuple(parse_shape(s) for s in args.shape),
         measurement=measurement_from_args(args),
-        transport=args.transport,
+        transport=transport_name(args.transport),
     )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sonic.perf.replay import ReplayConfig, ReplayReport, replay
-from sonic.perf.transport import PerfError
+from sonic.perf.transport import PerfError, transport_name
 
 
 def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +58,7 @@ def run_replay(args: argparse.Namespace) -> int:
         address=args.url,
         time_scale=args.time_scale,
         models=tuple(args.replay_model),
-        transport=args.transport,
+        transport=transport_name(args.transport),
         use_contents=not args.replay_synthetic,
         max_requests=args.replay_max_requests,
     )

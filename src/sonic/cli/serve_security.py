@@ -53,7 +53,7 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
         "--grpc-max-concurrent-streams",
         type=int,
         default=None,
-        help=f"per gRPC connection (native default {SERVER_LIMITS.max_concurrent_streams}; grpcio: unlimited)",
+        help=f"per gRPC connection (h2 default {SERVER_LIMITS.max_concurrent_streams}; grpcio: unlimited)",
     )
     group.add_argument(
         "--grpc-max-decompressed-bytes",
@@ -65,31 +65,31 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
         "--grpc-max-header-bytes",
         type=int,
         default=SERVER_LIMITS.max_header_block_bytes,
-        help="largest header block of a gRPC request, encoded and decoded (native)",
+        help="largest header block of a gRPC request, encoded and decoded (h2)",
     )
     group.add_argument(
         "--grpc-idle-timeout-secs",
         type=float,
         default=SERVER_LIMITS.idle_timeout_s,
-        help="close gRPC connections without any call for this long (0: never; native)",
+        help="close gRPC connections without any call for this long (0: never; h2)",
     )
     group.add_argument(
         "--grpc-keepalive-secs",
         type=float,
         default=SERVER_LIMITS.keepalive_interval_s,
-        help="PING silent gRPC connections this often (0: never; native)",
+        help="PING silent gRPC connections this often (0: never; h2)",
     )
     group.add_argument(
         "--grpc-keepalive-timeout-secs",
         type=float,
         default=SERVER_LIMITS.ping_timeout_s,
-        help="close a gRPC connection whose PING is not answered within this (native)",
+        help="close a gRPC connection whose PING is not answered within this (h2)",
     )
     group.add_argument(
         "--grpc-server",
-        choices=[*(kind.value for kind in GrpcServerKind), "h2"],
-        default=GrpcServerKind.NATIVE.value,
-        help="gRPC's HTTP/2 stack: our own (native, or its name h2: fastest) or grpcio's asyncio server",
+        choices=[*(kind.value for kind in GrpcServerKind), "native"],
+        default=GrpcServerKind.H2.value,
+        help="gRPC's HTTP/2 stack: our own (h2, fastest; 'native' is its old name) or grpcio's asyncio server",
     )
     group.add_argument(
         "--http-max-connections-per-client", type=int, default=None, help="open HTTP connections per address"

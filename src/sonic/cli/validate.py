@@ -76,7 +76,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight at once")
     parser.add_argument("--timeout-s", type=float, default=30.0, help="deadline of each request, per target")
     parser.add_argument(
-        "--transport", default=None, choices=["native", "grpcio"], help="gRPC client stack (default native)"
+        "--transport",
+        default=None,
+        choices=["h2", "grpcio", "native"],
+        help="gRPC client stack (default h2; 'native' is its old name)",
     )
     parser.add_argument(
         "--out", type=Path, default=Path("sonic-validate"), help="report.html, report.json, plots"
@@ -154,7 +157,7 @@ def validate_config(args: argparse.Namespace) -> ValidateConfig:
         renames=_renames(args.rename),
         concurrency=args.concurrency,
         timeout_s=args.timeout_s,
-        transport=TransportKind(args.transport or "native"),
+        transport=TransportKind(args.transport or "h2"),
         messages=Messages(args.messages),
     )
     if args.transport is not None and Scheme.GRPC not in (

@@ -29,9 +29,9 @@ from sonic.client.plans import FirstTry
 from sonic.client.results import Arrays
 from sonic.client.transport.base import Transport
 from sonic.client.transport.h2 import H2Transport
+from sonic.grpc.call import reset_status
 from sonic.grpc.unary import ENDED_WITHOUT_STATUS, Failure, Message, UnaryAnswer
 from sonic.h2.client import ClientRole
-from sonic.h2.grpc_call import reset_status
 from sonic.h2.headers import Headers
 from sonic.h2.lifecycle import ConnectionState
 from sonic.h2.limits import CLIENT_LIMITS, Http2Limits
@@ -202,7 +202,7 @@ class FastPath:
         config = client.config
         # Other transports never take this path: their calls skip even the look-up.
         self._possible = (
-            config.transport is TransportKind.NATIVE
+            config.transport is TransportKind.H2
             and config.tls is None
             and config.compression is Compression.NONE
         )

@@ -9,7 +9,7 @@ The environment is read only in :meth:`ClientConfig.from_env`:
 - ``SONIC_TOKEN``: bearer token sent with every call
 - ``SONIC_FALLBACK_REPOSITORY``: model repository of the local fallback server (enables it)
 - ``SONIC_SHARED_MEMORY``: ``auto`` (default), ``system`` or ``off``
-- ``SONIC_TRANSPORT``: ``native`` (default) or ``grpcio``
+- ``SONIC_TRANSPORT``: ``h2`` (default; ``native``, its old name, still works) or ``grpcio``
 - ``SONIC_TIMEOUT``: per-request deadline in seconds (default 60; ``0`` or ``none``: no deadline)
 - ``SONIC_PREFERRED_SERVER``: ``host:port`` chosen first while healthy (CMSSW's ``preferredServer``)
 - ``SONIC_LOCAL_BALANCER_HOST`` and ``SONIC_LOCAL_BALANCER_PORT`` (default 8001): the site's load
@@ -21,6 +21,7 @@ The environment is read only in :meth:`ClientConfig.from_env`:
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import tomllib
 from collections.abc import Mapping
@@ -36,13 +37,16 @@ class Compression(enum.StrEnum):
 
 
 class TransportKind(enum.StrEnum):
-    NATIVE = "native"  # our HTTP/2 gRPC client (sonic.client.transport.h2, on sonic.h2)
+    H2 = "h2"  # our HTTP/2 gRPC client (sonic.client.transport.h2, on sonic.h2)
     GRPCIO = "grpcio"  # grpc aio, with ModelStreamInfer for small requests (sonic.client.transport.grpc)
 
     @classmethod
     def _missing_(cls, value: object) -> TransportKind | None:
-        """``h2``, our stack's name (``sonic.h2``), is accepted for ``native``."""
-        return cls.NATIVE if value == "h2" else None
+        """``native``, the old name of ``h2``, is still accepted; the log says so (once per use)."""
+        if value != "native":
+            return None
+        logging.getLogger(__name__).warning("'native' is the old name of 'h2' (transport = \"h2\")")
+        return cls.H2
 
 
 class Device(enum.StrEnum):
@@ -123,7 +127,7 @@ class ClientConfig:
     # >0: concurrent calls with the same input shapes are merged into batched requests, at most this many
     # merged requests in flight per shape (see sonic.client.coalesce); 0: every call is its own request.
     coalesce_in_flight: int = 0
-    transport: TransportKind = TransportKind.NATIVE
+    transport: TransportKind = TransportKind.H2
     stream_max_bytes: int = 65536  # grpcio transport: smaller requests share one ModelStreamInfer stream
     compression: Compression = Compression.NONE
     tls: TlsConfig | None = None

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sonic.h2 import grpc_call
+from sonic.grpc import call as grpc_call
+from sonic.grpc.call import GrpcError, trailers_status
 from sonic.h2.frames import ErrorCode, ProtocolError
-from sonic.h2.grpc_call import GrpcError, trailers_status
 from sonic.h2.headers import Headers
 from sonic.protocol.errors import GrpcCode
 

@@ -1,4 +1,4 @@
-"""HTTP/2 (RFC 9113, RFC 7541) and the gRPC call layer over it: our gRPC server's and client's stack, sans I/O.
+"""HTTP/2 (RFC 9113, RFC 7541): the stack under our gRPC server and client, sans I/O.
 
 Laid out like python-hyper h2, one module per concept, composed (no class inherits another here):
 
@@ -18,10 +18,10 @@ Laid out like python-hyper h2, one module per concept, composed (no class inheri
 - :mod:`~sonic.h2.connection`: the connection core both ends share (bytes in, events and bytes out)
 - :mod:`~sonic.h2.server`, :mod:`~sonic.h2.client`: the two roles, each holding its core
 - :mod:`~sonic.h2.aio`: the one asyncio adapter, holding a core
-- :mod:`~sonic.h2.grpc_call`: gRPC over HTTP/2 (message framing, ``grpc-timeout``, status trailers,
-  compression) and :mod:`~sonic.h2.inflate` (bounded inflation)
 
-It sits at the protocol layer: it imports no client or server code. The gRPC server front end on it is
-:mod:`sonic.server.frontends.grpc_h2` (``sonic serve --grpc-server h2``, or ``native``: the default), the
-client transport :mod:`sonic.client.transport.h2` (``transport = "h2"``, or ``native``: the default).
+It sits at the protocol layer: it imports no client or server code, and nothing of gRPC (that is
+:mod:`sonic.grpc`, above it); only :mod:`~sonic.h2.aio` imports asyncio. The gRPC server front end on it is
+:mod:`sonic.server.frontends.grpc_h2` (``sonic serve --grpc-server h2``, the default), the
+client transport :mod:`sonic.client.transport.h2` (``transport = "h2"``, the default); ``native``, the old
+name of both, is still accepted.
 """

@@ -315,7 +315,7 @@ class PerfConfig:
     distinct_requests: int = 16
     measurement: MeasurementConfig = MeasurementConfig()
     seed: int = 0
-    transport: str = "native"  # "native" (sonic.client's HTTP/2, lighter) or "grpcio" (grpc.aio)
+    transport: str = "h2"  # "h2" (sonic.client's HTTP/2, lighter) or "grpcio" (grpc.aio)
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:

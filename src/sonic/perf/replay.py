@@ -34,7 +34,7 @@ class ReplayConfig:
     address: str
     time_scale: float = 1.0  # > 1 replays faster than recorded
     models: tuple[str, ...] = ()  # empty: every recorded model
-    transport: str = "native"
+    transport: str = "h2"
     synthetic: str = "random"  # for requests recorded without contents: "random" or "zero"
     use_contents: bool = True  # send recorded contents where the log kept them
     max_requests: int = 0  # 0: the whole trace

@@ -24,6 +24,12 @@ from sonic.protocol.types import ParameterValue
 TRANSPORTS = tuple(sorted(kind.value for kind in TransportKind))
 
 
+def transport_name(value: str) -> str:
+    """A transport's name as :data:`TRANSPORTS` spells it: ``native``, the old name of ``h2``, becomes ``h2``
+    (the log notes it once, here, rather than once per connection)."""
+    return TransportKind(value).value
+
+
 class PerfError(RuntimeError):
     """A measurement cannot proceed: unreachable server, unknown model, bad input specification."""
 
@@ -39,7 +45,7 @@ class Transport:
     """
 
     def __init__(
-        self, address: str, model: str, version: str = "", *, kind: str = "native", timeout_s: float = 600.0
+        self, address: str, model: str, version: str = "", *, kind: str = "h2", timeout_s: float = 600.0
     ) -> None:
         self.address = address
         self.model = model

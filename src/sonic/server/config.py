@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,15 +72,19 @@ class AdmissionConfig:
 
 
 class GrpcServerKind(enum.StrEnum):
-    """Which HTTP/2 stack serves gRPC: our own (``sonic.h2``, lean, the default) or grpcio's asyncio server."""
+    """Which HTTP/2 stack serves gRPC: our own (``h2``, :mod:`sonic.h2`, lean, the default) or grpcio's
+    asyncio server."""
 
-    NATIVE = "native"
+    H2 = "h2"
     GRPCIO = "grpcio"
 
     @classmethod
     def _missing_(cls, value: object) -> GrpcServerKind | None:
-        """``h2``, our stack's name (``sonic.h2``), is accepted for ``native``."""
-        return cls.NATIVE if value == "h2" else None
+        """``native``, the old name of ``h2``, is still accepted; the log says so (once per use)."""
+        if value != "native":
+            return None
+        logging.getLogger(__name__).warning("'native' is the old name of 'h2' (--grpc-server h2)")
+        return cls.H2
 
 
 @dataclass(frozen=True)
@@ -114,7 +119,7 @@ class ServerConfig:
     grpc_max_concurrent_streams: int | None = None  # per gRPC connection; None: grpcio's or Http2Limits'
     grpc_max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES
     grpc_http2_limits: Http2Limits = SERVER_LIMITS  # the native gRPC frontend's HTTP/2 limits
-    grpc_server: GrpcServerKind = GrpcServerKind.NATIVE
+    grpc_server: GrpcServerKind = GrpcServerKind.H2
     http_max_connections_per_client: int | None = None  # open HTTP connections per client address
     repository_control: bool = True  # False: load/unload refused even in explicit mode
     # Links placed in the repositories (a model folder, a model file) may lead elsewhere, as Triton follows

@@ -32,7 +32,7 @@ class ValidateConfig:
     renames: Mapping[str, str] = field(default_factory=dict)
     concurrency: int = 4
     timeout_s: float = 30.0  # per request and target
-    transport: TransportKind = TransportKind.NATIVE
+    transport: TransportKind = TransportKind.H2
     messages: Messages = Messages.EXACT
 
     def __post_init__(self) -> None:

@@ -192,7 +192,7 @@ def test_a_pattern_for_every_name_forwards_what_grpc_shows(repository: Path, kin
 
 
 def _sonic_client_parameters(address: str) -> dict[str, Any]:
-    config = ClientConfig(servers=(address,), transport=TransportKind.NATIVE)
+    config = ClientConfig(servers=(address,), transport=TransportKind.H2)
     with SyncClient("echo_parameters", config) as client:
         outputs = client.infer({"X": np.zeros(1, np.float32)}, parameters={"run": "2026A"})
     seen: dict[str, Any] = json.loads(outputs["PARAMETERS"][0])

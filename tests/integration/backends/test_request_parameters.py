@@ -56,7 +56,7 @@ def test_client_refuses_a_parameter_of_the_wrong_type(backend_server: ServerProc
     with pytest.raises(
         InputError, match=r"model 'echo_parameters': request parameter 'priority' must be an integer"
     ):
-        asyncio.run(_infer(backend_server.grpc_address, TransportKind.NATIVE, {"priority": "high"}))
+        asyncio.run(_infer(backend_server.grpc_address, TransportKind.H2, {"priority": "high"}))
 
 
 def _http_infer(address: str, parameters: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from .conftest import CancellingServer
 
 pytestmark = pytest.mark.integration
 
-# A representative subset runs on both client transports; the rest on the default (native) one.
+# A representative subset runs on both client transports; the rest on the default (h2) one.
 BOTH_TRANSPORTS = pytest.mark.parametrize("transport", list(TransportKind))
 
 

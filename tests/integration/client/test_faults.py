@@ -36,8 +36,8 @@ CALLERS = 32
 @pytest.mark.parametrize(
     ("shared_memory", "transport"),
     [
-        (SharedMemoryMode.OFF, TransportKind.NATIVE),
-        (SharedMemoryMode.SYSTEM, TransportKind.NATIVE),
+        (SharedMemoryMode.OFF, TransportKind.H2),
+        (SharedMemoryMode.SYSTEM, TransportKind.H2),
         (SharedMemoryMode.OFF, TransportKind.GRPCIO),
     ],
 )

@@ -171,9 +171,9 @@ def test_killed_server_restarted_on_its_port_gets_traffic_again(
 @pytest.mark.parametrize(
     ("kind", "transport"),
     [
-        ("sonic", TransportKind.NATIVE),
+        ("sonic", TransportKind.H2),
         ("sonic", TransportKind.GRPCIO),
-        pytest.param("triton", TransportKind.NATIVE, marks=pytest.mark.triton),
+        pytest.param("triton", TransportKind.H2, marks=pytest.mark.triton),
     ],
 )
 def test_one_address_behind_a_restart(

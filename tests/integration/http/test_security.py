@@ -146,7 +146,7 @@ def auth_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module", params=["native", "grpcio"])
+@pytest.fixture(scope="module", params=["h2", "grpcio"])
 def auth_server(  # type: ignore[no-untyped-def]
     request: pytest.FixtureRequest, auth_repository: Path, token_file: Path, jwt_issuer
 ) -> Iterator[ServerProcess]:

@@ -45,7 +45,7 @@ def _direct_execution_s(model_path: Path, batch: int) -> float:
     return best
 
 
-@pytest.mark.parametrize("transport", ["native", "grpcio"])
+@pytest.mark.parametrize("transport", ["h2", "grpcio"])
 async def test_latency_is_at_least_the_model_execution_and_counts_match_statistics(
     perf_server: ServerProcess, perf_repository: Path, transport: str
 ) -> None:
@@ -119,7 +119,7 @@ async def test_variable_dims_take_the_given_shape(perf_server: ServerProcess) ->
     assert report.model.inputs[0].dims == (-1,)
 
 
-@pytest.mark.parametrize("transport", ["native", "grpcio"])
+@pytest.mark.parametrize("transport", ["h2", "grpcio"])
 async def test_unknown_model_is_a_clear_error(perf_server: ServerProcess, transport: str) -> None:
     levels = (LoadLevel(concurrency=1),)
     config = PerfConfig(url=perf_server.grpc_address, model="nope", levels=levels, transport=transport)
@@ -128,7 +128,7 @@ async def test_unknown_model_is_a_clear_error(perf_server: ServerProcess, transp
 
 
 def test_unknown_transport_is_a_clear_error() -> None:
-    with pytest.raises(PerfError, match="transport 'carrier-pigeon': expected one of grpcio, native"):
+    with pytest.raises(PerfError, match="transport 'carrier-pigeon': expected one of grpcio, h2"):
         PerfConfig(
             url="127.0.0.1:1", model="m", levels=(LoadLevel(concurrency=1),), transport="carrier-pigeon"
         )

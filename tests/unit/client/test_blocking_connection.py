@@ -10,8 +10,8 @@ import pytest
 
 from sonic.client.blocking import BlockingConnection, Unanswered
 from sonic.client.errors import DeadlineExceededError, ServerError, UnavailableError
+from sonic.grpc.call import grpc_message_prefix
 from sonic.h2.frames import Flag, FrameType, frame, settings_frame
-from sonic.h2.grpc_call import grpc_message_prefix
 from sonic.h2.headers import encode_headers
 from sonic.protocol.errors import GrpcCode
 

@@ -19,6 +19,7 @@ from sonic.client.errors import (
 )
 from sonic.client.transport.h2 import H2Transport
 from sonic.client.transport.h2_connection import WRITE_BATCH_BYTES, ClientConnection
+from sonic.grpc.call import grpc_message_prefix
 from sonic.h2.frames import (
     PREFACE,
     ErrorCode,
@@ -31,7 +32,6 @@ from sonic.h2.frames import (
     settings_frame,
     window_update,
 )
-from sonic.h2.grpc_call import grpc_message_prefix
 from sonic.h2.headers import encode_headers
 from sonic.h2.stream import Stream, StreamState
 from sonic.protocol.types import WireInput, WireRequest

@@ -12,8 +12,8 @@ import pytest
 from sonic.client.errors import ConnectionLostError, ResourceExhaustedError
 from sonic.client.transport.h2 import H2Transport
 from sonic.client.transport.h2_connection import ClientConnection
+from sonic.grpc.call import grpc_message_prefix
 from sonic.h2.frames import PREFACE, ErrorCode, Flag, FrameType, frame, settings_frame
-from sonic.h2.grpc_call import grpc_message_prefix
 from sonic.h2.headers import encode_headers
 from sonic.h2.limits import CLIENT_LIMITS
 from sonic.testing.h2 import CoreOutput, parse_frames

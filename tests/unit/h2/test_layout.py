@@ -62,3 +62,25 @@ def test_the_core_imports_no_role_and_no_adapter() -> None:
         }
         above = {name for name in imported if name.removeprefix("sonic.h2.") in ABOVE_THE_CORE}
         assert not above, f"{path.name} imports {sorted(above)}"
+
+
+def _imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_http2_imports_nothing_of_grpc_and_asyncio_only_in_its_adapter() -> None:
+    # gRPC sits above (sonic.grpc); the sans-I/O modules stay testable without an event loop.
+    wrong = {}
+    for path in MODULES:
+        names = _imported_modules(path)
+        grpc = {name for name in names if name.split(".")[0] == "grpc" or name.startswith("sonic.grpc")}
+        loop = {name for name in names if name == "asyncio" and path.stem != "aio"}
+        if grpc | loop:
+            wrong[path.name] = sorted(grpc | loop)
+    assert not wrong, f"sonic.h2 modules importing gRPC or asyncio: {wrong}"

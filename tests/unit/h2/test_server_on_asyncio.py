@@ -6,17 +6,17 @@ import asyncio
 import dataclasses
 import struct
 
-import grpc
 import hpack
 import pytest
 
+from sonic.grpc.call import encode_grpc_message, grpc_message_prefix, parse_grpc_timeout
 from sonic.h2.aio import H2Protocol
 from sonic.h2.frames import PREFACE, ErrorCode, Flag, FrameType, Setting, frame, settings_frame, window_update
-from sonic.h2.grpc_call import encode_grpc_message, grpc_message_prefix, parse_grpc_timeout
 from sonic.h2.headers import HeaderDecoder, Headers, encode_headers
 from sonic.h2.limits import SERVER_LIMITS
 from sonic.h2.server import ServerRole
 from sonic.h2.stream import Stream
+from sonic.protocol.errors import GrpcCode
 from sonic.server.frontends.grpc_h2_call import CallError, MessageReader
 from sonic.testing.h2 import RecordingTransport, parse_frames
 
@@ -210,14 +210,14 @@ def test_message_reader_refuses_oversized_messages() -> None:
     reader = MessageReader(max_bytes=10, budget_bytes=1 << 30)
     with pytest.raises(CallError, match=r"larger than max \(11 vs. 10\)") as caught:
         reader.feed(memoryview(grpc_message_prefix(11)))
-    assert caught.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert caught.value.code is GrpcCode.RESOURCE_EXHAUSTED
 
 
 def test_message_reader_refuses_messages_over_the_whole_request_buffer_budget() -> None:
     reader = MessageReader(max_bytes=1 << 20, budget_bytes=10)
     with pytest.raises(CallError, match=r"11 bytes, larger than the server's whole request buffer") as caught:
         reader.feed(memoryview(grpc_message_prefix(11)))
-    assert caught.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert caught.value.code is GrpcCode.RESOURCE_EXHAUSTED
 
 
 def test_grpc_timeout_and_message_encoding() -> None:

@@ -26,7 +26,7 @@ def open_transport(address: str, config: ClientConfig) -> GrpcCalls:
         "default_timeout_s": config.timeout_s,
         "control_timeout_s": config.control_timeout_s,
     }
-    if config.transport is TransportKind.NATIVE:
+    if config.transport is TransportKind.H2:
         from sonic.client.transport.h2 import H2Transport  # noqa: PLC0415  (protobuf only when used)
 
         return H2Transport(

@@ -1,4 +1,4 @@
-"""KServe v2 gRPC transport on our own HTTP/2 client (the default ``transport = "native"``).
+"""KServe v2 gRPC transport on our own HTTP/2 client (the default ``transport = "h2"``).
 
 Why not grpcio: for small requests its per-call machinery (the C core, its completion-queue poller,
 several event-loop round trips per call) cost the client more CPU per request than the server spends;
@@ -28,7 +28,7 @@ from sonic.client.errors import (
 from sonic.client.transport.base import RequestTemplate
 from sonic.client.transport.control import GrpcCalls, is_loopback
 from sonic.client.transport.h2_connection import ClientConnection
-from sonic.h2.grpc_call import (
+from sonic.grpc.call import (
     ACCEPT_ENCODING,
     GrpcError,
     MessageLimits,

@@ -30,11 +30,11 @@ from sonic.client.errors import (
     ServerError,
     error_for_status,
 )
+from sonic.grpc.call import reset_status
 from sonic.grpc.unary import ENDED_WITHOUT_STATUS, Failure, Message, UnaryAnswer
 from sonic.h2.aio import H2Protocol
 from sonic.h2.client import ClientRole
 from sonic.h2.frames import ErrorCode
-from sonic.h2.grpc_call import reset_status
 from sonic.h2.headers import Headers
 from sonic.h2.lifecycle import ConnectionState
 from sonic.h2.limits import CLIENT_LIMITS, Http2Limits

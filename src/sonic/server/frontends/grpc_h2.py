@@ -8,7 +8,7 @@ gRPC over HTTP/2 as its spec says: ``application/grpc`` POSTs to ``/inference.GR
 length-prefixed messages (gzip/deflate accepted, inflated with a bound on the decompressed size and off
 the event loop when large), ``grpc-timeout`` deadlines, status and message in trailers (or trailers-only
 answers for calls that fail before any response). The parts shared with our client are
-:mod:`sonic.h2.grpc_call`; the HTTP/2 connection is a :class:`sonic.h2.server.ServerRole` core on the
+:mod:`sonic.grpc.call`; the HTTP/2 connection is a :class:`sonic.h2.server.ServerRole` core on the
 :class:`sonic.h2.aio.H2Protocol` adapter, with the limits of :class:`sonic.h2.limits.Http2Limits`, its
 request DATA charged to the server's budget by :mod:`sonic.server.frontends.request_windows`.
 """
@@ -22,10 +22,7 @@ import math
 from contextlib import aclosing
 from typing import Any
 
-import grpc
-
-from sonic.h2.aio import H2Protocol
-from sonic.h2.grpc_call import (
+from sonic.grpc.call import (
     GRPC_MESSAGE_PREFIX_BYTES,
     GrpcError,
     MessageLimits,
@@ -35,12 +32,12 @@ from sonic.h2.grpc_call import (
     parse_grpc_timeout,
     status_block,
 )
+from sonic.h2.aio import H2Protocol
 from sonic.h2.headers import Headers, encode_headers
 from sonic.h2.limits import SERVER_LIMITS, Http2Limits, MemoBudget
 from sonic.h2.server import ServerRole
 from sonic.h2.stream import Stream
-from sonic.protocol.errors import SonicError
-from sonic.protocol.grpc_codec import code_of, grpc_code, grpc_status
+from sonic.protocol.errors import GrpcCode, SonicError
 from sonic.protocol.wire import SERVICE, parts_size
 from sonic.server.budget import RequestBudget
 from sonic.server.dataplane import DataPlane
@@ -99,7 +96,7 @@ class GrpcConnection:
         except CallError as error:
             self._fail(stream, error.code, error.message)
         except SonicError as error:
-            self._fail(stream, grpc_status(error), error.message)
+            self._fail(stream, error.code, error.message)
 
     def stream_data(self, stream: Stream, data: memoryview) -> None:
         call: Call | None = stream.call
@@ -120,12 +117,12 @@ class GrpcConnection:
             return
         call.input_done = True
         if call.reader.partial:
-            self._fail(stream, grpc.StatusCode.INTERNAL, "request stream ended inside a message")
+            self._fail(stream, GrpcCode.INTERNAL, "request stream ended inside a message")
         elif call.method == "ModelStreamInfer":
             if not call.tasks:
                 self._finish_stream_call(stream, call)
         elif call.message is None:
-            self._fail(stream, grpc.StatusCode.INTERNAL, f"{call.method}: the request has no message")
+            self._fail(stream, GrpcCode.INTERNAL, f"{call.method}: the request has no message")
         else:
             self._spawn(stream, call, self._run_unary(stream, call, call.message), call.held)
             call.held = 0
@@ -155,11 +152,11 @@ class GrpcConnection:
             # Not a gRPC call at all: answered in HTTP, as the gRPC spec asks.
             self.core.send_headers(stream, encode_headers([(b":status", b"415")]), end_stream=True)
             msg = f"not a gRPC request (method {method_verb!r}, content-type {content_type!r})"
-            raise CallError(grpc.StatusCode.INVALID_ARGUMENT, msg)
+            raise CallError(GrpcCode.INVALID_ARGUMENT, msg)
         method = self._frontend.paths.get(path or b"")
         if method is None:
             raise CallError(
-                grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {(path or b'').decode(errors='replace')}"
+                GrpcCode.UNIMPLEMENTED, f"Method not found: {(path or b'').decode(errors='replace')}"
             )
         call = Call(method, self._frontend.max_message_bytes, self._frontend.budget.capacity_bytes)
         call.trace = trace
@@ -171,14 +168,14 @@ class GrpcConnection:
         try:
             call.encoding = check_encoding(encoding)
         except GrpcError as error:
-            raise CallError(grpc_code(error.status), error.message) from None
+            raise CallError(error.status, error.message) from None
         if gate.guard is not None:
             gate.admit_grpc(method, header_text(authorization), self.core.peer)
         if timeout is not None:
             try:
                 seconds = parse_grpc_timeout(timeout)
             except ValueError as exc:
-                raise CallError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+                raise CallError(GrpcCode.INVALID_ARGUMENT, str(exc)) from None
             call.deadline = self._loop.time() + seconds
             self.protocol.watch_deadline(call.deadline)
         return call
@@ -188,11 +185,11 @@ class GrpcConnection:
         try:
             return await decompress(message, call.encoding, self._frontend.message_limits)
         except GrpcError as error:
-            raise CallError(grpc_code(error.status), error.message) from None
+            raise CallError(error.status, error.message) from None
 
     def _on_message(self, stream: Stream, call: Call, compressed: bool, message: bytes | memoryview) -> None:
         if compressed and call.encoding is None:
-            raise CallError(grpc.StatusCode.INTERNAL, "compressed message without a grpc-encoding header")
+            raise CallError(GrpcCode.INTERNAL, "compressed message without a grpc-encoding header")
         if call.method == "ModelStreamInfer":
             if not call.headers_sent:
                 call.headers_sent = True
@@ -201,9 +198,7 @@ class GrpcConnection:
             call.held -= held
             self._spawn(stream, call, self._run_stream_message(stream, call, compressed, message), held)
         elif call.message is not None:
-            raise CallError(
-                grpc.StatusCode.UNIMPLEMENTED, f"{call.method} takes one request message, got more"
-            )
+            raise CallError(GrpcCode.UNIMPLEMENTED, f"{call.method} takes one request message, got more")
         else:
             call.message = message
             call.compressed = compressed
@@ -240,7 +235,7 @@ class GrpcConnection:
                     request = method.request_type.FromString(bytes(message))
                 except Exception as exc:  # noqa: BLE001  (protobuf's DecodeError and friends)
                     raise CallError(
-                        grpc.StatusCode.INTERNAL, f"cannot parse the {call.method} request: {exc}"
+                        GrpcCode.INTERNAL, f"cannot parse the {call.method} request: {exc}"
                     ) from None
                 parts = [(await method.handler(request)).SerializeToString()]
         except CallError as call_error:
@@ -248,12 +243,12 @@ class GrpcConnection:
             return
         except Exception as exc:  # noqa: BLE001  (mapped to a status)
             error = as_sonic_error(exc)
-            self._fail(stream, grpc_status(error), error.message)
+            self._fail(stream, error.code, error.message)
             return
         size = parts_size(parts)
         if size > self._frontend.max_message_bytes:
             msg = f"Sent message larger than max ({size} vs. {self._frontend.max_message_bytes})"
-            self._fail(stream, grpc.StatusCode.RESOURCE_EXHAUSTED, msg)
+            self._fail(stream, GrpcCode.RESOURCE_EXHAUSTED, msg)
             return
         if stream.local_closed:
             return
@@ -301,7 +296,7 @@ class GrpcConnection:
             call.deadline = math.inf
             for task in list(call.tasks):
                 task.cancel()
-            self._fail(stream, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            self._fail(stream, GrpcCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         return following
 
     def _release(self, call: Call) -> None:
@@ -315,9 +310,9 @@ class GrpcConnection:
         for stream in list(self.streams.values()):
             call: Call | None = stream.call
             if call is not None and call.held and not call.input_done and not stream.local_closed:
-                self._fail(stream, grpc.StatusCode.RESOURCE_EXHAUSTED, budget.busy_error(call.method).message)
+                self._fail(stream, GrpcCode.RESOURCE_EXHAUSTED, budget.busy_error(call.method).message)
 
-    def _fail(self, stream: Stream, code: grpc.StatusCode, message: str) -> None:
+    def _fail(self, stream: Stream, code: GrpcCode, message: str) -> None:
         """End the call with ``code``: trailers-only when nothing was sent yet."""
         if stream.local_closed:
             return
@@ -326,7 +321,7 @@ class GrpcConnection:
             call.deadline = math.inf
             self._release(call)
         headers_sent = call is not None and call.headers_sent
-        self.core.end_now(stream, status_block(code_of(code), message, trailers_only=not headers_sent))
+        self.core.end_now(stream, status_block(code, message, trailers_only=not headers_sent))
 
 
 class H2GrpcFrontend(Frontend):

@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 import math
 
-import grpc
-
-from sonic.h2 import grpc_call
-from sonic.h2.grpc_call import ACCEPT_ENCODING
+from sonic.grpc import call as grpc_call
+from sonic.grpc.call import ACCEPT_ENCODING
 from sonic.h2.headers import encode_headers
+from sonic.protocol.errors import GrpcCode
 from sonic.server.header_forward import Forwarded
 
 RESPONSE_HEADERS = encode_headers(
@@ -34,7 +33,7 @@ def header_text(value: bytes | None) -> str | None:
 class CallError(Exception):
     """A call ends with this gRPC status before or instead of its handler."""
 
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    def __init__(self, code: GrpcCode, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -58,7 +57,7 @@ class MessageReader(grpc_call.MessageReader):
             )
         else:
             msg = f"Received message larger than max ({length} vs. {self._message_limit})"
-        return CallError(grpc.StatusCode.RESOURCE_EXHAUSTED, msg)
+        return CallError(GrpcCode.RESOURCE_EXHAUSTED, msg)
 
 
 class Call:

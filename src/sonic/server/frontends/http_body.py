@@ -3,7 +3,7 @@
 A Content-Length over the message limit (or the whole request-buffer budget) is refused before a byte
 is read; a body grows as its bytes arrive, each charged to the server's request-buffer budget
 (:mod:`sonic.server.budget`); chunked bodies are cut off as soon as they pass a limit; gzip/deflate
-bodies inflate through :mod:`sonic.h2.inflate` under the decompressed-size cap. Over a limit:
+bodies inflate through :mod:`sonic.grpc.inflate` under the decompressed-size cap. Over a limit:
 :class:`PayloadTooLargeError` (413, connection closed).
 """
 
@@ -14,7 +14,7 @@ from http import HTTPStatus
 
 from aiohttp import web
 
-from sonic.h2.inflate import WBITS, InflateError, InflateLimitError, inflate_async
+from sonic.grpc.inflate import WBITS, InflateError, InflateLimitError, inflate_async
 from sonic.protocol.errors import InvalidArgumentError, RequestBufferBusyError, ResourceExhaustedError
 from sonic.server.budget import BudgetHold
 

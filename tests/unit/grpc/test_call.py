@@ -9,9 +9,8 @@ import zlib
 import hpack
 import pytest
 
-from sonic.h2 import inflate as inflate_module
-from sonic.h2.frames import ErrorCode
-from sonic.h2.grpc_call import (
+from sonic.grpc import inflate as inflate_module
+from sonic.grpc.call import (
     GrpcError,
     MessageLimits,
     check_encoding,
@@ -20,7 +19,8 @@ from sonic.h2.grpc_call import (
     status_block,
     trailers_status,
 )
-from sonic.h2.inflate import InflateError, InflateLimitError, inflate, inflate_async
+from sonic.grpc.inflate import InflateError, InflateLimitError, inflate, inflate_async
+from sonic.h2.frames import ErrorCode
 from sonic.protocol.errors import GrpcCode
 
 BOMB = gzip.compress(bytes(64 << 20))  # 64 MiB of zeros in ~64 KiB

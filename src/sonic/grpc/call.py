@@ -2,7 +2,7 @@
 
 What the gRPC spec (PROTOCOL-HTTP2.md) puts on top of HTTP/2, for either end: length-prefixed messages
 with a size limit, ``grpc-timeout``, ``grpc-status``/``grpc-message`` trailers, RST_STREAM codes as
-statuses, and ``grpc-encoding`` compression (inflation bounded by :mod:`sonic.h2.inflate`).
+statuses, and ``grpc-encoding`` compression (inflation bounded by :mod:`sonic.grpc.inflate`).
 Statuses are :class:`~sonic.protocol.errors.GrpcCode` members; each end maps them to its own type.
 """
 
@@ -17,9 +17,9 @@ from urllib.parse import quote, unquote
 import numpy as np
 import numpy.typing as npt
 
+from sonic.grpc.inflate import WBITS, InflateError, InflateLimitError, inflate_async
 from sonic.h2.frames import ErrorCode
 from sonic.h2.headers import Headers, encode_headers
-from sonic.h2.inflate import WBITS, InflateError, InflateLimitError, inflate_async
 from sonic.protocol.errors import GrpcCode
 
 GRPC_MESSAGE_PREFIX = struct.Struct(">BI")  # compressed flag, message length
