@@ -14,7 +14,7 @@ from sonic.h2.connection import Connection
 from sonic.h2.events import Handler
 from sonic.h2.frames import PREFACE, ErrorCode, Flag, ProtocolError
 from sonic.h2.limits import CLIENT_LIMITS, Http2Limits
-from sonic.h2.stream import Stream, StreamEvent, StreamState
+from sonic.h2.stream import CLOSED, RECV_END_STREAM, RECV_GOAWAY, SEND_END_STREAM, Stream
 
 MAX_STREAM_ID = 0x7FFFFFFF
 
@@ -54,7 +54,7 @@ class ClientRole:
     def end(self, stream: Stream) -> None:
         """The call is over for us (its last headers came, or its answer is refused): forgotten when
         both sides ended it, otherwise reset (CANCEL) so that neither side sends more."""
-        if stream.state is StreamState.CLOSED:
+        if stream.state is CLOSED:
             self.connection.forget(stream)
         else:
             self.connection.reset(stream, ErrorCode.CANCEL)
@@ -75,11 +75,11 @@ class ClientRole:
             return  # a call we already cancelled
         end_stream = bool(flags & Flag.END_STREAM)
         if end_stream:
-            stream.apply(StreamEvent.RECV_END_STREAM)
+            stream.apply(RECV_END_STREAM)
         self._handler.headers_received(stream, headers, end_stream)
 
     def finished(self, stream: Stream) -> None:
-        if stream.apply(StreamEvent.SEND_END_STREAM) is StreamState.CLOSED:
+        if stream.apply(SEND_END_STREAM) is CLOSED:
             self.connection.forget(stream)
 
     def goaway_received(self, last_stream_id: int, code: int) -> None:
@@ -92,4 +92,4 @@ class ClientRole:
         core = self.connection
         core.streams.pop(stream.stream_id)
         core.output.unblock(stream)
-        stream.apply(StreamEvent.RECV_GOAWAY)
+        stream.apply(RECV_GOAWAY)

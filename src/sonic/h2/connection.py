@@ -45,11 +45,12 @@ from sonic.h2.headers import HeaderBlocks, HeaderDecoder
 from sonic.h2.lifecycle import ConnectionEvent, ConnectionState, next_state
 from sonic.h2.limits import Http2Limits, MemoBudget
 from sonic.h2.settings import MAX_FRAME_BYTES, STREAM_WINDOW_BYTES, local_settings
-from sonic.h2.stream import ClosedStreams, Stream, StreamEvent, StreamState
+from sonic.h2.stream import CLOSED, RECV_END_STREAM, SEND_RST_STREAM, ClosedStreams, Stream
 from sonic.h2.timers import ConnectionTimers, TimerAction
 from sonic.h2.windows import Output, ReceiveWindows
 
 log = logging.getLogger(__name__)
+_GOING_AWAY = ConnectionState.GOING_AWAY  # bound once: a class lookup per stream otherwise (Python 3.11)
 
 
 def _nothing() -> None:
@@ -261,9 +262,9 @@ class Connection:
 
     def after_data(self, stream: Stream, end_stream: bool) -> None:
         if end_stream:
-            stream.apply(StreamEvent.RECV_END_STREAM)
+            stream.apply(RECV_END_STREAM)
             self.handler.stream_ended(stream)
-            if stream.state is StreamState.CLOSED:
+            if stream.state is CLOSED:
                 self.forget(stream)
         elif (
             stream.recv_unacked > STREAM_WINDOW_BYTES // 2
@@ -383,10 +384,10 @@ class Connection:
             stream.drained = callback
 
     def reset(self, stream: Stream, code: ErrorCode) -> None:
-        if stream.state is not StreamState.CLOSED:
+        if stream.state is not CLOSED:
             self.output.emit(rst_stream(stream.stream_id, code))
             self.closed_streams.add(stream.stream_id, reset_by_us=True)
-            stream.apply(StreamEvent.SEND_RST_STREAM)
+            stream.apply(SEND_RST_STREAM)
         stream.pending.clear()
         self.forget(stream)
 
@@ -402,5 +403,5 @@ class Connection:
         self.output.unblock(stream)
         if self.stream_closed is not None:
             self.stream_closed()
-        if self.state is ConnectionState.GOING_AWAY and not self.streams:
+        if self.state is _GOING_AWAY and not self.streams:
             self.close()

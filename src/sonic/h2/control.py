@@ -19,7 +19,7 @@ from sonic.h2.events import Handler, Role
 from sonic.h2.frames import ErrorCode, Flag, FrameType, ProtocolError, Setting, frame
 from sonic.h2.limits import Http2Limits
 from sonic.h2.settings import peer_settings
-from sonic.h2.stream import Stream, StreamEvent
+from sonic.h2.stream import RECV_RST_STREAM, Stream
 from sonic.h2.timers import ConnectionTimers
 from sonic.h2.windows import Output
 
@@ -152,7 +152,7 @@ def _on_rst_stream(core: ControlTarget, stream_id: int, payload: memoryview) -> 
         return
     if not stream.local_closed:
         core.counters.reset()
-    stream.apply(StreamEvent.RECV_RST_STREAM)
+    stream.apply(RECV_RST_STREAM)
     stream.pending.clear()
     stream.reset_code = struct.unpack_from(">I", payload)[0]
     core.forget(stream)

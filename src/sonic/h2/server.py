@@ -16,7 +16,7 @@ from sonic.h2.events import Handler
 from sonic.h2.frames import ErrorCode, Flag, ProtocolError, Setting, goaway, rst_stream
 from sonic.h2.headers import Headers, malformed_fields
 from sonic.h2.limits import SERVER_LIMITS, Http2Limits, MemoBudget
-from sonic.h2.stream import Stream, StreamEvent, StreamState
+from sonic.h2.stream import CLOSED, RECV_END_STREAM, SEND_END_STREAM, SEND_RST_STREAM, Stream
 
 # Request header blocks whose validity is remembered (clients repeat theirs), and the largest kept.
 CHECKED_BLOCKS = 64
@@ -58,10 +58,10 @@ class ServerRole:
         """We sent END_STREAM. A peer still sending is told to stop (RFC 9113 section 8.1)."""
         core = self.connection
         core.counters.streams_completed += 1
-        if stream.apply(StreamEvent.SEND_END_STREAM) is not StreamState.CLOSED:
+        if stream.apply(SEND_END_STREAM) is not CLOSED:
             core.output.emit(rst_stream(stream.stream_id, ErrorCode.NO_ERROR))
             core.closed_streams.add(stream.stream_id, reset_by_us=True)  # its DATA in flight is ignored
-            stream.apply(StreamEvent.SEND_RST_STREAM)
+            stream.apply(SEND_RST_STREAM)
         core.forget(stream)
 
     def headers_done(self, stream_id: int, flags: int, block: bytes) -> None:
@@ -104,7 +104,7 @@ class ServerRole:
         stream = Stream(stream_id)
         core.streams[stream_id] = stream
         if end_stream:
-            stream.apply(StreamEvent.RECV_END_STREAM)
+            stream.apply(RECV_END_STREAM)
         self._handler.headers_received(stream, headers, end_stream)
         if end_stream and not stream.local_closed:
             self._handler.stream_ended(stream)

@@ -19,24 +19,40 @@ from sonic.h2.frames import ErrorCode, ProtocolError
 
 
 class StreamState(enum.Enum):
-    """RFC 9113 section 5.1, for a stream that was opened (idle and reserved states are never held)."""
+    """RFC 9113 section 5.1, for a stream that was opened (idle and reserved states are never held).
 
-    OPEN = "open"
-    HALF_CLOSED_LOCAL = "half-closed (local)"
-    HALF_CLOSED_REMOTE = "half-closed (remote)"
-    CLOSED = "closed"
+    Each state answers the hot path's two questions as plain attributes: have we ended our side
+    (``local_closed``), has the peer ended its (``remote_closed``)."""
+
+    OPEN = ("open", False, False)
+    HALF_CLOSED_LOCAL = ("half-closed (local)", True, False)
+    HALF_CLOSED_REMOTE = ("half-closed (remote)", False, True)
+    CLOSED = ("closed", True, True)
+
+    def __init__(self, label: str, local_closed: bool, remote_closed: bool) -> None:
+        self.label = label
+        self.local_closed = local_closed
+        self.remote_closed = remote_closed
+        # TRANSITIONS' row for this state, indexed by StreamEvent.index (filled in below): an
+        # attribute and a tuple index per transition, where a dict keyed by enums would hash two
+        # enums in Python on every frame that ends a stream.
+        self.next: tuple[StreamState | None, ...] = ()
 
 
 class StreamEvent(enum.Enum):
     """What moves a stream: END_STREAM or RST_STREAM sent or received, or the peer's GOAWAY."""
 
-    SEND_END_STREAM = "send END_STREAM"
-    RECV_END_STREAM = "receive END_STREAM"
-    SEND_RST_STREAM = "send RST_STREAM"
-    RECV_RST_STREAM = "receive RST_STREAM"
+    SEND_END_STREAM = ("send END_STREAM", 0)
+    RECV_END_STREAM = ("receive END_STREAM", 1)
+    SEND_RST_STREAM = ("send RST_STREAM", 2)
+    RECV_RST_STREAM = ("receive RST_STREAM", 3)
     # The peer's GOAWAY names a last stream id below this one: it was never processed, and ends
     # without a frame (RFC 9113 section 6.8).
-    RECV_GOAWAY = "receive GOAWAY"
+    RECV_GOAWAY = ("receive GOAWAY", 4)
+
+    def __init__(self, label: str, index: int) -> None:
+        self.label = label
+        self.index = index
 
 
 _S, _E = StreamState, StreamEvent
@@ -56,13 +72,13 @@ TRANSITIONS: dict[tuple[StreamState, StreamEvent], StreamState] = {
     (_S.HALF_CLOSED_LOCAL, _E.RECV_GOAWAY): _S.CLOSED,
 }
 
-# The state as the two questions the hot path asks: have we ended our side, has the peer ended its.
-_CLOSED_SIDES = {
-    _S.OPEN: (False, False),
-    _S.HALF_CLOSED_LOCAL: (True, False),
-    _S.HALF_CLOSED_REMOTE: (False, True),
-    _S.CLOSED: (True, True),
-}
+for _state in _S:
+    _state.next = tuple(TRANSITIONS.get((_state, event)) for event in _E)
+
+# The members the core and the roles use, bound once: on Python 3.11 each ``StreamState.X`` read in a
+# hot path is a class lookup of about 100 ns (measured), several per request.
+CLOSED = _S.CLOSED
+SEND_END_STREAM, RECV_END_STREAM, SEND_RST_STREAM, RECV_RST_STREAM, RECV_GOAWAY = _E
 
 
 class Stream:
@@ -104,17 +120,18 @@ class Stream:
 
     def apply(self, event: StreamEvent) -> StreamState:
         """Move by :data:`TRANSITIONS`; returns the new state. Refused: see the module docstring."""
-        state = TRANSITIONS.get((self.state, event))
+        state = self.state.next[event.index]
         if state is None:
             if event is StreamEvent.RECV_END_STREAM:
-                msg = f"stream {self.stream_id} ended again by the peer ({self.state.value})"
+                msg = f"stream {self.stream_id} ended again by the peer ({self.state.label})"
                 # The core answers the cases it knows with RST_STREAM before it applies the event; one
                 # past it ends the connection, as RFC 9113 section 5.4.1 allows for any stream error.
                 raise ProtocolError(ErrorCode.STREAM_CLOSED, msg)
-            msg = f"stream {self.stream_id}: {event.value} in state {self.state.value}"
+            msg = f"stream {self.stream_id}: {event.label} in state {self.state.label}"
             raise RuntimeError(msg)
         self.state = state
-        self.local_closed, self.remote_closed = _CLOSED_SIDES[state]
+        self.local_closed = state.local_closed
+        self.remote_closed = state.remote_closed
         return state
 
 

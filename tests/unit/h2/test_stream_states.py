@@ -203,7 +203,7 @@ def test_each_row_is_reached_by_a_real_core(row: tuple[StreamState, StreamEvent]
     assert seen[0] is first
     # The server answering early goes on to reset the rest of the request: one more row, same end.
     expected = S.CLOSED if row == (S.OPEN, E.SEND_END_STREAM) else TRANSITIONS[row]
-    assert seen[1] is expected, f"{event.value} from {first.value}"
+    assert seen[1] is expected, f"{event.label} from {first.label}"
     assert (stream.local_closed, stream.remote_closed) == (
         expected in {S.HALF_CLOSED_LOCAL, S.CLOSED},
         expected in {S.HALF_CLOSED_REMOTE, S.CLOSED},
@@ -222,7 +222,7 @@ def test_what_the_table_does_not_hold_is_refused(state: StreamState, event: Stre
             stream.apply(event)
         assert caught.value.code == ErrorCode.STREAM_CLOSED
     else:  # ours: a bug, never a frame on the wire
-        with pytest.raises(RuntimeError, match=event.value):
+        with pytest.raises(RuntimeError, match=event.label):
             stream.apply(event)
     assert stream.state is state
 
