@@ -162,6 +162,9 @@ def auth_server(  # type: ignore[no-untyped-def]
         str(jwt_issuer.jwks_path),
     ]
     args += ["--jwt-audience", "sonic", "--model-control-mode", "explicit", "--load-model", "*"]
+    # The strict mode: the repository's link out ("escapee") is refused, not followed as by default;
+    # the server serves the other models and says ready.
+    args += ["--refuse-model-links-outside", "--exit-on-error=false", "--strict-readiness=false"]
     with ServerProcess.start([auth_repository], extra_args=args) as process:
         yield process
 
