@@ -28,7 +28,7 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class Pair:
-    triton: Endpoint
+    triton: Endpoint | None  # None while Triton's answers are replayed from a recording
     sonic: Endpoint
 
 

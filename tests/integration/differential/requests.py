@@ -97,7 +97,7 @@ def infer_grpc(case: InferCase) -> GrpcCall:
     request.raw_input_contents.extend(raw)
     for name in case.outputs or ():
         request.outputs.add(name=name)
-    return GrpcCall("ModelInfer", request.SerializeToString(), what=repr(case), faults=faults(case))
+    return GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), what=repr(case), faults=faults(case))
 
 
 def _set(param: Any, value: ParamValue) -> None:

@@ -156,7 +156,7 @@ PAGE_BYTES = 4096  # mmap offsets: Linux pages on x86-64 and most arm64 kernels
 
 
 def _grpc(method: str, message: Message) -> GrpcCall:
-    return GrpcCall(method, message.SerializeToString(), what=f"{method}({message})")
+    return GrpcCall(method, message.SerializeToString(deterministic=True), what=f"{method}({message})")
 
 
 def _http(method: str, path: str, body: dict[str, object] | None = None) -> HttpCall:
