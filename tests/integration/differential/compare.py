@@ -69,7 +69,7 @@ class Both:
         if self.session.tape is not None:
             triton, sonic = steady(triton), steady(sonic)
         row = None if triton == sonic else explain(call, triton, sonic)
-        self.session.hits.record(triton, sonic, row)
+        self.session.hits.record(self.session.test, triton, sonic, row)
         if triton != sonic and row is None:
             report = os.environ.get(REPORT_ENV)
             record = {"call": call.what or repr(call), "triton": repr(triton), "sonic": repr(sonic)}

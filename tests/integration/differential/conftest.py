@@ -103,7 +103,9 @@ def both_of(pair: Pair, session: Session) -> Both:
 def pair(tmp_path_factory: pytest.TempPathFactory, differential_session: Session) -> Iterator[Pair]:
     repository = write_repository(tmp_path_factory.mktemp("differential") / "models")
     with ExitStack() as stack:
-        yield start_pair(stack, repository, [m.name for m in MODELS], replaying=differential_session.replaying)
+        yield start_pair(
+            stack, repository, [m.name for m in MODELS], replaying=differential_session.replaying
+        )
 
 
 @pytest.fixture(scope="module")

@@ -200,6 +200,39 @@ def _shm_empty_name(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     return same and _without_empty_region(triton.answer) == sonic.answer
 
 
+def _same_code(triton: Outcome, sonic: Outcome, theirs: str, ours: str) -> bool:
+    return (
+        triton.code == sonic.code and re.search(theirs, triton.message) is not None and ours in sonic.message
+    )
+
+
+def _unexpected_input(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    return _same_code(triton, sonic, r"but missing required input\(s\) \]", "unexpected inference input")
+
+
+def _negative_dimension(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    theirs = r"input byte size mismatch .*Expected -\d|expected 42949672\d\d string elements"
+    ours = re.search(
+        r"has a negative dimension|batch-size must be in 1\.\.\d+ for '[^']*', got -", sonic.message
+    )
+    return triton.code == sonic.code and re.search(theirs, triton.message) is not None and ours is not None
+
+
+def _bytes_framing(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    theirs = r"incomplete string|expected \d+ string elements"
+    return _same_code(triton, sonic, theirs, "malformed BYTES data")
+
+
+def _classification(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    refused = "the classification extension is not supported" in sonic.message
+    return triton.code == "200" and sonic.code == "400" and refused
+
+
+def _http_parameter_on_grpc(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    refused = "request parameter 'binary_data_output' must be" in sonic.message
+    return isinstance(call, GrpcCall) and triton.code == "OK" and sonic.code == "INVALID_ARGUMENT" and refused
+
+
 INTENDED: tuple[Intended, ...] = (
     Intended(
         "error-context",
@@ -363,6 +396,51 @@ INTENDED: tuple[Intended, ...] = (
         "JSON is UTF-8 (RFC 8259); a name or id that is not text cannot be matched, logged or answered "
         "faithfully, and a request id echoed back would not be valid JSON either.",
         _json_not_utf8,
+    ),
+    Intended(
+        "unexpected-input",
+        "An input the model does not have, beside all it has: Triton answers with its input count "
+        "message, naming no missing input (`expected 1 inputs but got 2 inputs ... missing required "
+        "input(s) ]`); sonic names the input: `unexpected inference input 'BOGUS' for model ..., expected "
+        "one of [...]`. Same status.",
+        "Triton's message says something is missing when nothing is; the client's fault is the extra "
+        "input, and naming it (and the model's inputs) says what to fix.",
+        _unexpected_input,
+    ),
+    Intended(
+        "negative-dimension",
+        "A shape with a negative dimension other than -1 (e.g. `[-2]`), or a negative batch size for a "
+        "BYTES input: Triton answers `input byte size mismatch ... Expected -4, got 2` or `expected "
+        "4294967295 string elements ...` (a negative count, wrapped); sonic `shape [-2] has a negative "
+        "dimension` or `batch-size must be in 1..N for '<model>', got -1`. Same status.",
+        "No byte count can be negative: the fault is the shape, and the message says so.",
+        _negative_dimension,
+    ),
+    Intended(
+        "bytes-framing",
+        "Raw BYTES data whose 4-byte length prefixes do not frame the buffer: Triton answers `incomplete "
+        "string length indicator ...`, `incomplete string data ...` or `expected N string elements ... "
+        "got M` by where its parser stops; sonic `malformed BYTES data: ...` with the element and the "
+        "bytes left. Same status.",
+        "sonic's one message says which element's prefix is wrong and how many bytes remain.",
+        _bytes_framing,
+    ),
+    Intended(
+        "classification-output",
+        "An HTTP output asked for with the `classification` parameter: Triton answers its top classes "
+        "as BYTES `value:index` strings; sonic refuses it (400 `the classification extension is not "
+        "supported by this server`).",
+        "sonic does not implement the classification extension (ServerMetadata does not list it); "
+        "answering the plain tensor instead would be a silent wrong answer.",
+        _classification,
+    ),
+    Intended(
+        "http-parameter-on-grpc",
+        "`binary_data_output` of a type other than boolean in a gRPC request: Triton ignores it (an "
+        "HTTP parameter) and runs the request; sonic refuses it (INVALID_ARGUMENT), as over HTTP.",
+        "One check of the parameters the server reads, whichever front end they came through; a "
+        "wrong type is the client's mistake on both.",
+        _http_parameter_on_grpc,
     ),
 )
 

@@ -48,8 +48,9 @@ class SiteHits:
     checked: Counter[str] = field(default_factory=Counter)
     unchecked: Counter[str] = field(default_factory=Counter)
     unplaced: Counter[str] = field(default_factory=Counter)  # sonic's messages no site's words match
+    tests: dict[str, set[str]] = field(default_factory=dict)  # site id: the tests that reached it
 
-    def record(self, triton: Outcome, sonic: Outcome, row: str | None) -> None:
+    def record(self, test: str, triton: Outcome, sonic: Outcome, row: str | None) -> None:
         if sonic.code in OK_CODES or not sonic.message:
             return
         sites = self.table.sites_of(sonic.message)
@@ -58,6 +59,7 @@ class SiteHits:
         counter = self.checked if checked(triton, sonic, row) else self.unchecked
         for site in sites:
             counter[site.id] += 1
+            self.tests.setdefault(site.id, set()).add(test)
 
     def report(self) -> dict[str, Any]:
         sites = [
@@ -66,6 +68,7 @@ class SiteHits:
                 "id": site.id,
                 "checked": self.checked[site.id],
                 "unchecked": self.unchecked[site.id],
+                "tests": sorted(self.tests.get(site.id, ())),
             }
             for site in self.table.sites
         ]
@@ -76,19 +79,6 @@ class SiteHits:
             "by_site": sites,
             "unplaced_messages": dict(self.unplaced.most_common()),
         }
-
-    def summary(self) -> list[str]:
-        report = self.report()
-        lines = [
-            f"message sites: {report['checked']} of {report['sites']} checked against Triton's words, "
-            f"{report['reached']} reached"
-        ]
-        lines += [
-            f"  {s['id']:<42} checked {s['checked']:>4}  status only {s['unchecked']:>4}  {s['template'][:60]}"
-            for s in report["by_site"]
-            if s["checked"] or s["unchecked"]
-        ]
-        return lines
 
 
 def steady(outcome: Outcome) -> Outcome:
@@ -139,6 +129,11 @@ class TritonTape:
         return Outcome(**recorded[1])
 
     def write(self, test: str, call: Call, outcome: Outcome) -> None:
-        row = {"test": test, "position": self.next_position(test), "digest": digest(call), "outcome": asdict(outcome)}
+        row = {
+            "test": test,
+            "position": self.next_position(test),
+            "digest": digest(call),
+            "outcome": asdict(outcome),
+        }
         with self.path.open("a", encoding="utf-8") as file:
             file.write(json.dumps(row) + "\n")

@@ -40,6 +40,7 @@ class TensorCase:
     shape: tuple[int, ...]
     mode: str  # "raw", "typed", "both" (raw and typed) or "none" (no data)
     count: int  # elements of data sent (may differ from the shape's)
+    raw: bytes | None = None  # the raw data sent instead of that of ``count`` elements (malformed BYTES)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,10 @@ def raw_bytes(datatype: str, count: int) -> bytes:
     return np.asarray(values(datatype, count), NUMPY[datatype]).tobytes()
 
 
+def tensor_bytes(tensor: TensorCase) -> bytes:
+    return raw_bytes(tensor.datatype, tensor.count) if tensor.raw is None else tensor.raw
+
+
 def infer_grpc(case: InferCase) -> GrpcCall:
     request = service_pb2.ModelInferRequest(
         model_name=case.model, model_version=case.version, id=case.request_id
@@ -84,7 +89,7 @@ def infer_grpc(case: InferCase) -> GrpcCall:
     for tensor in case.inputs:
         message = request.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
         if tensor.mode in {"raw", "both"}:
-            raw.append(raw_bytes(tensor.datatype, tensor.count))
+            raw.append(tensor_bytes(tensor))
         if tensor.mode in {"typed", "both"}:
             field = CONTENTS_FIELD.get(tensor.datatype)
             if field is None:  # FP16/BF16 have no typed field: send it in the nearest one, Triton refuses it
@@ -97,7 +102,9 @@ def infer_grpc(case: InferCase) -> GrpcCall:
     request.raw_input_contents.extend(raw)
     for name in case.outputs or ():
         request.outputs.add(name=name)
-    return GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), what=repr(case), faults=faults(case))
+    return GrpcCall(
+        "ModelInfer", request.SerializeToString(deterministic=True), what=repr(case), faults=faults(case)
+    )
 
 
 def _set(param: Any, value: ParamValue) -> None:
@@ -137,7 +144,7 @@ def infer_http(case: InferCase, *, binary_output: bool) -> HttpCall:
         if tensor.mode in {"typed", "both"}:
             entry["data"] = _nested(values(tensor.datatype, tensor.count), tensor.shape)
         if tensor.mode in {"raw", "both"}:
-            data = raw_bytes(tensor.datatype, tensor.count)
+            data = tensor_bytes(tensor)
             entry["parameters"] = {"binary_data_size": len(data)}
             binary.append(data)
         inputs.append(entry)

@@ -83,6 +83,9 @@ class Site:
         return re.compile(".*?".join(parts), re.DOTALL)
 
 
+Scopes = list[dict[str, list[ast.Assign]]]
+
+
 def _assignments(function: ast.AST) -> dict[str, list[ast.Assign]]:
     found: dict[str, list[ast.Assign]] = {}
     for node in ast.walk(function):
@@ -91,7 +94,7 @@ def _assignments(function: ast.AST) -> dict[str, list[ast.Assign]]:
     return found
 
 
-def message_node(call: ast.Call, scopes: list[dict[str, list[ast.Assign]]]) -> ast.expr | None:
+def message_node(call: ast.Call, scopes: Scopes) -> ast.expr | None:
     """The expression that words ``call``'s message: its first argument, through one local name."""
     if not call.args:
         return None
@@ -117,10 +120,14 @@ def template_of(node: ast.expr | None) -> str:
     return WILD
 
 
-def _calls(tree: ast.Module, names: set[str]) -> Iterator[tuple[ast.Call, list[dict[str, list[ast.Assign]]]]]:
-    module_scope = _assignments(ast.Module(body=[s for s in tree.body if isinstance(s, ast.Assign)], type_ignores=[]))
+def error_calls(tree: ast.Module) -> Iterator[tuple[ast.Call, Scopes]]:
+    """Every call of a SonicError class in ``tree``, with the assignments of its scopes (innermost first)."""
+    names = _error_names()
+    module_scope = _assignments(
+        ast.Module(body=[s for s in tree.body if isinstance(s, ast.Assign)], type_ignores=[])
+    )
 
-    def visit(node: ast.AST, scopes: list[dict[str, list[ast.Assign]]]) -> Iterator[tuple[ast.Call, list[dict[str, list[ast.Assign]]]]]:
+    def visit(node: ast.AST, scopes: Scopes) -> Iterator[tuple[ast.Call, Scopes]]:
         for child in ast.iter_child_nodes(node):
             inner = scopes
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -134,11 +141,10 @@ def _calls(tree: ast.Module, names: set[str]) -> Iterator[tuple[ast.Call, list[d
 
 def find_sites(root: Path = SONIC_ROOT) -> list[Site]:
     """Every error construction in :data:`SITE_FILES`, in file and line order."""
-    names = _error_names()
     sites = []
     for path in SITE_FILES:
         tree = ast.parse((root / path).read_text(encoding="utf-8"))
-        for call, scopes in _calls(tree, names):
+        for call, scopes in error_calls(tree):
             assert isinstance(call.func, ast.Name)
             sites.append(Site(path, call.lineno, call.func.id, template_of(message_node(call, scopes))))
     return sites

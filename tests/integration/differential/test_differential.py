@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from tests.integration.differential.calls import Call
 from tests.integration.differential.compare import Both, budget
 from tests.integration.differential.requests import InferCase, infer_grpc, infer_http
+from tests.integration.differential.single_faults import single_fault_calls
 from tests.integration.differential.strategies import (
     SequenceCase,
     control_cases,
@@ -61,6 +62,13 @@ def sequence_numbers() -> Iterator[int]:
 def test_infer(both: Both, case: InferCase, binary: bool) -> None:
     both.compare(infer_grpc(case))
     both.compare(infer_http(case, binary_output=binary))
+
+
+@budget(150)
+@given(call=single_fault_calls())
+def test_single_fault(both: Both, call: Call) -> None:
+    # One fault: the message is compared, not only the status (two faults may be named in either order).
+    both.compare(call)
 
 
 @budget(30)
