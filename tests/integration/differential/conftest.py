@@ -13,63 +13,19 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from tests.integration.differential.calls import Caller, Endpoint, Pair
+from tests.integration.differential.calls import Pair
 from tests.integration.differential.compare import Both, Session
 from tests.integration.differential.reach import RECORD_ENV, REPLAY_ENV, SITES_ENV, TritonTape
 from tests.integration.differential.repository import MODELS, write_repository
-from tests.integration.triton_helpers import backend_directory_or_skip, start_triton
+from tests.integration.differential.servers import both_of, start_pair
 
-from sonic.launch import ServerProcess
-from sonic.launch.process import ServerHandle
-
-CONTROL = ("--model-control-mode=explicit", "--load-model=*")
 SESSION = pytest.StashKey[Session]()
 SITES_PATH = pytest.StashKey[Path]()
-
-
-def start_pair(
-    stack: ExitStack,
-    repository: Path,
-    models: Sequence[str],
-    *,
-    triton_args: Sequence[str] = CONTROL,
-    sonic_args: Sequence[str] = CONTROL,
-    replaying: bool = False,
-) -> Pair:
-    """Triton and sonic on ``repository``, started side by side (each start blocks on its own readiness)
-    and stopped when ``stack`` closes; only sonic while replaying Triton's answers."""
-
-    def triton() -> tuple[ServerHandle, Endpoint]:
-        started = start_triton([repository], models, triton_args)
-        return started.process, Endpoint("triton", started.grpc_address, started.http_address)
-
-    def sonic() -> tuple[ServerHandle, Endpoint]:
-        process = ServerProcess.start([repository], extra_args=["--http-port", "0", *sonic_args])
-        return process, Endpoint("sonic", process.grpc_address, process.http_address)
-
-    if not replaying:
-        # Skipped here, in the test's thread, where Triton cannot run (the starts below run in threads).
-        backend_directory_or_skip(Path(tempfile.mkdtemp(prefix="sonic-differential-probe-")))
-    starters = [sonic] if replaying else [triton, sonic]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        starts = [pool.submit(start) for start in starters]
-        # Every server that did start is stopped, also when the other failed.
-        started = []
-        for future in starts:
-            if future.exception() is None:
-                handle, endpoint = future.result()
-                stack.enter_context(handle)
-                started.append(endpoint)
-        for future in starts:
-            future.result()  # raises the start error, after the stack holds the started ones
-    return Pair(triton=None if replaying else started[0], sonic=started[-1])
 
 
 @pytest.fixture(scope="session")
@@ -93,10 +49,6 @@ def differential_session(
 @pytest.fixture(autouse=True)
 def _current_test(differential_session: Session, request: pytest.FixtureRequest) -> None:
     differential_session.test = request.node.nodeid
-
-
-def both_of(pair: Pair, session: Session) -> Both:
-    return Both(None if pair.triton is None else Caller(pair.triton), Caller(pair.sonic), session)
 
 
 @pytest.fixture(scope="module")

@@ -116,7 +116,15 @@ def _string_sequence_id(_: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 
 def _without_empty_bytes(answer: Any) -> Any:
-    """A gRPC answer with the raw contents of empty BYTES outputs blanked."""
+    """An answer with the bytes of empty BYTES outputs blanked (gRPC raw contents, HTTP binary parts)."""
+    if isinstance(answer, dict) and "raw_output_contents" not in answer and "outputs" in answer:
+        outputs = [
+            {**o, "parameters": {**o["parameters"], "binary_data_size": 0}, "binary": ""}
+            if o.get("datatype") == "BYTES" and 0 in o.get("shape", []) and "parameters" in o
+            else o
+            for o in answer["outputs"]
+        ]
+        return {**answer, "outputs": outputs}
     if not isinstance(answer, dict) or "raw_output_contents" not in answer:
         return answer
     raw = list(answer["raw_output_contents"])
@@ -127,7 +135,8 @@ def _without_empty_bytes(answer: Any) -> Any:
 
 
 def _empty_bytes(_: Call, triton: Outcome, sonic: Outcome) -> bool:
-    return triton.code == sonic.code == "OK" and _without_empty_bytes(triton.answer) == sonic.answer
+    same = _without_empty_bytes(triton.answer) == _without_empty_bytes(sonic.answer)
+    return triton.code == sonic.code and triton.code in {"OK", "200"} and same
 
 
 def _unloaded(entries: Any) -> Any:
@@ -219,7 +228,7 @@ def _negative_dimension(_: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 
 def _bytes_framing(_: Call, triton: Outcome, sonic: Outcome) -> bool:
-    theirs = r"incomplete string|expected \d+ string elements"
+    theirs = r"incomplete string|expected \d+ string elements|unexpected number of string elements"
     return _same_code(triton, sonic, theirs, "malformed BYTES data")
 
 
@@ -231,6 +240,83 @@ def _classification(_: Call, triton: Outcome, sonic: Outcome) -> bool:
 def _http_parameter_on_grpc(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     refused = "request parameter 'binary_data_output' must be" in sonic.message
     return isinstance(call, GrpcCall) and triton.code == "OK" and sonic.code == "INVALID_ARGUMENT" and refused
+
+
+def _required_with_optional(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    refused = "but missing required input(s)" in sonic.message and sonic.code in CLIENT_ERRORS
+    return triton.code in {"OK", "200"} and refused
+
+
+def _reshaped_output(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    """The same answer but for the shapes of outputs whose element counts agree (generated models)."""
+    generated = "model='gen" in call.what
+    return generated and triton.code == sonic.code and _shapeless(triton.answer) == _shapeless(sonic.answer)
+
+
+def _shapeless(answer: Any) -> Any:
+    if not isinstance(answer, dict):
+        return answer
+    outputs = [{k: v for k, v in o.items() if k != "shape"} for o in answer.get("outputs", [])]
+    counts = [_count(o.get("shape", [])) for o in answer.get("outputs", [])]
+    return {**answer, "outputs": outputs, "counts": counts}
+
+
+def _count(shape: list[Any]) -> int:
+    total = 1
+    for dim in shape:
+        total *= int(dim)
+    return total
+
+
+def _zero_batch(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    return _same_code(
+        triton, sonic, r"input byte size mismatch", "batch-size must be in 1.."
+    ) and sonic.message.endswith("got 0")
+
+
+def _input_parameters(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    refused = sonic.code == "400" and re.search(
+        r"input '[^']*': 'parameters' must be an object", sonic.message
+    )
+    return isinstance(call, HttpCall) and refused is not None and triton.code in {"200", "400"}
+
+
+def _missing_outputs(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    answered = triton.code in {"OK", "200"} or triton.message.startswith("sending FP16 data via JSON")
+    return answered and sonic.code in {"INTERNAL", "500"} and "did not produce output(s)" in sonic.message
+
+
+def _model_exception(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    theirs = triton.message.startswith("Failed to process the request(s) for model ")
+    return theirs and triton.code == sonic.code and sonic.message.startswith("model '")
+
+
+def _model_output_checked(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    ours = re.search(
+        r"unexpected output '[^']*', the config declares|has numpy dtype .* but the config declares|is BYTES in the config, but the model gave",
+        sonic.message,
+    )
+    return triton.code in {"OK", "200"} and sonic.code in {"INTERNAL", "500"} and ours is not None
+
+
+def _by_name(answer: Any) -> Any:
+    """A gRPC answer with its outputs (and their raw contents) sorted by name."""
+    if not isinstance(answer, dict) or "outputs" not in answer:
+        return answer
+    raw = answer.get("raw_output_contents")
+    pairs = sorted(
+        zip(answer["outputs"], raw or [None] * len(answer["outputs"]), strict=False),
+        key=lambda p: p[0].get("name", ""),
+    )
+    ordered = {**answer, "outputs": [p[0] for p in pairs]}
+    if raw is not None:
+        ordered["raw_output_contents"] = [p[1] for p in pairs]
+    return ordered
+
+
+def _output_order(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    same = triton.answer != sonic.answer and _by_name(triton.answer) == _by_name(sonic.answer)
+    return triton.code == sonic.code and same
 
 
 INTENDED: tuple[Intended, ...] = (
@@ -312,8 +398,8 @@ INTENDED: tuple[Intended, ...] = (
     ),
     Intended(
         "empty-bytes-output",
-        "An empty BYTES output (shape with a 0) over gRPC: Triton's raw_output_contents entry holds 8 "
-        "stray bytes; sonic's is empty.",
+        "An empty BYTES output (shape with a 0): Triton's raw_output_contents entry (gRPC) or binary "
+        "part (HTTP) holds 8 stray bytes; sonic's is empty.",
         "An empty tensor has no bytes; Triton's are uninitialised memory of its Python backend.",
         _empty_bytes,
     ),
@@ -419,9 +505,9 @@ INTENDED: tuple[Intended, ...] = (
     Intended(
         "bytes-framing",
         "Raw BYTES data whose 4-byte length prefixes do not frame the buffer: Triton answers `incomplete "
-        "string length indicator ...`, `incomplete string data ...` or `expected N string elements ... "
-        "got M` by where its parser stops; sonic `malformed BYTES data: ...` with the element and the "
-        "bytes left. Same status.",
+        "string length indicator ...`, `incomplete string data ...`, `expected N string elements ... "
+        "got M` or `unexpected number of string elements ...` by where its parser stops; sonic "
+        "`malformed BYTES data: ...` with the element and the bytes left. Same status.",
         "sonic's one message says which element's prefix is wrong and how many bytes remain.",
         _bytes_framing,
     ),
@@ -441,6 +527,73 @@ INTENDED: tuple[Intended, ...] = (
         "One check of the parameters the server reads, whichever front end they came through; a "
         "wrong type is the client's mistake on both.",
         _http_parameter_on_grpc,
+    ),
+    Intended(
+        "required-input-with-optional",
+        "A model with optional inputs, asked without one of its required inputs: Triton runs it (the "
+        "model gets no such input); sonic refuses it with Triton's own words for a missing input.",
+        "The model's code expects a required input to be there; running without it fails in the model "
+        "or, worse, answers as if it had been sent empty.",
+        _required_with_optional,
+    ),
+    Intended(
+        "reshaped-output-dims",
+        "An output with `reshape` in its configuration: Triton answers it in its configured `dims`; sonic "
+        "in the model's own shape (same elements).",
+        "fixed on branch tripleqa (issue 32)",
+        _reshaped_output,
+    ),
+    Intended(
+        "zero-batch",
+        "A batch size of 0 for a batched model: Triton answers `input byte size mismatch ...` with the "
+        "bytes of a batch of one; sonic `inference request batch-size must be in 1..N for '<model>', got "
+        "0`. Same status.",
+        "The fault is the batch size, and the message says so.",
+        _zero_batch,
+    ),
+    Intended(
+        "input-parameters-type",
+        "An HTTP input whose `parameters` is not a JSON object (`[]`, a string, a number): Triton ignores "
+        "it (and so reads no `binary_data_size` there); sonic refuses it (400 `'parameters' must be an "
+        "object`).",
+        "An input's binary size the server cannot read makes it misread the binary part of the body.",
+        _input_parameters,
+    ),
+    Intended(
+        "missing-outputs",
+        "A request for all outputs (none named) to a model that returns fewer than its configuration "
+        "declares: Triton answers those it returned; sonic answers INTERNAL/500 naming those missing.",
+        "A client asking for every output and getting fewer may read a missing one as empty; a model "
+        "that leaves out a declared output is at fault, and the status says so.",
+        _missing_outputs,
+    ),
+    Intended(
+        "model-exception-text",
+        "An exception raised in a Python model's `execute` (or by `pb_utils.Tensor` for what it cannot "
+        "take: a Python list, a byte order other than the machine's): Triton answers `Failed to process "
+        "the request(s) for model '<m>_0_0', message: <exception>` with the model's traceback; sonic "
+        "`model '<m>': ...` with the exception. Same status.",
+        "A traceback discloses the server's file paths to clients (docs/security.md); the exception "
+        "itself says what failed.",
+        _model_exception,
+    ),
+    Intended(
+        "model-output-checked",
+        "A Python model returning an output its configuration does not declare, or of another datatype "
+        "than declared (an object array for an INT32 output, float64 for FP32): Triton drops the "
+        "undeclared one and answers the other in the datatype the model gave; sonic answers INTERNAL/500 "
+        "naming the output and both datatypes.",
+        "Clients read an output by its configured datatype; answering another one, or dropping an "
+        "output silently, is a silent wrong answer.",
+        _model_output_checked,
+    ),
+    Intended(
+        "output-order",
+        "The outputs of an answer in another order, each the same: Triton lists a Python model's "
+        "outputs in the order the model returned them; sonic in the order of the model's configuration.",
+        "Clients find outputs by name (every client library does); the configuration's order is the "
+        "one `ModelMetadata` gives.",
+        _output_order,
     ),
 )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -52,6 +52,8 @@ class InferCase:
     outputs: tuple[str, ...] | None  # None: no output list (all outputs)
     parameters: tuple[tuple[str, ParamValue], ...] = ()
     extra_raw: int = 0  # raw_input_contents entries beyond the inputs' (gRPC only)
+    # The model the case is meant for, where it is not one of repository.MODELS (a generated one).
+    spec: ModelSpec | None = field(default=None, repr=False, compare=False)
 
 
 def values(datatype: str, count: int) -> list[Any]:
@@ -181,13 +183,15 @@ def _shape_ok(model: ModelSpec, spec: TensorSpec, shape: tuple[int, ...]) -> boo
 
 def faults(case: InferCase) -> int:
     """How many things are wrong in ``case`` (a lower bound): with two or more, servers may name either."""
-    model = next((m for m in MODELS if m.name == case.model), None)
+    model = case.spec if case.spec is not None and case.spec.name == case.model else None
+    model = model or next((m for m in MODELS if m.name == case.model), None)
     if model is None:
         return 1 + (case.version not in {"", "1"})
     count = (case.version not in {"", "1"}) + (case.extra_raw > 0)
     specs = {t.name: t for t in model.inputs}
     names = [t.name for t in case.inputs]
-    count += len(names) != len(set(names)) or len(set(names) & set(specs)) != len(specs)
+    required = {t.name for t in model.required}
+    count += len(names) != len(set(names)) or not required <= set(names)
     count += any(n not in {t.name for t in model.outputs} for n in case.outputs or ())
     batches = set()
     for tensor in case.inputs:

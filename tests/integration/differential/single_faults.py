@@ -53,9 +53,10 @@ def valid_case(draw: st.DrawFn, model: ModelSpec) -> InferCase:
     inputs = tuple(
         TensorCase(spec.name, spec.datatype, shape, "typed" if typed else "raw", math.prod(shape))
         for spec in model.inputs
+        if not spec.optional or draw(st.booleans())
         for shape in [_dims(draw, model, spec, batch)]
     )
-    return InferCase(model.name, draw(st.sampled_from(["", "1"])), "", inputs, None)
+    return InferCase(model.name, draw(st.sampled_from(["", "1"])), "", inputs, None, spec=model)
 
 
 def _with_input(case: InferCase, index: int, **changes: Any) -> InferCase:
@@ -67,6 +68,10 @@ def _with_input(case: InferCase, index: int, **changes: Any) -> InferCase:
 def _reshaped(tensor: TensorCase, shape: tuple[int, ...]) -> dict[str, Any]:
     count = math.prod(shape) if all(d >= 0 for d in shape) else 1
     return {"shape": shape, "count": count}
+
+
+def _spec(model: ModelSpec, name: str) -> TensorSpec:
+    return next(t for t in model.inputs if t.name == name)
 
 
 CaseFault = Callable[[st.DrawFn, ModelSpec, InferCase], InferCase | None]
@@ -86,9 +91,11 @@ def _extra_input(draw: st.DrawFn, model: ModelSpec, case: InferCase) -> InferCas
 
 
 def _missing_input(draw: st.DrawFn, model: ModelSpec, case: InferCase) -> InferCase | None:
-    if len(case.inputs) < 2:
+    required = {t.name for t in model.required}
+    droppable = [i for i, t in enumerate(case.inputs) if t.name in required]
+    if not droppable:
         return None
-    drop = draw(st.integers(0, len(case.inputs) - 1))
+    drop = draw(st.sampled_from(droppable))
     return dataclasses.replace(case, inputs=case.inputs[:drop] + case.inputs[drop + 1 :])
 
 
@@ -111,7 +118,7 @@ def _shape(draw: st.DrawFn, model: ModelSpec, case: InferCase) -> InferCase | No
         shape.append(draw(st.integers(1, 2)))
     elif how == "less" and len(shape) > (1 if model.max_batch_size else 0):
         shape.pop()
-    elif how == "wrong" and shape and model.inputs[index].dims[-1] >= 0:
+    elif how == "wrong" and shape and _spec(model, case.inputs[index].name).dims[-1:] != (-1,):
         shape[-1] += 1
     else:
         return None
@@ -121,9 +128,11 @@ def _shape(draw: st.DrawFn, model: ModelSpec, case: InferCase) -> InferCase | No
 def _negative_dim(draw: st.DrawFn, model: ModelSpec, case: InferCase) -> InferCase | None:
     index = draw(st.integers(0, len(case.inputs) - 1))
     shape = list(case.inputs[index].shape)
-    if not shape:
+    # Not the batch dimension where other inputs have one: they would differ in batch size too.
+    first = 1 if model.max_batch_size and len(case.inputs) > 1 else 0
+    if len(shape) <= first:
         return None
-    shape[draw(st.integers(0, len(shape) - 1))] = draw(st.sampled_from([-1, -2]))
+    shape[draw(st.integers(first, len(shape) - 1))] = draw(st.sampled_from([-1, -2]))
     return _with_input(case, index, **_reshaped(case.inputs[index], tuple(shape)))
 
 
@@ -354,9 +363,9 @@ def _grpc_fault(draw: st.DrawFn, call: GrpcCall, fault: str) -> GrpcCall:
 
 
 @st.composite
-def single_fault_calls(draw: st.DrawFn) -> Call:
-    """A valid inference request to one of :data:`FAULT_MODELS` with exactly one fault, over gRPC or HTTP."""
-    model = draw(st.sampled_from(FAULT_MODELS))
+def single_fault_calls(draw: st.DrawFn, models: tuple[ModelSpec, ...] = FAULT_MODELS) -> Call:
+    """A valid inference request to one of ``models`` with exactly one fault, over gRPC or HTTP."""
+    model = draw(st.sampled_from(models))
     case = valid_case(draw, model)
     grpc = draw(st.booleans())
     kinds = list(CASE_FAULTS) + (list(GRPC_FAULTS) if grpc else list(JSON_FAULTS) + list(BODY_FAULTS))

@@ -23,8 +23,9 @@ from sonic.protocol.errors import SonicError
 
 SONIC_ROOT = Path(errors_module.__file__).resolve().parent.parent
 # The modules a request (inference, metadata, model control, shared memory, log settings, HTTP routing
-# and bodies) passes through on its way to a refusal; backends other than Python's, ensembles, the rate
-# limiter and start-up configuration are not reached by the differential models.
+# and bodies, the Python backend's outputs) passes through on its way to a refusal; backends other than
+# Python's, ensembles, the rate limiter and start-up configuration are not reached by the differential
+# models.
 SITE_FILES = (
     "protocol/dtypes.py",
     "protocol/grpc_codec.py",
@@ -32,6 +33,7 @@ SITE_FILES = (
     "protocol/http_raw.py",
     "protocol/types.py",
     "protocol/wire.py",
+    "server/backends/python.py",
     "server/dataplane.py",
     "server/frontends/grpc_methods.py",
     "server/frontends/http.py",
@@ -42,6 +44,7 @@ SITE_FILES = (
     "server/model.py",
     "server/repository.py",
     "server/runtime/sequences.py",
+    "server/runtime/tensors.py",
     "server/shm.py",
     "server/shm_open.py",
     "server/shm_request.py",
