@@ -70,8 +70,14 @@ def _lookup(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     return unknown and sonic.code in {"INVALID_ARGUMENT", "400"}
 
 
+# The client faults Triton answers INTERNAL that sonic answers NOT_FOUND (what is named is not there);
+# every other is INVALID_ARGUMENT.
+ABSENT = re.compile(r"no shared memory object with key|no model folder|Unable to find shared memory region")
+
+
 def _internal(_: Call, triton: Outcome, sonic: Outcome) -> bool:
-    return triton.code in {"INTERNAL", "500"} and sonic.code in CLIENT_ERRORS
+    expected = {"NOT_FOUND", "404"} if ABSENT.search(sonic.message) else {"INVALID_ARGUMENT", "400"}
+    return triton.code in {"INTERNAL", "500"} and sonic.code in expected
 
 
 WORDING = (
@@ -171,7 +177,7 @@ def _server_metadata(_: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 def _empty_name(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     route = isinstance(call, HttpCall) and "/models//" in call.path
-    return route and triton.code == "404" and sonic.code in {"400", "200"}
+    return route and triton.code == "404" and sonic.code in {"400", "200", "503"}
 
 
 def _unaligned(_: Call, triton: Outcome, sonic: Outcome) -> bool:
@@ -319,6 +325,34 @@ def _output_order(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     return triton.code == sonic.code and same
 
 
+def _load_failure_text(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    """A model's failure to load in other words: the load call's message, or the index's reasons."""
+    if triton.code != sonic.code:
+        return False
+    if triton.message.startswith("load failed for model ") and sonic.message.startswith("failed to load "):
+        return True
+    if triton.message != sonic.message or not isinstance(triton.answer, dict | list):
+        return False
+    return bool(_without_reasons(triton.answer) == _without_reasons(sonic.answer))
+
+
+def _without_reasons(answer: Any) -> Any:
+    entries = answer.get("models", []) if isinstance(answer, dict) else answer
+    if not isinstance(entries, list):
+        return answer
+    return [{k: v for k, v in e.items() if k != "reason"} if isinstance(e, dict) else e for e in entries]
+
+
+def _strict_readiness(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    not_ready = (triton.code, triton.answer) in [("OK", {}), ("400", None)]
+    ready = (sonic.code, sonic.answer) in [("OK", {"ready": True}), ("200", None)]
+    return call.what == "server readiness" and not_ready and ready
+
+
+def _header_forwarding(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    return call.what.startswith("headers ") and triton.code == sonic.code and triton.code in {"OK", "200"}
+
+
 INTENDED: tuple[Intended, ...] = (
     Intended(
         "error-context",
@@ -451,7 +485,8 @@ INTENDED: tuple[Intended, ...] = (
         "empty-model-name-route",
         "HTTP model-control calls with an empty model name (`/v2/repository/models//load`): Triton has "
         "no route for them (404 `Not Found`); sonic routes them: a load refuses the name (400), an unload "
-        "answers OK (200) as an unload of any name that is not loaded does, on Triton's gRPC too.",
+        "answers OK (200) as an unload of any name that is not loaded does, on Triton's gRPC too; in "
+        "model-control modes other than explicit both are refused as every load and unload is (503).",
         "The answer says the name is the fault, not the path; unloading what is not loaded is no error.",
         _empty_name,
     ),
@@ -516,8 +551,8 @@ INTENDED: tuple[Intended, ...] = (
         "An HTTP output asked for with the `classification` parameter: Triton answers its top classes "
         "as BYTES `value:index` strings; sonic refuses it (400 `the classification extension is not "
         "supported by this server`).",
-        "sonic does not implement the classification extension (ServerMetadata does not list it); "
-        "answering the plain tensor instead would be a silent wrong answer.",
+        "implemented on branch classify (issue 32); until then sonic refuses it rather than answer "
+        "the plain tensor (a silent wrong answer).",
         _classification,
     ),
     Intended(
@@ -594,6 +629,30 @@ INTENDED: tuple[Intended, ...] = (
         "Clients find outputs by name (every client library does); the configuration's order is the "
         "one `ModelMetadata` gives.",
         _output_order,
+    ),
+    Intended(
+        "model-load-failure-text",
+        "A model that fails to load (its `initialize` raises): Triton's load answer is `load failed for "
+        "model '<m>': version 1 is at UNAVAILABLE state: Internal: <exception>` with the model's "
+        "traceback, and the repository index's reason the same; sonic's is `failed to load '<m>': model "
+        "'<m>' instance <m>_0_0: initialize failed: <exception>`. Same status and state.",
+        "A traceback discloses the server's file paths to clients (docs/security.md); sonic names the "
+        "instance that failed and the exception.",
+        _load_failure_text,
+    ),
+    Intended(
+        "strict-readiness",
+        "`--strict-readiness=true` (Triton's default) with a model that failed to load: Triton's server "
+        "readiness is false; sonic's is true (it notices the flag and ignores it).",
+        "implemented on branch startup (issue 32)",
+        _strict_readiness,
+    ),
+    Intended(
+        "header-forwarding",
+        "`--grpc-header-forward-pattern` / `--http-header-forward-pattern`: Triton passes the matching "
+        "request headers to the model as request parameters; sonic does not (it notices the flags).",
+        "implemented on branch classify (issue 32)",
+        _header_forwarding,
     ),
 )
 

@@ -362,14 +362,20 @@ def _grpc_fault(draw: st.DrawFn, call: GrpcCall, fault: str) -> GrpcCall:
     return GrpcCall("ModelInfer", payload, what=f"single fault {fault}: {call.what}", faults=1)
 
 
+FAULTS = (*CASE_FAULTS, *GRPC_FAULTS, *JSON_FAULTS, *BODY_FAULTS)
+
+
 @st.composite
-def single_fault_calls(draw: st.DrawFn, models: tuple[ModelSpec, ...] = FAULT_MODELS) -> Call:
-    """A valid inference request to one of ``models`` with exactly one fault, over gRPC or HTTP."""
+def single_fault_calls(
+    draw: st.DrawFn, models: tuple[ModelSpec, ...] = FAULT_MODELS, fault: str | None = None
+) -> Call:
+    """A valid inference request to one of ``models`` with exactly one fault (``fault``, or any), over
+    gRPC or HTTP (the one protocol a fault of the gRPC message or of the JSON body has)."""
     model = draw(st.sampled_from(models))
     case = valid_case(draw, model)
-    grpc = draw(st.booleans())
-    kinds = list(CASE_FAULTS) + (list(GRPC_FAULTS) if grpc else list(JSON_FAULTS) + list(BODY_FAULTS))
-    fault = draw(st.sampled_from(kinds))
+    if fault is None:
+        fault = draw(st.sampled_from(FAULTS))
+    grpc = fault in GRPC_FAULTS or (fault in CASE_FAULTS and draw(st.booleans()))
     if fault in CASE_FAULTS:
         bent = CASE_FAULTS[fault](draw, model, case)
         if bent is None:

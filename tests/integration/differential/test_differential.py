@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from tests.integration.differential.calls import Call
 from tests.integration.differential.compare import Both, budget
 from tests.integration.differential.requests import InferCase, infer_grpc, infer_http
-from tests.integration.differential.single_faults import single_fault_calls
+from tests.integration.differential.single_faults import FAULTS, single_fault_calls
 from tests.integration.differential.strategies import (
     SequenceCase,
     control_cases,
@@ -64,11 +64,12 @@ def test_infer(both: Both, case: InferCase, binary: bool) -> None:
     both.compare(infer_http(case, binary_output=binary))
 
 
-@budget(150)
-@given(call=single_fault_calls())
-def test_single_fault(both: Both, call: Call) -> None:
+@pytest.mark.parametrize("fault", FAULTS)
+@budget(6)
+@given(data=st.data())
+def test_single_fault(both: Both, fault: str, data: st.DataObject) -> None:
     # One fault: the message is compared, not only the status (two faults may be named in either order).
-    both.compare(call)
+    both.compare(data.draw(single_fault_calls(fault=fault)))
 
 
 @budget(30)
