@@ -275,9 +275,8 @@ def _count(shape: list[Any]) -> int:
 
 
 def _zero_batch(_: Call, triton: Outcome, sonic: Outcome) -> bool:
-    return _same_code(
-        triton, sonic, r"input byte size mismatch", "batch-size must be in 1.."
-    ) and sonic.message.endswith("got 0")
+    theirs = r"input byte size mismatch|expected \d+ string elements"
+    return _same_code(triton, sonic, theirs, "batch-size must be in 1..") and sonic.message.endswith("got 0")
 
 
 def _input_parameters(call: Call, triton: Outcome, sonic: Outcome) -> bool:
@@ -351,6 +350,11 @@ def _strict_readiness(call: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 def _header_forwarding(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     return call.what.startswith("headers ") and triton.code == sonic.code and triton.code in {"OK", "200"}
+
+
+def _json_integer_range(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    refused = sonic.code == "400" and re.search(r"value -?\d+ is out of range for [A-Z0-9]+", sonic.message)
+    return isinstance(call, HttpCall) and triton.code == "200" and refused is not None
 
 
 INTENDED: tuple[Intended, ...] = (
@@ -581,8 +585,8 @@ INTENDED: tuple[Intended, ...] = (
     Intended(
         "zero-batch",
         "A batch size of 0 for a batched model: Triton answers `input byte size mismatch ...` with the "
-        "bytes of a batch of one; sonic `inference request batch-size must be in 1..N for '<model>', got "
-        "0`. Same status.",
+        "bytes of a batch of one (`expected 1 string elements ...` for BYTES); sonic `inference request "
+        "batch-size must be in 1..N for '<model>', got 0`. Same status.",
         "The fault is the batch size, and the message says so.",
         _zero_batch,
     ),
@@ -653,6 +657,14 @@ INTENDED: tuple[Intended, ...] = (
         "request headers to the model as request parameters; sonic does not (it notices the flags).",
         "implemented on branch classify (issue 32)",
         _header_forwarding,
+    ),
+    Intended(
+        "json-integer-range",
+        "A JSON number out of an integer input's range (300 for UINT8, -1 for UINT16): Triton takes it "
+        "modulo the type's range (300 becomes 44) and runs the request; sonic refuses it (400 `value 300 "
+        "is out of range for UINT8 (0..255)`).",
+        "The model would see another number than the client sent: a silent wrong answer.",
+        _json_integer_range,
     ),
 )
 
