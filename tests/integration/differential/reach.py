@@ -48,7 +48,9 @@ class SiteHits:
     checked: Counter[str] = field(default_factory=Counter)
     unchecked: Counter[str] = field(default_factory=Counter)
     unplaced: Counter[str] = field(default_factory=Counter)  # sonic's messages no site's words match
-    tests: dict[str, set[str]] = field(default_factory=dict)  # site id: the tests that reached it
+    # site id: the tests whose cases may have reached it (every site whose words match a message: more
+    # than reached it, so that a mutation run that runs only these tests misses none)
+    tests: dict[str, set[str]] = field(default_factory=dict)
 
     def record(self, test: str, triton: Outcome, sonic: Outcome, row: str | None) -> None:
         if sonic.code in OK_CODES or not sonic.message:
@@ -59,6 +61,7 @@ class SiteHits:
         counter = self.checked if checked(triton, sonic, row) else self.unchecked
         for site in sites:
             counter[site.id] += 1
+        for site in self.table.matching(sonic.message):
             self.tests.setdefault(site.id, set()).add(test)
 
     def report(self) -> dict[str, Any]:

@@ -161,6 +161,10 @@ class SiteTable:
         self._patterns = [(s, p) for s in sites if (p := s.pattern()) is not None]
         self._patterns.sort(key=lambda sp: -sp[0].literal_chars)
 
+    def matching(self, message: str) -> list[Site]:
+        """Every site whose template matches ``message`` (a longer template may match another's words)."""
+        return [site for site, pattern in self._patterns if pattern.search(message)]
+
     def sites_of(self, message: str) -> list[Site]:
         """The site whose template words ``message`` (every site with those same words), or none."""
         for site, pattern in self._patterns:
