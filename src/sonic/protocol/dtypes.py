@@ -217,6 +217,10 @@ def array_from_contents(
         array = np.asarray(values).reshape(-1)  # first as they are, so their range can be checked
         if datatype.numpy.kind in "iu" and array.size:
             _check_integers(array, datatype, where)
+        if datatype.name == "BOOL" and array.size and array.dtype.kind != "b":
+            # JSON 300 or "text" for a BOOL input: Triton refuses it (numpy would make it true)
+            odd = next((v for v in array.tolist() if not isinstance(v, bool)), array.reshape(-1)[0].item())
+            raise InvalidArgumentError(f"{where}: contents are not BOOL values: {odd!r} is not a boolean")
         # Floats past the type's range become infinities, as in Triton (a C++ cast), without numpy's warning.
         with np.errstate(over="ignore"):
             array = array.astype(datatype.numpy, copy=False)
@@ -233,7 +237,8 @@ def _check_integers(array: npt.NDArray[Any], datatype: Datatype, where: str) -> 
     """JSON 1.5 or true for an integer input is refused, as Triton refuses it (numpy would truncate it)."""
     _check_integer_range(array, datatype, where)
     if array.dtype.kind in "fb":
-        odd = array.reshape(-1)[0].item()
+        flat = array.reshape(-1).tolist()
+        odd = next((v for v in flat if isinstance(v, bool) or not float(v).is_integer()), flat[0])
         raise InvalidArgumentError(
             f"{where}: contents are not {datatype.name} values: {odd!r} is not an integer"
         )

@@ -357,6 +357,11 @@ def _json_integer_range(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     return isinstance(call, HttpCall) and triton.code == "200" and refused is not None
 
 
+def _bytes_object_output(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    refused = sonic.code in {"INTERNAL", "500"} and re.search(r"cannot convert '\w+' object to bytes", sonic.message)
+    return triton.code in {"OK", "200"} and refused is not None
+
+
 INTENDED: tuple[Intended, ...] = (
     Intended(
         "error-context",
@@ -665,6 +670,14 @@ INTENDED: tuple[Intended, ...] = (
         "is out of range for UINT8 (0..255)`).",
         "The model would see another number than the client sent: a silent wrong answer.",
         _json_integer_range,
+    ),
+    Intended(
+        "bytes-object-output",
+        "A Python model's object array of numbers for a BYTES output: Triton answers each element as "
+        "its text (`0.5` becomes `\"0.5\"`); sonic answers INTERNAL (`cannot convert 'float' object to "
+        "bytes`).",
+        "fixed on branch fidelity (issue 32)",
+        _bytes_object_output,
     ),
 )
 
