@@ -18,7 +18,7 @@ report); a mutant runs those tests only, and a site that no test reaches is repo
 result (JSON: every mutant, the kill rate, the survivors) goes to ``--out``.
 
     PYTHONPATH=src .venv/bin/python tools/mutate_messages.py --out /tmp/mutants.json [--kinds text,status]
-        [--only server/model.py] [--tape /tmp/tape.jsonl] [--examples-env ...]
+        [--only server/model.py,protocol/dtypes.py] [--tape /tmp/tape.jsonl] [--examples-env ...]
 """
 
 from __future__ import annotations
@@ -153,7 +153,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON result")
     parser.add_argument("--kinds", default="text,status", help="text, status or both (comma-separated)")
-    parser.add_argument("--only", default="", help="only sites whose id contains this")
+    parser.add_argument(
+        "--only", default="", help="only sites whose id contains one of these (comma-separated)"
+    )
     parser.add_argument("--tape", type=Path, help="Triton's recorded answers (recorded first when absent)")
     parser.add_argument("--timeout-s", type=float, default=300.0, help="most seconds per suite run")
     parser.add_argument("--all", action="store_true", help="run the whole suite for every mutant")
@@ -177,7 +179,7 @@ def main() -> int:
     reached = json.loads(baseline.with_suffix(".sites.json").read_text())["by_site"]
     tests_of = {s["id"]: s["tests"] for s in reached}
     results: list[dict[str, object]] = []
-    sites = [s for s in find_sites() if args.only in s.id]
+    sites = [s for s in find_sites() if any(part in s.id for part in args.only.split(","))]
     for site in sites:
         original = (SONIC_ROOT / site.path).read_text(encoding="utf-8")
         for kind in args.kinds.split(","):
