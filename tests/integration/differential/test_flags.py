@@ -88,7 +88,12 @@ FLAG_SETS = (
         ),
         broken_at_start=True,
     ),
-    FlagSet("poll-mode", ("--model-control-mode=poll", "--repository-poll-secs=3600"), broken_at_start=False),
+    # Triton in poll mode waits out its exit timeout (30 s by default) when it is stopped.
+    FlagSet(
+        "poll-mode",
+        ("--model-control-mode=poll", "--repository-poll-secs=3600", "--exit-timeout-secs=3"),
+        broken_at_start=False,
+    ),
     FlagSet(
         "strict-readiness",
         (
