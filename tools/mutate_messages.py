@@ -162,8 +162,11 @@ def main() -> int:
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="sonic-mutants-"))
+    # The whole src folder: the Python backend's triton_python_backend_utils must be this tree's too.
+    shutil.copytree(
+        SONIC_ROOT.parent, work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
     copy = work / "src" / "sonic"
-    shutil.copytree(SONIC_ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
     tape = args.tape or work / "triton.jsonl"
     if not tape.exists():
         sys.stdout.write(f"recording Triton's answers to {tape}\n")
