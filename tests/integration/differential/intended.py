@@ -67,7 +67,9 @@ def _order(call: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 def _lookup(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     unknown = triton.code in {"NOT_FOUND", "404"} and triton.message.startswith("Request for unknown model")
-    return unknown and sonic.code in {"INVALID_ARGUMENT", "400"}
+    # sonic refused the message's contents (not the model: that would be the status, not the order)
+    decoded = "Request for unknown model" not in sonic.message
+    return unknown and decoded and sonic.code in {"INVALID_ARGUMENT", "400"}
 
 
 # The client faults Triton answers INTERNAL that sonic answers NOT_FOUND (what is named is not there);
