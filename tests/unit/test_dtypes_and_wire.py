@@ -125,3 +125,21 @@ def test_append_raw_contents_is_a_valid_response() -> None:
 def test_truncated_message_is_invalid() -> None:
     with pytest.raises(InvalidArgumentError, match="malformed"):
         split_raw_contents(b"\x3a\xff\xff")
+
+
+@pytest.mark.parametrize(
+    ("datatype", "values", "message"),
+    [
+        ("INT16", [1, 1.5], "t: contents are not INT16 values: 1.5 is not an integer"),
+        ("UINT8", [True, False], "t: contents are not UINT8 values: True is not an integer"),
+        ("BOOL", [300, True], "t: contents are not BOOL values: 300 is not a boolean"),
+        ("BOOL", ["yes", "no"], "t: contents are not BOOL values: 'yes' is not a boolean"),
+    ],
+)
+def test_json_values_of_another_kind_are_refused_not_converted(
+    datatype: str, values: list[object], message: str
+) -> None:
+    # Found by the differential tests: numpy truncated 1.5 to 1 and made 300 true; Triton refuses them.
+    with pytest.raises(InvalidArgumentError) as error:
+        dtypes.array_from_contents(values, dtypes.BY_NAME[datatype], (2,), "t")
+    assert error.value.message == message

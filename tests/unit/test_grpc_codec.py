@@ -53,10 +53,23 @@ def test_no_parameters_decode_as_empty() -> None:
 @pytest.mark.parametrize(
     ("parameters", "message"),
     [
-        ({"priority": "high"}, "request parameter 'priority' must be an integer, got 'high'"),
-        ({"sequence_end": 1}, "request parameter 'sequence_end' must be a boolean, got 1"),
-        ({"sequence_id": 1.5}, "request parameter 'sequence_id' must be an integer or a string, got 1.5"),
-        ({"timeout": True}, "request parameter 'timeout' must be an integer, got True"),
+        # Triton's words, then the field that was set
+        (
+            {"priority": "high"},
+            "invalid value type for 'priority' parameter, expected int64_param or uint64_param. Got string_param",
+        ),
+        (
+            {"sequence_end": 1},
+            "invalid value type for 'sequence_end' parameter, expected bool_param. Got int64_param",
+        ),
+        (
+            {"sequence_id": 1.5},
+            "invalid value type for 'sequence_id' parameter, expected int64_param or string_param. Got double_param",
+        ),
+        (
+            {"timeout": True},
+            "invalid value type for 'timeout' parameter, expected int64_param. Got bool_param",
+        ),
     ],
 )
 def test_parameters_of_the_wrong_type_are_refused(parameters: dict[str, object], message: str) -> None:

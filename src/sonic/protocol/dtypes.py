@@ -188,7 +188,13 @@ def array_to_bytes(array: npt.NDArray[Any], datatype: Datatype) -> bytes | memor
 
 def count_mismatch(datatype: Datatype, name: str, model: str, expected: int, given: int) -> str:
     """Triton's words for typed contents (gRPC ``contents``, JSON BYTES ``data``) whose element count is
-    not the shape's: a BYTES input counts strings, any other counts bytes."""
+    not the shape's: a BYTES input counts strings (other words for too few than for too many), any other
+    counts bytes."""
+    if datatype.name == "BYTES" and given < expected:
+        return (
+            f"expected {expected} string elements for inference input {quote(name)} for model "
+            f"{quote(model)}, got {given}"
+        )
     if datatype.name == "BYTES":
         return (
             f"unexpected number of string elements {given} for inference input {quote(name)} for model "
@@ -217,7 +223,11 @@ def array_from_contents(
     try:
         array = np.asarray(values).reshape(-1)  # first as they are, so their range can be checked
         if datatype.numpy.kind in "iu" and array.size:
-            _check_integer_range(array, datatype, where)
+            _check_integers(array, datatype, where)
+        if datatype.name == "BOOL" and array.size and array.dtype.kind != "b":
+            # JSON 300 or "text" for a BOOL input: Triton refuses it (numpy would make it true)
+            odd = next((v for v in array.tolist() if not isinstance(v, bool)), array.reshape(-1)[0].item())
+            raise InvalidArgumentError(f"{where}: contents are not BOOL values: {odd!r} is not a boolean")
         # Floats past the type's range become infinities, as in Triton (a C++ cast), without numpy's warning.
         with np.errstate(over="ignore"):
             array = array.astype(datatype.numpy, copy=False)
@@ -228,6 +238,18 @@ def array_from_contents(
             f"{where}: expected {count} {datatype.name} elements for shape {list(shape)}, got {array.size}"
         )
     return _reshaped(array, shape, where)
+
+
+def _check_integers(array: npt.NDArray[Any], datatype: Datatype, where: str) -> None:
+    """JSON 1.5 or true for an integer input is refused, as Triton refuses it (numpy would truncate it)."""
+    _check_integer_range(array, datatype, where)
+    if array.dtype.kind in "fb":
+        flat = array.reshape(-1).tolist()
+        odd = next((v for v in flat if isinstance(v, bool) or not float(v).is_integer()), flat[0])
+        raise InvalidArgumentError(
+            f"{where}: contents are not {datatype.name} values: {odd!r} is not an integer"
+        )
+    _check_integer_range(array, datatype, where)
 
 
 def _check_integer_range(array: npt.NDArray[Any], datatype: Datatype, where: str) -> None:

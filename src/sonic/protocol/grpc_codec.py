@@ -68,13 +68,37 @@ def grpc_status(error: SonicError) -> grpc.StatusCode:
 # --- parameters -------------------------------------------------------------------------------------------
 
 
+# The fields Triton 2.51's gRPC front end takes for the parameters it reads (others are the model's).
+TRITON_PARAMETER_FIELDS = {
+    "sequence_id": ("int64_param", "string_param"),
+    "sequence_start": ("bool_param",),
+    "sequence_end": ("bool_param",),
+    "priority": ("int64_param", "uint64_param"),
+    "timeout": ("int64_param",),
+}
+CUSTOM_PARAMETER_FIELDS = ("int64_param", "bool_param", "string_param")
+
+
+def _alternatives(fields: tuple[str, ...]) -> str:
+    """``a``, ``a or b``, ``a, b, or c``: as Triton lists the fields it takes."""
+    if len(fields) < 3:
+        return " or ".join(fields)
+    return ", ".join(fields[:-1]) + ", or " + fields[-1]
+
+
 def parameters_from_proto(parameters: Any, where: str) -> dict[str, object]:
     """An ``InferParameter`` map as plain values, checked against Triton's request parameters."""
     values: dict[str, object] = {}
     for key, param in parameters.items():
         which = param.WhichOneof("parameter_choice")
-        if which is None:
-            raise InvalidArgumentError(f"{where}: request parameter '{key}' has no value")
+        fields = TRITON_PARAMETER_FIELDS.get(key, CUSTOM_PARAMETER_FIELDS)
+        taken = (*fields, "uint64_param") if "int64_param" in fields else fields  # ids past 2^63 too
+        if which is None or (key in TRITON_PARAMETER_FIELDS and which not in taken):
+            # Triton's words; a custom parameter may also be a double here (Triton has no use for it)
+            raise InvalidArgumentError(
+                f"{where}: invalid value type for '{key}' parameter, expected {_alternatives(fields)}."
+                + ("" if which is None else f" Got {which}")
+            )
         values[key] = getattr(param, which)
     check_parameters(values, where)
     return values
@@ -107,7 +131,7 @@ def _parameter_int(parameters: Any, key: str, where: str) -> int:
     raise InvalidArgumentError(f"{where}: parameter '{key}' must be an integer, got {which}")
 
 
-def _shm_ref(parameters: Any, where: str) -> ShmRef | None:
+def _shm_ref(parameters: Any, where: str, tensor: str) -> ShmRef | None:
     """The ``shared_memory_*`` parameters of an input or output, as Triton reads them."""
     if "shared_memory_region" not in parameters:
         return None
@@ -115,8 +139,9 @@ def _shm_ref(parameters: Any, where: str) -> ShmRef | None:
     if param.WhichOneof("parameter_choice") != "string_param":
         raise InvalidArgumentError(f"{where}: parameter 'shared_memory_region' must be a string")
     if "shared_memory_byte_size" not in parameters:
-        raise InvalidArgumentError(
-            f"{where}: 'shared_memory_region' is given without 'shared_memory_byte_size'"
+        raise InvalidArgumentError(  # Triton's words
+            f"{where}: 'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
+            f"parameter for tensor {quote(tensor)}"
         )
     return ShmRef(
         param.string_param,
@@ -156,7 +181,7 @@ def decode_infer_request(data: bytes | bytearray | memoryview) -> InferRequest:
         raise InvalidArgumentError(f"malformed ModelInferRequest: {exc}") from None
     model = _ModelName(head.model_name)  # quoted only into an error message
     shm = [
-        _shm_ref(t.parameters, f"{model} input '{t.name}'")
+        _shm_ref(t.parameters, f"{model} input '{t.name}'", t.name)
         if "shared_memory_region" in t.parameters
         else None
         for t in head.inputs
@@ -207,7 +232,7 @@ def decode_infer_request(data: bytes | bytearray | memoryview) -> InferRequest:
             o.name: ref
             for o in head.outputs
             if "shared_memory_region" in o.parameters
-            and (ref := _shm_ref(o.parameters, f"{model} output {quote(o.name)}")) is not None
+            and (ref := _shm_ref(o.parameters, f"{model} output {quote(o.name)}", o.name)) is not None
         },
         output_classes={
             o.name: _class_count(o.parameters) for o in head.outputs if "classification" in o.parameters

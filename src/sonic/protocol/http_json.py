@@ -109,6 +109,12 @@ def _parse_header(body: bytes | bytearray, header_length: int | None) -> tuple[d
     return header, end
 
 
+def _object(value: object) -> object:
+    """A ``parameters`` field: absent or null is no parameters; anything else is kept to be checked
+    (``[]`` is not an object, however empty)."""
+    return {} if value is None else value
+
+
 def _int_parameter(parameters: dict[str, Any], key: str, where: str) -> int:
     value = parameters.get(key, 0)
     if isinstance(value, bool) or not isinstance(value, int):
@@ -116,7 +122,7 @@ def _int_parameter(parameters: dict[str, Any], key: str, where: str) -> int:
     return value
 
 
-def _shm_ref(parameters: dict[str, Any], where: str) -> ShmRef | None:
+def _shm_ref(parameters: dict[str, Any], where: str, tensor: str) -> ShmRef | None:
     """The ``shared_memory_*`` parameters of an input or output, as Triton reads them."""
     if "shared_memory_region" not in parameters:
         return None
@@ -124,8 +130,9 @@ def _shm_ref(parameters: dict[str, Any], where: str) -> ShmRef | None:
     if not isinstance(region, str):
         raise InvalidArgumentError(f"{where}: parameter 'shared_memory_region' must be a string")
     if "shared_memory_byte_size" not in parameters:
-        raise InvalidArgumentError(
-            f"{where}: 'shared_memory_region' is given without 'shared_memory_byte_size'"
+        raise InvalidArgumentError(  # Triton's words
+            f"{where}: 'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
+            f"parameter for tensor {quote(tensor)}"
         )
     return ShmRef(
         region,
@@ -159,7 +166,7 @@ def decode_infer_request(
     header, offset = _parse_header(body, header_length)
     request_id = str(header.get("id", ""))
     where = _Where.of(request_id, model_name)
-    parameters = header.get("parameters") or {}
+    parameters = _object(header.get("parameters"))
     if not isinstance(parameters, dict):
         raise InvalidArgumentError(f"{where.model}: 'parameters' must be an object")
     check_parameters(parameters, where.model)
@@ -172,8 +179,9 @@ def decode_infer_request(
         tensor, offset = _decode_input(item, view, offset, where)
         inputs.append(tensor)
     if offset != len(body):
-        raise InvalidArgumentError(
-            f"{where.model}: {len(body) - offset} bytes of binary data left over after the inputs"
+        raise InvalidArgumentError(  # Triton's words, then the count
+            f"{where.model}: unexpected additional input data for model {quote(where.name)}; "
+            f"{len(body) - offset} bytes of binary data left over after the inputs"
         )
     request = InferRequest(
         model_name=model_name,
@@ -201,7 +209,7 @@ def _decode_input(item: object, body: memoryview, offset: int, where: _Where) ->
     datatype_name = item.get("datatype")
     if not isinstance(datatype_name, str):
         raise InvalidArgumentError(f"{at}: 'datatype' is missing")
-    parameters = item.get("parameters") or {}
+    parameters = _object(item.get("parameters"))
     if not isinstance(parameters, dict):
         raise InvalidArgumentError(f"{at}: 'parameters' must be an object")
     given = [
@@ -219,15 +227,16 @@ def _decode_input(item: object, body: memoryview, offset: int, where: _Where) ->
             "'parameters', 'shared_memory_region' in 'parameters'. But "
             + ("set " + " ".join(quote(field) for field in given) if given else "no field is set")
         )
-    shm = _shm_ref(parameters, at)
+    shm = _shm_ref(parameters, at, name)
     if shm is not None:
         return InputTensor(name, datatype_name, shape, shm=shm), offset
     if "binary_data_size" in parameters:
         size = _int_parameter(parameters, "binary_data_size", at)
         if size < 0 or offset + size > len(body):
-            raise InvalidArgumentError(
-                f"{at}: binary_data_size {size} runs past the end of the request body "
-                f"({len(body) - offset} bytes of binary data left)"
+            raise InvalidArgumentError(  # Triton's words, then the sizes
+                f"{at}: unexpected size for input {quote(name)}, expecting {offset + size - len(body)} "
+                f"additional bytes for model {quote(where.name)}; binary_data_size {size} runs past the end "
+                f"of the request body ({len(body) - offset} bytes of binary data left)"
             )
         return InputTensor(name, datatype_name, shape, raw=body[offset : offset + size]), offset + size
     datatype = dtypes.from_name(datatype_name)
@@ -307,14 +316,14 @@ def _decode_outputs(raw_outputs: object, where: _Where, request: InferRequest) -
             raise InvalidArgumentError(f"{where.model}: every requested output needs a 'name'")
         name = item["name"]
         outputs.append(name)
-        parameters = item.get("parameters") or {}
+        parameters = _object(item.get("parameters"))
         if not isinstance(parameters, dict):
             raise InvalidArgumentError(f"{where.output(name)}: bad 'parameters'")
         if "classification" in parameters:
             count = _class_count(parameters, where.output(name))
             if count:  # as Triton: 0 asks for the tensor itself
                 request.output_classes[name] = count
-        ref = _shm_ref(parameters, where.output(name))
+        ref = _shm_ref(parameters, where.output(name), name)
         if ref is not None:
             request.output_shm[name] = ref
         if "binary_data" in parameters:

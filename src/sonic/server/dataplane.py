@@ -162,10 +162,11 @@ class DataPlane:
                 f"model {action} is disabled on this server (started with --disable-repository-control)"
             )
         if self._config.model_control_mode is not ModelControlMode.EXPLICIT:
-            # UNAVAILABLE, as Triton answers it (its words name only the poll mode).
+            # UNAVAILABLE, in Triton's words (which name only the poll mode, also in mode none), then ours.
             raise UnavailableError(
-                f"explicit model {action} is not allowed in model control mode "
-                f"'{self._config.model_control_mode}'; start the server with --model-control-mode explicit"
+                "explicit model load / unload is not allowed if polling is enabled; this server runs in "
+                f"model control mode '{self._config.model_control_mode}' (start it with "
+                f"--model-control-mode explicit to {action} models)"
             )
 
     async def load_model(self, name: str, parameters: dict[str, object]) -> None:

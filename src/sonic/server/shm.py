@@ -339,7 +339,7 @@ class SharedMemoryRegistry:
     def get(self, name: str, where: str) -> Region:
         region = self._regions.get(name)
         if region is None:
-            raise NotFoundError(f"{where}: unable to find system shared memory region: '{name}'")
+            raise NotFoundError(f"{where}: Unable to find shared memory region: '{name}'")  # Triton's words
         return region
 
     def close(self) -> None:

@@ -104,5 +104,5 @@ def test_grpc_parameter_of_the_wrong_type_is_invalid_argument(backend_server: Se
     assert error.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert (
         error.value.details()
-        == "model 'echo_parameters': request parameter 'timeout' must be an integer, got 'soon'"
+        == "model 'echo_parameters': invalid value type for 'timeout' parameter, expected int64_param. Got string_param"
     )

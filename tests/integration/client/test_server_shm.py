@@ -87,7 +87,7 @@ def test_inputs_and_outputs_in_shared_memory(region: tuple[Any, tritonclient.Inf
 @pytest.mark.parametrize(
     ("region_name", "byte_size", "offset", "status", "message"),
     [
-        ("nope", 128, 0, "StatusCode.NOT_FOUND", "unable to find system shared memory region: 'nope'"),
+        ("nope", 128, 0, "StatusCode.NOT_FOUND", "Unable to find shared memory region: 'nope'"),
         ("io", 128, 1024, "StatusCode.INVALID_ARGUMENT", "Invalid offset for shared memory region: 'io'"),
         (
             "io",

@@ -28,7 +28,7 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class Pair:
-    triton: Endpoint
+    triton: Endpoint | None  # None while Triton's answers are replayed from a recording
     sonic: Endpoint
 
 
@@ -47,6 +47,7 @@ class GrpcCall:
     payload: bytes  # serialized request (possibly malformed)
     what: str = ""  # a line saying what the case is, for failure reports
     faults: int = 0  # how many things are wrong in it, when it is a generated inference request
+    metadata: tuple[tuple[str, str], ...] = ()  # gRPC headers sent with it
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def _response_type(method: str) -> Any:
 def grpc_outcome(channel: grpc.Channel, call: GrpcCall) -> Outcome:
     handle = channel.unary_unary(SERVICE + call.method, request_serializer=None, response_deserializer=None)
     try:
-        data = handle(call.payload, timeout=CALL_TIMEOUT_S)
+        data = handle(call.payload, timeout=CALL_TIMEOUT_S, metadata=call.metadata or None)
     except grpc.RpcError as exc:
         return Outcome(exc.code().name, exc.details() or "")
     response_type = _response_type(call.method)

@@ -67,11 +67,19 @@ def _order(call: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 def _lookup(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     unknown = triton.code in {"NOT_FOUND", "404"} and triton.message.startswith("Request for unknown model")
-    return unknown and sonic.code in {"INVALID_ARGUMENT", "400"}
+    # sonic refused the message's contents (not the model: that would be the status, not the order)
+    decoded = "Request for unknown model" not in sonic.message
+    return unknown and decoded and sonic.code in {"INVALID_ARGUMENT", "400"}
+
+
+# The client faults Triton answers INTERNAL that sonic answers NOT_FOUND (what is named is not there);
+# every other is INVALID_ARGUMENT.
+ABSENT = re.compile(r"no shared memory object with key|no model folder|Unable to find shared memory region")
 
 
 def _internal(_: Call, triton: Outcome, sonic: Outcome) -> bool:
-    return triton.code in {"INTERNAL", "500"} and sonic.code in CLIENT_ERRORS
+    expected = {"NOT_FOUND", "404"} if ABSENT.search(sonic.message) else {"INVALID_ARGUMENT", "400"}
+    return triton.code in {"INTERNAL", "500"} and sonic.code in expected
 
 
 WORDING = (
@@ -149,7 +157,15 @@ def _string_sequence_id(_: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 
 def _without_empty_bytes(answer: Any) -> Any:
-    """A gRPC answer with the raw contents of empty BYTES outputs blanked."""
+    """An answer with the bytes of empty BYTES outputs blanked (gRPC raw contents, HTTP binary parts)."""
+    if isinstance(answer, dict) and "raw_output_contents" not in answer and "outputs" in answer:
+        outputs = [
+            {**o, "parameters": {**o["parameters"], "binary_data_size": 0}, "binary": ""}
+            if o.get("datatype") == "BYTES" and 0 in o.get("shape", []) and "parameters" in o
+            else o
+            for o in answer["outputs"]
+        ]
+        return {**answer, "outputs": outputs}
     if not isinstance(answer, dict) or "raw_output_contents" not in answer:
         return answer
     raw = list(answer["raw_output_contents"])
@@ -160,7 +176,8 @@ def _without_empty_bytes(answer: Any) -> Any:
 
 
 def _empty_bytes(_: Call, triton: Outcome, sonic: Outcome) -> bool:
-    return triton.code == sonic.code == "OK" and _without_empty_bytes(triton.answer) == sonic.answer
+    same = _without_empty_bytes(triton.answer) == _without_empty_bytes(sonic.answer)
+    return triton.code == sonic.code and triton.code in {"OK", "200"} and same
 
 
 def _unloaded(entries: Any) -> Any:
@@ -195,7 +212,7 @@ def _server_metadata(_: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 def _empty_name(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     route = isinstance(call, HttpCall) and "/models//" in call.path
-    return route and triton.code == "404" and sonic.code in {"400", "200"}
+    return route and triton.code == "404" and sonic.code in {"400", "200", "503"}
 
 
 def _unaligned(_: Call, triton: Outcome, sonic: Outcome) -> bool:
@@ -236,6 +253,112 @@ def _shm_empty_name(call: Call, triton: Outcome, sonic: Outcome) -> bool:
 def _not_a_request(_: Call, __: Outcome, ___: Outcome) -> bool:
     """A difference at start-up, not in an answer: tests/integration/test_serve_start_up.py keeps it."""
     return False
+
+
+def _same_code(triton: Outcome, sonic: Outcome, theirs: str, ours: str) -> bool:
+    return (
+        triton.code == sonic.code and re.search(theirs, triton.message) is not None and ours in sonic.message
+    )
+
+
+def _unexpected_input(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    return _same_code(triton, sonic, r"but missing required input\(s\) \]", "unexpected inference input")
+
+
+def _negative_dimension(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    theirs = r"input byte size mismatch .*Expected -\d|expected 42949672\d\d string elements"
+    ours = re.search(
+        r"has a negative dimension|batch-size must be in 1\.\.\d+ for '[^']*', got -", sonic.message
+    )
+    return triton.code == sonic.code and re.search(theirs, triton.message) is not None and ours is not None
+
+
+def _bytes_framing(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    theirs = r"incomplete string|expected \d+ string elements|unexpected number of string elements"
+    return _same_code(triton, sonic, theirs, "malformed BYTES data")
+
+
+def _http_parameter_on_grpc(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    refused = "request parameter 'binary_data_output' must be" in sonic.message
+    return isinstance(call, GrpcCall) and triton.code == "OK" and sonic.code == "INVALID_ARGUMENT" and refused
+
+
+def _required_with_optional(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    refused = "but missing required input(s)" in sonic.message and sonic.code in CLIENT_ERRORS
+    return triton.code in {"OK", "200"} and refused
+
+
+def _zero_batch(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    theirs = r"input byte size mismatch|expected \d+ string elements"
+    return _same_code(triton, sonic, theirs, "batch-size must be in 1..") and sonic.message.endswith("got 0")
+
+
+def _input_parameters(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    refused = sonic.code == "400" and re.search(
+        r"input '[^']*': 'parameters' must be an object", sonic.message
+    )
+    return isinstance(call, HttpCall) and refused is not None and triton.code in {"200", "400"}
+
+
+def _missing_outputs(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    answered = triton.code in {"OK", "200"} or triton.message.startswith("sending FP16 data via JSON")
+    return answered and sonic.code in {"INTERNAL", "500"} and "did not produce output(s)" in sonic.message
+
+
+def _model_exception(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    theirs = triton.message.startswith("Failed to process the request(s) for model ")
+    return theirs and triton.code == sonic.code and sonic.message.startswith("model '")
+
+
+def _model_output_checked(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    ours = re.search(
+        r"unexpected output '[^']*', the config declares|has numpy dtype .* but the config declares|is BYTES in the config, but the model gave",
+        sonic.message,
+    )
+    return triton.code in {"OK", "200"} and sonic.code in {"INTERNAL", "500"} and ours is not None
+
+
+def _by_name(answer: Any) -> Any:
+    """A gRPC answer with its outputs (and their raw contents) sorted by name."""
+    if not isinstance(answer, dict) or "outputs" not in answer:
+        return answer
+    raw = answer.get("raw_output_contents")
+    pairs = sorted(
+        zip(answer["outputs"], raw or [None] * len(answer["outputs"]), strict=False),
+        key=lambda p: p[0].get("name", ""),
+    )
+    ordered = {**answer, "outputs": [p[0] for p in pairs]}
+    if raw is not None:
+        ordered["raw_output_contents"] = [p[1] for p in pairs]
+    return ordered
+
+
+def _output_order(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    same = triton.answer != sonic.answer and _by_name(triton.answer) == _by_name(sonic.answer)
+    return triton.code == sonic.code and same
+
+
+def _load_failure_text(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    """A model's failure to load in other words: the load call's message, or the index's reasons."""
+    if triton.code != sonic.code:
+        return False
+    if triton.message.startswith("load failed for model ") and sonic.message.startswith("failed to load "):
+        return True
+    if triton.message != sonic.message or not isinstance(triton.answer, dict | list):
+        return False
+    return bool(_without_reasons(triton.answer) == _without_reasons(sonic.answer))
+
+
+def _without_reasons(answer: Any) -> Any:
+    entries = answer.get("models", []) if isinstance(answer, dict) else answer
+    if not isinstance(entries, list):
+        return answer
+    return [{k: v for k, v in e.items() if k != "reason"} if isinstance(e, dict) else e for e in entries]
+
+
+def _json_integer_range(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    refused = sonic.code == "400" and re.search(r"value -?\d+ is out of range for [A-Z0-9]+", sonic.message)
+    return isinstance(call, HttpCall) and triton.code == "200" and refused is not None
 
 
 INTENDED: tuple[Intended, ...] = (
@@ -318,8 +441,8 @@ INTENDED: tuple[Intended, ...] = (
     ),
     Intended(
         "empty-bytes-output",
-        "An empty BYTES output (shape with a 0) over gRPC: Triton's raw_output_contents entry holds 8 "
-        "stray bytes; sonic's is empty.",
+        "An empty BYTES output (shape with a 0): Triton's raw_output_contents entry (gRPC) or binary "
+        "part (HTTP) holds 8 stray bytes; sonic's is empty.",
         "An empty tensor has no bytes; Triton's are uninitialised memory of its Python backend.",
         _empty_bytes,
     ),
@@ -371,7 +494,8 @@ INTENDED: tuple[Intended, ...] = (
         "empty-model-name-route",
         "HTTP model-control calls with an empty model name (`/v2/repository/models//load`): Triton has "
         "no route for them (404 `Not Found`); sonic routes them: a load refuses the name (400), an unload "
-        "answers OK (200) as an unload of any name that is not loaded does, on Triton's gRPC too.",
+        "answers OK (200) as an unload of any name that is not loaded does, on Triton's gRPC too; in "
+        "model-control modes other than explicit both are refused as every load and unload is (503).",
         "The answer says the name is the fault, not the path; unloading what is not loaded is no error.",
         _empty_name,
     ),
@@ -504,6 +628,120 @@ INTENDED: tuple[Intended, ...] = (
         "serving; a model that failed to load is listed with its reason, as Triton lists one that "
         "fails in its backend.",
         _not_a_request,
+    ),
+    Intended(
+        "unexpected-input",
+        "An input the model does not have, beside all it has: Triton answers with its input count "
+        "message, naming no missing input (`expected 1 inputs but got 2 inputs ... missing required "
+        "input(s) ]`); sonic names the input: `unexpected inference input 'BOGUS' for model ..., expected "
+        "one of [...]`. Same status.",
+        "Triton's message says something is missing when nothing is; the client's fault is the extra "
+        "input, and naming it (and the model's inputs) says what to fix.",
+        _unexpected_input,
+    ),
+    Intended(
+        "negative-dimension",
+        "A shape with a negative dimension other than -1 (e.g. `[-2]`), or a negative batch size for a "
+        "BYTES input: Triton answers `input byte size mismatch ... Expected -4, got 2` or `expected "
+        "4294967295 string elements ...` (a negative count, wrapped); sonic `shape [-2] has a negative "
+        "dimension` or `batch-size must be in 1..N for '<model>', got -1`. Same status.",
+        "No byte count can be negative: the fault is the shape, and the message says so.",
+        _negative_dimension,
+    ),
+    Intended(
+        "bytes-framing",
+        "Raw BYTES data whose 4-byte length prefixes do not frame the buffer: Triton answers `incomplete "
+        "string length indicator ...`, `incomplete string data ...`, `expected N string elements ... "
+        "got M` or `unexpected number of string elements ...` by where its parser stops; sonic "
+        "`malformed BYTES data: ...` with the element and the bytes left. Same status.",
+        "sonic's one message says which element's prefix is wrong and how many bytes remain.",
+        _bytes_framing,
+    ),
+    Intended(
+        "http-parameter-on-grpc",
+        "`binary_data_output` of a type other than boolean in a gRPC request: Triton ignores it (an "
+        "HTTP parameter) and runs the request; sonic refuses it (INVALID_ARGUMENT), as over HTTP.",
+        "One check of the parameters the server reads, whichever front end they came through; a "
+        "wrong type is the client's mistake on both.",
+        _http_parameter_on_grpc,
+    ),
+    Intended(
+        "required-input-with-optional",
+        "A model with optional inputs, asked without one of its required inputs: Triton runs it (the "
+        "model gets no such input); sonic refuses it with Triton's own words for a missing input.",
+        "The model's code expects a required input to be there; running without it fails in the model "
+        "or, worse, answers as if it had been sent empty.",
+        _required_with_optional,
+    ),
+    Intended(
+        "zero-batch",
+        "A batch size of 0 for a batched model: Triton answers `input byte size mismatch ...` with the "
+        "bytes of a batch of one (`expected 1 string elements ...` for BYTES); sonic `inference request "
+        "batch-size must be in 1..N for '<model>', got 0`. Same status.",
+        "The fault is the batch size, and the message says so.",
+        _zero_batch,
+    ),
+    Intended(
+        "input-parameters-type",
+        "An HTTP input whose `parameters` is not a JSON object (`[]`, a string, a number): Triton ignores "
+        "it (and so reads no `binary_data_size` there); sonic refuses it (400 `'parameters' must be an "
+        "object`).",
+        "An input's binary size the server cannot read makes it misread the binary part of the body.",
+        _input_parameters,
+    ),
+    Intended(
+        "missing-outputs",
+        "A request for all outputs (none named) to a model that returns fewer than its configuration "
+        "declares: Triton answers those it returned; sonic answers INTERNAL/500 naming those missing.",
+        "A client asking for every output and getting fewer may read a missing one as empty; a model "
+        "that leaves out a declared output is at fault, and the status says so.",
+        _missing_outputs,
+    ),
+    Intended(
+        "model-exception-text",
+        "An exception raised in a Python model's `execute` (or by `pb_utils.Tensor` for what it cannot "
+        "take: a Python list, a byte order other than the machine's): Triton answers `Failed to process "
+        "the request(s) for model '<m>_0_0', message: <exception>` with the model's traceback; sonic "
+        "`model '<m>': ...` with the exception. Same status.",
+        "A traceback discloses the server's file paths to clients (docs/security.md); the exception "
+        "itself says what failed.",
+        _model_exception,
+    ),
+    Intended(
+        "model-output-checked",
+        "A Python model returning an output its configuration does not declare, or of another datatype "
+        "than declared (an object array for an INT32 output, float64 for FP32): Triton drops the "
+        "undeclared one and answers the other in the datatype the model gave; sonic answers INTERNAL/500 "
+        "naming the output and both datatypes.",
+        "Clients read an output by its configured datatype; answering another one, or dropping an "
+        "output silently, is a silent wrong answer.",
+        _model_output_checked,
+    ),
+    Intended(
+        "output-order",
+        "The outputs of an answer in another order, each the same: Triton lists a Python model's "
+        "outputs in the order the model returned them; sonic in the order of the model's configuration.",
+        "Clients find outputs by name (every client library does); the configuration's order is the "
+        "one `ModelMetadata` gives.",
+        _output_order,
+    ),
+    Intended(
+        "model-load-failure-text",
+        "A model that fails to load (its `initialize` raises): Triton's load answer is `load failed for "
+        "model '<m>': version 1 is at UNAVAILABLE state: Internal: <exception>` with the model's "
+        "traceback, and the repository index's reason the same; sonic's is `failed to load '<m>': model "
+        "'<m>' instance <m>_0_0: initialize failed: <exception>`. Same status and state.",
+        "A traceback discloses the server's file paths to clients (docs/security.md); sonic names the "
+        "instance that failed and the exception.",
+        _load_failure_text,
+    ),
+    Intended(
+        "json-integer-range",
+        "A JSON number out of an integer input's range (300 for UINT8, -1 for UINT16): Triton takes it "
+        "modulo the type's range (300 becomes 44) and runs the request; sonic refuses it (400 `value 300 "
+        "is out of range for UINT8 (0..255)`).",
+        "The model would see another number than the client sent: a silent wrong answer.",
+        _json_integer_range,
     ),
 )
 

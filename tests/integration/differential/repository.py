@@ -43,6 +43,10 @@ class TensorSpec:
     name: str
     datatype: str  # KServe v2 name (FP32, BYTES, ...)
     dims: tuple[int, ...]  # without the batch dimension
+    reshape: tuple[int, ...] | None = None  # the model's own dims, where the config reshapes
+    optional: bool = False
+    ragged: bool = False  # allow_ragged_batch
+    label_filename: str = ""  # outputs only
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,11 @@ class ModelSpec:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     sequence: bool = False  # under the sequence batcher: needs sequence_id and flags
+    dynamic_batching: bool | None = None  # None: on where max_batch_size is
+
+    @property
+    def required(self) -> tuple[TensorSpec, ...]:
+        return tuple(t for t in self.inputs if not t.optional)
 
 
 def _echo(name: str, max_batch_size: int, inputs: tuple[TensorSpec, ...]) -> ModelSpec:
@@ -95,10 +104,23 @@ CONFIG_TYPES = {"BYTES": "TYPE_STRING"}
 def _tensors(tensors: tuple[TensorSpec, ...]) -> str:
     rows = [
         f'{{ name: "{t.name}" data_type: {CONFIG_TYPES.get(t.datatype, "TYPE_" + t.datatype)} '
-        f"dims: [ {', '.join(map(str, t.dims))} ] }}"
+        f"dims: [ {', '.join(map(str, t.dims))} ]{_features(t)} }}"
         for t in tensors
     ]
     return ",\n  ".join(rows)
+
+
+def _features(tensor: TensorSpec) -> str:
+    text = ""
+    if tensor.reshape is not None:
+        text += f" reshape: {{ shape: [ {', '.join(map(str, tensor.reshape))} ] }}"
+    if tensor.optional:
+        text += " optional: true"
+    if tensor.ragged:
+        text += " allow_ragged_batch: true"
+    if tensor.label_filename:
+        text += f' label_filename: "{tensor.label_filename}"'
+    return text
 
 
 SEQUENCE_BATCHING = """
@@ -125,14 +147,15 @@ def config_text(model: ModelSpec) -> str:
     )
     if model.sequence:
         return text + SEQUENCE_BATCHING
-    if model.max_batch_size:
+    dynamic = bool(model.max_batch_size) if model.dynamic_batching is None else model.dynamic_batching
+    if dynamic:
         return text + "dynamic_batching { }\n"
     return text
 
 
-def write_repository(root: Path) -> Path:
+def write_repository(root: Path, models: tuple[ModelSpec, ...] = MODELS) -> Path:
     """The models under ``root`` (version 1 of each); ``root`` is returned."""
-    for model in MODELS:
+    for model in models:
         version = root / model.name / "1"
         version.mkdir(parents=True, exist_ok=True)
         (root / model.name / "config.pbtxt").write_text(config_text(model), encoding="utf-8")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -40,6 +40,7 @@ class TensorCase:
     shape: tuple[int, ...]
     mode: str  # "raw", "typed", "both" (raw and typed) or "none" (no data)
     count: int  # elements of data sent (may differ from the shape's)
+    raw: bytes | None = None  # the raw data sent instead of that of ``count`` elements (malformed BYTES)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class InferCase:
     outputs: tuple[str, ...] | None  # None: no output list (all outputs)
     parameters: tuple[tuple[str, ParamValue], ...] = ()
     extra_raw: int = 0  # raw_input_contents entries beyond the inputs' (gRPC only)
+    # The model the case is meant for, where it is not one of repository.MODELS (a generated one).
+    spec: ModelSpec | None = field(default=None, repr=False, compare=False)
 
 
 def values(datatype: str, count: int) -> list[Any]:
@@ -74,6 +77,10 @@ def raw_bytes(datatype: str, count: int) -> bytes:
     return np.asarray(values(datatype, count), NUMPY[datatype]).tobytes()
 
 
+def tensor_bytes(tensor: TensorCase) -> bytes:
+    return raw_bytes(tensor.datatype, tensor.count) if tensor.raw is None else tensor.raw
+
+
 def infer_grpc(case: InferCase) -> GrpcCall:
     request = service_pb2.ModelInferRequest(
         model_name=case.model, model_version=case.version, id=case.request_id
@@ -84,7 +91,7 @@ def infer_grpc(case: InferCase) -> GrpcCall:
     for tensor in case.inputs:
         message = request.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
         if tensor.mode in {"raw", "both"}:
-            raw.append(raw_bytes(tensor.datatype, tensor.count))
+            raw.append(tensor_bytes(tensor))
         if tensor.mode in {"typed", "both"}:
             field = CONTENTS_FIELD.get(tensor.datatype)
             if field is None:  # FP16/BF16 have no typed field: send it in the nearest one, Triton refuses it
@@ -97,7 +104,9 @@ def infer_grpc(case: InferCase) -> GrpcCall:
     request.raw_input_contents.extend(raw)
     for name in case.outputs or ():
         request.outputs.add(name=name)
-    return GrpcCall("ModelInfer", request.SerializeToString(), what=repr(case), faults=faults(case))
+    return GrpcCall(
+        "ModelInfer", request.SerializeToString(deterministic=True), what=repr(case), faults=faults(case)
+    )
 
 
 def _set(param: Any, value: ParamValue) -> None:
@@ -137,7 +146,7 @@ def infer_http(case: InferCase, *, binary_output: bool) -> HttpCall:
         if tensor.mode in {"typed", "both"}:
             entry["data"] = _nested(values(tensor.datatype, tensor.count), tensor.shape)
         if tensor.mode in {"raw", "both"}:
-            data = raw_bytes(tensor.datatype, tensor.count)
+            data = tensor_bytes(tensor)
             entry["parameters"] = {"binary_data_size": len(data)}
             binary.append(data)
         inputs.append(entry)
@@ -174,13 +183,15 @@ def _shape_ok(model: ModelSpec, spec: TensorSpec, shape: tuple[int, ...]) -> boo
 
 def faults(case: InferCase) -> int:
     """How many things are wrong in ``case`` (a lower bound): with two or more, servers may name either."""
-    model = next((m for m in MODELS if m.name == case.model), None)
+    model = case.spec if case.spec is not None and case.spec.name == case.model else None
+    model = model or next((m for m in MODELS if m.name == case.model), None)
     if model is None:
         return 1 + (case.version not in {"", "1"})
     count = (case.version not in {"", "1"}) + (case.extra_raw > 0)
     specs = {t.name: t for t in model.inputs}
     names = [t.name for t in case.inputs]
-    count += len(names) != len(set(names)) or len(set(names) & set(specs)) != len(specs)
+    required = {t.name for t in model.required}
+    count += len(names) != len(set(names)) or not required <= set(names)
     count += any(n not in {t.name for t in model.outputs} for n in case.outputs or ())
     batches = set()
     for tensor in case.inputs:

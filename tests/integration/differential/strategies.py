@@ -80,8 +80,8 @@ def tensors(draw: st.DrawFn, model: ModelSpec, spec: TensorSpec) -> TensorCase:
 
 
 @st.composite
-def infer_cases(draw: st.DrawFn) -> InferCase:
-    model = draw(st.sampled_from(INFER_MODELS))
+def infer_cases(draw: st.DrawFn, models: tuple[ModelSpec, ...] = INFER_MODELS) -> InferCase:
+    model = draw(st.sampled_from(models))
     name = draw(st.sampled_from([model.name] * 10 + list(OTHER_NAMES)))
     inputs = [draw(tensors(model, spec)) for spec in model.inputs]
     drop = draw(st.sampled_from([None] * 8 + list(range(len(inputs)))))
@@ -104,6 +104,7 @@ def infer_cases(draw: st.DrawFn) -> InferCase:
         outputs=outputs,
         parameters=chosen,
         extra_raw=draw(st.sampled_from([0] * 10 + [1])),
+        spec=model,
     )
 
 
@@ -156,7 +157,7 @@ PAGE_BYTES = 4096  # mmap offsets: Linux pages on x86-64 and most arm64 kernels
 
 
 def _grpc(method: str, message: Message) -> GrpcCall:
-    return GrpcCall(method, message.SerializeToString(), what=f"{method}({message})")
+    return GrpcCall(method, message.SerializeToString(deterministic=True), what=f"{method}({message})")
 
 
 def _http(method: str, path: str, body: dict[str, object] | None = None) -> HttpCall:

@@ -12,19 +12,17 @@ appends every unexplained difference to PATH as JSON lines instead of stopping a
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import tritonclient.utils.shared_memory as shm
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from tests.integration.differential.calls import Call, Caller, Outcome, Pair
-from tests.integration.differential.intended import explain
+from tests.integration.differential.calls import Call
+from tests.integration.differential.compare import Both, budget
 from tests.integration.differential.requests import InferCase, infer_grpc, infer_http
+from tests.integration.differential.single_faults import FAULTS, single_fault_calls
 from tests.integration.differential.strategies import (
     SequenceCase,
     control_cases,
@@ -42,54 +40,12 @@ from tests.integration.differential.strategies import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.triton]
 
-EXAMPLES_ENV = "SONIC_DIFFERENTIAL_EXAMPLES"
-REPORT_ENV = "SONIC_DIFFERENTIAL_REPORT"
 SHM_BYTES = 8192  # two pages: an offset of one page is valid on both servers
-
-
-def budget(ci_examples: int) -> settings:
-    """CI: ``ci_examples``, derandomized (the same cases every run); people: the env var's count, random."""
-    chosen = int(os.environ.get(EXAMPLES_ENV, "0"))
-    return settings(
-        max_examples=chosen or ci_examples,
-        derandomize=not chosen,
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-
-
-@dataclass
-class Both:
-    triton: Caller
-    sonic: Caller
-
-    def compare(self, call: Call) -> Outcome:
-        """Send ``call`` to both; fail on a difference no intended row explains. Returns Triton's outcome."""
-        triton, sonic = self.triton(call), self.sonic(call)
-        if triton != sonic and explain(call, triton, sonic) is None:
-            report = os.environ.get(REPORT_ENV)
-            record = {"call": call.what or repr(call), "triton": repr(triton), "sonic": repr(sonic)}
-            if not report:
-                pytest.fail("sonic differs from Triton:\n" + json.dumps(record, indent=1))
-            with Path(report).open("a") as file:
-                file.write(json.dumps(record) + "\n")
-        return triton
-
-
-@pytest.fixture(scope="module")
-def both(pair: Pair) -> Iterator[Both]:
-    callers = Both(Caller(pair.triton), Caller(pair.sonic))
-    try:
-        yield callers
-    finally:
-        callers.triton.close()
-        callers.sonic.close()
 
 
 @pytest.fixture(scope="module")
 def shm_key() -> Iterator[str]:
-    key = f"/sonic_differential_{os.getpid()}"
+    key = f"/sonic_differential_{os.getpid():08d}"  # one length: replays match
     handle = shm.create_shared_memory_region("differential", key, SHM_BYTES)
     try:
         yield key
@@ -107,6 +63,14 @@ def sequence_numbers() -> Iterator[int]:
 def test_infer(both: Both, case: InferCase, binary: bool) -> None:
     both.compare(infer_grpc(case))
     both.compare(infer_http(case, binary_output=binary))
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+@budget(6)
+@given(data=st.data())
+def test_single_fault(both: Both, fault: str, data: st.DataObject) -> None:
+    # One fault: the message is compared, not only the status (two faults may be named in either order).
+    both.compare(data.draw(single_fault_calls(fault=fault)))
 
 
 @budget(30)
