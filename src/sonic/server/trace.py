@@ -34,8 +34,6 @@ from sonic.server.trace_file import TraceFile, TraceWriter
 from sonic.server.trace_otel import OtelExport, OtelTraceContext, TracedModel
 from sonic.server.trace_settings import Answer, Changes, TraceSetting, TraceSettings
 
-Header = Callable[[str], "str | None"]  # a request header (gRPC metadata) by lower-case name
-
 
 def _stamp(trace_id: int, name: str, ns: int) -> str:
     return f'{{"id":{trace_id},"timestamps":[{{"name":"{name}","ns":{ns}}}]}}'

@@ -34,7 +34,6 @@ KEYS = {
     "log_frequency": "log_frequency",
 }
 TRACE_FILE_REFUSED = "trace file location can not be updated through network protocol"
-LEVEL_NAMES = ("OFF", "TIMESTAMPS", "TENSORS")
 
 
 class Clear(enum.Enum):
