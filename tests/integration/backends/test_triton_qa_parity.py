@@ -372,7 +372,11 @@ def test_a_request_cancelled_while_queued_never_runs(server: Endpoint) -> None:
     executions = after.execution_count - before.execution_count
     successes = after.inference_stats.success.count - before.inference_stats.success.count
     failures = after.inference_stats.fail.count - before.inference_stats.fail.count
-    assert (executions, successes, failures) == (2, 2, 0)  # the first and the quick one: as on Triton
+    # The first and the quick one. Triton 2.51 runs the cancelled one too when the RST_STREAM reaches it
+    # after its scheduler handed the request to the Python backend (seen both ways on a loaded 2-core
+    # machine: (2, 2, 0) and (3, 3, 0)); sonic drops a queued request at once, whatever the timing.
+    counted = {(2, 2, 0), (3, 3, 0)} if server.kind == "triton" else {(2, 2, 0)}
+    assert (executions, successes, failures) in counted
 
 
 ENSEMBLE_OF_IDENTITY = """
