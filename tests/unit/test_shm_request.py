@@ -143,7 +143,7 @@ async def test_a_refused_resolve_holds_nothing(segment: Path) -> None:
     registry = SharedMemoryRegistry()
     try:
         registry.register("region", f"/{segment.name}", 0, 2 * SIZE)
-        with pytest.raises(NotFoundError, match="unable to find system shared memory region: 'nope'"):
+        with pytest.raises(NotFoundError, match="Unable to find shared memory region: 'nope'"):
             await resolve(registry, _in_and_out("nope"), spec, cached=False)
         assert registry.get("region", "test").users == 0
         registry.unregister("region")
