@@ -374,8 +374,10 @@ def test_a_request_cancelled_while_queued_never_runs(server: Endpoint) -> None:
     failures = after.inference_stats.fail.count - before.inference_stats.fail.count
     # The first and the quick one. Triton 2.51 runs the cancelled one too when the RST_STREAM reaches it
     # after its scheduler handed the request to the Python backend (seen both ways on a loaded 2-core
-    # machine: (2, 2, 0) and (3, 3, 0)); sonic drops a queued request at once, whatever the timing.
-    counted = {(2, 2, 0), (3, 3, 0)} if server.kind == "triton" else {(2, 2, 0)}
+    # machine: (2, 2, 0) and (3, 3, 0)). sonic never runs it; a cancellation that comes once the request
+    # was admitted counts it as a failed request (it ended CANCELLED), one that comes before does not
+    # (seen both ways in full runs of the suite).
+    counted = {(2, 2, 0), (3, 3, 0)} if server.kind == "triton" else {(2, 2, 0), (2, 2, 1)}
     assert (executions, successes, failures) in counted
 
 
