@@ -207,16 +207,24 @@ def test_zero_sized_tensors_round_trip(server: Endpoint) -> None:
     assert (answer["outputs"][0]["shape"], answer["outputs"][0]["data"]) == ([0], [])
 
 
-def test_optional_inputs_may_be_left_out(server: Endpoint) -> None:
+def _sum_of_optional_inputs(
+    client: grpcclient.InferenceServerClient, model: str, inputs: tuple[str, str], outputs: tuple[str, str]
+) -> None:
+    """Either optional input, or both: the model's sum and which inputs it was given (bits 1 and 2)."""
     a = np.array([1.0, 2.0], dtype=np.float32)
     b = np.array([10.0, 20.0], dtype=np.float32)
-    cases = [({"A": a}, a, 1), ({"B": b}, b, 2), ({"A": a, "B": b}, a + b, 3)]
+    first, second = inputs
+    cases = [({first: a}, a, 1), ({second: b}, b, 2), ({first: a, second: b}, a + b, 3)]
+    for given, total, bits in cases:
+        tensors = [_tensor(grpcclient, name, array, "FP32") for name, array in given.items()]
+        result = client.infer(model, tensors)
+        np.testing.assert_array_equal(result.as_numpy(outputs[0]), total)
+        assert int(result.as_numpy(outputs[1])[0]) == bits
+
+
+def test_optional_inputs_may_be_left_out(server: Endpoint) -> None:
     with grpcclient.InferenceServerClient(server.grpc) as client:
-        for given, total, bits in cases:
-            tensors = [_tensor(grpcclient, name, array, "FP32") for name, array in given.items()]
-            result = client.infer("optional_sum", tensors)
-            np.testing.assert_array_equal(result.as_numpy("SUM"), total)
-            assert int(result.as_numpy("GIVEN")[0]) == bits
+        _sum_of_optional_inputs(client, "optional_sum", ("A", "B"), ("SUM", "GIVEN"))
         # A required input is still required: the same model with none of its (optional) inputs runs too.
         result = client.infer("optional_sum", [])
         np.testing.assert_array_equal(result.as_numpy("SUM"), np.zeros(2, dtype=np.float32))
@@ -224,15 +232,8 @@ def test_optional_inputs_may_be_left_out(server: Endpoint) -> None:
 
 
 def test_optional_inputs_of_an_ensemble_may_be_left_out(server: Endpoint) -> None:
-    a = np.array([1.0, 2.0], dtype=np.float32)
-    b = np.array([10.0, 20.0], dtype=np.float32)
-    cases = [({"X": a}, a, 1), ({"Y": b}, b, 2), ({"X": a, "Y": b}, a + b, 3)]
     with grpcclient.InferenceServerClient(server.grpc) as client:
-        for given, total, bits in cases:
-            tensors = [_tensor(grpcclient, name, array, "FP32") for name, array in given.items()]
-            result = client.infer("optional_ensemble", tensors)
-            np.testing.assert_array_equal(result.as_numpy("TOTAL"), total)
-            assert int(result.as_numpy("WHICH")[0]) == bits
+        _sum_of_optional_inputs(client, "optional_ensemble", ("X", "Y"), ("TOTAL", "WHICH"))
 
 
 def test_reshape_gives_the_model_its_own_shape(server: Endpoint) -> None:
