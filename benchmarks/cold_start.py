@@ -5,7 +5,7 @@ once send batch-10 DeepCalo requests (dynamic batching, preferred 40/80, max 256
 of ``--windows`` consecutive windows of ``--window`` seconds are printed. Two servers: ``cold``
 with ``warmup_merged_batches: "0"`` (no warm-up at load, as before) and ``warm`` with the default
 (zeros at 256, 80 and 40 rows run at load, before the model reports ready; see
-src/sonic/server/warmup.py).
+src/sonic/server/models/warmup.py).
 
 ``--load tritonclient`` drives the servers with ``tritonclient.grpc.aio`` (InferInputs built per call,
 as the issue measured) instead of pre-encoded requests over grpc.aio; ``--baseline-src PATH`` adds a

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 
-from sonic.server.stats import ModelStats, RequestTiming
+from sonic.server.metrics.stats import ModelStats, RequestTiming
 
 
 def histogram_cost_ns(calls: int = 200_000) -> dict[str, float]:

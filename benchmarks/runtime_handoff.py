@@ -29,7 +29,7 @@ import numpy as np
 from sonic.models.simple import IDENTITY_CONFIG, identity_model
 from sonic.protocol.types import InferRequest, InputTensor
 from sonic.server.config import ServerConfig
-from sonic.server.manager import ModelManager
+from sonic.server.models.manager import ModelManager
 
 
 def spin(us: float) -> None:

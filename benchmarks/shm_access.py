@@ -1,7 +1,7 @@
 """What reading and writing system shared memory by ``preadv``/``pwritev`` costs against mapped views.
 
 The server used to map each region and hand out views of the mapping (a SIGBUS, and the server's death,
-once a client truncates its object); it now copies through the descriptor (:mod:`sonic.server.shm`).
+once a client truncates its object); it now copies through the descriptor (:mod:`sonic.server.shm.regions`).
 
 Two parts, each over ``--rounds`` rounds, medians printed and saved to benchmarks/results/shm_access.json:
 
@@ -46,8 +46,8 @@ from benchmarks.harness.rounds import visits
 from benchmarks.harness.servers import ServerSet
 from sonic.launch import ServerProcess
 from sonic.protocol import dtypes
-from sonic.server.shm import Region, SharedMemoryRegistry, write_output
-from sonic.server.shm_open import SHM_ROOT
+from sonic.server.shm.opening import SHM_ROOT
+from sonic.server.shm.regions import Region, SharedMemoryRegistry, write_output
 from sonic.testing.repository import MODELS, write_test_repository
 
 SIZES = (4 << 10, 256 << 10, 4 << 20, 64 << 20)

@@ -23,13 +23,13 @@ import gc, json, statistics, sys, tempfile, time
 from pathlib import Path
 import sonic.cli.main, sonic.server.server
 from sonic.protocol.types import InferRequest, InputTensor
-from sonic.server.traffic_rows import open_traffic_log, request_row
+from sonic.server.traffic.rows import open_traffic_log, request_row
 from sonic.traffic.config import TrafficLogConfig
 from sonic.traffic.signatures import Signatures
 variant = sys.argv[1]
 request = InferRequest("m", "", [InputTensor("INPUT0", "FP32", (1, 16), raw=bytes(64))])
 if variant == "recording as before":
-    from sonic.server.traffic_table import pending_to_table
+    from sonic.server.traffic.table import pending_to_table
     pending_to_table([request_row(request, 1, 1, None, 0)])
 elif variant == "recording now":
     open_traffic_log(TrafficLogConfig(Path(tempfile.mkdtemp())))

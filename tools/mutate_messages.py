@@ -18,7 +18,7 @@ report); a mutant runs those tests only, and a site that no test reaches is repo
 result (JSON: every mutant, the kill rate, the survivors) goes to ``--out``.
 
     PYTHONPATH=src .venv/bin/python tools/mutate_messages.py --out /tmp/mutants.json [--kinds text,status]
-        [--only server/model.py,protocol/dtypes.py] [--tape /tmp/tape.jsonl] [--examples-env ...]
+        [--only server/models/version.py,protocol/dtypes.py] [--tape /tmp/tape.jsonl] [--examples-env ...]
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from sonic.server.budget import RequestBudget
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.gate import CallGate
-from sonic.server.manager import ModelManager
+from sonic.server.models.manager import ModelManager
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from sonic.protocol.model_config import (
     parse_config_text,
     validate_config,
 )
-from sonic.server.repository import select_versions
+from sonic.server.models.repository import select_versions
 from sonic.testing.fuzz import mutated, one_in, run_bounded
 
 PEAK_BYTES = 4 << 20

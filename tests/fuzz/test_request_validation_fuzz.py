@@ -25,7 +25,7 @@ from sonic.protocol import grpc_codec, http_json
 from sonic.protocol.errors import SonicError
 from sonic.protocol.types import InferRequest
 from sonic.server.config import ServerConfig
-from sonic.server.manager import ModelManager
+from sonic.server.models.manager import ModelManager
 from sonic.server.work import WorkItem
 from sonic.testing.fuzz import mutated, one_in, run_bounded
 

@@ -19,8 +19,8 @@ from sonic.protocol import dtypes
 from sonic.protocol.errors import InvalidArgumentError, SonicError
 from sonic.protocol.shm_names import owner_exited, pid_namespace, region_prefix
 from sonic.protocol.types import REQUEST_PARAMETERS, check_parameters
-from sonic.server.shm import Region, SharedMemoryRegistry
-from sonic.server.shm_open import SHM_ROOT
+from sonic.server.shm.opening import SHM_ROOT
+from sonic.server.shm.regions import Region, SharedMemoryRegistry
 from sonic.testing.fuzz import mutated, one_in, run_bounded
 
 MAX_BUFFER_BYTES = 1024

@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 
 from sonic.launch import ServerProcess
 from sonic.server.config import ModelControlMode, ServerConfig
-from sonic.server.manager import ModelManager
+from sonic.server.models.manager import ModelManager
 from sonic.server.server import freeze_start_up
 
 pytestmark = pytest.mark.integration

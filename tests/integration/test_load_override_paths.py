@@ -1,6 +1,6 @@
 """Model-control load overrides cannot make the server open a file outside the model's folder.
 
-Every field of a configuration that names a file (``sonic.server.paths.FILE_FIELDS``: the unit test
+Every field of a configuration that names a file (``sonic.server.models.paths.FILE_FIELDS``: the unit test
 proves the list complete), each with an absolute name, a name climbing out with ``..`` and a name that
 is a symbolic link out of the folder, sent as RepositoryModelLoad ``config`` over gRPC and over HTTP:
 each is refused with INVALID_ARGUMENT / 400 naming the model and the field, nothing outside is
@@ -25,7 +25,7 @@ from tests.integration.triton_helpers import running_triton
 from tritonclient.utils import InferenceServerException
 
 from sonic.launch import ServerProcess
-from sonic.server.paths import FILE_FIELDS
+from sonic.server.models.paths import FILE_FIELDS
 
 pytestmark = pytest.mark.integration
 

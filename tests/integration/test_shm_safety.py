@@ -20,7 +20,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from sonic.launch import ServerProcess
-from sonic.server.shm_open import SHM_ROOT
+from sonic.server.shm.opening import SHM_ROOT
 
 pytestmark = pytest.mark.integration
 

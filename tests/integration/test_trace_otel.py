@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from sonic.server.config import ServerConfig
 from sonic.server.server import Server
-from sonic.server.trace_config import TraceFlags, parse_trace_flags
+from sonic.server.trace.config import TraceFlags, parse_trace_flags
 
 pytestmark = pytest.mark.integration
 

@@ -13,11 +13,11 @@ import pytest
 
 from sonic.protocol.errors import UnavailableError
 from sonic.server.backends.base import Backend, Batch
-from sonic.server.instance_thread import InstanceThread
+from sonic.server.metrics.stats import ModelStats
+from sonic.server.models.instance_thread import InstanceThread
 from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.policy import BatchPolicy, QueuePolicy
 from sonic.server.runtime.scheduler import Scheduler
-from sonic.server.stats import ModelStats
 from sonic.server.work import WorkItem
 
 pytestmark = pytest.mark.unit

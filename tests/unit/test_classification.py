@@ -1,4 +1,4 @@
-"""Triton's classification extension (``sonic.server.classification``) and its request parameters in both codecs."""
+"""Triton's classification extension (``sonic.server.classification.top_k``) and its request parameters in both codecs."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from sonic.protocol.grpc_codec import decode_infer_request as decode_grpc
 from sonic.protocol.grpc_codec import encode_request
 from sonic.protocol.http_json import decode_infer_request as decode_http
 from sonic.protocol.types import InferResponse, OutputTensor, WireOutputRequest, WireRequest
-from sonic.server.class_order import StdSort
-from sonic.server.classification import OFF_LOOP_ELEMENTS, classify, classify_off_loop, read_labels
-from sonic.server.paths import ModelFiles
+from sonic.server.classification.order import StdSort
+from sonic.server.classification.top_k import OFF_LOOP_ELEMENTS, classify, classify_off_loop, read_labels
+from sonic.server.models.paths import ModelFiles
 
 pytestmark = pytest.mark.unit
 
@@ -202,7 +202,7 @@ def test_large_outputs_are_classified_off_the_loop() -> None:
             return classify(*args)
 
         response = InferResponse("m", "1", "", [OutputTensor("Y", "FP32", array.shape, array)])
-        with mock.patch("sonic.server.classification.classify", spy):
+        with mock.patch("sonic.server.classification.top_k.classify", spy):
             return await classify_off_loop(response, {"Y": 1}, True, {})
 
     big = asyncio.run(run(rows))

@@ -22,7 +22,7 @@ from sonic.protocol.wire import ModelState
 from sonic.server.backends.base import InstanceContext
 from sonic.server.backends.onnxruntime import OnnxRuntimeBackend
 from sonic.server.config import ServerConfig
-from sonic.server.manager import ModelManager
+from sonic.server.models.manager import ModelManager
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ import pytest
 
 from sonic.server.backends import pb_metrics
 from sonic.server.backends.pb_utils import TritonModelException
-from sonic.server.custom_metrics import CustomMetrics, MetricError, MetricKind
+from sonic.server.metrics.custom import CustomMetrics, MetricError, MetricKind
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""An ensemble serves only while its step models do: the rules of ``server/ensemble_steps.py``."""
+"""An ensemble serves only while its step models do: the rules of ``server/models/ensemble_steps.py``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from sonic.protocol.errors import ModelConfigError, NotFoundError
 from sonic.protocol.model_config import parse_config_text
-from sonic.server.ensemble_steps import StepGraph, StepState, missing_step_error, step_models
+from sonic.server.models.ensemble_steps import StepGraph, StepState, missing_step_error, step_models
 
 pytestmark = pytest.mark.unit
 

@@ -13,7 +13,7 @@ from sonic.protocol.errors import SonicError
 from sonic.server.config import ServerConfig
 from sonic.server.dataplane import DataPlane
 from sonic.server.frontends.grpc_methods import GrpcMethods
-from sonic.server.manager import ModelManager
+from sonic.server.models.manager import ModelManager
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from sonic.server.instance_thread import InstanceThread
+from sonic.server.models.instance_thread import InstanceThread
 
 
 async def test_calls_run_on_one_thread_and_errors_come_back() -> None:

@@ -19,13 +19,13 @@ from sonic.protocol.types import InferRequest, InputTensor
 from sonic.protocol.wire import ModelState
 from sonic.server.backends.base import Backend
 from sonic.server.config import ServerConfig
-from sonic.server.instance_thread import InstanceThread
-from sonic.server.manager import ModelManager
-from sonic.server.model_entries import UNLOADED, ModelEntry, VersionState
+from sonic.server.metrics.stats import ModelStats
+from sonic.server.models.entries import UNLOADED, ModelEntry, VersionState
+from sonic.server.models.instance_thread import InstanceThread
+from sonic.server.models.manager import ModelManager
 from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.policy import BatchPolicy
 from sonic.server.runtime.scheduler import Scheduler
-from sonic.server.stats import ModelStats
 from sonic.server.work import WorkItem
 
 pytestmark = pytest.mark.unit

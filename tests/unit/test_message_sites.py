@@ -33,7 +33,7 @@ def _batch_site() -> Site:
 def test_sites_are_read_with_their_words_and_classes() -> None:
     sites = find_sites()
     site = _batch_site()
-    assert (site.path, site.error) == ("server/model.py", "InvalidArgumentError")
+    assert (site.path, site.error) == ("server/models/version.py", "InvalidArgumentError")
     # A message given through a local name is read from its assignment.
     assert any(s.template == "malformed protobuf message: truncated varint" for s in sites)
     assert len({s.id for s in sites}) == len(sites)
@@ -64,7 +64,7 @@ def test_hits_count_a_message_as_checked_only_where_it_was_compared() -> None:
 def test_mutants_change_the_words_or_the_status_and_still_compile() -> None:
     tool = _tool()
     site = _batch_site()
-    source = (SONIC_ROOT / "server" / "model.py").read_text(encoding="utf-8")
+    source = (SONIC_ROOT / "server" / "models" / "version.py").read_text(encoding="utf-8")
     text = tool.mutant_source(site, "text", source)
     assert "INFERENCE request batch-size must be <=" in text
     compile(text, "model.py", "exec")

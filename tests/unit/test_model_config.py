@@ -9,7 +9,7 @@ from sonic.models.simple import identity_model
 from sonic.protocol.errors import ModelConfigError
 from sonic.protocol.model_config import fill_defaults, parse_config_text, validate_config
 from sonic.server.backends.onnxruntime import OnnxRuntimeBackend
-from sonic.server.repository import select_versions
+from sonic.server.models.repository import select_versions
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ from sonic.models.simple import IDENTITY_CONFIG, identity_model
 from sonic.protocol.errors import InvalidArgumentError
 from sonic.protocol.types import InferRequest, InputTensor
 from sonic.server.config import ServerConfig
-from sonic.server.manager import ModelManager
+from sonic.server.models.manager import ModelManager
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sonic.protocol.errors import InvalidArgumentError
-from sonic.server.repository import Repository
+from sonic.server.models.repository import Repository
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,7 @@ import pytest
 from sonic.models.sequence import accumulator_config
 from sonic.protocol.errors import InvalidArgumentError, ModelConfigError
 from sonic.protocol.model_config import parse_config_text
-from sonic.server.paths import ModelFiles
+from sonic.server.models.paths import ModelFiles
 from sonic.server.runtime.sequences import (
     CORRID,
     Flags,

@@ -22,8 +22,8 @@ from sonic.protocol.errors import (
     ResourceExhaustedError,
 )
 from sonic.protocol.shm_names import MAX_PID, pid_namespace
-from sonic.server.shm import OFF_LOOP_BYTES, Region, SharedMemoryRegistry, write_output
-from sonic.server.shm_open import SHM_ROOT, open_object, shm_path
+from sonic.server.shm.opening import SHM_ROOT, open_object, shm_path
+from sonic.server.shm.regions import OFF_LOOP_BYTES, Region, SharedMemoryRegistry, write_output
 
 pytestmark = pytest.mark.unit
 

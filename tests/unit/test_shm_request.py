@@ -1,4 +1,4 @@
-"""One request's shared memory (``server/shm_request.py``): resolved beside the request, never into it."""
+"""One request's shared memory (``server/shm/request.py``): resolved beside the request, never into it."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from sonic.protocol.model_config import parse_config_text, validate_config
 from sonic.protocol.types import InferRequest, InputTensor, ShmRef
 from sonic.server.config import ServerConfig
 from sonic.server.dataplane import Arrival, DataPlane
-from sonic.server.manager import ModelManager
-from sonic.server.shm import SharedMemoryRegistry
-from sonic.server.shm_open import SHM_ROOT
-from sonic.server.shm_request import resolve
+from sonic.server.models.manager import ModelManager
+from sonic.server.shm.opening import SHM_ROOT
+from sonic.server.shm.regions import SharedMemoryRegistry
+from sonic.server.shm.request import resolve
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ import pytest
 from sonic.cli.main import build_parser
 from sonic.cli.serve import config_from_args
 from sonic.cli.triton_flags import apply_triton_flags
-from sonic.server.trace_config import (
+from sonic.server.trace.config import (
     TraceConfig,
     TraceFlagError,
     TraceFlags,

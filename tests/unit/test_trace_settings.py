@@ -12,10 +12,10 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from sonic.protocol.errors import InvalidArgumentError, UnimplementedError
-from sonic.server.trace import TraceManager
-from sonic.server.trace_config import TraceConfig, TraceLevel
-from sonic.server.trace_file import TraceFile, TraceWriter
-from sonic.server.trace_settings import CLEAR, Clear, TraceSettings, changes_from_grpc, changes_from_json
+from sonic.server.trace.config import TraceConfig, TraceLevel
+from sonic.server.trace.files import TraceFile, TraceWriter
+from sonic.server.trace.requests import TraceManager
+from sonic.server.trace.settings import CLEAR, Clear, TraceSettings, changes_from_grpc, changes_from_json
 
 pytestmark = pytest.mark.unit
 

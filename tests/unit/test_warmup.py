@@ -9,8 +9,8 @@ import pytest
 
 from sonic.protocol.errors import ModelConfigError
 from sonic.protocol.model_config import parse_config_text, validate_config
-from sonic.server.paths import ModelFiles
-from sonic.server.warmup import warmup_samples
+from sonic.server.models.paths import ModelFiles
+from sonic.server.models.warmup import warmup_samples
 
 BASE = """
 name: "m"

@@ -23,7 +23,7 @@ from sonic.server.config import (
     ServerConfig,
 )
 from sonic.server.devices import detect_gpu_count
-from sonic.server.repository import StartFailure
+from sonic.server.models.repository import StartFailure
 from sonic.server.server import Server, ShutdownSignals
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import Final, Literal
 
 from sonic.server.config import RateLimitConfig
 from sonic.server.runtime.rate_limiter import ResourceCount
-from sonic.server.trace_config import TraceConfig, TraceFlags, parse_trace_flags
+from sonic.server.trace.config import TraceConfig, TraceFlags, parse_trace_flags
 
 Kind = Literal["implemented", "noticed", "refused"]
 IMPLEMENTED: Final = "implemented"

@@ -5,7 +5,7 @@ The set of live segments is per process by nature (exit and signals are), so :fu
 makes one :class:`ExitCleanup` on first use and registers it with :mod:`atexit` then, not at import.
 Signal handlers are installed only on request and from the main thread; each unlinks the segments
 and then hands the signal to the handler that was there before (the default one: the process ends
-as it would have). A SIGKILL gives no chance: the server reclaims those (:mod:`sonic.server.shm`).
+as it would have). A SIGKILL gives no chance: the server reclaims those (:mod:`sonic.server.shm.regions`).
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from sonic.perf.engine import LevelResult, LoadLevel, MeasurementConfig, PerfCon
 from sonic.perf.transport import PerfError
 from sonic.protocol.errors import SonicError
 from sonic.protocol.model_config import CONFIG_FILENAME, load_config_file
-from sonic.server.load_config import VersionsFailedError, prepare_config
-from sonic.server.repository import ModelLocation
+from sonic.server.models.load_config import VersionsFailedError, prepare_config
+from sonic.server.models.repository import ModelLocation
 
 
 @dataclass(frozen=True)

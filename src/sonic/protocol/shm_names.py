@@ -1,7 +1,7 @@
 """How ``sonic.client`` names its system shared-memory regions, so a server can tell whose they are.
 
 ``sonic_<pid>_n<pid namespace>_<random>_<n>``: the creator's pid and the inode of its pid namespace.
-A server on the same host reclaims the regions of a client that exited (:mod:`sonic.server.shm`);
+A server on the same host reclaims the regions of a client that exited (:mod:`sonic.server.shm.regions`);
 the pid is trusted only when the namespace is the server's own, so a live client in another container
 (another pid namespace, shared /dev/shm) is never taken for a dead one.
 """

@@ -12,7 +12,7 @@ custom ones as ``request.parameters()``). The codecs and the client move any nam
 
 1. this module: its types in :data:`REQUEST_PARAMETERS` (and a property of :class:`InferRequest` if the
    server reads it, as :attr:`InferRequest.priority`);
-2. the code that acts on it: ``sonic/server/model.py`` (what the scheduler gets) or the backend that
+2. the code that acts on it: ``sonic/server/models/version.py`` (what the scheduler gets) or the backend that
    reads ``Request.parameters`` (``sonic/server/backends/python.py`` for the Python backend's view);
 3. ``docs/client.md``, the list of parameters;
 4. its test.
@@ -103,7 +103,7 @@ class InferRequest:
     outputs: list[str] | None = None  # None: every output of the model
     parameters: dict[str, object] = field(default_factory=dict)  # checked by check_parameters
     output_shm: dict[str, ShmRef] = field(default_factory=dict)  # outputs to write into shared memory
-    # Outputs asked as classification (parameter ``classification``): their top k as text (server/classification.py).
+    # Outputs asked as classification (parameter ``classification``): their top k as text (server/classification/top_k.py).
     output_classes: dict[str, int] = field(default_factory=dict)
 
     @property

@@ -19,9 +19,9 @@ import numpy.typing as npt
 
 from sonic.protocol import dtypes
 from sonic.protocol.types import InferRequest, InferResponse, OutputTensor
-from sonic.server.model import ModelVersion
-from sonic.server.shm_request import RequestMemory
-from sonic.server.trace import RequestTrace
+from sonic.server.models.version import ModelVersion
+from sonic.server.shm.request import RequestMemory
+from sonic.server.trace.requests import RequestTrace
 
 _SEPARATOR = b"\x00"
 

@@ -13,7 +13,7 @@ from sonic.protocol.wire import MAX_MESSAGE_BYTES
 from sonic.server.budget import DEFAULT_WAIT_S, default_budget_bytes
 from sonic.server.header_forward import HeaderForward
 from sonic.server.runtime.rate_limiter import ResourceCount
-from sonic.server.trace_config import TraceConfig
+from sonic.server.trace.config import TraceConfig
 from sonic.traffic.config import TrafficLogConfig
 
 
@@ -124,7 +124,7 @@ class ServerConfig:
     repository_control: bool = True  # False: load/unload refused even in explicit mode
     # Links placed in the repositories (a model folder, a model file) may lead elsewhere, as Triton follows
     # them; False (--refuse-model-links-outside): everything must resolve inside. A name a load override
-    # gives is confined to its model's folder either way (sonic.server.paths).
+    # gives is confined to its model's folder either way (sonic.server.models.paths).
     allow_model_links_outside: bool = True
     allow_shm_from_other_users: bool = False  # True: shared memory objects of any owner may be registered
     shm_copy_always: bool = False  # True: never map a shared memory region, copy through its descriptor

@@ -24,20 +24,20 @@ from sonic.protocol.errors import (
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InferResponse
 from sonic.server.cache import infer_through_cache
-from sonic.server.classification import classify_off_loop
+from sonic.server.classification.top_k import classify_off_loop
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.decoupled import DecoupledCall, StreamAnswer
 from sonic.server.header_forward import Forwarded, forward
-from sonic.server.load_config import parse_override
 from sonic.server.log_settings import LogSettingsService
-from sonic.server.manager import ModelManager
-from sonic.server.model import ModelVersion
+from sonic.server.models.load_config import parse_override
+from sonic.server.models.manager import ModelManager
+from sonic.server.models.version import ModelVersion
 from sonic.server.observe import RequestObserver
-from sonic.server.shm import SharedMemoryRegistry
-from sonic.server.shm_request import resolve
-from sonic.server.trace import RequestTrace, TraceManager
-from sonic.server.trace_config import TraceConfig
-from sonic.server.trace_settings import Answer, Changes
+from sonic.server.shm.regions import SharedMemoryRegistry
+from sonic.server.shm.request import resolve
+from sonic.server.trace.config import TraceConfig
+from sonic.server.trace.requests import RequestTrace, TraceManager
+from sonic.server.trace.settings import Answer, Changes
 
 EXTENSIONS = (
     "classification",
@@ -173,7 +173,9 @@ class DataPlane:
         self._check_explicit("load")
         override = None
         for key, value in parameters.items():
-            if key == "config":  # replaces the whole configuration, as in Triton (server/load_config.py)
+            if (
+                key == "config"
+            ):  # replaces the whole configuration, as in Triton (server/models/load_config.py)
                 override = parse_override(name, value)
             elif key.startswith("file:"):
                 raise InvalidArgumentError(

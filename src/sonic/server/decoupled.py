@@ -5,7 +5,7 @@ dynamic batching, an instance thread); the scheduler's answer only says that ``e
 the instance is free again. The responses come through the request's
 :class:`~sonic.server.responses.ResponseChannel`, during ``execute`` or later, from the model's
 own threads, until the final flag. Used by ``ModelStreamInfer`` (:mod:`.frontends.grpc_methods`) and by
-BLS ``exec(decoupled=True)`` (:mod:`.calls_decoupled`).
+BLS ``exec(decoupled=True)`` (:mod:`.calls.decoupled`).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 from sonic.protocol.errors import InternalError, SonicError
 from sonic.protocol.types import InferRequest, InferResponse
-from sonic.server.model import ModelVersion, failure_reason
+from sonic.server.metrics.stats import RequestTiming
+from sonic.server.models.version import ModelVersion, failure_reason
 from sonic.server.responses import DEFAULT_MAX_QUEUED_RESPONSES, ResponseChannel, Streamed
-from sonic.server.shm_request import RequestMemory
-from sonic.server.stats import RequestTiming
-from sonic.server.traffic_rows import TrafficRecorder, array_bytes, request_row
+from sonic.server.shm.request import RequestMemory
+from sonic.server.traffic.rows import TrafficRecorder, array_bytes, request_row
 from sonic.server.work import ItemState, WorkItem
 
 

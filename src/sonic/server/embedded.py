@@ -16,9 +16,9 @@ import numpy.typing as npt
 from tritonclient.grpc import service_pb2
 
 from sonic.server.backends.base import ModelCall
-from sonic.server.calls import ServerModelCaller
+from sonic.server.calls.caller import ServerModelCaller
 from sonic.server.config import ServerConfig
-from sonic.server.manager import ModelManager
+from sonic.server.models.manager import ModelManager
 
 
 class EmbeddedModels:

@@ -18,7 +18,7 @@ from typing import Any
 
 from sonic.protocol.errors import ResourceExhaustedError, UnauthenticatedError, UnavailableError
 from sonic.server.config import AdmissionConfig, AuthConfig, ServerConfig
-from sonic.server.manager import ModelManager
+from sonic.server.models.manager import ModelManager
 
 # Bounds on per-client tables, so a scan of many source ports cannot grow memory without limit.
 MAX_TRACKED_CLIENTS = 65_536

@@ -36,7 +36,7 @@ LOG_FILE_REFUSED = "log file location can not be updated through network protoco
 
 
 class TrafficSwitch(Protocol):
-    """What the API needs of the traffic recorder (:class:`sonic.server.traffic_switch.TrafficSwitch`)."""
+    """What the API needs of the traffic recorder (:class:`sonic.server.traffic.switch.TrafficSwitch`)."""
 
     @property
     def recording(self) -> bool: ...

@@ -30,11 +30,11 @@ from sonic.server.frontends.base import Frontend
 from sonic.server.frontends.factory import configured_frontends
 from sonic.server.guard import Guard
 from sonic.server.log_settings import LogSettingsService
-from sonic.server.manager import ModelManager
+from sonic.server.models.manager import ModelManager
+from sonic.server.models.repository import StartFailure, check_repository_roots
 from sonic.server.observe import RequestObserver, load_tracer
-from sonic.server.repository import StartFailure, check_repository_roots
-from sonic.server.trace import TraceManager
-from sonic.server.traffic_switch import open_traffic_log
+from sonic.server.trace.requests import TraceManager
+from sonic.server.traffic.switch import open_traffic_log
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 import numpy.typing as npt
 
+from sonic.server.metrics.stats import RequestTiming
 from sonic.server.responses import ResponseChannel
-from sonic.server.stats import RequestTiming
-from sonic.server.trace import RequestTrace
+from sonic.server.trace.requests import RequestTrace
 
 ItemOutputs = dict[str, npt.NDArray[Any]]
 
@@ -40,7 +40,7 @@ class WorkItem:
     timeout_us: int = 0
     request_id: str = ""
     output_names: tuple[str, ...] | None = None  # None: every output
-    # Where outputs may be run into, as server.shm_request placed them (None: nowhere, never empty);
+    # Where outputs may be run into, as server.shm.request placed them (None: nowhere, never empty);
     # handed to the backend only when the request runs alone.
     output_buffers: dict[str, npt.NDArray[Any]] | None = None
     parameters: Mapping[str, object] = field(default_factory=dict)  # the request's parameters, as sent

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 Row = tuple[Any, ...]  # the values of schema.COLUMNS, in order
 _MODEL = [column.name for column in COLUMNS].index("model")
 assert COLUMNS[-1].name == "contents"  # record() finds the contents last, in rows and pending records
-# Rows and pending records alike carry the model second (sonic.server.traffic_rows.PENDING_FIELDS).
+# Rows and pending records alike carry the model second (sonic.server.traffic.rows.PENDING_FIELDS).
 
 
 def _rows_to_table(rows: list[Row]) -> pa.Table:

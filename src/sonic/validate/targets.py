@@ -256,7 +256,7 @@ class DirectTarget:
     def __init__(self, repository: Path) -> None:
         from sonic.server.config import ServerConfig  # noqa: PLC0415  (the server only for direct:)
         from sonic.server.dataplane import DataPlane  # noqa: PLC0415
-        from sonic.server.manager import ModelManager  # noqa: PLC0415
+        from sonic.server.models.manager import ModelManager  # noqa: PLC0415
 
         config = ServerConfig(model_repositories=(repository,))
         self._manager = ModelManager(config)

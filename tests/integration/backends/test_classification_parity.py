@@ -28,7 +28,7 @@ from tritonclient.utils import InferenceServerException
 
 from sonic.client import AsyncClient, ClientConfig, InputError, SyncClient
 from sonic.client.config import TransportKind
-from sonic.server.class_order import StdSort
+from sonic.server.classification.order import StdSort
 
 pytestmark = [pytest.mark.integration]
 

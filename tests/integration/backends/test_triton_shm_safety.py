@@ -20,7 +20,7 @@ import tritonclient.grpc as grpcclient
 from tests.integration.triton_helpers import running_triton
 from tritonclient.utils import InferenceServerException
 
-from sonic.server.shm_open import SHM_ROOT
+from sonic.server.shm.opening import SHM_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.triton]
 

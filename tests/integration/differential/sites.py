@@ -40,14 +40,14 @@ SITE_FILES = (
     "server/frontends/http_body.py",
     "server/frontends/http_routes.py",
     "server/log_settings.py",
-    "server/manager.py",
-    "server/model.py",
-    "server/repository.py",
+    "server/models/manager.py",
+    "server/models/version.py",
+    "server/models/repository.py",
     "server/runtime/sequences.py",
     "server/runtime/tensors.py",
-    "server/shm.py",
-    "server/shm_open.py",
-    "server/shm_request.py",
+    "server/shm/regions.py",
+    "server/shm/opening.py",
+    "server/shm/request.py",
 )
 WILD = "{}"
 # A template with less literal text than this matches too much to name a site (``f"{where}: {text}"``).

@@ -100,7 +100,7 @@ def test_demo_smallest_size(demo_run: DemoRun) -> None:
 def test_demo_keeps_library_logs_off_the_screen(demo_run: DemoRun) -> None:
     log = (demo_run.out / "demo.log").read_text()
     assert "distributed.scheduler" in log  # Dask's LocalCluster logged at INFO, into the file
-    assert "sonic.server.manager" in log
+    assert "sonic.server.models.manager" in log
     screen = demo_run.stdout + demo_run.stderr
     assert " INFO " not in screen, screen
     summary = demo_run.stdout[demo_run.stdout.index("summary (seconds per event)") :]

@@ -17,7 +17,7 @@ from sonic.protocol.errors import InvalidArgumentError as InvalidArgument
 from sonic.protocol.model_config import fill_defaults, parse_config_text, validate_config
 from sonic.server.backends.base import Request
 from sonic.server.backends.onnxruntime import OnnxRuntimeBackend
-from sonic.server.model import ModelVersion
+from sonic.server.models.version import ModelVersion
 from sonic.server.responses import ChannelClosedError, ResponseChannel, Streamed
 
 pytestmark = pytest.mark.unit

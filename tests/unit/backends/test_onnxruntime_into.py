@@ -14,8 +14,8 @@ from sonic.protocol import dtypes
 from sonic.protocol.model_config import ModelSpec, fill_defaults, parse_config_text, validate_config
 from sonic.server.backends.base import InstanceContext
 from sonic.server.backends.onnxruntime import OnnxRuntimeBackend
-from sonic.server.shm import SharedMemoryRegistry, output_buffer, write_output
-from sonic.server.shm_open import SHM_ROOT
+from sonic.server.shm.opening import SHM_ROOT
+from sonic.server.shm.regions import SharedMemoryRegistry, output_buffer, write_output
 from sonic.testing.repository import MODELS, write_test_repository
 
 pytestmark = pytest.mark.unit

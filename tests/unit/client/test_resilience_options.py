@@ -15,8 +15,8 @@ from sonic.client import ClientConfig, ModelVersionError
 from sonic.client.checksum import verify
 from sonic.client.cleanup import ExitCleanup
 from sonic.protocol.shm_names import owner_exited, pid_namespace, region_prefix
-from sonic.server.shm import SharedMemoryRegistry
-from sonic.server.shm_open import SHM_ROOT
+from sonic.server.shm.opening import SHM_ROOT
+from sonic.server.shm.regions import SharedMemoryRegistry
 
 pytestmark = pytest.mark.unit
 

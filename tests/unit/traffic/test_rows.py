@@ -9,9 +9,9 @@ import pytest
 
 from sonic.protocol.errors import UnavailableError
 from sonic.protocol.types import InferRequest, InputTensor
-from sonic.server.stats import RequestTiming
-from sonic.server.traffic_rows import PENDING_FIELDS, Pending, request_row
-from sonic.server.traffic_table import pending_to_table
+from sonic.server.metrics.stats import RequestTiming
+from sonic.server.traffic.rows import PENDING_FIELDS, Pending, request_row
+from sonic.server.traffic.table import pending_to_table
 from sonic.traffic.schema import COLUMN_NAMES
 from sonic.traffic.signatures import Signatures
 

@@ -11,8 +11,8 @@ import pytest
 from sonic.cli.main import build_parser
 from sonic.cli.serve_traffic import traffic_config_from_args
 from sonic.protocol.types import InferRequest
-from sonic.server.traffic_rows import request_row
-from sonic.server.traffic_switch import TrafficSwitch
+from sonic.server.traffic.rows import request_row
+from sonic.server.traffic.switch import TrafficSwitch
 from sonic.traffic.config import TrafficLogConfig
 from sonic.traffic.schema import PARTIAL_SUFFIX, read_traffic
 

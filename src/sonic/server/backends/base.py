@@ -16,7 +16,7 @@ Three shapes of backend:
 
 Files: a backend opens ``InstanceContext.model_path`` (already checked) and any other file its
 configuration names only through ``InstanceContext.files`` / ``version_file`` / ``op_libraries``, the
-choke point of :mod:`sonic.server.paths` that keeps them inside the model's folder.
+choke point of :mod:`sonic.server.models.paths` that keeps them inside the model's folder.
 
 Backends that call other loaded models (ensembles, Python models doing BLS) get a
 :class:`ModelCaller` in their :class:`InstanceContext`, and describe each call as a :class:`ModelCall`.
@@ -38,10 +38,10 @@ from sonic.protocol import dtypes
 from sonic.protocol.errors import ModelConfigError, quote
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InputTensor, check_parameters
-from sonic.server.custom_metrics import CustomMetrics
-from sonic.server.paths import ModelFiles
+from sonic.server.metrics.custom import CustomMetrics
+from sonic.server.models.paths import ModelFiles
 from sonic.server.responses import ResponseChannel, Streamed
-from sonic.server.trace import RequestTrace
+from sonic.server.trace.requests import RequestTrace
 from sonic.server.work import RequestScheduler
 
 
@@ -114,11 +114,11 @@ class InstanceContext:
     options: Mapping[str, str] = field(default_factory=dict)  # --backend-config NAME,KEY=VALUE entries
     models: ModelCaller | None = None  # the server's other models; None where there is no server
     custom_metrics: CustomMetrics | None = None  # the server's registry of model-defined metrics
-    allow_links_outside: bool = False  # --allow-model-links-outside: see sonic.server.paths
+    allow_links_outside: bool = False  # --allow-model-links-outside: see sonic.server.models.paths
 
     @property
     def files(self) -> ModelFiles:
-        """The choke point for every file this model's configuration names (:mod:`sonic.server.paths`)."""
+        """The choke point for every file this model's configuration names (:mod:`sonic.server.models.paths`)."""
         return ModelFiles(self.config.name, self.version_dir.parent, self.allow_links_outside)
 
     def version_file(self, field: str, name: str) -> Path:
@@ -161,7 +161,7 @@ class Backend(ABC):
     def model_filename(cls, config: model_config_pb2.ModelConfig, version_dir: Path) -> str:
         """The name of the file (or folder) in ``version_dir`` this model loads, before completion.
 
-        The server passes it through :mod:`sonic.server.paths` before :meth:`auto_complete_config`
+        The server passes it through :mod:`sonic.server.models.paths` before :meth:`auto_complete_config`
         reads it. The default: the config's ``default_model_filename``, else ``default_filename``.
         """
         del version_dir

@@ -3,7 +3,7 @@
 A model makes a family (``MetricFamily(name, description, MetricFamily.COUNTER)``, or ``GAUGE``,
 ``HISTOGRAM``) and metrics in it (``family.Metric(labels={...})``; a histogram's with ``buckets=[...]``), then
 ``increment``, ``set``, ``observe`` and reads ``value()``; the server exports them at ``/metrics``
-(:mod:`sonic.server.custom_metrics` holds them). The Python backend binds the server's registry in each
+(:mod:`sonic.server.metrics.custom` holds them). The Python backend binds the server's registry in each
 instance's thread; elsewhere (a model's own unit test) making a family is a clear error.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sonic.server.backends.pb_utils import TritonModelException
-from sonic.server.custom_metrics import CustomMetrics, Labels, MetricError, MetricKind
+from sonic.server.metrics.custom import CustomMetrics, Labels, MetricError, MetricKind
 
 
 class MetricsScope:

@@ -16,7 +16,7 @@ from sonic.server.frontends.grpc_h2 import H2GrpcFrontend
 from sonic.server.frontends.http import HttpFrontend
 from sonic.server.frontends.metrics import MetricsFrontend
 from sonic.server.guard import Guard
-from sonic.server.manager import ModelManager
+from sonic.server.models.manager import ModelManager
 
 
 def configured_frontends(

@@ -31,8 +31,8 @@ from sonic.server.frontends.gate import as_sonic_error
 from sonic.server.frontends.traced import grpc_traced
 from sonic.server.header_forward import Forwarded
 from sonic.server.log_settings import changes_from_grpc, settings_to_grpc
-from sonic.server.trace_settings import answer_to_grpc
-from sonic.server.trace_settings import changes_from_grpc as trace_changes_from_grpc
+from sonic.server.trace.settings import answer_to_grpc
+from sonic.server.trace.settings import changes_from_grpc as trace_changes_from_grpc
 
 # gRPC's standard health service (grpc-health-probe, Kubernetes gRPC probes), as Triton serves it: only
 # Check. Its two messages are one field each, so they are read and written by hand.

@@ -50,8 +50,8 @@ from sonic.server.frontends.traced import http_traced
 from sonic.server.guard import CallKind
 from sonic.server.log_settings import changes_from_json
 from sonic.server.tls import http_ssl_context
-from sonic.server.trace import RequestTrace
-from sonic.server.trace_settings import changes_from_json as trace_changes_from_json
+from sonic.server.trace.requests import RequestTrace
+from sonic.server.trace.settings import changes_from_json as trace_changes_from_json
 
 log = logging.getLogger(__name__)
 

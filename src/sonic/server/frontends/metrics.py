@@ -7,8 +7,8 @@ from aiohttp import web
 from sonic.server.budget import RequestBudget
 from sonic.server.frontends.aiohttp_listener import AiohttpListener
 from sonic.server.frontends.base import Frontend
-from sonic.server.manager import ModelManager
-from sonic.server.metrics import Metrics
+from sonic.server.metrics.prometheus import Metrics
+from sonic.server.models.manager import ModelManager
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

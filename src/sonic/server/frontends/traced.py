@@ -1,6 +1,6 @@
 """A traced inference call on each front end: the protocol's own activities around the data plane's.
 
-Only reached while :attr:`sonic.server.trace.TraceManager.active`; the untraced call never comes here.
+Only reached while :attr:`sonic.server.trace.requests.TraceManager.active`; the untraced call never comes here.
 HTTP stamps ``HTTP_RECV_START`` (the request's arrival), ``HTTP_RECV_END`` (its body read, stamped by
 the front end), ``HTTP_SEND_START`` and ``HTTP_SEND_END`` (the response written to the connection here,
 rather than after the handler returns). gRPC stamps ``GRPC_WAITREAD_END`` (the message read) and
@@ -18,7 +18,7 @@ from aiohttp import web
 
 from sonic.protocol.types import InferRequest, InferResponse
 from sonic.server.dataplane import Arrival, DataPlane
-from sonic.server.trace import RequestTrace
+from sonic.server.trace.requests import RequestTrace
 
 
 async def http_traced(

@@ -15,7 +15,7 @@ earlier one at a stateful step behind a stateless step with several instances.
 
 The graph is checked when the ensemble loads (every tensor produced once, every input available,
 no cycle). The manager loads an ensemble only when every step model has a ready version and unloads
-it with a step (``server/ensemble_steps.py``); step models are still looked up per request, so a
+it with a step (``server/models/ensemble_steps.py``); step models are still looked up per request, so a
 step being reloaded fails the request with that model's own UNAVAILABLE/NOT_FOUND error.
 
 :class:`EnsembleBackend` is the platform's entry in the backend registry (``sonic.server.backends``
@@ -39,8 +39,8 @@ from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.errors import InternalError, ModelConfigError, SonicError, UnavailableError
 from sonic.server.backends.base import Backend, InstanceContext, ModelCall
-from sonic.server.stats import RequestTiming
-from sonic.server.trace import RequestTrace
+from sonic.server.metrics.stats import RequestTiming
+from sonic.server.trace.requests import RequestTrace
 from sonic.server.work import ItemOutputs, WorkItem
 
 Arrays = dict[str, npt.NDArray[Any]]
@@ -51,7 +51,7 @@ _CLIENT_ONLY_PARAMETERS = frozenset({"binary_data_output"})
 
 
 class StepCaller(Protocol):
-    """Calls a step model of the same server (``sonic.server.calls.ServerModelCaller``)."""
+    """Calls a step model of the same server (``sonic.server.calls.caller.ServerModelCaller``)."""
 
     async def infer(self, call: ModelCall) -> dict[str, npt.NDArray[Any]]: ...
 

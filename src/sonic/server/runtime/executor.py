@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from sonic.protocol.errors import InternalError, SonicError
 from sonic.server.backends.base import Backend
-from sonic.server.instance_thread import InstanceThread
+from sonic.server.models.instance_thread import InstanceThread
 from sonic.server.runtime.policy import BatchPolicy, choose_batch
 from sonic.server.runtime.queues import RequestQueues
 from sonic.server.runtime.ragged import RaggedPlan

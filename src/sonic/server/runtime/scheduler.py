@@ -13,11 +13,11 @@ import time
 from collections.abc import Sequence
 
 from sonic.protocol.errors import InternalError, UnavailableError
+from sonic.server.metrics.stats import ModelStats, RequestTiming
 from sonic.server.runtime.executor import Execution, Executor, ModelInstance
 from sonic.server.runtime.policy import BatchPolicy
 from sonic.server.runtime.ragged import RaggedPlan
 from sonic.server.runtime.rate_limiter import no_active_instance
-from sonic.server.stats import ModelStats, RequestTiming
 from sonic.server.work import ItemOutputs, ItemState, WorkItem
 
 

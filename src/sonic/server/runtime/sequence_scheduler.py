@@ -18,6 +18,7 @@ from collections.abc import Sequence as Seq
 import numpy as np
 
 from sonic.protocol.errors import InternalError, SonicError, UnavailableError
+from sonic.server.metrics.stats import ModelStats, RequestTiming
 from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.rate_limiter import call_limited, no_active_instance
 from sonic.server.runtime.sequences import (
@@ -30,7 +31,6 @@ from sonic.server.runtime.sequences import (
     state_tensors,
 )
 from sonic.server.runtime.tensors import BatchResult, run_batch
-from sonic.server.stats import ModelStats, RequestTiming
 from sonic.server.work import ItemOutputs, ItemState, WorkItem
 
 # One position of an execution: the sequence, its request and flags (None: an empty direct slot).

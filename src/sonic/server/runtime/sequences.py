@@ -27,7 +27,7 @@ from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol import dtypes
 from sonic.protocol.errors import InvalidArgumentError, ModelConfigError
-from sonic.server.paths import INITIAL_STATE_DIR, ModelFiles
+from sonic.server.models.paths import INITIAL_STATE_DIR, ModelFiles
 from sonic.server.work import WorkItem
 
 Control = model_config_pb2.ModelSequenceBatching.Control

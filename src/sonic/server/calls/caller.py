@@ -18,8 +18,8 @@ import numpy.typing as npt
 from sonic.protocol.errors import FailedPreconditionError
 from sonic.server.backends.base import ModelCall
 from sonic.server.cache import ResponseCache, infer_through_cache
-from sonic.server.calls_decoupled import stream_blocking
-from sonic.server.model import ModelVersion
+from sonic.server.calls.decoupled import stream_blocking
+from sonic.server.models.version import ModelVersion
 from sonic.server.responses import Streamed
 
 
@@ -64,5 +64,5 @@ class ServerModelCaller:
         return asyncio.run_coroutine_threadsafe(self.infer(call), self._loop).result()
 
     def infer_stream_blocking(self, call: ModelCall) -> Iterator[Streamed]:
-        """BLS ``exec(decoupled=True)``: :mod:`sonic.server.calls_decoupled`."""
+        """BLS ``exec(decoupled=True)``: :mod:`sonic.server.calls.decoupled`."""
         return stream_blocking(self._lookup, self._loop, call)

@@ -17,7 +17,7 @@ from sonic.protocol.errors import FailedPreconditionError
 from sonic.protocol.types import InferRequest
 from sonic.server.backends.base import ModelCall
 from sonic.server.decoupled import DecoupledCall
-from sonic.server.model import ModelVersion
+from sonic.server.models.version import ModelVersion
 from sonic.server.responses import Streamed
 
 

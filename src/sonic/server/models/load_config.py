@@ -7,7 +7,7 @@ model loads with the inputs and outputs its ``auto_complete_config`` gives, or n
 does not parse, or names another model, is answered in Triton's words ("failed to load '<name>',
 failed to poll from model repository"), followed by what is wrong.
 
-Every file the configuration names is checked by :mod:`sonic.server.paths` before any backend code
+Every file the configuration names is checked by :mod:`sonic.server.models.paths` before any backend code
 runs (auto-completion of a Python model imports its file), and again after completion. The names an
 override gives are the caller's: they must resolve inside the model's folder, links included, whether
 or not the server follows the links its repository holds.
@@ -30,9 +30,9 @@ from sonic.protocol.model_config import (
     validate_config,
 )
 from sonic.server import backends
-from sonic.server.classification import Labels, read_labels
-from sonic.server.paths import ConfigOrigin, ModelFiles, check_config_paths
-from sonic.server.repository import ModelLocation, available_versions, select_versions
+from sonic.server.classification.top_k import Labels, read_labels
+from sonic.server.models.paths import ConfigOrigin, ModelFiles, check_config_paths
+from sonic.server.models.repository import ModelLocation, available_versions, select_versions
 
 POLL_FAILED = "failed to poll from model repository"  # Triton's words for a load refused before loading
 

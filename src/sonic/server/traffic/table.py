@@ -1,4 +1,4 @@
-"""The writer thread's half of a traffic record: many pending records (:mod:`.traffic_rows`) to one Arrow
+"""The writer thread's half of a traffic record: many pending records (:mod:`.rows`) to one Arrow
 table of the schema (:mod:`sonic.traffic.schema`), column by column in C, so the thread holds the GIL —
 which the event loop needs — as briefly as it can: a few microseconds per request. Input signatures
 repeat request after request: each distinct one is converted once and the rows take it by index.
@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sonic.server.traffic_rows import PENDING_FIELDS, Pending
+from sonic.server.traffic.rows import PENDING_FIELDS, Pending
 from sonic.traffic.schema import COLUMN_NAMES, arrow_schema
 from sonic.traffic.signatures import Signatures
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from sonic.protocol.types import InferRequest, InputTensor
-from sonic.server.traffic_rows import Pending, request_row
+from sonic.server.traffic.rows import Pending, request_row
 from sonic.traffic.config import TrafficLogConfig
 from sonic.traffic.signatures import Signatures
 
@@ -36,7 +36,7 @@ class TrafficLogFiles(Protocol):
 
 
 def _open_files(config: TrafficLogConfig, signatures: Signatures) -> TrafficLogFiles:
-    from sonic.server.traffic_table import pending_to_table  # noqa: PLC0415  (pyarrow, only when recording)
+    from sonic.server.traffic.table import pending_to_table  # noqa: PLC0415  (pyarrow, only when recording)
     from sonic.traffic.writer import TrafficLog  # noqa: PLC0415  (pyarrow, only when recording)
 
     return TrafficLog(config, functools.partial(pending_to_table, signatures=signatures), signatures)
@@ -48,7 +48,7 @@ def _warm_up_and_freeze() -> None:
     and configuration; the server calls this before it loads any model — is moved out of the garbage
     collector's reach: its full passes, ~300 ms each with pyarrow and pandas in the heap under load,
     walked it every time (docs/benchmarks.md, 2026-11-25). Nothing frozen here is ever garbage."""
-    from sonic.server.traffic_table import pending_to_table  # noqa: PLC0415  (pyarrow, only when recording)
+    from sonic.server.traffic.table import pending_to_table  # noqa: PLC0415  (pyarrow, only when recording)
 
     warm_up = InferRequest("warm-up", "", [InputTensor("X", "FP32", (1,), raw=bytes(4))])
     pending_to_table([request_row(warm_up, 0, 1, None, 0)])
@@ -56,7 +56,7 @@ def _warm_up_and_freeze() -> None:
 
 
 class TrafficSwitch:
-    """What the models record into (:class:`sonic.server.traffic_rows.TrafficRecorder`): the recording
+    """What the models record into (:class:`sonic.server.traffic.rows.TrafficRecorder`): the recording
     in progress, or nothing while it is off."""
 
     def __init__(

@@ -38,7 +38,7 @@ class Opened:
     fd: int
     size_bytes: int
     identity: tuple[int, int]  # (st_dev, st_ino): tells whether the key still names this object
-    # Only the server's own user can write it (so shrink it): it may be mapped (see sonic.server.shm).
+    # Only the server's own user can write it (so shrink it): it may be mapped (see sonic.server.shm.regions).
     private: bool
 
 

@@ -4,7 +4,7 @@ Two sources of samples:
 
 - the config's ``model_warmup`` (Triton's): each sample names its inputs with ``zero_data``,
   ``random_data`` or ``input_data_file`` (raw row-major bytes in the model's ``warmup/`` folder, one
-  batch item, repeated ``batch_size`` times; the name goes through :mod:`sonic.server.paths`) and runs ``count`` times (0: once);
+  batch item, repeated ``batch_size`` times; the name goes through :mod:`sonic.server.models.paths`) and runs ``count`` times (0: once);
 - without a ``model_warmup`` section, a model with ``dynamic_batching`` and fixed input shapes runs
   zeros at ``max_batch_size`` and at each ``preferred_batch_size``, largest first. A fresh
   onnxruntime session otherwise grows its memory arena in steps and prepares each new merged shape
@@ -30,7 +30,7 @@ from sonic.protocol import dtypes
 from sonic.protocol.errors import InvalidArgumentError, ModelConfigError
 from sonic.protocol.model_config import ModelSpec
 from sonic.server.backends.base import Backend, Batch, Request, RequestBackend
-from sonic.server.paths import WARMUP_DIR, ModelFiles
+from sonic.server.models.paths import WARMUP_DIR, ModelFiles
 from sonic.server.runtime.ragged import RaggedPlan, merge_inputs
 from sonic.server.runtime.sequences import Flags, SequencePolicy, control_tensors, state_tensors
 

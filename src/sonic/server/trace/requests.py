@@ -1,7 +1,7 @@
 """Triton's trace extension: which requests are traced, and each traced request's record.
 
-:class:`TraceManager` holds the settings (:mod:`.trace_settings`), the trace file writer
-(:mod:`.trace_file`) and, in OpenTelemetry mode, the tracer (:mod:`.trace_otel`). Front ends ask it
+:class:`TraceManager` holds the settings (:mod:`.settings`), the trace file writer
+(:mod:`.files`) and, in OpenTelemetry mode, the tracer (:mod:`.otel`). Front ends ask it
 only while :attr:`TraceManager.active` says some setting traces: with tracing off, a request pays one
 attribute check. A traced request carries a :class:`RequestTrace` (in :class:`~.dataplane.Arrival`);
 front end, data plane and model stamp it, and it is written when the front end has answered.
@@ -28,11 +28,11 @@ import numpy as np
 import numpy.typing as npt
 
 from sonic.protocol.types import OutputTensor
-from sonic.server.stats import RequestTiming
-from sonic.server.trace_config import TraceConfig, TraceLevel, TraceMode
-from sonic.server.trace_file import TraceFile, TraceWriter
-from sonic.server.trace_otel import OtelExport, OtelTraceContext, TracedModel
-from sonic.server.trace_settings import Answer, Changes, TraceSetting, TraceSettings
+from sonic.server.metrics.stats import RequestTiming
+from sonic.server.trace.config import TraceConfig, TraceLevel, TraceMode
+from sonic.server.trace.files import TraceFile, TraceWriter
+from sonic.server.trace.otel import OtelExport, OtelTraceContext, TracedModel
+from sonic.server.trace.settings import Answer, Changes, TraceSetting, TraceSettings
 
 
 def _stamp(trace_id: int, name: str, ns: int) -> str:

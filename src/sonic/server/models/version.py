@@ -25,18 +25,18 @@ from sonic.protocol.errors import (
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InferResponse, InputTensor, OutputTensor
 from sonic.server.backends.base import Backend
-from sonic.server.classification import Labels
-from sonic.server.paths import ModelFiles
+from sonic.server.classification.top_k import Labels
+from sonic.server.metrics.stats import ModelStats
+from sonic.server.models.paths import ModelFiles
 from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.policy import BatchPolicy
 from sonic.server.runtime.ragged import RaggedPlan
 from sonic.server.runtime.scheduler import Scheduler
 from sonic.server.runtime.sequence_scheduler import SequenceScheduler
 from sonic.server.runtime.sequences import SequencePolicy
-from sonic.server.shm_request import RequestMemory
-from sonic.server.stats import ModelStats
-from sonic.server.trace import RequestTrace
-from sonic.server.traffic_rows import TrafficRecorder, request_row
+from sonic.server.shm.request import RequestMemory
+from sonic.server.trace.requests import RequestTrace
+from sonic.server.traffic.rows import TrafficRecorder, request_row
 from sonic.server.work import RequestScheduler, WorkItem
 
 

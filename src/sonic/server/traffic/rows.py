@@ -15,14 +15,14 @@ import numpy.typing as npt
 
 from sonic.protocol.errors import SonicError
 from sonic.protocol.types import InferRequest, InputTensor
-from sonic.server.stats import RequestTiming
+from sonic.server.metrics.stats import RequestTiming
 from sonic.traffic.signatures import Signatures
 
 Pending = tuple[Any, ...]  # request_row's record, PENDING_FIELDS; made a table by traffic_table
 
 
 class TrafficRecorder(Protocol):
-    """What a model needs of the recorder (:class:`sonic.server.traffic_switch.TrafficSwitch`)."""
+    """What a model needs of the recorder (:class:`sonic.server.traffic.switch.TrafficSwitch`)."""
 
     @property
     def enabled(self) -> bool: ...
@@ -77,7 +77,7 @@ def request_row(
 ) -> Pending:
     """What the event loop keeps of a request: scalars in :data:`PENDING_FIELDS` order, the input
     signature (names, datatypes and shapes: repeated request after request, converted once per flush by
-    :mod:`.traffic_table`) and the sampled contents; no reference to a tensor. With ``signatures`` the
+    :mod:`.table`) and the sampled contents; no reference to a tensor. With ``signatures`` the
     signature is its number there, so the record holds no nested tuple (why: :mod:`sonic.traffic.signatures`).
 
     ``responses`` and ``output_bytes``: what a decoupled request's stream carried (counted as it went);

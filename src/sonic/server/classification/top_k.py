@@ -11,10 +11,10 @@ writers of its gRPC and HTTP front ends):
 - shape ``[batch, min(k, row elements)]`` (``[min(k, elements)]`` for a model that does not batch);
 - values printed as C++'s ``std::to_string``: ``%f`` for FP32/FP64 (``0.500000``), decimal integers;
 - labels are the lines of the output's ``label_filename`` (a file in the model's folder, read at load
-  through :mod:`sonic.server.paths`); an index past the last line, or an empty line, has no label.
+  through :mod:`sonic.server.models.paths`); an index past the last line, or an empty line, has no label.
 - FP16, BF16, BOOL and BYTES outputs are refused in Triton's words.
 
-Classes of equal value come in Triton's order (:mod:`sonic.server.class_order`).
+Classes of equal value come in Triton's order (:mod:`sonic.server.classification.order`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.errors import InvalidArgumentError, ModelConfigError, quote
 from sonic.protocol.types import InferResponse, OutputTensor
-from sonic.server.class_order import top_indices
-from sonic.server.paths import ModelFiles
+from sonic.server.classification.order import top_indices
+from sonic.server.models.paths import ModelFiles
 
 Labels = Mapping[str, tuple[bytes, ...]]  # output name -> one label per class index ("" for none)
 

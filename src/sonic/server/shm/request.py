@@ -26,7 +26,7 @@ from sonic.protocol import dtypes
 from sonic.protocol.errors import quote
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InferResponse, ShmRef
-from sonic.server.shm import Region, SharedMemoryRegistry, output_buffer, write_output
+from sonic.server.shm.regions import Region, SharedMemoryRegistry, output_buffer, write_output
 
 
 @dataclass(frozen=True, slots=True)

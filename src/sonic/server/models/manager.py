@@ -2,7 +2,7 @@
 
 Loading (reading files, creating sessions) runs in worker threads; the event loop keeps serving
 other models meanwhile. A model that fails to load stays listed as UNAVAILABLE with the reason.
-An ensemble loads with its step models and is unloaded with them (``server/ensemble_steps.py``).
+An ensemble loads with its step models and is unloaded with them (``server/models/ensemble_steps.py``).
 """
 
 from __future__ import annotations
@@ -20,26 +20,26 @@ from sonic.protocol.wire import ModelState
 from sonic.server import backends
 from sonic.server.backends.base import InstanceContext, RequestBackend
 from sonic.server.cache import ResponseCache
-from sonic.server.calls import ServerModelCaller
-from sonic.server.classification import Labels
+from sonic.server.calls.caller import ServerModelCaller
+from sonic.server.classification.top_k import Labels
 from sonic.server.config import ServerConfig
-from sonic.server.custom_metrics import CustomMetrics
-from sonic.server.ensemble_steps import StepGraph, step_models
-from sonic.server.instance_thread import InstanceThread
-from sonic.server.load_config import VersionsFailedError, prepare_config
-from sonic.server.model import ModelVersion
-from sonic.server.model_entries import UNLOADED, IndexRow, ModelEntry, VersionState, step_state
-from sonic.server.paths import ModelFiles
-from sonic.server.repository import (
+from sonic.server.metrics.custom import CustomMetrics
+from sonic.server.models.ensemble_steps import StepGraph, step_models
+from sonic.server.models.entries import UNLOADED, IndexRow, ModelEntry, VersionState, step_state
+from sonic.server.models.instance_thread import InstanceThread
+from sonic.server.models.load_config import VersionsFailedError, prepare_config
+from sonic.server.models.paths import ModelFiles
+from sonic.server.models.repository import (
     ModelLocation,
     Repository,
     fingerprint,
     parse_version,
 )
+from sonic.server.models.version import ModelVersion
+from sonic.server.models.warmup import run_warmup, warmup_samples
 from sonic.server.runtime.executor import ModelInstance
 from sonic.server.runtime.rate_limiter import CPU_DEVICE, InstanceLimits, RateLimiter
-from sonic.server.traffic_rows import TrafficRecorder
-from sonic.server.warmup import run_warmup, warmup_samples
+from sonic.server.traffic.rows import TrafficRecorder
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class ModelManager:
         self.custom_metrics = CustomMetrics()  # what Python models define with pb_utils.MetricFamily
         limits = config.rate_limit
         self._rate_limiter = RateLimiter(limits.resources) if limits is not None else None
-        # Ensembles and their step models (server/ensemble_steps.py).
+        # Ensembles and their step models (server/models/ensemble_steps.py).
         self._steps = StepGraph(self.load, self._unload, lambda name: step_state(self._entries.get(name)))
 
     def _entry(self, name: str) -> ModelEntry:

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.wire import ModelState
-from sonic.server.ensemble_steps import StepState
-from sonic.server.model import ModelVersion
+from sonic.server.models.ensemble_steps import StepState
+from sonic.server.models.version import ModelVersion
 
 UNLOADED = "unloaded"  # the reason of a model or version unloaded on request (Triton's word)
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sonic.protocol.errors import InvalidArgumentError, UnimplementedError
-from sonic.server.trace_config import INT32_MAX, UINT32_MAX, TraceConfig, TraceLevel, TraceMode, leading_int
-from sonic.server.trace_file import TraceFile
+from sonic.server.trace.config import INT32_MAX, UINT32_MAX, TraceConfig, TraceLevel, TraceMode, leading_int
+from sonic.server.trace.files import TraceFile
 
 FIELDS = ("level", "rate", "count", "log_frequency")
 KEYS = {

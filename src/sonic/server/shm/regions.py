@@ -3,7 +3,7 @@
 A client creates a POSIX shared-memory object (``shm_open(key)``; on Linux a file under /dev/shm),
 registers ``(name, key, offset, byte_size)`` with the server, and then names the region in requests
 instead of sending tensor bytes. The object is opened once, at registration, and checked
-(:mod:`sonic.server.shm_open`: no links, a regular file of the server's user); the server then reads
+(:mod:`sonic.server.shm.opening`: no links, a regular file of the server's user); the server then reads
 and writes it only through that descriptor, or a mapping of it.
 
 A client can truncate its object at any time, and touching a mapped page past the new end kills the
@@ -46,7 +46,7 @@ from sonic.protocol.errors import (
 )
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.shm_names import owner_exited, pid_namespace
-from sonic.server.shm_open import open_object, shm_path
+from sonic.server.shm.opening import open_object, shm_path
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class Region:
     fd: int
     identity: tuple[int, int]  # (st_dev, st_ino) of the object, as opened
     mapping: mmap.mmap | None
-    # Requests in flight that read or write the region (:class:`~sonic.server.shm_request.RequestMemory`
+    # Requests in flight that read or write the region (:class:`~sonic.server.shm.request.RequestMemory`
     # holds and releases them): while any does, unregistering it is refused, as Triton 2.51 does.
     users: int = 0
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from sonic.server.budget import RequestBudget
-from sonic.server.manager import ModelManager
-from sonic.server.stats import LATENCY_BUCKETS_US, Histogram, ModelStats
+from sonic.server.metrics.stats import LATENCY_BUCKETS_US, Histogram, ModelStats
+from sonic.server.models.manager import ModelManager
 
 log = logging.getLogger(__name__)
 

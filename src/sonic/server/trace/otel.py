@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sonic.server.trace_config import TraceConfig
+from sonic.server.trace.config import TraceConfig
 
 DEFAULT_URL = "http://localhost:4318/v1/traces"
 TRACER_NAME = "triton-server"  # Triton's kTritonTracer
