@@ -125,7 +125,7 @@ def config_texts(draw: st.DrawFn) -> str:
 def _complete(config: Any, gpu_count: int) -> None:
     """The steps a loaded config goes through after parsing (repository.py and manager.py order)."""
     backend_name(config)
-    select_versions(config.version_policy, [1, 2, 3])
+    select_versions("m", config.version_policy, [1, 2, 3])
     if not config.input and not config.output:
         complete_from_signature(config, [("x", 11, [-1, 4])], [("y", 11, [-1, 2])])
     fill_defaults(config, default_filename="model.onnx", gpu_count=gpu_count)

@@ -156,7 +156,9 @@ async def test_failed_reload_leaves_the_serving_version_serving(tmp_path: Path) 
     await manager.load("m")
     serving = manager.get("m")
     (tmp_path / "m" / "1" / "model.onnx").write_bytes(b"garbage written over the model")
-    with pytest.raises(ModelConfigError, match="failed to load 'm'"):
+    with pytest.raises(
+        ModelConfigError, match="load failed for model 'm': version 1 is at UNAVAILABLE state"
+    ):
         await manager.load("m")
     assert manager.get("m") is serving
     response = await serving.infer(_request(2.0))

@@ -49,11 +49,11 @@ def test_syntax_error_names_file_and_line() -> None:
         ),
         (
             'input [{name:"x" dims:[1]}]\noutput [{name:"y" data_type: TYPE_FP32 dims:[1]}]',
-            "has no data_type",
+            "must specify .data_type.",
         ),
         (
             'input [{name:"x" data_type: TYPE_FP32 dims:[0]}]\noutput [{name:"y" data_type: TYPE_FP32 dims:[1]}]',
-            "invalid dims",
+            "dimension must be integer >= 1, or -1",
         ),
         (
             'input [{name:"x" data_type: TYPE_FP32 dims:[1]}, {name:"x" data_type: TYPE_FP32 dims:[1]}]\noutput [{name:"y" data_type: TYPE_FP32 dims:[1]}]',
@@ -120,10 +120,10 @@ def test_auto_complete_keeps_declared_max_batch_size_zero(tmp_path: Path) -> Non
 )
 def test_version_policy(policy: str, expected: list[int]) -> None:
     config = parse_config_text(f"version_policy {{ {policy} }}" if policy else "", "c")
-    assert select_versions(config.version_policy, [1, 3, 5]) == expected
+    assert select_versions("m", config.version_policy, [1, 3, 5]) == expected
 
 
 def test_specific_version_missing() -> None:
     config = parse_config_text("version_policy { specific { versions: [2] } }", "c")
     with pytest.raises(ModelConfigError, match=r"version\(s\) \[2\]"):
-        select_versions(config.version_policy, [1, 3])
+        select_versions("m", config.version_policy, [1, 3])

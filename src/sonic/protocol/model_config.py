@@ -52,6 +52,18 @@ UNIMPLEMENTED_SECTIONS: dict[str, Callable[[model_config_pb2.ModelConfig], bool]
 }
 
 
+class VersionConfigError(ModelConfigError):
+    """A configuration Triton 2.51 takes while it polls the repository but refuses when it loads a
+    version (a tensor without a name, a data type or valid dims; an instance group it cannot place):
+    answered as each version's failure (``load failed for model ...: version N is at UNAVAILABLE
+    state: Invalid argument: ...``), where the others are the poll's."""
+
+
+class ModelCodeError(ModelConfigError):
+    """The model's own code failed while it loaded (a Python model's import, its class, its
+    ``auto_complete_config`` or ``initialize``): Triton's Python backend answers it ``Internal``."""
+
+
 def refuse_unimplemented(config: model_config_pb2.ModelConfig) -> None:
     """Raise for the first section of :data:`UNIMPLEMENTED_SECTIONS` the config sets."""
     for section, is_set in UNIMPLEMENTED_SECTIONS.items():
@@ -137,18 +149,20 @@ class TensorSpec:
 def _tensor_spec(
     model: str, kind: str, tensor: model_config_pb2.ModelInput | model_config_pb2.ModelOutput
 ) -> TensorSpec:
+    # Triton's words (its ValidateIOShape / ValidateModelInput, answered when a version loads).
     if not tensor.name:
-        raise ModelConfigError(f"model '{model}': an {kind} has no name")
+        raise VersionConfigError(f"model {kind} must specify 'name' for {model}")
     if tensor.data_type == model_config_pb2.TYPE_INVALID:
-        raise ModelConfigError(f"model '{model}': {kind} '{tensor.name}' has no data_type")
+        raise VersionConfigError(f"model {kind} '{tensor.name}' must specify 'data_type' for {model}")
     try:
         datatype = dtypes.from_config_enum(tensor.data_type)
     except InvalidArgumentError as exc:
         raise ModelConfigError(f"model '{model}': {kind} '{tensor.name}': {exc}") from None
     dims = tuple(int(d) for d in tensor.dims)
     if any(d == 0 or d < -1 for d in dims):
-        raise ModelConfigError(
-            f"model '{model}': {kind} '{tensor.name}' has invalid dims {list(dims)}: each must be -1 or > 0"
+        raise VersionConfigError(
+            f"model {kind} '{tensor.name}' dimension must be integer >= 1, or -1 to indicate a "
+            f"variable-size dimension for {model}"
         )
     model_dims = tuple(int(d) for d in tensor.reshape.shape) if tensor.HasField("reshape") else dims
     optional = bool(getattr(tensor, "optional", False))
@@ -265,12 +279,12 @@ def fill_defaults(config: model_config_pb2.ModelConfig, *, default_filename: str
 def _check_gpus(model: str, group: model_config_pb2.ModelInstanceGroup, gpu_count: int) -> None:
     """Triton refuses a GPU group it cannot place (sonic would otherwise hang every request on it)."""
     if not gpu_count:
-        raise ModelConfigError(
+        raise VersionConfigError(
             f"instance group {group.name} of model {model} has kind KIND_GPU but no GPUs are available"
         )
     for gpu in group.gpus:
         if not 0 <= gpu < gpu_count:
-            raise ModelConfigError(
+            raise VersionConfigError(
                 f"instance group {group.name} of model {model} specifies invalid or unsupported gpu id "
                 f"{gpu}; the GPUs available are 0..{gpu_count - 1}"
             )

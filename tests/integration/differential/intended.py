@@ -294,10 +294,8 @@ def _zero_batch(_: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 
 def _input_parameters(call: Call, triton: Outcome, sonic: Outcome) -> bool:
-    refused = sonic.code == "400" and re.search(
-        r"input '[^']*': 'parameters' must be an object", sonic.message
-    )
-    return isinstance(call, HttpCall) and refused is not None and triton.code in {"200", "400"}
+    refused = re.search(r"input '[^']*': 'parameters' must be an object", sonic.message) is not None
+    return isinstance(call, HttpCall) and sonic.code == "400" and refused and triton.code in {"200", "400"}
 
 
 def _missing_outputs(_: Call, triton: Outcome, sonic: Outcome) -> bool:
@@ -338,15 +336,50 @@ def _output_order(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     return triton.code == sonic.code and same
 
 
+# Triton's traceback of a Python model's exception (``At:`` and the frames), or where sonic says it failed.
+TRACEBACK = re.compile(r"\n\nAt:\n.*?\n(?=;)", re.DOTALL)
+
+
 def _load_failure_text(_: Call, triton: Outcome, sonic: Outcome) -> bool:
-    """A model's failure to load in other words: the load call's message, or the index's reasons."""
+    """A model's failure to load: the load call's message without the traceback, or the index's reasons."""
     if triton.code != sonic.code:
         return False
-    if triton.message.startswith("load failed for model ") and sonic.message.startswith("failed to load "):
-        return True
+    if triton.message.startswith("load failed for model "):  # Triton's words first
+        return TRACEBACK.sub("", sonic.message).startswith(TRACEBACK.sub("", triton.message).rstrip())
     if triton.message != sonic.message or not isinstance(triton.answer, dict | list):
         return False
     return bool(_without_reasons(triton.answer) == _without_reasons(sonic.answer))
+
+
+POLL_FAILED = re.compile(r"^failed to load '[^']*', failed to poll from model repository$")
+
+
+def _poll_failure(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    """Triton's words, then what is wrong; the status of the client's fault."""
+    theirs = POLL_FAILED.match(triton.message) is not None and triton.code in {"INTERNAL", "500"}
+    ours = sonic.code in {"INVALID_ARGUMENT", "400"} and sonic.message.startswith(triton.message + ": ")
+    return theirs and ours
+
+
+REFUSED_CONFIG = re.compile(
+    r"(input|output) '[^']*' is declared twice|dynamic_batching needs max_batch_size > 0|"
+    r"instance_group count must be >= 0"
+)
+
+
+def _config_refused(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    refused = sonic.code in {"INVALID_ARGUMENT", "400"} and REFUSED_CONFIG.search(sonic.message) is not None
+    return triton.code in {"OK", "200"} and refused
+
+
+def _cuda_register(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    register = (
+        call.method == "CudaSharedMemoryRegister"
+        if isinstance(call, GrpcCall)
+        else call.path.startswith("/v2/cudasharedmemory/region/") and call.path.endswith("/register")
+    )
+    refused = triton.code in {"INVALID_ARGUMENT", "400"}
+    return register and refused and sonic.code in {"UNIMPLEMENTED", "501"}
 
 
 def _without_reasons(answer: Any) -> Any:
@@ -399,6 +432,17 @@ INTENDED: tuple[Intended, ...] = (
         "sonic's front ends decode a message completely before any server state is read, so a "
         "malformed message costs no model lookup; both answers are client errors.",
         _lookup,
+    ),
+    Intended(
+        "poll-failure-status",
+        "A load Triton refuses while it polls the repository (a `config.pbtxt` that does not parse or "
+        "names another model, `max_batch_size` below 0, a preferred batch size over `max_batch_size`, a "
+        "sequence-batcher control without its values or data type, an unknown platform): Triton answers "
+        "INTERNAL/500 `failed to load '<m>', failed to poll from model repository`; sonic INVALID_ARGUMENT/"
+        "400, the same words, then what is wrong.",
+        "The configuration is the client's (the repository's author's) to fix, and a retry elsewhere "
+        "gives the same answer; Triton's words alone do not say which line is wrong.",
+        _poll_failure,
     ),
     Intended(
         "client-fault-not-internal",
@@ -727,12 +771,14 @@ INTENDED: tuple[Intended, ...] = (
     ),
     Intended(
         "model-load-failure-text",
-        "A model that fails to load (its `initialize` raises): Triton's load answer is `load failed for "
-        "model '<m>': version 1 is at UNAVAILABLE state: Internal: <exception>` with the model's "
-        "traceback, and the repository index's reason the same; sonic's is `failed to load '<m>': model "
-        "'<m>' instance <m>_0_0: initialize failed: <exception>`. Same status and state.",
-        "A traceback discloses the server's file paths to clients (docs/security.md); sonic names the "
-        "instance that failed and the exception.",
+        "A Python model whose code fails to load (its import, no `TritonPythonModel` class, its "
+        "`auto_complete_config` or `initialize` raises): after the exception, where Triton's answer (and "
+        "the repository index's reason) has the model's traceback (`At:` and the frames), sonic's says "
+        "where it failed (`At:` the model file, or the model and step). The rest is Triton's: `load "
+        "failed for model '<m>': version 1 is at UNAVAILABLE state: Internal: <type>: <exception>;`. Where a "
+        "version the policy names has no folder, sonic adds which after Triton's words.",
+        "A traceback discloses the server's file paths and the backend's frames to clients "
+        "(docs/security.md); the exception and where it was raised say what to fix.",
         _load_failure_text,
     ),
     Intended(
@@ -742,6 +788,26 @@ INTENDED: tuple[Intended, ...] = (
         "is out of range for UINT8 (0..255)`).",
         "The model would see another number than the client sent: a silent wrong answer.",
         _json_integer_range,
+    ),
+    Intended(
+        "config-refused-at-load",
+        "A configuration Triton 2.51 loads and sonic refuses (INVALID_ARGUMENT/400, in the poll's words "
+        "then what is wrong): an input or output declared twice, `dynamic_batching` for a model with "
+        "`max_batch_size` 0, an `instance_group` count below 0.",
+        "Two declarations of one tensor may disagree on its type and dims, and which one a request is "
+        "checked against is not said; a batcher on a model that cannot batch, or a negative number of "
+        "instances, is a configuration its author misread: serving it would hide the mistake.",
+        _config_refused,
+    ),
+    Intended(
+        "cuda-shm-register",
+        "Registering a CUDA shared-memory region: sonic answers UNIMPLEMENTED/501 (it has no CUDA "
+        "shared memory; ServerMetadata does not list the extension); Triton 2.51 without a GPU refuses "
+        "the handle (INVALID_ARGUMENT/400 `failed to register shared memory region: invalid args`, or "
+        "`'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t`).",
+        "A valid handle would be refused too; the answer says what is missing, not that the handle "
+        "is wrong. Status and unregister calls answer as Triton's (no region).",
+        _cuda_register,
     ),
 )
 

@@ -31,7 +31,7 @@ RECORD_ENV = "SONIC_DIFFERENTIAL_RECORD"
 REPLAY_ENV = "SONIC_DIFFERENTIAL_REPLAY"
 OK_CODES = {"OK", "200"}
 # Rows that compare sonic's words with Triton's (the rest accept another status or other words).
-MESSAGE_ROWS = {"error-context", "input-list-order"}
+MESSAGE_ROWS = {"error-context", "input-list-order", "model-load-failure-text", "poll-failure-status"}
 # Names that change from run to run (the shared-memory key holds the PID), left out of a call's digest.
 VOLATILE = re.compile(rb"sonic_differential_\d+")
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sonic.protocol.errors as errors_module
+import sonic.protocol.model_config  # noqa: F401  (its error classes: VersionConfigError, ModelCodeError)
 from sonic.protocol.errors import SonicError
 
 SONIC_ROOT = Path(errors_module.__file__).resolve().parent.parent
@@ -31,6 +32,7 @@ SITE_FILES = (
     "protocol/grpc_codec.py",
     "protocol/http_json.py",
     "protocol/http_raw.py",
+    "protocol/model_config.py",
     "protocol/types.py",
     "protocol/wire.py",
     "server/backends/python.py",
@@ -40,6 +42,7 @@ SITE_FILES = (
     "server/frontends/http_body.py",
     "server/frontends/http_routes.py",
     "server/log_settings.py",
+    "server/models/load_config.py",
     "server/models/manager.py",
     "server/models/version.py",
     "server/models/repository.py",

@@ -21,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.integration.differential.calls import Call, GrpcCall, HttpCall
 from tests.integration.differential.compare import Both, Session, budget
+from tests.integration.differential.faulty_models import INITIALIZE_FAILS
 from tests.integration.differential.repository import PYTHON_MODELS, SPARE, config_text, write_repository
 from tests.integration.differential.servers import both_of, start_pair
 from tests.integration.differential.strategies import control_cases
@@ -29,14 +30,6 @@ from tritonclient.grpc import service_pb2
 pytestmark = [pytest.mark.integration, pytest.mark.triton]
 
 BROKEN = "broken"
-BROKEN_SOURCE = """
-class TritonPythonModel:
-    def initialize(self, args):
-        raise RuntimeError("this model fails to load on purpose")
-
-    def execute(self, requests):
-        return []
-"""
 PARAMETERS = "echo_parameters"
 PARAMETERS_CONFIG = """
 name: "echo_parameters"
@@ -57,7 +50,7 @@ def _write_broken(root: Path) -> None:
     (root / BROKEN / "config.pbtxt").write_text(
         config_text(SPARE).replace('"spare"', f'"{BROKEN}"'), encoding="utf-8"
     )
-    (root / BROKEN / "1" / "model.py").write_text(textwrap.dedent(BROKEN_SOURCE).lstrip(), encoding="utf-8")
+    (root / BROKEN / "1" / "model.py").write_text(INITIALIZE_FAILS, encoding="utf-8")
 
 
 def _write_parameters(root: Path) -> None:

@@ -146,7 +146,9 @@ async def test_onnx_mismatch_fails_the_load(tmp_path: Path, old: str, new: str, 
     with pytest.raises(ModelConfigError) as caught:
         await _load(_onnx_repo(tmp_path, GOOD.replace(old, new)), "m")
     assert message in str(caught.value)
-    assert str(caught.value).startswith("failed to load 'm': ")
+    assert str(caught.value).startswith(
+        "load failed for model 'm': version 1 is at UNAVAILABLE state: Invalid argument: "
+    )
 
 
 async def test_onnx_fixed_first_dimension_cannot_batch(tmp_path: Path) -> None:

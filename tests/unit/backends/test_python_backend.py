@@ -86,9 +86,13 @@ def test_each_request_gets_its_own_result(tmp_path: Path) -> None:
 
 
 def test_load_errors_are_clear(tmp_path: Path) -> None:
-    with pytest.raises(ModelConfigError, match="defines no class TritonPythonModel"):
+    with pytest.raises(
+        ModelConfigError, match=r"AttributeError: module '1\.model' has no attribute 'TritonPythonModel'"
+    ):
         make_backend(tmp_path / "a", "x = 1\n")
-    with pytest.raises(ModelConfigError, match="importing the model failed: ZeroDivisionError"):
+    with pytest.raises(
+        ModelConfigError, match=r"(?s)ZeroDivisionError: division by zero.*importing the model"
+    ):
         make_backend(tmp_path / "b", "1 / 0\n")
 
 

@@ -45,7 +45,7 @@ from sonic.protocol.errors import (
     UnavailableError,
     UnimplementedError,
 )
-from sonic.protocol.model_config import ModelSpec
+from sonic.protocol.model_config import ModelCodeError, ModelSpec
 from sonic.protocol.types import custom_parameters
 from sonic.server.backends import pb_config, pb_decoupled, pb_metrics, pb_utils
 from sonic.server.backends.base import InstanceContext, Request, RequestBackend
@@ -137,8 +137,14 @@ def _load_module(model_path: Path, tag: str) -> ModuleType:
         spec.loader.exec_module(module)
     except Exception as exc:  # noqa: BLE001  (any error in user code fails the load)
         sys.modules.pop(name, None)
-        raise ModelConfigError(f"{model_path}: importing the model failed: {exc!r}") from None
+        raise ModelCodeError(f"{_failed(exc)}\n\nAt:\n  {model_path}: importing the model\n") from None
     return module
+
+
+def _failed(exc: Exception) -> str:
+    """An exception of the model's code as Triton's Python stub words it (its traceback, which discloses
+    the server's paths, is left out: sonic says where after ``At:``)."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _unload(module: ModuleType) -> None:
@@ -148,7 +154,11 @@ def _unload(module: ModuleType) -> None:
 def _model_class(module: ModuleType, model_path: Path) -> type[Any]:
     cls = getattr(module, "TritonPythonModel", None)
     if not isinstance(cls, type):
-        raise ModelConfigError(f"{model_path}: defines no class TritonPythonModel")
+        # Triton's stub imports model.py as module '<version>.model'
+        raise ModelCodeError(
+            f"AttributeError: module '{model_path.parent.name}.model' has no attribute 'TritonPythonModel'"
+            f"\n\nAt:\n  {model_path}: defines no class TritonPythonModel\n"
+        )
     return cls
 
 
@@ -178,7 +188,9 @@ class PythonBackend(RequestBackend):
         except SonicError:
             raise
         except Exception as exc:  # noqa: BLE001  (user code)
-            raise ModelConfigError(f"model '{config.name}': auto_complete_config failed: {exc}") from None
+            raise ModelCodeError(
+                f"{_failed(exc)}\n\nAt:\n  model '{config.name}': auto_complete_config\n"
+            ) from None
         finally:
             _unload(module)
         if not isinstance(result, pb_config.ModelConfig):
@@ -230,8 +242,9 @@ class PythonBackend(RequestBackend):
                 try:
                     initialize(args)
                 except Exception as exc:  # noqa: BLE001  (user code)
-                    raise ModelConfigError(
-                        f"model '{config.name}' instance {context.instance_name}: initialize failed: {exc!r}"
+                    raise ModelCodeError(
+                        f"{_failed(exc)}\n\nAt:\n  model '{config.name}' instance {context.instance_name}: "
+                        "initialize\n"
                     ) from None
         except BaseException:
             _unload(self._module)

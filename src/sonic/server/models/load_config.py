@@ -15,14 +15,18 @@ or not the server follows the links its repository holds.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tritonclient.grpc import model_config_pb2
 
-from sonic.protocol.errors import InvalidArgumentError, ModelConfigError, SonicError, quote
+from sonic.protocol.errors import GrpcCode, InvalidArgumentError, ModelConfigError, SonicError, quote
 from sonic.protocol.model_config import (
     CONFIG_FILENAME,
+    ModelCodeError,
     ModelSpec,
+    VersionConfigError,
     backend_name,
     fill_defaults,
     load_config_file,
@@ -33,6 +37,7 @@ from sonic.server import backends
 from sonic.server.classification.top_k import Labels, read_labels
 from sonic.server.models.paths import ConfigOrigin, ModelFiles, check_config_paths
 from sonic.server.models.repository import ModelLocation, available_versions, select_versions
+from sonic.server.runtime.sequences import check_controls
 
 POLL_FAILED = "failed to poll from model repository"  # Triton's words for a load refused before loading
 
@@ -50,14 +55,40 @@ def parse_override(name: str, text: object) -> model_config_pb2.ModelConfig:
         raise InvalidArgumentError(f"{where}: {exc}") from None
 
 
-class VersionsFailedError(Exception):
-    """The backend's own code refused the model while completing its configuration (a Python model
-    that fails at import): a failure of the ``versions`` about to load, as Triton reports it (each
-    version UNAVAILABLE with the reason), not of the configuration. ``error`` is what to answer."""
+# Triton's words for a status, as they lead a version's reason for not loading (Status::AsString).
+STATUS_WORDS = {
+    GrpcCode.INVALID_ARGUMENT: "Invalid argument",
+    GrpcCode.NOT_FOUND: "Not found",
+    GrpcCode.ALREADY_EXISTS: "Already exists",
+    GrpcCode.UNIMPLEMENTED: "Unsupported",
+    GrpcCode.UNAVAILABLE: "Unavailable",
+}
 
-    def __init__(self, error: SonicError, versions: list[int]) -> None:
-        super().__init__(str(error))
-        self.error = error
+
+def failure_reason(exc: SonicError) -> str:
+    """A version's reason for not loading, led by Triton's words for its status: a configuration or a
+    model file the backend refuses is ``Invalid argument``, a failure of the model's own code
+    ``Internal``."""
+    words = "Internal" if isinstance(exc, ModelCodeError) else STATUS_WORDS.get(exc.code, "Internal")
+    return f"{words}: {exc}"
+
+
+def versions_failed(name: str, reasons: dict[int, str]) -> ModelConfigError:
+    """Triton's answer to a load none of whose versions loaded: each version's state and reason."""
+    listed = "".join(f"version {v} is at UNAVAILABLE state: {r};\n" for v, r in sorted(reasons.items()))
+    return ModelConfigError(f"load failed for model {quote(name)}: {listed}")
+
+
+class VersionsFailedError(Exception):
+    """The versions about to load are refused before any is created (a Python model that fails at
+    import or in ``auto_complete_config``, a configuration Triton checks per version): as Triton reports
+    it, each version UNAVAILABLE with its reason (``reasons``), not a failure of the configuration.
+    ``error`` is what to answer."""
+
+    def __init__(self, name: str, versions: list[int], cause: SonicError) -> None:
+        self.reasons = dict.fromkeys(versions, failure_reason(cause))
+        self.error = versions_failed(name, self.reasons)
+        super().__init__(str(self.error))
         self.versions = versions
 
 
@@ -79,7 +110,32 @@ def prepare_config(
     auto_complete: bool = True,
     allow_links_outside: bool = True,
 ) -> PreparedConfig:
-    """Read (or take the override), check paths, auto-complete and validate (blocking: runs in a thread)."""
+    """Read (or take the override), check paths, auto-complete and validate (blocking: runs in a thread).
+
+    A configuration refused before any version is looked at is answered as Triton refuses it while it
+    polls the repository: ``failed to load '<name>', failed to poll from model repository``, then what
+    is wrong."""
+    with _poll_failures(location.name):
+        return _prepared(location, override, gpu_count, auto_complete, allow_links_outside)
+
+
+@contextlib.contextmanager
+def _poll_failures(name: str) -> Iterator[None]:
+    try:
+        yield
+    except ModelConfigError as exc:
+        if str(exc).startswith(("load failed for model ", "failed to load ")):
+            raise
+        raise ModelConfigError(f"failed to load {quote(name)}, {POLL_FAILED}: {exc}") from None
+
+
+def _prepared(
+    location: ModelLocation,
+    override: model_config_pb2.ModelConfig | None,
+    gpu_count: int,
+    auto_complete: bool,
+    allow_links_outside: bool,
+) -> PreparedConfig:
     config_path = location.path / CONFIG_FILENAME
     if override is not None:
         config = model_config_pb2.ModelConfig()
@@ -118,7 +174,7 @@ def prepare_config(
     if not config.backend and not config.platform:
         config.backend = name
     backend_cls = backends.backend_class(name)
-    selected = select_versions(config.version_policy, versions)
+    selected = select_versions(location.name, config.version_policy, versions)
     if override is not None:  # the caller's names: never through a link out, whatever the server's rule
         caller = ModelFiles(location.name, location.path, origin=ConfigOrigin.LOAD_OVERRIDE)
         check_config_paths(config, caller, selected)
@@ -130,8 +186,12 @@ def prepare_config(
         try:
             backend_cls.auto_complete_config(config, model_path)
         except SonicError as exc:
-            raise VersionsFailedError(exc, selected) from exc
-    fill_defaults(config, default_filename=backend_cls.default_filename, gpu_count=gpu_count)
-    check_config_paths(config, files, selected)  # what auto-completion added
-    spec = validate_config(config)
+            raise VersionsFailedError(location.name, selected, exc) from exc
+    try:
+        fill_defaults(config, default_filename=backend_cls.default_filename, gpu_count=gpu_count)
+        check_config_paths(config, files, selected)  # what auto-completion added
+        spec = validate_config(config)
+    except VersionConfigError as exc:
+        raise VersionsFailedError(location.name, selected, exc) from exc
+    check_controls(config)
     return PreparedConfig(config, spec, backend_cls, selected, files, read_labels(config, files))

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 from tritonclient.grpc import model_config_pb2
 
-from sonic.protocol.errors import ModelConfigError, NotFoundError, SonicError, UnavailableError, quote
+from sonic.protocol.errors import NotFoundError, SonicError, UnavailableError, quote
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.wire import ModelState
 from sonic.server import backends
@@ -27,7 +27,12 @@ from sonic.server.metrics.custom import CustomMetrics
 from sonic.server.models.ensemble_steps import StepGraph, step_models
 from sonic.server.models.entries import UNLOADED, IndexRow, ModelEntry, VersionState, step_state
 from sonic.server.models.instance_thread import InstanceThread
-from sonic.server.models.load_config import VersionsFailedError, prepare_config
+from sonic.server.models.load_config import (
+    VersionsFailedError,
+    failure_reason,
+    prepare_config,
+    versions_failed,
+)
 from sonic.server.models.paths import ModelFiles
 from sonic.server.models.repository import (
     ModelLocation,
@@ -175,9 +180,9 @@ class ModelManager:
                 allow_links_outside=self._config.allow_model_links_outside,
             )
         except VersionsFailedError as failure:
-            for version in failure.versions:  # as Triton: each version UNAVAILABLE, with the reason
+            for version, reason in failure.reasons.items():  # as Triton: each UNAVAILABLE, with the reason
                 if version not in entry.versions or entry.versions[version].state is not ModelState.READY:
-                    entry.versions[version] = VersionState(ModelState.UNAVAILABLE, str(failure.error))
+                    entry.versions[version] = VersionState(ModelState.UNAVAILABLE, reason)
             raise failure.error from None
         config, spec, backend_cls, selected = (
             prepared.config,
@@ -200,14 +205,13 @@ class ModelManager:
                 new_models[version].traffic = self._traffic
                 new_models[version].labels = labels
             except SonicError as exc:
-                failures[version] = str(exc)
+                failures[version] = failure_reason(exc)
         if not new_models and failures:
             # As Triton: a version that was serving keeps serving; the failure is reported.
             for version, reason in failures.items():
                 if entry.versions[version].state is not ModelState.READY:
                     entry.versions[version] = VersionState(ModelState.UNAVAILABLE, reason)
-            first = next(iter(failures.values()))
-            raise ModelConfigError(f"failed to load '{location.name}': {first}")
+            raise versions_failed(location.name, failures)
         old = {v: s for v, s in entry.versions.items() if s.model is not None and s.state is ModelState.READY}
         for version, model in new_models.items():
             model.scheduler.start()

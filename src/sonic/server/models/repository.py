@@ -145,7 +145,7 @@ def available_versions(model_dir: Path) -> list[int]:
     return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
 
 
-def select_versions(policy: model_config_pb2.ModelVersionPolicy, versions: list[int]) -> list[int]:
+def select_versions(name: str, policy: model_config_pb2.ModelVersionPolicy, versions: list[int]) -> list[int]:
     """Apply a version policy (latest N, all, specific) to the version folders present."""
     which = policy.WhichOneof("policy_choice")
     if which == "all":
@@ -154,7 +154,10 @@ def select_versions(policy: model_config_pb2.ModelVersionPolicy, versions: list[
         wanted = set(policy.specific.versions)
         missing = sorted(wanted - set(versions))
         if missing:
-            raise ModelConfigError(f"version policy asks for version(s) {missing}, which have no folder")
+            raise ModelConfigError(  # Triton's words, then which versions
+                f"load failed for model {quote(name)}: at least one version must be available under the "
+                f"version policy of model {quote(name)} (it asks for version(s) {missing}, which have no folder)"
+            )
         return sorted(wanted)
     count = policy.latest.num_versions if which == "latest" else 1
     return versions[-max(1, count) :]

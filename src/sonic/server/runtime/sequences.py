@@ -79,6 +79,14 @@ def _control(model: str, name: str, control: Any) -> ControlInput:
     )
 
 
+def check_controls(config: model_config_pb2.ModelConfig) -> None:
+    """The sequence batcher's control inputs, checked before any version loads: Triton refuses a control
+    without its values or data type while it polls the repository."""
+    for entry in config.sequence_batching.control_input:
+        for control in entry.control:
+            _control(config.name, entry.name, control)
+
+
 def _state(model: str, files: ModelFiles, state: Any) -> StateSpec:
     dtype = dtypes.from_config_enum(state.data_type).numpy
     dims = tuple(int(d) for d in state.dims)

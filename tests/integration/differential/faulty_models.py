@@ -1,0 +1,103 @@
+"""Model folders that fail to load, each in one way: what an admin's load call meets in a repository.
+
+Each :class:`Faulty` is one broken ``config.pbtxt`` or ``model.py`` beside a valid rest (a one-input
+Python echo model), so a load of it is a single fault: of the configuration's text or its name, of a
+tensor, of batching, of sequence-batcher controls, of instance groups, of the version policy, or of the
+Python model's code (import, class, ``auto_complete_config``, ``initialize``). ``DECOUPLED`` is a valid
+decoupled model (its requests through the unary calls are refused). Triton 2.51 and sonic load the same
+folders (tests/integration/differential/test_reach.py).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.integration.differential.repository import ECHO_MODEL
+
+IO = (
+    'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    'output [ { name: "OUT_X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+)
+ECHO = textwrap.dedent(ECHO_MODEL).lstrip()
+COMPLETION_FAILS = (
+    ECHO
+    + """
+    @staticmethod
+    def auto_complete_config(config):
+        raise ValueError("completion fails on purpose")
+"""
+)
+INITIALIZE_FAILS = """class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("initialize fails on purpose")
+
+    def execute(self, requests):
+        return []
+"""
+
+
+@dataclass(frozen=True)
+class Faulty:
+    name: str
+    config: str  # the config.pbtxt after name and backend ("" for the default: max_batch_size 0, IO)
+    source: str = ECHO  # version 1's model.py
+    config_name: str = ""  # the name the config gives ("" for the folder's)
+
+    def config_text(self) -> str:
+        body = self.config or f"max_batch_size: 0\n{IO}"
+        return f'name: "{self.config_name or self.name}"\nbackend: "python"\n{body}'
+
+
+def _sequence(controls: str) -> str:
+    return f"max_batch_size: 4\n{IO}sequence_batching {{ control_input [ {controls} ] }}\n"
+
+
+FAULTY = (
+    Faulty("unparsable", "max_batch_size: [ 0\n"),
+    Faulty("other_name", "", config_name="not_its_folder"),
+    Faulty("negative_batch", f"max_batch_size: -1\n{IO}"),
+    Faulty("unknown_platform", ""),  # its platform replaces the backend below
+    Faulty("input_no_name", f"max_batch_size: 0\n{IO}input [ {{ data_type: TYPE_FP32 dims: [ 1 ] }} ]\n"),
+    Faulty("input_no_datatype", f'max_batch_size: 0\n{IO}input [ {{ name: "Y" dims: [ 1 ] }} ]\n'),
+    Faulty(
+        "input_zero_dim",
+        f'max_batch_size: 0\n{IO}input [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 0 ] }} ]\n',
+    ),
+    Faulty(
+        "preferred_too_big", f"max_batch_size: 4\n{IO}dynamic_batching {{ preferred_batch_size: [ 8 ] }}\n"
+    ),
+    Faulty("gpu_group", f"max_batch_size: 0\n{IO}instance_group [ {{ kind: KIND_GPU count: 1 }} ]\n"),
+    Faulty("policy_missing", f"max_batch_size: 0\n{IO}version_policy {{ specific {{ versions: [ 2 ] }} }}\n"),
+    Faulty(
+        "corrid_no_datatype", _sequence('{ name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID } ] }')
+    ),
+    Faulty(
+        "control_one_value",
+        _sequence('{ name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 1 ] } ] }'),
+    ),
+    Faulty("control_no_values", _sequence('{ name: "START" control [ { kind: CONTROL_SEQUENCE_START } ] }')),
+    Faulty("import_fails", "", source="import no_such_module_for_sonic\n"),
+    Faulty("no_model_class", "", source="class Other:\n    pass\n"),
+    Faulty("completion_fails", "", source=COMPLETION_FAILS),
+    Faulty("initialize_fails", "", source=INITIALIZE_FAILS),
+    # Configurations Triton 2.51 loads and sonic refuses (intended row config-refused-at-load).
+    Faulty(
+        "input_twice", f'max_batch_size: 0\n{IO}input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 1 ] }} ]\n'
+    ),
+    Faulty("dynamic_unbatched", f"max_batch_size: 0\n{IO}dynamic_batching {{ }}\n"),
+    Faulty("negative_count", f"max_batch_size: 0\n{IO}instance_group [ {{ kind: KIND_CPU count: -1 }} ]\n"),
+)
+DECOUPLED = Faulty("decoupled", f"max_batch_size: 0\n{IO}model_transaction_policy {{ decoupled: true }}\n")
+
+
+def write_faulty(root: Path, models: tuple[Faulty, ...] = (*FAULTY, DECOUPLED)) -> None:
+    """Each model's folder under ``root``: its config and version 1's model.py."""
+    for model in models:
+        (root / model.name / "1").mkdir(parents=True)
+        text = model.config_text()
+        if model.name == "unknown_platform":
+            text = text.replace('backend: "python"', 'platform: "no_such_platform"')
+        (root / model.name / "config.pbtxt").write_text(text, encoding="utf-8")
+        (root / model.name / "1" / "model.py").write_text(model.source, encoding="utf-8")
