@@ -183,7 +183,9 @@ class DataPlane:
                     "repository"
                 )
             else:
-                raise InvalidArgumentError(f"load of {quote(name)}: unknown parameter {quote(key)}")
+                raise InvalidArgumentError(
+                    f"load of {quote(name)}: unrecognized load parameter {quote(key)}."
+                )
         await self.models.load(name, override)
 
     async def unload_model(self, name: str, parameters: dict[str, object] | None = None) -> None:
@@ -195,9 +197,10 @@ class DataPlane:
                 raise InvalidArgumentError(
                     f"unload of {quote(name)}: unknown parameter {quote(key)} (known: 'unload_dependents')"
                 )
-            if not isinstance(value, bool):
+            if not isinstance(value, bool):  # Triton's words (gRPC), then what came
                 raise InvalidArgumentError(
-                    f"unload of {quote(name)}: parameter 'unload_dependents' must be a boolean, got {value!r}"
+                    f"unload of {quote(name)}: invalid value type for 'unload_dependents' parameter, expected "
+                    f"bool_param. Got {value!r}"
                 )
             dependents = value
         await self.models.unload(name, unload_dependents=dependents)

@@ -372,6 +372,30 @@ def _config_refused(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     return triton.code in {"OK", "200"} and refused
 
 
+def _unload_parameters(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    unload = (
+        call.method == "RepositoryModelUnload"
+        if isinstance(call, GrpcCall)
+        else call.path.endswith("/unload")
+    )
+    ours = re.search(
+        r"unknown parameter '[^']*' \(known: 'unload_dependents'\)|'unload_dependents' parameter",
+        sonic.message,
+    )
+    return (
+        unload
+        and triton.code in {"OK", "200"}
+        and sonic.code in {"INVALID_ARGUMENT", "400"}
+        and ours is not None
+    )
+
+
+def _header_length(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    given = call.headers.get("Inference-Header-Content-Length", "") if isinstance(call, HttpCall) else ""
+    refused = sonic.code == "400" and "Inference-Header-Content-Length must be an integer" in sonic.message
+    return refused and not given.isdigit() and triton.code in {"200", "400"}
+
+
 def _cuda_register(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     register = (
         call.method == "CudaSharedMemoryRegister"
@@ -808,6 +832,24 @@ INTENDED: tuple[Intended, ...] = (
         "A valid handle would be refused too; the answer says what is missing, not that the handle "
         "is wrong. Status and unregister calls answer as Triton's (no region).",
         _cuda_register,
+    ),
+    Intended(
+        "unload-parameters",
+        "An unload with a parameter other than `unload_dependents`, or (over HTTP) an `unload_dependents` "
+        "that is not a boolean: Triton ignores it and unloads (OK/200); sonic refuses the call "
+        "(INVALID_ARGUMENT/400), the second in the words of Triton's gRPC front end (`invalid value type "
+        "for 'unload_dependents' parameter, expected bool_param.`).",
+        "A parameter dropped without a word leaves the caller believing the server acted on it (a "
+        "misspelt `unload_dependents` would leave the step models loaded).",
+        _unload_parameters,
+    ),
+    Intended(
+        "header-length-not-a-number",
+        "An `Inference-Header-Content-Length` that is not a decimal number (`x`, `+5`, `1_0`): Triton reads "
+        "as many digits as it finds (none: 0) and takes the whole body as one raw input (running it, or "
+        "answering with the raw input's byte-size words); sonic refuses the header (400).",
+        "A header that does not say where the JSON ends would have the body's JSON read as tensor bytes.",
+        _header_length,
     ),
 )
 

@@ -11,10 +11,12 @@ CUDA shared-memory calls to a server that has none, a system shared-memory key t
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
+import tritonclient.utils.shared_memory as shm
 from tests.integration.differential.calls import Call, GrpcCall, HttpCall
 from tests.integration.differential.compare import Both, Session
 from tests.integration.differential.faulty_models import DECOUPLED, FAULTY, write_faulty
@@ -104,3 +106,126 @@ def test_cuda_shared_memory(reach: Both) -> None:
 def test_shared_memory_key(reach: Both, key: str) -> None:
     message = service_pb2.SystemSharedMemoryRegisterRequest(name="r", key=key, offset=0, byte_size=8)
     reach.compare(GrpcCall("SystemSharedMemoryRegister", message.SerializeToString(), faults=1))
+
+
+@pytest.mark.parametrize("version", ["abc", "-1"])
+def test_version_string(reach: Both, version: str) -> None:
+    request = service_pb2.ModelInferRequest(model_name=SPARE.name, model_version=version)
+    request.inputs.add(name="X", datatype="UINT8", shape=[2])
+    request.raw_input_contents.append(b"\1\2")
+    reach.compare(GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1))
+
+
+def _control(method: str, parameters: dict[str, tuple[str, object]], what: str) -> GrpcCall:
+    request = getattr(service_pb2, method + "Request")(model_name=SPARE.name)
+    for key, (kind, value) in parameters.items():
+        setattr(request.parameters[key], kind, value)
+    return GrpcCall(method, request.SerializeToString(deterministic=True), what=what, faults=1)
+
+
+def test_control_parameters(reach: Both) -> None:
+    # An unload Triton takes unloads ``spare``: the last call loads it again.
+    calls: list[Call] = [
+        _control("RepositoryModelLoad", {"bogus": ("string_param", "x")}, "load, unknown parameter"),
+        _control(
+            "RepositoryModelUnload", {"unload_dependents": ("string_param", "yes")}, "unload, dependents"
+        ),
+        HttpCall("POST", f"/v2/repository/models/{SPARE.name}/load", b'{"parameters": []}', JSON),
+        HttpCall("POST", f"/v2/repository/models/{SPARE.name}/load", b'{"parameters": {"bogus": 1}}', JSON),
+        _control("RepositoryModelUnload", {"bogus": ("string_param", "x")}, "unload, unknown parameter"),
+        _control("RepositoryModelLoad", {}, "load again"),
+    ]
+    for call in calls:
+        reach.compare(call)
+
+
+@pytest.fixture(scope="module")
+def region(reach: Both) -> Iterator[str]:
+    """A system shared-memory region ``r`` of 16 bytes, registered with both servers for the module."""
+    key = f"/sonic_differential_{os.getpid():08d}_reach"  # one length: replays match
+    handle = shm.create_shared_memory_region("reach", key, SHM_BYTES)
+    register = {"key": key, "offset": 0, "byte_size": REGION_BYTES}
+    try:
+        reach.compare(
+            HttpCall("POST", "/v2/systemsharedmemory/region/r/register", json.dumps(register).encode(), JSON)
+        )
+        yield key
+    finally:
+        reach.compare(HttpCall("POST", "/v2/systemsharedmemory/region/r/unregister"))
+        shm.destroy_shared_memory_region(handle)
+
+
+SHM_BYTES = 8192
+REGION_BYTES = 16
+
+
+def _shm_input(offset: int, size: int) -> list[Call]:
+    reference = {"shared_memory_region": "r", "shared_memory_byte_size": size, "shared_memory_offset": offset}
+    body = {"inputs": [{"name": "X", "datatype": "UINT8", "shape": [2], "parameters": reference}]}
+    request = service_pb2.ModelInferRequest(model_name=SPARE.name)
+    parameters = request.inputs.add(name="X", datatype="UINT8", shape=[2]).parameters
+    parameters["shared_memory_region"].string_param = "r"
+    parameters["shared_memory_byte_size"].int64_param = size
+    parameters["shared_memory_offset"].int64_param = offset
+    return [
+        HttpCall("POST", f"/v2/models/{SPARE.name}/infer", json.dumps(body).encode(), JSON, faults=1),
+        GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1),
+    ]
+
+
+def _output_parameters(parameters: dict[str, object]) -> list[Call]:
+    body = {
+        "inputs": [{"name": "X", "datatype": "UINT8", "shape": [2], "data": [1, 2]}],
+        "outputs": [{"name": "OUT_X", "parameters": parameters}],
+    }
+    request = service_pb2.ModelInferRequest(model_name=SPARE.name)
+    request.inputs.add(name="X", datatype="UINT8", shape=[2])
+    request.raw_input_contents.append(b"\1\2")
+    output = request.outputs.add(name="OUT_X")
+    for key, value in parameters.items():
+        field = {str: "string_param", int: "int64_param", bool: "bool_param"}[type(value)]
+        setattr(output.parameters[key], field, value)
+    return [
+        HttpCall("POST", f"/v2/models/{SPARE.name}/infer", json.dumps(body).encode(), JSON, faults=1),
+        GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1),
+    ]
+
+
+OUTPUT_FAULTS: dict[str, dict[str, object]] = {
+    "shared memory too small": {"shared_memory_region": "r", "shared_memory_byte_size": 1},
+    "shared memory past the region": {"shared_memory_region": "r", "shared_memory_byte_size": 32},
+    "classification not a number": {"classification": "x"},
+    "classification negative": {"classification": -1},
+    "classification and shared memory": {
+        "classification": 1,
+        "shared_memory_region": "r",
+        "shared_memory_byte_size": REGION_BYTES,
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "calls",
+    [
+        pytest.param(_shm_input(20, 2), id="input offset past the region"),
+        pytest.param(_shm_input(15, 2), id="input past the region"),
+        *(pytest.param(_output_parameters(p), id=name) for name, p in OUTPUT_FAULTS.items()),
+    ],
+)
+def test_shared_memory_reference(reach: Both, region: str, calls: list[Call]) -> None:
+    for call in calls:
+        reach.compare(call)
+
+
+def test_shared_memory_register(reach: Both, region: str) -> None:
+    for name, size in (("r", REGION_BYTES), ("big", SHM_BYTES * 2)):
+        register = {"key": region, "offset": 0, "byte_size": size}
+        path = f"/v2/systemsharedmemory/region/{name}/register"
+        reach.compare(HttpCall("POST", path, json.dumps(register).encode(), JSON, faults=1))
+
+
+def test_http_headers(reach: Both) -> None:
+    body = json.dumps({"inputs": [{"name": "X", "datatype": "UINT8", "shape": [2], "data": [1, 2]}]}).encode()
+    path = f"/v2/models/{SPARE.name}/infer"
+    reach.compare(HttpCall("POST", path, body, {**JSON, "Content-Encoding": "br"}, faults=1))
+    reach.compare(HttpCall("POST", path, body, {**JSON, "Inference-Header-Content-Length": "x"}, faults=1))

@@ -374,7 +374,7 @@ class HttpFrontend(Frontend):
     async def _repository_action(self, call: _Call, action: str) -> web.StreamResponse:
         name = call.name
         payload = await self._json_body(call.request, call.hold)
-        parameters = payload.get("parameters") or {}
+        parameters = payload.get("parameters", {})  # [] is no object, not "no parameters"
         if not isinstance(parameters, dict):
             raise InvalidArgumentError(f"{action} of '{name}': 'parameters' must be an object")
         if action == "load":

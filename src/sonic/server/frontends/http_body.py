@@ -15,7 +15,12 @@ from http import HTTPStatus
 from aiohttp import web
 
 from sonic.grpc.inflate import WBITS, InflateError, InflateLimitError, inflate_async
-from sonic.protocol.errors import InvalidArgumentError, RequestBufferBusyError, ResourceExhaustedError
+from sonic.protocol.errors import (
+    InvalidArgumentError,
+    RequestBufferBusyError,
+    ResourceExhaustedError,
+    UnimplementedError,
+)
 from sonic.server.budget import BudgetHold
 
 # A body that waited its bound for room in the request buffer budget: when to try again (seconds).
@@ -54,8 +59,8 @@ async def read_body(
     byte charged to ``hold`` (the caller releases it when the request is done)."""
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in {"identity", *WBITS}:
-        raise InvalidArgumentError(
-            f"Content-Encoding {encoding!r} is not supported (expected identity, gzip or deflate)"
+        raise UnimplementedError(  # Triton's status and words, then what came and what is taken
+            f"Unsupported compression type: Content-Encoding {encoding!r} (expected identity, gzip or deflate)"
         )
     body = await receive(request, max_message_bytes, hold)
     if encoding == "identity" or not body:
