@@ -7,8 +7,10 @@ is 400 on sonic, 500 on Triton, with the same words.
 
 from __future__ import annotations
 
+import collections
 import http.client
 import json
+import queue
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -323,3 +325,126 @@ def test_an_ensembles_steps_are_its_child_traces(kind: str, tmp_path: Path) -> N
     assert {"REQUEST_START", "QUEUE_START", "HTTP_RECV_START", "REQUEST_END"} <= names(parent["id"])
     for child in children:
         assert names(child["id"]) == STEP_ACTIVITIES
+
+
+DECOUPLED_TWICE = """import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "A").as_numpy()
+            sender = request.get_response_sender()
+            for _ in range(2):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("B", a)]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+BLS = """import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "A")
+            # With the request's trace: the call is traced as its child (without it, not at all).
+            call = pb_utils.InferenceRequest(
+                model_name="plain", requested_output_names=["B"], inputs=[a], trace=request.trace()
+            )
+            b = pb_utils.get_output_tensor_by_name(call.exec(), "B").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("B", b)]))
+        return responses
+"""
+DECOUPLED_POLICY = "model_transaction_policy { decoupled: true }\n"
+# What Triton 2.51 writes for a decoupled model's request of two responses over a gRPC stream, less
+# GRPC_WAITREAD_START and GRPC_SEND_END (not written by sonic: docs/triton-differences.md, trace-files).
+DECOUPLED_ACTIVITIES = {
+    "GRPC_WAITREAD_END": 1,
+    "REQUEST_START": 1,
+    "QUEUE_START": 1,
+    **dict.fromkeys(STEP_ACTIVITIES - {"REQUEST_START", "QUEUE_START", "REQUEST_END"}, 1),
+    "INFER_RESPONSE_COMPLETE": 1,
+    "GRPC_SEND_START": 2,
+    "REQUEST_END": 1,
+}
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_a_decoupled_request_and_a_bls_call_are_traced_as_tritons(kind: str, tmp_path: Path) -> None:
+    """One trace for a decoupled model's request (one compute, a send per response); a BLS call given the
+    request's trace (``trace=request.trace()``) is its child, written with it."""
+    repository = python_model_repository(tmp_path, "plain", CONFIG, MODEL)
+    for name, source, config in (
+        (
+            "twice",
+            DECOUPLED_TWICE,
+            CONFIG.replace("max_batch_size: 8", "max_batch_size: 0") + DECOUPLED_POLICY,
+        ),
+        ("bls", BLS, CONFIG),
+    ):
+        (repository / name / "1").mkdir(parents=True)
+        (repository / name / "config.pbtxt").write_text(config, encoding="utf-8")
+        (repository / name / "1" / "model.py").write_text(source, encoding="utf-8")
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    flags = ["--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1"]
+    flags += [
+        "--trace-config",
+        f"triton,file={traces / 't.json'}",
+        "--trace-config",
+        "triton,log-frequency=1",
+    ]
+    models = ["plain", "twice", "bls"]
+    with serving(kind, repository, models, sonic_args=flags, triton_args=flags) as endpoint:
+        data = np.array([1.0, 2.5], dtype=np.float32)
+        answers: queue.Queue[tuple[object, object]] = queue.Queue()
+        with grpcclient.InferenceServerClient(endpoint.grpc) as client:
+            client.start_stream(callback=lambda result, error: answers.put((result, error)))
+            tensor = grpcclient.InferInput("A", [2], "FP32")
+            tensor.set_data_from_numpy(data)
+            client.async_stream_infer("twice", [tensor], request_id="d1")
+            assert [answers.get(timeout=30)[1] for _ in range(2)] == [None, None]
+            client.stop_stream()
+        http = httpclient.InferenceServerClient(endpoint.http)
+        try:
+            tensor = httpclient.InferInput("A", [1, 2], "FP32")
+            tensor.set_data_from_numpy(data.reshape(1, 2))
+            http.infer("bls", [tensor], request_id="b1")
+        finally:
+            http.close()
+    objects = [o for path in sorted(traces.iterdir()) for o in json.loads(path.read_text())]
+    lines = {o["model_name"]: o for o in objects if "model_name" in o}
+    assert sorted(lines) == ["bls", "plain", "twice"]
+    assert lines["twice"] == {
+        "id": lines["twice"]["id"],
+        "model_name": "twice",
+        "model_version": 1,
+        "request_id": "d1",
+    }
+    assert lines["bls"] == {
+        "id": lines["bls"]["id"],
+        "model_name": "bls",
+        "model_version": 1,
+        "request_id": "b1",
+    }
+    # The call's own request has no id: Triton's child line has none either.
+    assert lines["plain"] == {
+        "id": lines["plain"]["id"],
+        "model_name": "plain",
+        "model_version": 1,
+        "parent_id": lines["bls"]["id"],
+    }
+
+    def activities(model: str) -> collections.Counter[str]:
+        trace_id = lines[model]["id"]
+        return collections.Counter(
+            t["name"] for o in objects if o["id"] == trace_id for t in o.get("timestamps", [])
+        )
+
+    written = activities("twice")
+    for unwritten in ("GRPC_WAITREAD_START", "GRPC_SEND_END"):
+        written.pop(unwritten, None)
+    assert written == DECOUPLED_ACTIVITIES
+    assert set(activities("plain")) == STEP_ACTIVITIES
+    assert STEP_ACTIVITIES | {"INFER_RESPONSE_COMPLETE"} <= set(activities("bls"))

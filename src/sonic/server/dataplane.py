@@ -292,8 +292,13 @@ class DataPlane:
                 "(each of its responses would overwrite the region)"
             )
         memory = await resolve(self.shared_memory, request, model.spec, cached=False)
+        trace = arrival.trace
+        if trace is not None:
+            trace.started(model.name, model.version, request.request_id)
         try:
-            call = DecoupledCall.start(model, request, received_ns=arrival.received_ns, memory=memory)
+            call = DecoupledCall.start(
+                model, request, received_ns=arrival.received_ns, memory=memory, trace=trace
+            )
         except BaseException:
             if memory is not None:
                 memory.release()
@@ -312,6 +317,8 @@ class DataPlane:
                         )
                     yield answer
                     if answer.final:
+                        if trace is not None:  # written after its compute, as Triton's (REQUEST_END last)
+                            await call.ended()
                         return
         finally:
             self.in_flight -= 1

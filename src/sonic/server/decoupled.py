@@ -20,6 +20,7 @@ from sonic.server.metrics.stats import RequestTiming
 from sonic.server.models.version import ModelVersion, failure_reason
 from sonic.server.responses import DEFAULT_MAX_QUEUED_RESPONSES, ResponseChannel, Streamed
 from sonic.server.shm.request import RequestMemory
+from sonic.server.trace.requests import RequestTrace
 from sonic.server.traffic.rows import TrafficRecorder, array_bytes, request_row
 from sonic.server.work import ItemState, WorkItem
 
@@ -43,8 +44,10 @@ class DecoupledCall:
         item: WorkItem,
         channel: ResponseChannel,
         received_ns: int = 0,
+        trace: RequestTrace | None = None,
     ) -> None:
         self._model = model
+        self._trace = trace
         self._request = request
         self._item = item
         self._channel = channel
@@ -68,15 +71,21 @@ class DecoupledCall:
         *,
         received_ns: int = 0,
         memory: RequestMemory | None = None,
+        trace: RequestTrace | None = None,
     ) -> DecoupledCall:
         """Validate ``request`` (raises InvalidArgumentError) and queue it for the model.
 
-        ``received_ns``: when it arrived (0: now); ``memory``: its inputs read from shared memory.
+        ``received_ns``: when it arrived (0: now); ``memory``: its inputs read from shared memory;
+        ``trace``: its trace record, when Triton's trace extension samples it (queued and computed are
+        stamped here, its responses by the front end).
         """
         item = model.prepare(request, memory)
         channel = ResponseChannel(max_queued)
         item.responses = channel
-        return cls(model, request, item, channel, received_ns)
+        if trace is not None:
+            trace.queued(item.inputs, {name: spec.datatype.name for name, spec in model.spec.inputs.items()})
+            item.trace = trace
+        return cls(model, request, item, channel, received_ns, trace)
 
     async def _execute(self) -> None:
         stats = self._model.stats
@@ -85,6 +94,8 @@ class DecoupledCall:
             _, timing = await self._model.scheduler.submit(self._item)
             if self._record is not None:
                 self._record.timing = timing
+            if self._trace is not None:  # its outputs went out as responses: no tensors to write here
+                self._trace.executed(self._item.enqueued_ns, timing, [])
         except asyncio.CancelledError:
             stats.record_failure(time.perf_counter_ns() - self._received_ns, "CANCELED")
             raise
@@ -95,6 +106,10 @@ class DecoupledCall:
         finally:
             stats.pending_requests -= 1
         stats.record_success(time.perf_counter_ns() - self._received_ns, timing, self._item.batch_size)
+
+    async def ended(self) -> None:
+        """Wait until the model's ``execute`` has returned (its outcome is the stream's, not raised here)."""
+        await asyncio.wait([self._task])
 
     async def next(self, most: int | None = None) -> list[StreamAnswer]:
         """The responses sent since the last call (one at least), in order; after a final one, none."""

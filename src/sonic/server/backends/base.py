@@ -237,6 +237,7 @@ class Request:
     # Set for a decoupled model (``model_transaction_policy { decoupled: true }``): the request's
     # responses go here, sent by the backend, and its result from execute_requests is ignored.
     responses: ResponseChannel | None = None
+    trace: RequestTrace | None = None  # Triton's trace of it, when sampled (a BLS call may be its child)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from sonic.protocol import dtypes
 from sonic.server.backends.base import ModelCall, ModelCaller
+from sonic.server.trace.requests import RequestTrace
 
 # The server's model caller for BLS, bound by the Python backend in each instance's own thread.
 current_caller: contextvars.ContextVar[ModelCaller | None] = contextvars.ContextVar(
@@ -229,6 +230,19 @@ class InferenceResponse:
         return self._parameters
 
 
+class InferenceTrace:
+    """A request's trace as its model sees it (``request.trace()``). Given to a BLS call
+    (``InferenceRequest(..., trace=request.trace())``), the call is traced as the request's child (its own
+    id, ``parent_id``), as Triton's; without it, or for a request not sampled, the call is not traced."""
+
+    def __init__(self, record: RequestTrace | None = None) -> None:
+        self._record = record
+
+    def child(self) -> RequestTrace | None:
+        """The trace of a call made with this one (None: not traced)."""
+        return self._record.child() if self._record is not None else None
+
+
 class InferenceRequest:
     """A request given to ``execute``, or built by a model to call another model (BLS)."""
 
@@ -244,6 +258,7 @@ class InferenceRequest:
         flags: int = 0,
         timeout: int = 0,
         parameters: Mapping[str, object] | str | None = None,
+        trace: InferenceTrace | None = None,
         **_ignored: object,  # preferred_memory and other options meaningless in one process
     ) -> None:
         self.model_name = model_name
@@ -255,9 +270,14 @@ class InferenceRequest:
         self._flags = flags
         self._timeout = timeout
         self._parameters = parameters if isinstance(parameters, str) else json.dumps(dict(parameters or {}))
+        self._trace = trace
         self._response_sender: Any = None  # a decoupled model's request: set by the backend
         # Never read: holding it keeps the handle, whose finalizer ends a dropped request, alive with us.
         self._sender_handle: object = None
+
+    def trace(self) -> InferenceTrace:
+        """This request's trace: give it to a BLS call's request (``trace=``) to trace the call as its child."""
+        return self._trace if self._trace is not None else InferenceTrace()
 
     def set_response_sender(self, sender: Any, handle: object) -> None:
         """The backend's: this request is to a decoupled model, answered through ``sender``."""
@@ -289,7 +309,8 @@ class InferenceRequest:
         """Whether the client went away (decoupled models; other requests are never seen cancelled)."""
         return self._response_sender is not None and bool(self._response_sender.is_cancelled())
 
-    def _model_call(self) -> ModelCall:
+    def _model_call(self, *, traced: bool = True) -> ModelCall:
+        """The call; ``traced``: as a child of the trace given (a decoupled call's stream is not traced)."""
         version = "" if self.model_version < 0 else str(self.model_version)
         inputs = {tensor.name(): tensor.as_numpy() for tensor in self._inputs}
         return ModelCall(
@@ -299,6 +320,7 @@ class InferenceRequest:
             self._requested or None,
             self._request_id,
             self._call_parameters(),
+            self._trace.child() if traced and self._trace is not None else None,
         )
 
     def _call_parameters(self) -> dict[str, object]:
@@ -344,7 +366,7 @@ class InferenceRequest:
                 f"BLS call of model '{self.model_name}': no server to call (only a model's own thread can call)"
             )
         if decoupled:
-            return _responses(caller.infer_stream_blocking(self._model_call()))
+            return _responses(caller.infer_stream_blocking(self._model_call(traced=False)))
         try:
             outputs = caller.infer_blocking(self._model_call())
         except Exception as exc:  # noqa: BLE001  (BLS reports failures in the response, as Triton does)

@@ -257,6 +257,7 @@ class PythonBackend(RequestBackend):
                 [pb_utils.Tensor(name, array) for name, array in request.inputs.items()],
                 list(request.output_names),
                 request_id=request.request_id,
+                trace=None if request.trace is None else pb_utils.InferenceTrace(request.trace),
                 **_triton_request_fields(request.parameters),
             )
             for request in requests

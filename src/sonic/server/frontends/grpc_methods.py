@@ -11,7 +11,7 @@ import inspect
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
@@ -31,6 +31,7 @@ from sonic.server.frontends.gate import as_sonic_error
 from sonic.server.frontends.traced import grpc_traced
 from sonic.server.header_forward import Forwarded
 from sonic.server.log_settings import changes_from_grpc, settings_to_grpc
+from sonic.server.trace.requests import RequestTrace
 from sonic.server.trace.settings import answer_to_grpc
 from sonic.server.trace.settings import changes_from_grpc as trace_changes_from_grpc
 
@@ -185,37 +186,64 @@ class GrpcMethods:
         except Exception as exc:  # noqa: BLE001  (reported in the stream message)
             yield [encode_stream_error(data, as_sonic_error(exc).message)]
             return
+        trace = (
+            self.dataplane.traces.begin(request.model_name, trace_headers)
+            if self.dataplane.traces.active
+            else None
+        )
+        if trace is not None:
+            trace.stamp("GRPC_WAITREAD_END", arrival.received_ns)
+            arrival = replace(arrival, trace=trace)
         answers = self.dataplane.infer_decoupled(request, arrival)
-        async with aclosing(answers):
-            try:
-                # The request is validated and queued here: its errors are answered as other models' are.
-                first = await anext(answers)
-            except Exception as exc:  # noqa: BLE001  (reported in the stream message)
-                yield [encode_stream_error(data, as_sonic_error(exc).message)]
-                return
-            async for message in self._decoupled_messages(request, _chain(first, answers)):
-                yield message
+        try:
+            async with aclosing(answers):
+                try:
+                    # The request is validated and queued here: its errors are answered as other models' are.
+                    first = await anext(answers)
+                except Exception as exc:  # noqa: BLE001  (reported in the stream message)
+                    yield [encode_stream_error(data, as_sonic_error(exc).message)]
+                    return
+                async for message in self._decoupled_messages(request, _chain(first, answers), trace):
+                    yield message
+        finally:
+            if trace is not None:  # as Triton's: one request, its compute, a send per response
+                trace.stamp("REQUEST_END")
+                trace.finish()
 
     @staticmethod
     async def _decoupled_messages(
-        request: InferRequest, answers: AsyncIterator[StreamAnswer]
+        request: InferRequest, answers: AsyncIterator[StreamAnswer], trace: RequestTrace | None = None
     ) -> AsyncIterator[list[bytes | memoryview]]:
         """Each response with its ``triton_final_response``; the final flag sent alone becomes an empty
-        response only when the request asked for it (``triton_enable_empty_final_response``), as Triton."""
+        response only when the request asked for it (``triton_enable_empty_final_response``), as Triton.
+        Traced: ``INFER_RESPONSE_COMPLETE`` at the first message (once, as Triton's), ``GRPC_SEND_START``
+        as each is handed to the writer."""
         empty_final = request.parameters.get("triton_enable_empty_final_response") is True
-        async for answer in answers:
-            if answer.error is not None:
-                yield [
-                    encode_decoupled_error(
-                        request.model_name, request.request_id, answer.error.message, final=answer.final
-                    )
-                ]
-            elif answer.response is not None:
-                yield wrap_stream_response(encode_infer_response(answer.response, final=answer.final))
-            elif empty_final:
-                # Triton's empty final response names the model but no version.
-                empty = InferResponse(request.model_name, "", request.request_id, [])
-                yield wrap_stream_response(encode_infer_response(empty, final=True))
+        async for message in _decoupled_pieces(request, answers, empty_final):
+            if trace is not None:
+                if not trace.stamped("INFER_RESPONSE_COMPLETE"):
+                    trace.stamp("INFER_RESPONSE_COMPLETE")
+                trace.stamp("GRPC_SEND_START")
+            yield message
+
+
+async def _decoupled_pieces(
+    request: InferRequest, answers: AsyncIterator[StreamAnswer], empty_final: bool
+) -> AsyncIterator[list[bytes | memoryview]]:
+    """The messages of a decoupled request's answers (errors in the stream, as Triton's)."""
+    async for answer in answers:
+        if answer.error is not None:
+            yield [
+                encode_decoupled_error(
+                    request.model_name, request.request_id, answer.error.message, final=answer.final
+                )
+            ]
+        elif answer.response is not None:
+            yield wrap_stream_response(encode_infer_response(answer.response, final=answer.final))
+        elif empty_final:
+            # Triton's empty final response names the model but no version.
+            empty = InferResponse(request.model_name, "", request.request_id, [])
+            yield wrap_stream_response(encode_infer_response(empty, final=True))
 
 
 def _final_stream_response(response: InferResponse) -> list[bytes | memoryview]:

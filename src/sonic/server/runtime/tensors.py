@@ -57,6 +57,7 @@ def _request(item: WorkItem, output_names: Sequence[str]) -> Request:
         item.request_id,
         item.parameters,
         item.responses,
+        item.trace,
     )
 
 

@@ -111,6 +111,10 @@ class RequestTrace:
         if self._timestamps:
             self._entries.append((name, ns or time.perf_counter_ns()))
 
+    def stamped(self, name: str) -> bool:
+        """Whether the activity ``name`` is written already (a decoupled request's first response)."""
+        return any(isinstance(entry, tuple) and entry[0] == name for entry in self._entries)
+
     def started(self, model_name: str, model_version: int, request_id: str) -> None:
         """The request reached its model version: the model's line, then ``REQUEST_START``."""
         self.model_name, self.model_version, self.request_id = model_name, model_version, request_id
