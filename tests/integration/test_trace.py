@@ -288,11 +288,8 @@ STEP_ACTIVITIES = {"REQUEST_START", "QUEUE_START", "REQUEST_END"} | {
 }
 
 
-@pytest.mark.parametrize("kind", SERVERS)
-def test_an_ensembles_steps_are_its_child_traces(kind: str, tmp_path: Path) -> None:
-    repository = python_model_repository(tmp_path, "plain", CONFIG, MODEL)
-    (repository / "ens" / "1").mkdir(parents=True)
-    (repository / "ens" / "config.pbtxt").write_text(ENSEMBLE, encoding="utf-8")
+def _traces_one_file_each(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A folder for the trace files, and the flags that trace every request, one file per trace."""
     traces = tmp_path / "traces"
     traces.mkdir()
     flags = ["--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1"]
@@ -302,6 +299,15 @@ def test_an_ensembles_steps_are_its_child_traces(kind: str, tmp_path: Path) -> N
         "--trace-config",
         "triton,log-frequency=1",
     ]
+    return traces, flags
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_an_ensembles_steps_are_its_child_traces(kind: str, tmp_path: Path) -> None:
+    repository = python_model_repository(tmp_path, "plain", CONFIG, MODEL)
+    (repository / "ens" / "1").mkdir(parents=True)
+    (repository / "ens" / "config.pbtxt").write_text(ENSEMBLE, encoding="utf-8")
+    traces, flags = _traces_one_file_each(tmp_path)
     with serving(kind, repository, ["plain", "ens"], sonic_args=flags, triton_args=flags) as endpoint:
         client = httpclient.InferenceServerClient(endpoint.http)
         try:
@@ -386,15 +392,7 @@ def test_a_decoupled_request_and_a_bls_call_are_traced_as_tritons(kind: str, tmp
         (repository / name / "1").mkdir(parents=True)
         (repository / name / "config.pbtxt").write_text(config, encoding="utf-8")
         (repository / name / "1" / "model.py").write_text(source, encoding="utf-8")
-    traces = tmp_path / "traces"
-    traces.mkdir()
-    flags = ["--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1"]
-    flags += [
-        "--trace-config",
-        f"triton,file={traces / 't.json'}",
-        "--trace-config",
-        "triton,log-frequency=1",
-    ]
+    traces, flags = _traces_one_file_each(tmp_path)
     models = ["plain", "twice", "bls"]
     with serving(kind, repository, models, sonic_args=flags, triton_args=flags) as endpoint:
         data = np.array([1.0, 2.5], dtype=np.float32)

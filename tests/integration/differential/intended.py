@@ -600,8 +600,8 @@ INTENDED: tuple[Intended, ...] = (
         "Triton-mode trace files: over gRPC sonic writes `GRPC_WAITREAD_END` and `GRPC_SEND_START` but "
         "not `GRPC_WAITREAD_START` or `GRPC_SEND_END`; `COMPUTE_*` times come from sonic's scheduler; "
         "INT8/UINT8 tensor data are numbers (Triton writes the bytes as characters) and BYTES are JSON "
-        "strings; requests to decoupled models are not traced; a request to an unknown model writes "
-        "nothing. Without a log "
+        "strings; a BLS call with `decoupled=True` is not traced (one made with the request's trace is its "
+        "child, as Triton's); a request to an unknown model writes nothing. Without a log "
         "frequency or count, traces go to the file as they complete (Triton keeps them in memory until "
         "it exits).",
         "The HTTP/2 writer does not say when a response left, and a time not known is not written; the "

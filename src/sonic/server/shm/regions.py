@@ -43,6 +43,7 @@ from sonic.protocol.errors import (
     InvalidArgumentError,
     NotFoundError,
     ResourceExhaustedError,
+    quote,
 )
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.shm_names import owner_exited, pid_namespace
@@ -156,12 +157,14 @@ class Region:
         position = self._check_object(offset, byte_size, where)
         return memoryview(self.mapping)[position : position + byte_size]
 
-    async def write(self, offset: int, capacity: int, data: memoryview, where: str) -> None:
-        """Write ``data`` at ``offset``, into the ``capacity`` bytes the request gave it there."""
+    async def write(self, offset: int, capacity: int, data: memoryview, where: str, output: str = "") -> None:
+        """Write ``data`` (of the output named ``output``) at ``offset``, into the ``capacity`` bytes the
+        request gave it there."""
         self.check(offset, capacity, where)
         if len(data) > capacity:
-            raise InvalidArgumentError(
-                f"{where}: shared memory size specified with the request for output ({capacity} bytes) "
+            named = f" {quote(output)}" if output else ""
+            raise InvalidArgumentError(  # Triton's words
+                f"{where}: shared memory size specified with the request for output{named} ({capacity} bytes) "
                 f"should be at least {len(data)} bytes to hold the results"
             )
         # Copied: a write past the end would grow the object back, not fail, so it is refused; should
@@ -378,10 +381,17 @@ def output_buffer(
 
 
 async def write_output(
-    region: Region, offset: int, capacity: int, array: npt.NDArray[Any], datatype: dtypes.Datatype, where: str
+    region: Region,
+    offset: int,
+    capacity: int,
+    array: npt.NDArray[Any],
+    datatype: dtypes.Datatype,
+    where: str,
+    output: str = "",
 ) -> int:
-    """Write an output into ``capacity`` bytes of a region at ``offset``; returns the bytes written."""
+    """Write the output named ``output`` into ``capacity`` bytes of a region at ``offset``; returns the
+    bytes written."""
     data = dtypes.array_to_bytes(array, datatype)
     view = data if isinstance(data, memoryview) else memoryview(data)
-    await region.write(offset, capacity, view, where)
+    await region.write(offset, capacity, view, where, output)
     return len(view)

@@ -82,7 +82,7 @@ class RequestMemory:
             region = shared_memory.get(ref.region, place.where)
             datatype = dtypes.from_name(output.datatype)
             written = await write_output(
-                region, ref.offset, ref.byte_size, output.array, datatype, place.where
+                region, ref.offset, ref.byte_size, output.array, datatype, place.where, output.name
             )
             output.shm = ShmRef(ref.region, written, ref.offset)
 
