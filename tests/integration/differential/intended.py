@@ -798,7 +798,8 @@ INTENDED: tuple[Intended, ...] = (
         "A Python model whose code fails to load (its import, no `TritonPythonModel` class, its "
         "`auto_complete_config` or `initialize` raises): after the exception, where Triton's answer (and "
         "the repository index's reason) has the model's traceback (`At:` and the frames), sonic's says "
-        "where it failed (`At:` the model file, or the model and step). The rest is Triton's: `load "
+        "where it failed (`At:` the model file inside the repository, `<m>/1/model.py`, or the model and "
+        "step). The rest is Triton's: `load "
         "failed for model '<m>': version 1 is at UNAVAILABLE state: Internal: <type>: <exception>;`. Where a "
         "version the policy names has no folder, sonic adds which after Triton's words.",
         "A traceback discloses the server's file paths and the backend's frames to clients "

@@ -137,8 +137,16 @@ def _load_module(model_path: Path, tag: str) -> ModuleType:
         spec.loader.exec_module(module)
     except Exception as exc:  # noqa: BLE001  (any error in user code fails the load)
         sys.modules.pop(name, None)
-        raise ModelCodeError(f"{_failed(exc)}\n\nAt:\n  {model_path}: importing the model\n") from None
+        raise ModelCodeError(
+            f"{_failed(exc)}\n\nAt:\n  {_shown(model_path)}: importing the model\n"
+        ) from None
     return module
+
+
+def _shown(model_path: Path) -> str:
+    """The model file as a client may see it: inside the repository (``<model>/<version>/model.py``), not
+    the server's own path."""
+    return "/".join(model_path.parts[-3:])
 
 
 def _failed(exc: Exception) -> str:
@@ -157,7 +165,7 @@ def _model_class(module: ModuleType, model_path: Path) -> type[Any]:
         # Triton's stub imports model.py as module '<version>.model'
         raise ModelCodeError(
             f"AttributeError: module '{model_path.parent.name}.model' has no attribute 'TritonPythonModel'"
-            f"\n\nAt:\n  {model_path}: defines no class TritonPythonModel\n"
+            f"\n\nAt:\n  {_shown(model_path)}: defines no class TritonPythonModel\n"
         )
     return cls
 
