@@ -67,7 +67,29 @@ def _response_type(method: str) -> Any:
     return getattr(service_pb2, method + "Response")
 
 
+def stream_outcome(channel: grpc.Channel, call: GrpcCall) -> Outcome:
+    """``ModelStreamInfer`` of one request (the client then half-closes): the stream's messages in order,
+    each an answer or an error; the first error's words are the outcome's message (code ``STREAM_ERROR``)."""
+    handle = channel.stream_stream(SERVICE + call.method, request_serializer=None, response_deserializer=None)
+    messages: list[Any] = []
+    try:
+        for data in handle(iter([call.payload]), timeout=CALL_TIMEOUT_S, metadata=call.metadata or None):
+            message = service_pb2.ModelStreamInferResponse.FromString(data)
+            if message.error_message:
+                messages.append({"error": message.error_message})
+            else:
+                messages.append(
+                    json_format.MessageToDict(message.infer_response, preserving_proto_field_name=True)
+                )
+    except grpc.RpcError as exc:
+        return Outcome(exc.code().name, exc.details() or "", messages)
+    errors = [m["error"] for m in messages if "error" in m]
+    return Outcome("STREAM_ERROR" if errors else "OK", errors[0] if errors else "", messages)
+
+
 def grpc_outcome(channel: grpc.Channel, call: GrpcCall) -> Outcome:
+    if call.method == "ModelStreamInfer":
+        return stream_outcome(channel, call)
     handle = channel.unary_unary(SERVICE + call.method, request_serializer=None, response_deserializer=None)
     try:
         data = handle(call.payload, timeout=CALL_TIMEOUT_S, metadata=call.metadata or None)

@@ -234,3 +234,22 @@ def test_http_headers(reach: Both) -> None:
     path = f"/v2/models/{SPARE.name}/infer"
     reach.compare(HttpCall("POST", path, body, {**JSON, "Content-Encoding": "br"}, faults=1))
     reach.compare(HttpCall("POST", path, body, {**JSON, "Inference-Header-Content-Length": "x"}, faults=1))
+
+
+def _stream(tensor: str = "X") -> GrpcCall:
+    """One ModelStreamInfer request to the decoupled model (whose execute returns its responses)."""
+    request = service_pb2.ModelInferRequest(model_name=DECOUPLED.name, id="s1")
+    request.inputs.add(name=tensor, datatype="FP32", shape=[1]).contents.fp32_contents.append(1.0)
+    return GrpcCall("ModelStreamInfer", request.SerializeToString(deterministic=True), faults=1)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        # The model's execute returns its responses instead of None: the model's fault, in the stream.
+        pytest.param(_stream(), id="execute returns responses"),
+        pytest.param(_stream(tensor="BOGUS"), id="unexpected input"),
+    ],
+)
+def test_decoupled_stream(reach: Both, call: GrpcCall) -> None:
+    reach.compare(call)
