@@ -223,8 +223,13 @@ def test_shared_memory_reference(reach: Both, region: str, calls: list[Call]) ->
 
 
 def test_shared_memory_register(reach: Both, region: str) -> None:
-    for name, size in (("r", REGION_BYTES), ("big", SHM_BYTES * 2)):
-        register = {"key": region, "offset": 0, "byte_size": size}
+    bodies: tuple[tuple[str, dict[str, object]], ...] = (
+        ("r", {"key": region, "offset": 0, "byte_size": REGION_BYTES}),  # registered already
+        ("big", {"key": region, "offset": 0, "byte_size": SHM_BYTES * 2}),  # past the object
+        ("neg", {"key": region, "offset": -1, "byte_size": 8}),
+        ("int_key", {"key": 3, "offset": 0, "byte_size": 8}),
+    )
+    for name, register in bodies:
         path = f"/v2/systemsharedmemory/region/{name}/register"
         reach.compare(HttpCall("POST", path, json.dumps(register).encode(), JSON, faults=1))
 
