@@ -43,7 +43,7 @@ def identity_plane(
     with asyncio.Runner() as runner:
         runner.run(manager.load_all())
         dataplane.accepting = True
-        budget = RequestBudget(config.request_buffer_budget_bytes, config.request_buffer_wait_s)
+        budget = RequestBudget(config.budget.total_bytes, config.budget.wait_s)
         yield Plane(dataplane, CallGate(dataplane, None), budget, runner)
         dataplane.accepting = False
         dataplane.shared_memory.close()

@@ -49,7 +49,7 @@ class ModelManager:
         self._config = config
         self._traffic = traffic  # handed to every version it loads
         self.repository = Repository(
-            config.model_repositories, allow_links_outside=config.allow_model_links_outside
+            config.model_repositories, allow_links_outside=config.security.allow_model_links_outside
         )
         self._entries: dict[str, ModelEntry] = {}
         # One server-wide response cache, for models whose config says response_cache { enable: true }:
@@ -172,7 +172,7 @@ class ModelManager:
                 override,
                 self._config.gpu_count,
                 auto_complete=self._config.auto_complete_config,
-                allow_links_outside=self._config.allow_model_links_outside,
+                allow_links_outside=self._config.security.allow_model_links_outside,
             )
         except VersionsFailedError as failure:
             for version in failure.versions:  # as Triton: each version UNAVAILABLE, with the reason
@@ -272,7 +272,7 @@ class ModelManager:
         except BaseException:
             await self._close_instances(instances)
             raise
-        if self._config.metrics_port is not None and self._config.metrics_histograms:
+        if self._config.metrics.port is not None and self._config.metrics.histograms:
             model.stats.enable_histograms()
         return model
 
