@@ -215,10 +215,19 @@ def log_settings_from_args(args: argparse.Namespace, triton: TritonSettings) -> 
         "default" if log_format == "text" else log_format,
         str(triton.log_file) if triton.log_file is not None else "",
     )
-    if triton.log_switches.get("log_verbose_level", 0) < 0:
-        msg = f"--log-verbose={triton.log_switches['log_verbose_level']}: expected an integer >= 0"
+    switches = triton.log_switches
+    if switches.log_verbose_level is not None and switches.log_verbose_level < 0:
+        msg = f"--log-verbose={switches.log_verbose_level}: expected an integer >= 0"
         raise ValueError(msg)
-    return dataclasses.replace(settings, **triton.log_switches)  # type: ignore[arg-type]
+    return dataclasses.replace(
+        settings,
+        log_info=settings.log_info if switches.log_info is None else switches.log_info,
+        log_warning=settings.log_warning if switches.log_warning is None else switches.log_warning,
+        log_error=settings.log_error if switches.log_error is None else switches.log_error,
+        log_verbose_level=(
+            settings.log_verbose_level if switches.log_verbose_level is None else switches.log_verbose_level
+        ),
+    )
 
 
 class _StartupError(Exception):
