@@ -64,9 +64,8 @@ class BlockingConnection:
         self.address = address
         self._sock = socket.create_connection((host, port), timeout=connect_timeout_s)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._role: ClientRole[None] = ClientRole(
-            self, limits=limits
-        )  # one call at a time: no per-stream object
+        # One call at a time: nothing hangs on a stream (None), the call's state is this object's.
+        self._role: ClientRole[None] = ClientRole(self, limits=limits)
         self._core = self._role.connection
         self._core.start(time.monotonic())  # its timers run only during calls
         self._stream: Stream[None] | None = None  # the call's stream
