@@ -22,7 +22,7 @@ counted against :class:`~sonic.h2.limits.Http2Limits`.
 The application's face is methods: :meth:`~Connection.send_headers`, :meth:`~Connection.respond`,
 :meth:`~Connection.end_now`, :meth:`~Connection.end`, :meth:`~Connection.reset`,
 :meth:`~Connection.queued_bytes`, :meth:`~Connection.on_drained`, :meth:`~Connection.ended`,
-:meth:`~Connection.close` and the read-only :attr:`~Connection.state` (a client opens streams through its
+:meth:`~Connection.close` and ``state``, read only (a client opens streams through its
 role, :meth:`sonic.h2.client.ClientRole.open_stream`). A stream is a handle
 (:class:`~sonic.h2.stream.Stream`, generic in what the application hangs on it): the application keeps its
 object in ``stream.app`` and touches nothing else of a stream or of the connection.
@@ -97,7 +97,9 @@ class Connection(Generic[T]):
         self.last_stream_id = 0  # the highest stream id opened, by the peer (server) or by us (client)
         self.peer_max_streams = 1 << 31  # unlimited until its SETTINGS say otherwise
         self._peer = "unknown"  # as gRPC spells it; the adapter knows
-        self._state = ConnectionState.OPEN  # moved by the methods below only (sonic.h2.lifecycle)
+        # Where the connection is (sonic.h2.lifecycle): read by adapters and applications, moved by the
+        # methods below only. A plain attribute, not a property: clients read it once or twice per call.
+        self.state = ConnectionState.OPEN
         self.on_close = _nothing  # the adapter writes out and closes at once
         self.stream_closed: Callable[[], None] | None = None  # a stream left the open ones (room for one)
         self.blocks = HeaderBlocks(limits, self.counters.empty_frame)  # HEADERS, then CONTINUATION frames
@@ -114,12 +116,6 @@ class Connection(Generic[T]):
         self._peer = peer
         self.role.start()
         self.timers.start(now)
-
-    @property
-    def state(self) -> ConnectionState:
-        """Where the connection is (:mod:`sonic.h2.lifecycle`): read by adapters and applications, moved
-        only by this core's methods."""
-        return self._state
 
     @property
     def peer(self) -> str:
@@ -147,7 +143,7 @@ class Connection(Generic[T]):
 
     def receive_data(self, data: bytes) -> None:
         """Bytes from the peer. A connection error queues GOAWAY and asks the adapter to close."""
-        if self._state.ended:
+        if self.state.ended:
             return  # the connection is ending: nothing more is parsed, nor kept (a lingering close reads on)
         self.timers.active = True
         try:
@@ -170,7 +166,7 @@ class Connection(Generic[T]):
 
     def transport_lost(self) -> None:
         """The transport is gone: every open stream is reset for its application."""
-        self._state = next_state(self._state, ConnectionEvent.TRANSPORT_LOST)
+        self.state = next_state(self.state, ConnectionEvent.TRANSPORT_LOST)
         streams = list(self.streams.values())
         self.streams.clear()
         self.output.forget_all_blocked()
@@ -195,7 +191,7 @@ class Connection(Generic[T]):
                 raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 client (bad connection preface)")
             self._preface_seen = True
             pos += len(PREFACE)
-        while end - pos >= FRAME_HEADER_BYTES and not self._state.ended:
+        while end - pos >= FRAME_HEADER_BYTES and not self.state.ended:
             high, low, frame_type, flags, stream_id = FRAME_HEADER.unpack_from(view, pos)
             length = (high << 16) | low
             stream_id &= 0x7FFFFFFF
@@ -346,13 +342,13 @@ class Connection(Generic[T]):
 
     def stop_new_streams(self) -> None:
         """GOAWAY sent or received, or our stream ids spent: no new streams, open ones finish."""
-        self._state = next_state(self._state, ConnectionEvent.STOP_NEW_STREAMS)
+        self.state = next_state(self.state, ConnectionEvent.STOP_NEW_STREAMS)
 
     def close(self, *, abort: bool = False) -> None:
         """No more streams; the adapter closes once what is queued is written (at once), or with
         ``abort`` drops the transport without waiting for the peer to read."""
         self.receive.stopped = True
-        self._state = next_state(self._state, ConnectionEvent.ABORT if abort else ConnectionEvent.CLOSE)
+        self.state = next_state(self.state, ConnectionEvent.ABORT if abort else ConnectionEvent.CLOSE)
         self.output.ready()
         self.on_close()
 
@@ -372,7 +368,7 @@ class Connection(Generic[T]):
                     self.limits.ping_timeout_s,
                 )
                 self.close(abort=True)
-            elif self._state.opens_streams:  # idle
+            elif self.state.opens_streams:  # idle
                 self.output.emit(goaway(self.last_stream_id, ErrorCode.NO_ERROR, "idle"))
                 self.close()
 
@@ -388,7 +384,7 @@ class Connection(Generic[T]):
     def _count_queued(self) -> None:
         output = self.output
         output.queued_control += 1
-        if output.queued_control > self.limits.max_queued_control_frames and not self._state.ended:
+        if output.queued_control > self.limits.max_queued_control_frames and not self.state.ended:
             # Not raised: the application's answers come here too, outside receive_data.
             msg = f"more than {self.limits.max_queued_control_frames} frames queued and not read"
             self.connection_error(ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, msg))
@@ -463,5 +459,5 @@ class Connection(Generic[T]):
         self.output.unblock(stream)
         if self.stream_closed is not None:
             self.stream_closed()
-        if self._state is _GOING_AWAY and not self.streams:
+        if self.state is _GOING_AWAY and not self.streams:
             self.close()

@@ -136,3 +136,13 @@ def test_no_module_outside_touches_a_stream_or_a_connection_field() -> None:
         if isinstance(node, ast.Attribute) and node.attr in STREAM_FIELDS | CONNECTION_FIELDS
     }
     assert not touched, f"fields of sonic.h2's streams or connections used outside it: {touched}"
+    # A connection's ``state`` is read there (a plain attribute, for speed) and written by the core alone.
+    written = [
+        f"{path.relative_to(src)}:{node.lineno}"
+        for path in users
+        for node in ast.walk(_tree(path))
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Attribute) and target.attr == "state"
+    ]
+    assert not written, f"a connection's state written outside sonic.h2: {written}"
