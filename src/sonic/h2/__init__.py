@@ -23,5 +23,6 @@ It sits at the protocol layer: it imports no client or server code, and nothing 
 :mod:`sonic.grpc`, above it); only :mod:`~sonic.h2.aio` imports asyncio. The gRPC server front end on it is
 :mod:`sonic.server.frontends.grpc_h2` (``sonic serve --grpc-server h2``, the default), the
 client transport :mod:`sonic.client.transport.h2` (``transport = "h2"``, the default); ``native``, the old
-name of both, is still accepted.
+name of both, is still accepted. Those applications see a connection through its methods and hold its
+streams as handles (:class:`~sonic.h2.stream.Stream`, generic in what they hang on it, ``stream.app``).
 """

@@ -22,7 +22,7 @@ import asyncio
 import logging
 import math
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 from sonic.h2.connection import Connection
 from sonic.h2.lifecycle import ConnectionState
@@ -39,7 +39,7 @@ class H2Protocol(asyncio.Protocol):
 
     def __init__(
         self,
-        core: Connection,
+        core: Connection[Any],
         *,
         deadlines_due: Callable[[float], float] = _no_deadlines,
         on_made: Callable[[], None] | None = None,
@@ -69,8 +69,7 @@ class H2Protocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, hence a cast and not a check.
         self._transport = cast("asyncio.Transport", transport)
-        self.core.peer = self._peer()
-        self.core.start(self.loop.time())
+        self.core.start(self.loop.time(), self._peer())
         self._arm_timer()
         if self._on_made is not None:
             self._on_made()

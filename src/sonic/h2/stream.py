@@ -6,6 +6,12 @@ the roles apply the events (:class:`StreamEvent`), nobody else. An event the tab
 the state is refused: from the peer, with the code RFC 9113 names (STREAM_CLOSED, a
 :class:`~sonic.h2.frames.ProtocolError`); from us, as a bug (``RuntimeError``). ``local_closed``/``remote_closed`` are
 the state read as the hot path asks it (a slot, not a computation), written by :meth:`Stream.apply` alone.
+
+:class:`Stream` is private to :mod:`sonic.h2`: an application holds one as a handle (the events of
+:class:`~sonic.h2.events.Handler` hand it over, the methods of :class:`~sonic.h2.connection.Connection`
+take it back) and uses one slot of it, ``app``: its own object for the stream, of the type the
+connection is generic in. Everything else (state, windows, queued DATA) is the core's; the application
+asks the connection (``ended``, ``queued_bytes``, ``peer_reset_code``, ...).
 """
 
 from __future__ import annotations
@@ -13,9 +19,11 @@ from __future__ import annotations
 import enum
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Generic, TypeVar
 
 from sonic.h2.frames import ErrorCode, ProtocolError
+
+T = TypeVar("T")  # what the application hangs on a stream
 
 
 class StreamState(enum.Enum):
@@ -81,11 +89,12 @@ CLOSED = _S.CLOSED
 SEND_END_STREAM, RECV_END_STREAM, SEND_RST_STREAM, RECV_RST_STREAM, RECV_GOAWAY = _E
 
 
-class Stream:
-    """One stream's state in a connection (:mod:`sonic.h2.connection`), either end."""
+class Stream(Generic[T]):
+    """One stream's state in a connection (:mod:`sonic.h2.connection`), either end; ``app`` is the
+    application's (see the module docstring: the rest is the core's)."""
 
     __slots__ = (
-        "call",
+        "app",
         "drained",
         "local_closed",
         "pending",
@@ -99,7 +108,7 @@ class Stream:
         "trailers",
     )
 
-    def __init__(self, stream_id: int) -> None:
+    def __init__(self, stream_id: int, app: T) -> None:
         self.stream_id = stream_id
         # The send window relative to the peer's SETTINGS_INITIAL_WINDOW_SIZE (window = credit + initial),
         # so a change of that setting costs O(1), not a walk over every stream.
@@ -113,7 +122,7 @@ class Stream:
         # Sent once ``pending`` is empty: a header block with END_STREAM, or b"": an empty DATA frame
         # with END_STREAM (a request ends so; it has no trailers).
         self.trailers: bytes | None = None
-        self.call: Any = None  # the application's per-stream state
+        self.app = app  # the application's per-stream object: the one slot it reads and writes
         self.reset_code = 0  # the peer's RST_STREAM error code
         # Called once when ``pending`` has all left (set by an application that waits for that).
         self.drained: Callable[[], None] | None = None

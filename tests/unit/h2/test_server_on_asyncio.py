@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import struct
+from typing import Any
 
 import hpack
 import pytest
@@ -43,23 +44,23 @@ class EchoConnection:
         self.headers: dict[int, Headers] = {}
         self.resets: list[int] = []
 
-    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
+    def headers_received(self, stream: Stream[Any], headers: Headers, end_stream: bool) -> None:
         self.headers[stream.stream_id] = headers
         self.received[stream.stream_id] = bytearray()
 
-    def stream_data(self, stream: Stream, data: memoryview) -> None:
+    def stream_data(self, stream: Stream[Any], data: memoryview) -> None:
         self.received[stream.stream_id] += data
 
-    def stream_ended(self, stream: Stream) -> None:
+    def stream_ended(self, stream: Stream[Any]) -> None:
         self.h2.send_headers(stream, encode_headers([(b":status", b"200")]))
         self.h2.respond(
             stream, [bytes(self.received[stream.stream_id])], encode_headers([(b"grpc-status", b"0")])
         )
 
-    def stream_reset(self, stream: Stream) -> None:
+    def stream_reset(self, stream: Stream[Any]) -> None:
         self.resets.append(stream.stream_id)
 
-    def goaway_received(self, last_stream_id: int, code: int) -> None:
+    def goaway_received(self, last_stream_id: int, code: int, unprocessed: list[Stream[Any]]) -> None:
         pass
 
 

@@ -61,6 +61,8 @@ MEMO_BUDGET_BYTES = 32 << 20  # all connections' header-block memos together
 # past which the next response waits for that queue to empty: with the model's sender bounded too
 # (sonic.server.responses), a model that sends forever holds at most about this much here.
 MAX_QUEUED_STREAM_BYTES = 4 << 20
+# A stream of this front end: its Call once its headers were accepted, None before (or when refused).
+CallStream = Stream[Call | None]
 
 
 class GrpcConnection:
@@ -69,9 +71,10 @@ class GrpcConnection:
     def __init__(self, frontend: H2GrpcFrontend) -> None:
         self._frontend = frontend
         self._methods = frontend.methods
-        self._server = ServerRole(self, limits=frontend.http2_limits, memo_budget=frontend.memo_budget)
+        self._server: ServerRole[Call] = ServerRole(
+            self, limits=frontend.http2_limits, memo_budget=frontend.memo_budget
+        )
         self.core = core = self._server.connection
-        self.streams = core.streams
         self.protocol = H2Protocol(
             core,
             deadlines_due=self.deadlines_due,
@@ -90,17 +93,17 @@ class GrpcConnection:
 
     # --- the HTTP/2 events ----------------------------------------------------------------------------
 
-    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:  # noqa: ARG002  (END_STREAM comes as stream_ended)
+    def headers_received(self, stream: CallStream, headers: Headers, end_stream: bool) -> None:  # noqa: ARG002  (END_STREAM comes as stream_ended)
         try:
-            stream.call = self._open_call(stream, headers)
+            stream.app = self._open_call(stream, headers)
         except CallError as error:
             self._fail(stream, error.code, error.message)
         except SonicError as error:
             self._fail(stream, error.code, error.message)
 
-    def stream_data(self, stream: Stream, data: memoryview) -> None:
-        call: Call | None = stream.call
-        if call is None or stream.local_closed:
+    def stream_data(self, stream: CallStream, data: memoryview) -> None:
+        call = stream.app
+        if call is None:  # refused (the core passes nothing more of a stream we ended)
             self._windows.drop(stream, len(data))
             return
         call.held += len(data)
@@ -111,9 +114,9 @@ class GrpcConnection:
         except CallError as error:
             self._fail(stream, error.code, error.message)
 
-    def stream_ended(self, stream: Stream) -> None:
-        call: Call | None = stream.call
-        if call is None or stream.local_closed:
+    def stream_ended(self, stream: CallStream) -> None:
+        call = stream.app
+        if call is None:
             return
         call.input_done = True
         if call.reader.partial:
@@ -127,11 +130,11 @@ class GrpcConnection:
             self._spawn(stream, call, self._run_unary(stream, call, call.message), call.held)
             call.held = 0
 
-    def goaway_received(self, last_stream_id: int, code: int) -> None:
+    def goaway_received(self, last_stream_id: int, code: int, unprocessed: list[CallStream]) -> None:
         """The client goes away: the role refuses new streams, calls in flight finish."""
 
-    def stream_reset(self, stream: Stream) -> None:
-        call: Call | None = stream.call
+    def stream_reset(self, stream: CallStream) -> None:
+        call = stream.app
         if call is None:
             return
         self._release(call)
@@ -141,7 +144,7 @@ class GrpcConnection:
 
     # --- calls -----------------------------------------------------------------------------------------
 
-    def _open_call(self, stream: Stream, headers: Headers) -> Call:
+    def _open_call(self, stream: CallStream, headers: Headers) -> Call:
         fields = dict(headers)  # the fields read here appear once in a gRPC request
         path, content_type = fields.get(b":path"), fields.get(b"content-type")
         method_verb, timeout = fields.get(b":method"), fields.get(b"grpc-timeout")
@@ -187,7 +190,9 @@ class GrpcConnection:
         except GrpcError as error:
             raise CallError(error.status, error.message) from None
 
-    def _on_message(self, stream: Stream, call: Call, compressed: bool, message: bytes | memoryview) -> None:
+    def _on_message(
+        self, stream: CallStream, call: Call, compressed: bool, message: bytes | memoryview
+    ) -> None:
         if compressed and call.encoding is None:
             raise CallError(GrpcCode.INTERNAL, "compressed message without a grpc-encoding header")
         if call.method == "ModelStreamInfer":
@@ -203,25 +208,25 @@ class GrpcConnection:
             call.message = message
             call.compressed = compressed
 
-    def _spawn(self, stream: Stream, call: Call, coroutine: Any, held: int) -> None:
+    def _spawn(self, stream: CallStream, call: Call, coroutine: Any, held: int) -> None:
         """Run ``coroutine`` for the call; the ``held`` bytes of its message are released when it is done
         (in the done callback: a task cancelled before it started runs no ``finally``)."""
         task: asyncio.Task[None] = self._loop.create_task(coroutine)
         call.tasks.add(task)
         task.add_done_callback(lambda done: self._task_done(stream, call, done, held))
 
-    def _task_done(self, stream: Stream, call: Call, task: asyncio.Task[None], held: int) -> None:
+    def _task_done(self, stream: CallStream, call: Call, task: asyncio.Task[None], held: int) -> None:
         call.tasks.discard(task)
         self._windows.release(held)
         if (
             call.method == "ModelStreamInfer"
             and call.input_done
             and not call.tasks
-            and not stream.local_closed
+            and not self.core.ended(stream)
         ):
             self._finish_stream_call(stream, call)
 
-    async def _run_unary(self, stream: Stream, call: Call, message: bytes | memoryview) -> None:
+    async def _run_unary(self, stream: CallStream, call: Call, message: bytes | memoryview) -> None:
         try:
             if call.compressed:  # most calls are not: no coroutine for them on the hot path
                 message = await self._inflated(call, message)
@@ -250,14 +255,13 @@ class GrpcConnection:
             msg = f"Sent message larger than max ({size} vs. {self._frontend.max_message_bytes})"
             self._fail(stream, GrpcCode.RESOURCE_EXHAUSTED, msg)
             return
-        if stream.local_closed:
-            return
         call.deadline = math.inf
+        # Nothing is sent on a stream that ended meanwhile (reset by the client, failed): the core drops it.
         self.core.send_headers(stream, RESPONSE_HEADERS)
         self.core.respond(stream, [grpc_message_prefix(size), *parts], TRAILERS_OK)
 
     async def _run_stream_message(
-        self, stream: Stream, call: Call, compressed: bool, message: bytes | memoryview
+        self, stream: CallStream, call: Call, compressed: bool, message: bytes | memoryview
     ) -> None:
         try:
             if compressed:
@@ -267,16 +271,16 @@ class GrpcConnection:
             return
         async with aclosing(self._methods.stream_responses(message, call.trace, call.forwarded)) as messages:
             async for parts in messages:
-                if stream.local_closed:
+                if self.core.ended(stream):
                     return  # closing the responses cancels the request: the model sees is_cancelled()
                 self.core.respond(stream, [grpc_message_prefix(parts_size(parts)), *parts])
                 if self.core.queued_bytes(stream) > MAX_QUEUED_STREAM_BYTES:
-                    if call.drained is None:
-                        call.drained = self._loop.create_future()
+                    if call.send_paused is None:
+                        call.send_paused = self._loop.create_future()
                         self.core.on_drained(stream, call.output_drained)
-                    await call.drained
+                    await call.send_paused
 
-    def _finish_stream_call(self, stream: Stream, call: Call) -> None:
+    def _finish_stream_call(self, stream: CallStream, call: Call) -> None:
         call.deadline = math.inf
         if not call.headers_sent:
             call.headers_sent = True
@@ -286,9 +290,9 @@ class GrpcConnection:
     def deadlines_due(self, now: float) -> float:
         """Calls past their ``grpc-timeout`` end with DEADLINE_EXCEEDED, their handlers cancelled."""
         following = math.inf
-        for stream in list(self.streams.values()):
-            call: Call | None = stream.call
-            if call is None or stream.local_closed:
+        for stream in self.core.open_streams():
+            call = stream.app
+            if call is None or self.core.ended(stream):
                 continue
             if call.deadline > now:
                 following = min(following, call.deadline)
@@ -307,16 +311,16 @@ class GrpcConnection:
         """Calls holding bytes of a request not yet whole end with RESOURCE_EXHAUSTED, releasing them
         (a ModelStreamInfer stream between two messages holds none and goes on)."""
         budget = self._frontend.budget
-        for stream in list(self.streams.values()):
-            call: Call | None = stream.call
-            if call is not None and call.held and not call.input_done and not stream.local_closed:
+        for stream in self.core.open_streams():
+            call = stream.app
+            if call is not None and call.held and not call.input_done and not self.core.ended(stream):
                 self._fail(stream, GrpcCode.RESOURCE_EXHAUSTED, budget.busy_error(call.method).message)
 
-    def _fail(self, stream: Stream, code: GrpcCode, message: str) -> None:
+    def _fail(self, stream: CallStream, code: GrpcCode, message: str) -> None:
         """End the call with ``code``: trailers-only when nothing was sent yet."""
-        if stream.local_closed:
+        if self.core.ended(stream):
             return
-        call: Call | None = stream.call
+        call = stream.app
         if call is not None:
             call.deadline = math.inf
             self._release(call)
