@@ -34,6 +34,18 @@ class Handler(Protocol):
         """The peer's GOAWAY (the role has already stopped new streams)."""
 
 
+class DataSink(Protocol):
+    """An application that takes a stream's DATA in its own memory (:attr:`Connection.sink`): the rest of a
+    DATA payload in progress is read from the socket straight to where the application wants it
+    (:meth:`Connection.receive_target`), instead of into the adapter's buffer and copied from there."""
+
+    def stream_sink(self, stream: Stream) -> memoryview | None:
+        """Writable memory for the next DATA bytes of ``stream`` (None: pass them to ``stream_data``)."""
+
+    def stream_data_placed(self, stream: Stream, size: int) -> None:
+        """``size`` bytes of DATA for ``stream`` were written at the start of what ``stream_sink`` gave."""
+
+
 class Role(Protocol):
     """What the two ends do differently; the core calls it."""
 

@@ -23,6 +23,7 @@ ALLOWED_BASES = {
     "HeaderTable",
     "hpack.Decoder",
     "asyncio.Protocol",
+    "asyncio.BufferedProtocol",
 }
 # The modules that hold or drive a core, which the core and the modules below it must not import.
 ABOVE_THE_CORE = {"server", "client", "aio"}

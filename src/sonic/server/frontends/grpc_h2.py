@@ -32,7 +32,7 @@ from sonic.grpc.call import (
     parse_grpc_timeout,
     status_block,
 )
-from sonic.h2.aio import H2Protocol
+from sonic.h2.aio import BufferedReads, H2Protocol
 from sonic.h2.headers import Headers, encode_headers
 from sonic.h2.limits import SERVER_LIMITS, Http2Limits, MemoBudget
 from sonic.h2.server import ServerRole
@@ -63,6 +63,18 @@ MEMO_BUDGET_BYTES = 32 << 20  # all connections' header-block memos together
 MAX_QUEUED_STREAM_BYTES = 4 << 20
 
 
+class ReceivedBytes:
+    """How the request messages' bytes of one connection arrived: read straight into their message's
+    buffer (``placed_bytes``) or copied there from the adapter's read buffer (``copied_bytes``, counted
+    when the request stream ends). A test's count of the copies; nothing reads it on the hot path."""
+
+    __slots__ = ("copied_bytes", "placed_bytes")
+
+    def __init__(self) -> None:
+        self.copied_bytes = 0
+        self.placed_bytes = 0
+
+
 class GrpcConnection:
     """One client connection's gRPC calls: the Handler of its HTTP/2 core, on asyncio as ``protocol``."""
 
@@ -72,12 +84,15 @@ class GrpcConnection:
         self._server = ServerRole(self, limits=frontend.http2_limits, memo_budget=frontend.memo_budget)
         self.core = core = self._server.connection
         self.streams = core.streams
+        core.sink = self  # a large message's bytes are read straight into its buffer (stream_sink)
+        self.received = ReceivedBytes()
         self.protocol = H2Protocol(
             core,
             deadlines_due=self.deadlines_due,
             on_made=lambda: frontend.connections.add(self),
             on_lost=self._lost,
         )
+        self.reads = BufferedReads(self.protocol)  # what the transport calls
         self._loop = self.protocol.loop
         self._windows = RequestWindows(core, frontend.budget, self._loop, self.budget_wait_over)
 
@@ -111,10 +126,31 @@ class GrpcConnection:
         except CallError as error:
             self._fail(stream, error.code, error.message)
 
+    def stream_sink(self, stream: Stream) -> memoryview | None:
+        """The rest of the request message in progress (None between messages, or for a call that
+        ended): the socket is read into it, where the decoded tensors will be views."""
+        call: Call | None = stream.call
+        if call is None or stream.local_closed:
+            return None
+        return call.reader.room()
+
+    def stream_data_placed(self, stream: Stream, size: int) -> None:
+        call: Call = stream.call
+        call.held += size
+        self._windows.hold(stream, size)
+        self.received.placed_bytes += size
+        try:
+            message = call.reader.placed(size)
+            if message is not None:
+                self._on_message(stream, call, *message)
+        except CallError as error:
+            self._fail(stream, error.code, error.message)
+
     def stream_ended(self, stream: Stream) -> None:
         call: Call | None = stream.call
         if call is None or stream.local_closed:
             return
+        self.received.copied_bytes += call.reader.copied_bytes
         call.input_done = True
         if call.reader.partial:
             self._fail(stream, GrpcCode.INTERNAL, "request stream ended inside a message")
@@ -367,7 +403,7 @@ class H2GrpcFrontend(Frontend):
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: GrpcConnection(self).protocol,
+            lambda: GrpcConnection(self).reads,
             self.host,
             self.port,
             ssl=self._ssl_context,
