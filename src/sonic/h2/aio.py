@@ -207,6 +207,11 @@ class H2Protocol(asyncio.Protocol):
             self._transport.abort()
 
 
+def receive_buffer() -> memoryview:
+    """Memory for :class:`BufferedReads` to read into outside DATA payloads (one read's worth)."""
+    return memoryview(bytearray(RECEIVE_BUFFER_BYTES))
+
+
 class BufferedReads(asyncio.BufferedProtocol):
     """An :class:`H2Protocol` reading into memory it picks (asyncio's ``BufferedProtocol``), for a core
     with a :attr:`~Connection.sink`; what the transport calls goes to the adapter it holds.
@@ -215,13 +220,16 @@ class BufferedReads(asyncio.BufferedProtocol):
     memory (:meth:`Connection.receive_target`), so a large message's bytes land once, where they stay;
     everything else is read into one reused buffer, parsed before the next read. After such a payload
     the next read takes a frame header alone, so the next DATA payload of the message lands in place
-    too rather than in the buffer (one read more per DATA frame, frames of up to 1 MiB)."""
+    too rather than in the buffer (one read more per DATA frame, frames of up to 1 MiB).
 
-    def __init__(self, adapter: H2Protocol) -> None:
+    ``receive_buffer`` (:func:`receive_buffer`) may be shared by every connection of a loop, as uvloop
+    shares its own: a read is parsed, and what the core keeps of it copied, before the loop makes another."""
+
+    def __init__(self, adapter: H2Protocol, receive_buffer: memoryview) -> None:
         self.adapter = adapter
         self._core = adapter.core
-        self._receive_buffer = memoryview(bytearray(RECEIVE_BUFFER_BYTES))
-        self._target = self._receive_buffer
+        self._receive_buffer = receive_buffer
+        self._target = receive_buffer
         self._in_place = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

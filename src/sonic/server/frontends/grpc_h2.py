@@ -32,7 +32,7 @@ from sonic.grpc.call import (
     parse_grpc_timeout,
     status_block,
 )
-from sonic.h2.aio import BufferedReads, H2Protocol
+from sonic.h2.aio import BufferedReads, H2Protocol, receive_buffer
 from sonic.h2.headers import Headers, encode_headers
 from sonic.h2.limits import SERVER_LIMITS, Http2Limits, MemoBudget
 from sonic.h2.server import ServerRole
@@ -92,7 +92,7 @@ class GrpcConnection:
             on_made=lambda: frontend.connections.add(self),
             on_lost=self._lost,
         )
-        self.reads = BufferedReads(self.protocol)  # what the transport calls
+        self.reads = BufferedReads(self.protocol, frontend.receive_buffer)  # what the transport calls
         self._loop = self.protocol.loop
         self._windows = RequestWindows(core, frontend.budget, self._loop, self.budget_wait_over)
 
@@ -393,6 +393,7 @@ class H2GrpcFrontend(Frontend):
             )
         self.http2_limits = http2_limits
         self.memo_budget = MemoBudget(MEMO_BUDGET_BYTES)
+        self.receive_buffer = receive_buffer()  # every connection's reads outside DATA payloads, in turn
         self._ssl_context = grpc_ssl_context(settings.tls) if settings.tls is not None else None
         names = [*self.methods.unary, "ModelInfer", "ModelStreamInfer"]
         self.paths = {f"/{SERVICE}/{name}".encode(): name for name in names}
