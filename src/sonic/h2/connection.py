@@ -50,6 +50,10 @@ from sonic.h2.timers import ConnectionTimers, TimerAction
 from sonic.h2.windows import Output, ReceiveWindows
 
 log = logging.getLogger(__name__)
+# The least of a DATA payload worth a read of its own into a sink (receive_target): a read is a system call
+# and a few Python calls; a shorter rest is read with the frames after it into the adapter's buffer and
+# copied, as a peer that sends 16 KiB frames would otherwise cost two reads per frame.
+IN_PLACE_MIN_BYTES = 64 << 10
 _GOING_AWAY = ConnectionState.GOING_AWAY  # bound once: a class lookup per stream otherwise (Python 3.11)
 
 
@@ -146,9 +150,16 @@ class Connection:
     def receive_target(self) -> memoryview | None:
         """Where the next bytes from the peer may be read to, when not the adapter's own buffer: inside a
         DATA payload whose stream's :attr:`sink` has memory for it, that memory (at most the payload's
-        rest). The adapter then reports what it read there with :meth:`received_in_place`."""
+        rest, when that is at least :data:`IN_PLACE_MIN_BYTES`). The adapter then reports what it read there
+        with :meth:`received_in_place`."""
         stream, sink = self._data_stream, self.sink
-        if stream is None or sink is None or self._buffer or self.state.ended:
+        if (
+            stream is None
+            or sink is None
+            or self._data_left < IN_PLACE_MIN_BYTES
+            or self._buffer
+            or self.state.ended
+        ):
             return None
         room = sink.stream_sink(stream)
         if room is None or not len(room):
