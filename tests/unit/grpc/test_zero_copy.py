@@ -53,14 +53,15 @@ def served_frontend(plane: Plane) -> H2GrpcFrontend:
     return H2GrpcFrontend(plane.dataplane, plane.gate, 0, settings, budget=plane.budget)
 
 
-def client_bytes(message: bytes, frame_bytes: int) -> bytes:
-    """A client's connection with one ModelInfer call, its message cut in DATA frames of ``frame_bytes``."""
-    body = grpc_message_prefix(len(message)) + message
+def client_bytes(message: bytes, frame_bytes: int, method: str = "ModelInfer", count: int = 1) -> bytes:
+    """A client's connection with one call of ``count`` messages, cut in DATA frames of ``frame_bytes``
+    wherever the messages end."""
+    body = (grpc_message_prefix(len(message)) + message) * count
     out = [
         PREFACE,
         settings_frame({Setting.INITIAL_WINDOW_SIZE: (1 << 31) - 1}),  # the response leaves at once
         window_update(0, (1 << 31) - 1 - 65535),
-        frame(FrameType.HEADERS, Flag.END_HEADERS, 1, hpack.Encoder().encode(grpc_headers("ModelInfer"))),
+        frame(FrameType.HEADERS, Flag.END_HEADERS, 1, hpack.Encoder().encode(grpc_headers(method))),
     ]
     for start in range(0, len(body), frame_bytes):
         end = min(start + frame_bytes, len(body))
@@ -90,8 +91,8 @@ async def exchange(frontend: H2GrpcFrontend, data: bytes) -> tuple[GrpcConnectio
     return connection, bytes(transport.written)
 
 
-def response_output(written: bytes) -> bytes:
-    """OUTPUT0's bytes from the connection's answer (asserting it ended with status 0)."""
+def response_messages(written: bytes) -> list[bytes]:
+    """The messages of the connection's answer on stream 1 (asserting it ended with status 0)."""
     decoder = hpack.Decoder()
     body = bytearray()
     status = None
@@ -103,8 +104,18 @@ def response_output(written: bytes) -> bytes:
         elif frame_type == FrameType.HEADERS:
             status = dict(decoder.decode(payload, raw=True)).get(b"grpc-status", status)
     assert status == b"0", written[-200:]
-    response = service_pb2.ModelInferResponse.FromString(bytes(body[GRPC_MESSAGE_PREFIX_BYTES:]))
-    return bytes(response.raw_output_contents[0])
+    messages = []
+    while body:
+        length = int.from_bytes(body[1:GRPC_MESSAGE_PREFIX_BYTES], "big")
+        messages.append(bytes(body[GRPC_MESSAGE_PREFIX_BYTES : GRPC_MESSAGE_PREFIX_BYTES + length]))
+        del body[: GRPC_MESSAGE_PREFIX_BYTES + length]
+    return messages
+
+
+def response_output(written: bytes) -> bytes:
+    """OUTPUT0's bytes from the connection's one ModelInfer answer."""
+    [message] = response_messages(written)
+    return bytes(service_pb2.ModelInferResponse.FromString(message).raw_output_contents[0])
 
 
 def owner(array: npt.NDArray[Any]) -> object:
@@ -163,3 +174,19 @@ def test_small_frames_are_copied_from_the_read_buffer(plane: Plane) -> None:
     assert response_output(written) == array.tobytes()
     assert connection.received.copied_bytes == len(message)  # no read of its own for a 16 KiB frame's rest
     assert connection.received.placed_bytes == 0
+
+
+def test_stream_messages_cut_anywhere_by_frames_each_land_in_their_own_buffer(plane: Plane) -> None:
+    """ModelStreamInfer: messages that end inside DATA frames; each is read into its own buffer, the next
+    one's prefix and first bytes through the read buffer."""
+    array = np.random.default_rng(1).random((ROWS, 16), dtype=np.float32)
+    message = encode_infer_request("identity", "", {"INPUT0": array}, {"INPUT0": "FP32"})
+    data = client_bytes(message, MAX_FRAME_BYTES - 12345, method="ModelStreamInfer", count=3)
+    connection, written = plane.runner.run(exchange(served_frontend(plane), data))
+
+    answers = [service_pb2.ModelStreamInferResponse.FromString(m) for m in response_messages(written)]
+    assert [a.error_message for a in answers] == ["", "", ""]
+    assert all(a.infer_response.raw_output_contents[0] == array.tobytes() for a in answers)
+    received = connection.received
+    assert received.copied_bytes + received.placed_bytes == 3 * len(message)
+    assert received.copied_bytes <= 3 * RECEIVE_BUFFER_BYTES  # at most one read's worth per message
