@@ -10,7 +10,9 @@ the event loop when large), ``grpc-timeout`` deadlines, status and message in tr
 answers for calls that fail before any response). The parts shared with our client are
 :mod:`sonic.grpc.call`; the HTTP/2 connection is a :class:`sonic.h2.server.ServerRole` core on the
 :class:`sonic.h2.aio.H2Protocol` adapter, with the limits of :class:`sonic.h2.limits.Http2Limits`, its
-request DATA charged to the server's budget by :mod:`sonic.server.frontends.request_windows`.
+request DATA charged to the server's budget by :mod:`sonic.server.frontends.request_windows`. Reads go
+through :class:`sonic.h2.aio.BufferedReads`: a large request message is read from the socket straight into
+the one buffer its length prefix sized, and its tensors reach the model as views of it (no copy between).
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ class ReceivedBytes:
 
 
 class GrpcConnection:
-    """One client connection's gRPC calls: the Handler of its HTTP/2 core, on asyncio as ``protocol``."""
+    """One client connection's gRPC calls: the Handler (and DataSink) of its HTTP/2 core, on asyncio as
+    ``protocol``, read through ``reads`` (a large message's DATA straight into its buffer)."""
 
     def __init__(self, frontend: H2GrpcFrontend) -> None:
         self._frontend = frontend
