@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -94,6 +95,20 @@ async def _http_window(
 
         await asyncio.gather(*(caller() for _ in range(concurrency)))
     return done
+
+
+def memcpy_floor_us(array: npt.NDArray[np.float32]) -> float:
+    """One copy of the request tensor in and one of the response out (``np.copyto``, median of 15, CPU time
+    of this thread): the least a server that touches the bytes at all spends, measured now, beside the
+    server it is set against (benchmarks.compare's floor, the same definition)."""
+    target = np.empty_like(array)
+    times = []
+    for _ in range(15):
+        start = time.thread_time()
+        np.copyto(target, array)
+        np.copyto(target, array)
+        times.append(time.thread_time() - start)
+    return 1e6 * statistics.median(times)
 
 
 def measure(workload: Workload, server: ServerHandle, protocol: str) -> tuple[float, float]:
@@ -186,6 +201,8 @@ def main() -> None:
         for visit in visits(args.rounds, workloads, list(trees), how="alternate"):
             workload, name = visit.workload, visit.server
             rate, cpu_us = measure(workload, servers[name], args.protocol)
+            # Transfers: the memcpy floor right after the window, so both see the same machine.
+            floor_us = memcpy_floor_us(workload.array) if workload.concurrency == 1 else 0.0
             rows.append(
                 {
                     "round": visit.round,
@@ -193,11 +210,14 @@ def main() -> None:
                     "tree": name,
                     "requests_per_s": rate,
                     "server_cpu_us_per_request": cpu_us,
+                    "memcpy_floor_us": floor_us,
+                    "cpu_over_floor": cpu_us / floor_us if floor_us else 0.0,
                 }
             )
             print(
                 f"round {visit.round} {workload.label:16s} {name:8s} {rate:9.1f} req/s "
-                f"{cpu_us:8.0f} server CPU µs/req  load {os.getloadavg()[0]:.1f}",
+                f"{cpu_us:8.0f} server CPU µs/req  load {os.getloadavg()[0]:.1f}"
+                + (f"  memcpy floor {floor_us:6.0f} µs ({cpu_us / floor_us:.2f}x)" if floor_us else ""),
                 flush=True,
             )
     summary: dict[str, dict[str, float]] = {}
@@ -207,14 +227,23 @@ def main() -> None:
             per_server(mine, "requests_per_s", who="tree"),
             per_server(mine, "server_cpu_us_per_request", who="tree"),
         )
+        floors = per_server(mine, "cpu_over_floor", who="tree")
         for name in trees:
-            rate, cpu = rates[name].median, cpus[name].median
-            summary[f"{workload.label} {name}"] = {"requests_per_s": rate, "server_cpu_us_per_request": cpu}
-            print(f"{workload.label:16s} {name:8s} median {rate:9.1f} req/s  {cpu:8.0f} server CPU µs/req")
+            rate, cpu, floor = rates[name].median, cpus[name].median, floors[name].median
+            summary[f"{workload.label} {name}"] = {
+                "requests_per_s": rate,
+                "server_cpu_us_per_request": cpu,
+                "cpu_over_memcpy_floor": floor,
+            }
+            print(
+                f"{workload.label:16s} {name:8s} median {rate:9.1f} req/s  {cpu:8.0f} server CPU µs/req"
+                + (f"  {floor:.2f}x the memcpy floor" if floor else "")
+            )
         first = next(iter(trees))
         for name in list(trees)[1:]:
-            if (ratio := paired_ratios(mine, "requests_per_s", name, first, who="tree")) is not None:
-                print(f"{workload.label:16s} {name}/{first} req/s per round {ratio.text()}")
+            for key in ("requests_per_s", "server_cpu_us_per_request"):
+                if (ratio := paired_ratios(mine, key, name, first, who="tree")) is not None:
+                    print(f"{workload.label:16s} {name}/{first} {key} per round {ratio.text()}")
     name = "server_ab" + (f"-{args.tag}" if args.tag else "")
     results = {"trees": trees, "protocol": args.protocol, "rows": rows, "summary": summary}
     print(f"saved {save(name, results)}")

@@ -32,11 +32,14 @@ class Plane:
 
 @contextmanager
 def identity_plane(
-    root: Path, model_control_mode: ModelControlMode = ModelControlMode.NONE
+    root: Path,
+    model_control_mode: ModelControlMode = ModelControlMode.NONE,
+    config_text: str = IDENTITY_CONFIG,
 ) -> Iterator[Plane]:
-    """``identity`` written under ``root`` and loaded; the data plane accepting until the block ends."""
+    """``identity`` written under ``root`` (with ``config_text``) and loaded; the data plane accepting
+    until the block ends."""
     identity_model(root / "identity" / "1" / "model.onnx")
-    (root / "identity" / "config.pbtxt").write_text(IDENTITY_CONFIG)
+    (root / "identity" / "config.pbtxt").write_text(config_text)
     config = ServerConfig(model_repositories=(root,), model_control_mode=model_control_mode)
     manager = ModelManager(config)
     dataplane = DataPlane(config, manager)

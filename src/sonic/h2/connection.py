@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from sonic.h2.control import Counters, on_control
-from sonic.h2.events import Handler, Role
+from sonic.h2.events import DataSink, Handler, Role
 from sonic.h2.frames import (
     FRAME_HEADER,
     FRAME_HEADER_BYTES,
@@ -60,6 +60,10 @@ from sonic.h2.windows import Output, ReceiveWindows
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")  # what the application hangs on a stream
+# The least of a DATA payload worth a read of its own into a sink (receive_target): a read is a system call
+# and a few Python calls; a shorter rest is read with the frames after it into the adapter's buffer and
+# copied, as a peer that sends 16 KiB frames would otherwise cost two reads per frame.
+IN_PLACE_MIN_BYTES = 64 << 10
 _GOING_AWAY = ConnectionState.GOING_AWAY  # bound once: a class lookup per stream otherwise (Python 3.11)
 
 
@@ -109,6 +113,11 @@ class Connection(Generic[T]):
         self._data_left = 0  # bytes of a DATA payload still to arrive, routed straight to its stream
         self._data_stream: Stream[T] | None = None
         self._data_end = False
+        # An application that takes DATA in its own memory (set_sink, receive_target); None: copied.
+        self._sink: DataSink[T] | None = None
+        # A DATA payload just ended in a sink's memory: the next read should be a frame header alone, so
+        # that a DATA payload after it lands in place too instead of in the adapter's buffer.
+        self.header_next = False
 
     def start(self, now: float, peer: str = "unknown") -> None:
         """Our side's opening (preface, SETTINGS), and the timers from ``now`` (the adapter's clock);
@@ -141,11 +150,13 @@ class Connection(Generic[T]):
         if self.streams.get(stream.stream_id) is stream:
             self.receive.release_stream(stream, size)
 
-    def receive_data(self, data: bytes) -> None:
-        """Bytes from the peer. A connection error queues GOAWAY and asks the adapter to close."""
+    def receive_data(self, data: bytes | memoryview) -> None:
+        """Bytes from the peer (a view is not kept past the call). A connection error queues GOAWAY and
+        asks the adapter to close."""
         if self.state.ended:
             return  # the connection is ending: nothing more is parsed, nor kept (a lingering close reads on)
         self.timers.active = True
+        self.header_next = False
         try:
             if self._buffer:
                 self._buffer += data
@@ -157,6 +168,47 @@ class Connection(Generic[T]):
                     used = self._parse(view)
                 if used < len(data):
                     self._buffer += data[used:]
+        except ProtocolError as exc:
+            self.connection_error(exc)
+
+    def set_sink(self, sink: DataSink[T]) -> None:
+        """From now on a large DATA payload's rest is offered to ``sink`` (see :meth:`receive_target`)."""
+        self._sink = sink
+
+    def receive_target(self) -> memoryview | None:
+        """Where the next bytes from the peer may be read to, when not the adapter's own buffer: inside a
+        DATA payload whose stream's sink (:meth:`set_sink`) has memory for it, that memory (at most the payload's
+        rest, when that is at least :data:`IN_PLACE_MIN_BYTES`). The adapter then reports what it read there
+        with :meth:`received_in_place`."""
+        stream, sink = self._data_stream, self._sink
+        if (
+            stream is None
+            or sink is None
+            or self._data_left < IN_PLACE_MIN_BYTES
+            or self._buffer
+            or self.state.ended
+            or stream.local_closed  # ended by us meanwhile: the rest of its DATA is dropped, not placed
+        ):
+            return None
+        room = sink.stream_sink(stream)
+        if room is None or not len(room):
+            return None
+        return room[: self._data_left] if len(room) > self._data_left else room
+
+    def received_in_place(self, size: int) -> None:
+        """``size`` bytes of the DATA payload in progress were read into what :meth:`receive_target` gave."""
+        stream, sink = self._data_stream, self._sink
+        if stream is None or sink is None or size > self._data_left:
+            msg = f"{size} bytes received in place outside a DATA payload ({self._data_left} bytes left)"
+            raise RuntimeError(msg)
+        self.timers.active = True
+        self._data_left -= size
+        try:
+            sink.stream_data_placed(stream, size)
+            if not self._data_left:
+                self._data_stream = None
+                self.header_next = True
+                self.after_data(stream, self._data_end)
         except ProtocolError as exc:
             self.connection_error(exc)
 

@@ -41,6 +41,18 @@ class Handler(Protocol[T]):
         (safe to send again elsewhere). Server: always empty."""
 
 
+class DataSink(Protocol[T]):
+    """An application that takes a stream's DATA in its own memory (:meth:`Connection.set_sink`): the rest of a
+    DATA payload in progress is read from the socket straight to where the application wants it
+    (:meth:`Connection.receive_target`), instead of into the adapter's buffer and copied from there."""
+
+    def stream_sink(self, stream: Stream[T]) -> memoryview | None:
+        """Writable memory for the next DATA bytes of ``stream`` (None: pass them to ``stream_data``)."""
+
+    def stream_data_placed(self, stream: Stream[T], size: int) -> None:
+        """``size`` bytes of DATA for ``stream`` were written at the start of what ``stream_sink`` gave."""
+
+
 class Role(Protocol[T]):
     """What the two ends do differently; the core calls it."""
 

@@ -26,6 +26,7 @@ ALLOWED_BASES = {
     "HeaderTable",
     "hpack.Decoder",
     "asyncio.Protocol",
+    "asyncio.BufferedProtocol",
 }
 # The modules that hold or drive a core, which the core and the modules below it must not import.
 ABOVE_THE_CORE = {"server", "client", "aio"}
@@ -113,6 +114,7 @@ CONNECTION_FIELDS = {
     "peer_max_streams",
     "receive",
     "role",
+    "sink",
     "stream_closed",
     "streams",
     "timers",

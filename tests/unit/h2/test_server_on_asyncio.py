@@ -11,7 +11,7 @@ import hpack
 import pytest
 
 from sonic.grpc.call import encode_grpc_message, grpc_message_prefix, parse_grpc_timeout
-from sonic.h2.aio import H2Protocol
+from sonic.h2.aio import BufferedReads, H2Protocol, receive_buffer
 from sonic.h2.frames import PREFACE, ErrorCode, Flag, FrameType, Setting, frame, settings_frame, window_update
 from sonic.h2.headers import HeaderDecoder, Headers, encode_headers
 from sonic.h2.limits import SERVER_LIMITS
@@ -104,6 +104,35 @@ async def test_streams_survive_any_cut_of_the_byte_stream(chunk: int) -> None:
     assert {k: bytes(v) for k, v in echoed.items()} == bodies
     assert ended == {1, 3, 5}
     assert not connection.h2.streams  # all closed and forgotten
+
+
+async def test_connections_sharing_one_receive_buffer_keep_their_own_bytes() -> None:
+    """BufferedReads of several connections read into one buffer in turn (as uvloop shares its own): what a
+    read leaves unparsed (a frame cut anywhere) is the core's copy, never a view the next read overwrites."""
+    shared = receive_buffer()
+    bodies = [{1: b"a" * 1000, 3: bytes(range(256)) * 300}, {1: b"z" * 70_000, 3: b"", 5: b"q" * 5}]
+    connections = [EchoConnection() for _ in bodies]
+    reads = [BufferedReads(c.protocol, shared) for c in connections]
+    transports = [RecordingTransport() for _ in bodies]
+    for read, transport in zip(reads, transports, strict=True):
+        read.connection_made(transport)  # type: ignore[arg-type]
+    streams = [client_bytes(b) for b in bodies]
+    positions = [0, 0]
+    cuts = [7, 4093]  # each connection's reads end at different places in its frames
+    while any(pos < len(data) for pos, data in zip(positions, streams, strict=True)):
+        for index, read in enumerate(reads):
+            data, pos = streams[index], positions[index]
+            if pos >= len(data):
+                continue
+            target = read.get_buffer(-1)
+            size = min(len(target), cuts[index], len(data) - pos)
+            target[:size] = data[pos : pos + size]
+            target[size : size + 16] = b"\xff" * len(target[size : size + 16])  # garbage past the read
+            read.buffer_updated(size)
+            positions[index] = pos + size
+    await asyncio.sleep(0)  # writes leave on the next loop iteration
+    for connection, expected in zip(connections, bodies, strict=True):
+        assert {k: bytes(v) for k, v in connection.received.items()} == expected
 
 
 async def test_output_waits_for_the_peers_window() -> None:

@@ -10,7 +10,9 @@ the event loop when large), ``grpc-timeout`` deadlines, status and message in tr
 answers for calls that fail before any response). The parts shared with our client are
 :mod:`sonic.grpc.call`; the HTTP/2 connection is a :class:`sonic.h2.server.ServerRole` core on the
 :class:`sonic.h2.aio.H2Protocol` adapter, with the limits of :class:`sonic.h2.limits.Http2Limits`, its
-request DATA charged to the server's budget by :mod:`sonic.server.frontends.request_windows`.
+request DATA charged to the server's budget by :mod:`sonic.server.frontends.request_windows`. Reads go
+through :class:`sonic.h2.aio.BufferedReads`: a large request message is read from the socket straight into
+the one buffer its length prefix sized, and its tensors reach the model as views of it (no copy between).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from sonic.grpc.call import (
     parse_grpc_timeout,
     status_block,
 )
-from sonic.h2.aio import H2Protocol
+from sonic.h2.aio import BufferedReads, H2Protocol, receive_buffer
 from sonic.h2.headers import Headers, encode_headers
 from sonic.h2.limits import SERVER_LIMITS, Http2Limits, MemoBudget
 from sonic.h2.server import ServerRole
@@ -65,8 +67,21 @@ MAX_QUEUED_STREAM_BYTES = 4 << 20
 CallStream = Stream[Call | None]
 
 
+class ReceivedBytes:
+    """How the request messages' bytes of one connection arrived: read straight into their message's
+    buffer (``placed_bytes``) or copied there from the adapter's read buffer (``copied_bytes``, counted
+    when the request stream ends). A test's count of the copies; nothing reads it on the hot path."""
+
+    __slots__ = ("copied_bytes", "placed_bytes")
+
+    def __init__(self) -> None:
+        self.copied_bytes = 0
+        self.placed_bytes = 0
+
+
 class GrpcConnection:
-    """One client connection's gRPC calls: the Handler of its HTTP/2 core, on asyncio as ``protocol``."""
+    """One client connection's gRPC calls: the Handler (and DataSink) of its HTTP/2 core, on asyncio as
+    ``protocol``, read through ``reads`` (a large message's DATA straight into its buffer)."""
 
     def __init__(self, frontend: H2GrpcFrontend) -> None:
         self._frontend = frontend
@@ -75,12 +90,15 @@ class GrpcConnection:
             self, limits=frontend.http2_limits, memo_budget=frontend.memo_budget
         )
         self.core = core = self._server.connection
+        core.set_sink(self)  # a large message's bytes are read straight into its buffer (stream_sink)
+        self.received = ReceivedBytes()
         self.protocol = H2Protocol(
             core,
             deadlines_due=self.deadlines_due,
             on_made=lambda: frontend.connections.add(self),
             on_lost=self._lost,
         )
+        self.reads = BufferedReads(self.protocol, frontend.receive_buffer)  # what the transport calls
         self._loop = self.protocol.loop
         self._windows = RequestWindows(core, frontend.budget, self._loop, self.budget_wait_over)
 
@@ -114,10 +132,32 @@ class GrpcConnection:
         except CallError as error:
             self._fail(stream, error.code, error.message)
 
+    def stream_sink(self, stream: CallStream) -> memoryview | None:
+        """The rest of the request message in progress (None between messages, or for a refused call):
+        the socket is read into it, where the decoded tensors will be views."""
+        call = stream.app
+        return None if call is None else call.reader.room()
+
+    def stream_data_placed(self, stream: CallStream, size: int) -> None:
+        call = stream.app
+        if call is None:  # stream_sink gave no memory to a refused call: nothing lands for one
+            self._windows.drop(stream, size)
+            return
+        call.held += size
+        self._windows.hold(stream, size)
+        self.received.placed_bytes += size
+        try:
+            message = call.reader.placed(size)
+            if message is not None:
+                self._on_message(stream, call, *message)
+        except CallError as error:
+            self._fail(stream, error.code, error.message)
+
     def stream_ended(self, stream: CallStream) -> None:
         call = stream.app
         if call is None:
             return
+        self.received.copied_bytes += call.reader.copied_bytes
         call.input_done = True
         if call.reader.partial:
             self._fail(stream, GrpcCode.INTERNAL, "request stream ended inside a message")
@@ -361,6 +401,7 @@ class H2GrpcFrontend(Frontend):
             )
         self.http2_limits = http2_limits
         self.memo_budget = MemoBudget(MEMO_BUDGET_BYTES)
+        self.receive_buffer = receive_buffer()  # every connection's reads outside DATA payloads, in turn
         self._ssl_context = grpc_ssl_context(settings.tls) if settings.tls is not None else None
         names = [*self.methods.unary, "ModelInfer", "ModelStreamInfer"]
         self.paths = {f"/{SERVICE}/{name}".encode(): name for name in names}
@@ -371,7 +412,7 @@ class H2GrpcFrontend(Frontend):
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: GrpcConnection(self).protocol,
+            lambda: GrpcConnection(self).reads,
             self.host,
             self.port,
             ssl=self._ssl_context,
