@@ -41,8 +41,8 @@ except ImportError:  # run as a script (./dev compile), outside a build
 ROOT = Path(__file__).resolve().parent
 SRC = ROOT / "src"
 PACKAGE = SRC / "sonic"
-# mypyc's optimisation level: 2 compiles in about half the time of 3 and runs as fast here (measured,
-# docs/benchmarks.md "issue 37").
+# mypyc's optimisation level (the C compiler's -O): 2 and mypyc's default 3 measured the same here, in
+# instructions per request and in compile time (docs/benchmarks.md "issue 37"); 2 is what was measured.
 OPT_LEVEL = "2"
 
 
@@ -202,9 +202,10 @@ def main(argv: list[str]) -> int:
     """``./dev compile``: build in place (with SONIC_PURE_PYTHON=1: remove the build); ``--if-stale``: only
     where an in-place build's sources changed (with SONIC_PURE_PYTHON=1: nothing, the sources win anyway)."""
     if "--if-stale" in argv:
-        if pure_python_requested() or _compiled().changed_source(PACKAGE) is None:
-            return 0
-    elif pure_python_requested():
+        if not pure_python_requested() and _compiled().changed_source(PACKAGE) is not None:
+            build_in_place()  # if it fails, it said why, and the sources run: nothing to stop for
+        return 0
+    if pure_python_requested():
         remove_in_place()
         return 0
     return 0 if build_in_place() else 1
