@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -80,6 +81,34 @@ def _quiet(log: Path) -> Iterator[None]:
             os.close(saved[1])
 
 
+def _build_ext() -> type:
+    """setuptools' ``build_ext`` compiling an extension's C files on every core: mypyc's one extension
+    holds them all (one per module), which setuptools compiles one after another (27 s of CPU here)."""
+    from setuptools.command.build_ext import build_ext  # type: ignore[import-untyped]  # noqa: PLC0415
+
+    jobs = os.cpu_count() or 1
+
+    class ParallelBuildExt(build_ext):  # type: ignore[misc]
+        def build_extension(self, ext: Any) -> None:
+            serial = self.compiler.compile
+
+            def compile_all(sources: list[str], *args: Any, **kwargs: Any) -> list[str]:
+                if jobs < 2 or len(sources) < 2:
+                    return list(serial(sources, *args, **kwargs))
+                first = list(serial(sources[:1], *args, **kwargs))  # creates the output folders
+                with ThreadPoolExecutor(jobs) as pool:
+                    rest = pool.map(lambda source: serial([source], *args, **kwargs), sources[1:])
+                    return first + [path for objects in rest for path in objects]
+
+            self.compiler.compile = compile_all
+            try:
+                super().build_extension(ext)
+            finally:
+                del self.compiler.compile
+
+    return ParallelBuildExt
+
+
 def compile_modules(work: Path) -> list[tuple[Path, str]]:
     """Compile into ``work``; each extension module built and its path inside the package root.
 
@@ -107,11 +136,12 @@ def compile_modules(work: Path) -> list[tuple[Path, str]]:
             multi_file=True,  # one C file per module: the compiler runs on every core
             target_dir=str(work / "c"),
         )
-        distribution = Distribution({"name": "sonic-compiled", "ext_modules": extensions})
+        distribution = Distribution(
+            {"name": "sonic-compiled", "ext_modules": extensions, "cmdclass": {"build_ext": _build_ext()}}
+        )
         build_ext: Any = distribution.get_command_obj("build_ext")
         build_ext.build_lib = str(work / "lib")
         build_ext.build_temp = str(work / "tmp")
-        build_ext.parallel = os.cpu_count() or 1
         distribution.run_command("build_ext")
     lib = work / "lib"
     return [(path, path.relative_to(lib).as_posix()) for path in sorted(lib.rglob("*")) if _extension(path)]
