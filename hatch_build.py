@@ -63,11 +63,12 @@ def _extension(path: Path) -> bool:
 
 @contextlib.contextmanager
 def _quiet(log: Path) -> Iterator[None]:
-    """The compiler's output (file descriptors 1 and 2, subprocesses included) into ``log``."""
+    """mypyc's and the compiler's output into ``log``: file descriptors 1 and 2 (subprocesses) and
+    ``sys.stdout``/``sys.stderr`` (which a caller may have replaced, as pytest does)."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    with log.open("wb") as sink:
+    with log.open("w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         os.dup2(sink.fileno(), 1)
         os.dup2(sink.fileno(), 2)
         try:

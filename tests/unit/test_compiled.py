@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -170,3 +172,29 @@ def test_every_listed_module_has_its_source() -> None:
     assert len(set(compiled.COMPILED_MODULES)) == len(compiled.COMPILED_MODULES)
     for module in compiled.COMPILED_MODULES:
         assert compiled.source_path(PACKAGE, module).is_file(), module
+
+
+def test_without_a_c_compiler_the_build_stays_pure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """hatch_build.py, in place on a copy of the sources, with a compiler that fails every file: one line
+    says so, and no extension module or record is left (the sources run)."""
+    spec = importlib.util.spec_from_file_location("_hatch_build", PACKAGE.parents[1] / "hatch_build.py")
+    assert spec is not None
+    assert spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    copy = tmp_path / "src"
+    skip = shutil.ignore_patterns("__pycache__", "*.so", compiled.SOURCES_RECORD)
+    shutil.copytree(PACKAGE, copy / "sonic", ignore=skip)
+    (copy / "sonic" / compiled.SOURCES_RECORD).write_text("{}")  # an earlier build's, to be removed
+    monkeypatch.setattr(hook, "SRC", copy)
+    monkeypatch.setattr(hook, "PACKAGE", copy / "sonic")
+    monkeypatch.setenv("CC", "/bin/false")  # setuptools' C compiler: every compile fails
+    monkeypatch.delenv(compiled.PURE_PYTHON_VARIABLE, raising=False)
+    assert hook.build_in_place() is False
+    out = capfd.readouterr().out
+    assert out.startswith("sonic: not compiled, pure Python (CompileError"), out
+    assert len(out.splitlines()) == 1
+    assert not [path for path in copy.rglob("*") if _is_extension(str(path))]
+    assert not (copy / "sonic" / compiled.SOURCES_RECORD).exists()
