@@ -155,11 +155,15 @@ def _reason(error: BaseException, log: Path) -> str:
 
 
 def remove_in_place() -> None:
-    """An editable install's extension modules and record, gone: the sources run."""
-    for path in SRC.rglob("*"):
+    """An editable install's extension modules (one per listed module, and mypyc's shared library at the
+    top of ``src``) and its record, gone: the sources run."""
+    compiled = _compiled()
+    sources = [compiled.source_path(PACKAGE, module) for module in compiled.COMPILED_MODULES]
+    candidates = [*SRC.glob("*__mypyc.*"), *(p for s in sources for p in s.parent.glob(f"{s.stem}.*"))]
+    for path in candidates:
         if _extension(path):
             path.unlink()
-    (PACKAGE / _compiled().SOURCES_RECORD).unlink(missing_ok=True)
+    (PACKAGE / compiled.SOURCES_RECORD).unlink(missing_ok=True)
 
 
 def build_in_place() -> bool:
@@ -221,7 +225,9 @@ class MypycBuildHook(BuildHookInterface):  # type: ignore[misc]
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
         seconds = time.monotonic() - started
-        print(f"sonic: compiled {len(built) - 1} modules with mypyc in {seconds:.0f} s")  # less the runtime
+        print(
+            f"sonic: compiled {len(built) - 1} modules with mypyc in {seconds:.0f} s"
+        )  # and a shared library
 
     def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:  # noqa: ARG002
         work = getattr(self, "_work", None)
