@@ -151,8 +151,9 @@ async def decompress(
         raise GrpcError(msg, GrpcCode.INTERNAL)
     try:
         return await inflate_async(message, encoding, limits.max_decompressed_bytes)
-    except InflateLimitError as exc:
-        msg = f"Received message larger than max (> {exc.limit} bytes decompressed)"
+    # Two names: mypyc gives one name one type in a function, and the clauses catch different ones.
+    except InflateLimitError as too_large:
+        msg = f"Received message larger than max (> {too_large.limit} bytes decompressed)"
         raise GrpcError(msg, GrpcCode.RESOURCE_EXHAUSTED) from None
     except InflateError as exc:
         raise GrpcError(str(exc), GrpcCode.INTERNAL) from None

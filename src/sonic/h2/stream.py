@@ -32,19 +32,20 @@ class StreamState(enum.Enum):
     Each state answers the hot path's two questions as plain attributes: have we ended our side
     (``local_closed``), has the peer ended its (``remote_closed``)."""
 
+    # Set below from each member's value, after the class exists: an enum ``__init__`` compiled by
+    # mypyc refuses its own members while the class is being built.
+    label: str
+    local_closed: bool
+    remote_closed: bool
+    # TRANSITIONS' row for this state, indexed by StreamEvent.index (filled in below): an
+    # attribute and a tuple index per transition, where a dict keyed by enums would hash two
+    # enums in Python on every frame that ends a stream.
+    next: tuple[StreamState | None, ...]
+
     OPEN = ("open", False, False)
     HALF_CLOSED_LOCAL = ("half-closed (local)", True, False)
     HALF_CLOSED_REMOTE = ("half-closed (remote)", False, True)
     CLOSED = ("closed", True, True)
-
-    def __init__(self, label: str, local_closed: bool, remote_closed: bool) -> None:
-        self.label = label
-        self.local_closed = local_closed
-        self.remote_closed = remote_closed
-        # TRANSITIONS' row for this state, indexed by StreamEvent.index (filled in below): an
-        # attribute and a tuple index per transition, where a dict keyed by enums would hash two
-        # enums in Python on every frame that ends a stream.
-        self.next: tuple[StreamState | None, ...] = ()
 
 
 class StreamEvent(enum.Enum):
@@ -58,9 +59,14 @@ class StreamEvent(enum.Enum):
     # without a frame (RFC 9113 section 6.8).
     RECV_GOAWAY = ("receive GOAWAY", 4)
 
-    def __init__(self, label: str, index: int) -> None:
-        self.label = label
-        self.index = index
+    label: str  # set below, as StreamState's
+    index: int
+
+
+for _state in StreamState:
+    _state.label, _state.local_closed, _state.remote_closed = _state.value
+for _event in StreamEvent:
+    _event.label, _event.index = _event.value
 
 
 _S, _E = StreamState, StreamEvent

@@ -63,6 +63,8 @@ class Output(Generic[T]):
         self._batch_bytes = 0  # DATA bytes queued since the last data_to_send()
         self.queued_control = 0  # control frames queued since the last data_to_send()
         self.data_frames = 0  # DATA frames sent in all (the budget of the peer's control frames)
+        # Streams revisited (flush calls) in all: what shows that no frame walks every stream (tests).
+        self.flushes = 0
         self.paused = False
         self.send_window = DEFAULT_WINDOW_BYTES
         self.peer_initial_window = DEFAULT_WINDOW_BYTES
@@ -120,6 +122,7 @@ class Output(Generic[T]):
         self.flush(stream)
 
     def flush(self, stream: Stream[T]) -> None:
+        self.flushes += 1
         pending = stream.pending
         while pending:
             window = stream.send_credit + self.peer_initial_window
