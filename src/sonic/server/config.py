@@ -12,6 +12,7 @@ from sonic.h2.limits import SERVER_LIMITS, Http2Limits
 from sonic.protocol.wire import MAX_MESSAGE_BYTES
 from sonic.server.budget import DEFAULT_WAIT_S, default_budget_bytes
 from sonic.server.header_forward import HeaderForward
+from sonic.server.runtime.inline import DEFAULT_INLINE_EXECUTION_US
 from sonic.server.runtime.rate_limiter import ResourceCount
 from sonic.server.trace.config import TraceConfig
 from sonic.traffic.config import TrafficLogConfig
@@ -146,6 +147,9 @@ class ServerConfig:
     # reach the model as request parameters (server/header_forward.py); "": none.
     grpc_header_forward_pattern: str = ""
     http_header_forward_pattern: str = ""
+    # --inline-execution-us: a version whose executions stay under this runs its batches on the event
+    # loop (server/runtime/inline.py); 0: always on its instance threads.
+    inline_execution_us: int = DEFAULT_INLINE_EXECUTION_US
 
     def __post_init__(self) -> None:
         if not self.model_repositories:
@@ -162,5 +166,7 @@ class ServerConfig:
             )
         HeaderForward.compile(self.grpc_header_forward_pattern, "--grpc-header-forward-pattern")
         HeaderForward.compile(self.http_header_forward_pattern, "--http-header-forward-pattern")
+        if self.inline_execution_us < 0:
+            raise ValueError(f"--inline-execution-us must be >= 0 (0: never), got {self.inline_execution_us}")
         if self.max_requests_per_s is not None and self.max_requests_per_s <= 0:
             raise ValueError(f"max_requests_per_s must be > 0, got {self.max_requests_per_s}")
