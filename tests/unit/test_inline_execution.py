@@ -20,6 +20,8 @@ import numpy.typing as npt
 import pytest
 from tests.unit.test_batcher import _item  # a request of rows of one value
 
+from sonic.cli import serve
+from sonic.cli.main import build_parser
 from sonic.models.simple import IDENTITY_CONFIG, identity_model
 from sonic.protocol.types import InferRequest, InputTensor
 from sonic.server.backends.base import Backend
@@ -28,7 +30,7 @@ from sonic.server.metrics.stats import ModelStats
 from sonic.server.models.instance_thread import InstanceThread
 from sonic.server.models.manager import ModelManager
 from sonic.server.runtime.executor import ModelInstance
-from sonic.server.runtime.inline import InlineGate, InlinePolicy, Place
+from sonic.server.runtime.inline import DEFAULT_INLINE_EXECUTION_US, InlineGate, InlinePolicy, Place
 from sonic.server.runtime.policy import BatchPolicy
 from sonic.server.runtime.rate_limiter import CPU_DEVICE, InstanceLimits, RateLimiter
 from sonic.server.runtime.scheduler import Scheduler
@@ -85,7 +87,19 @@ def test_gate_demotes_at_the_end_of_a_window_over_the_threshold() -> None:
     assert gate.place is Place.THREADS
 
 
-def test_policy_refuses_a_negative_threshold() -> None:
+@pytest.mark.parametrize(("given", "expected"), [((), DEFAULT_INLINE_EXECUTION_US), (("7",), 7), (("0",), 0)])
+def test_serve_flag_reaches_the_config(tmp_path: Path, given: tuple[str, ...], expected: int) -> None:
+    flag = ("--inline-execution-us", *given) if given else ()
+    args = build_parser().parse_args(["serve", "--model-repository", str(tmp_path), "--gpus", "0", *flag])
+    assert serve.config_from_args(args).inline_execution_us == expected
+
+
+def test_policy_refuses_a_negative_threshold(tmp_path: Path) -> None:
+    args = build_parser().parse_args(
+        ["serve", "--model-repository", str(tmp_path), "--gpus", "0", "--inline-execution-us", "-1"]
+    )
+    with pytest.raises(ValueError, match="--inline-execution-us must be >= 0"):
+        serve.config_from_args(args)
     with pytest.raises(ValueError, match="got -1"):
         InlinePolicy(threshold_us=-1)
     with pytest.raises(ValueError, match="--inline-execution-us must be >= 0"):
