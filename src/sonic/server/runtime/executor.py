@@ -202,13 +202,15 @@ class Executor:
                     self._inline_at(deadline_ns)
                 return
             sequence = self._took(instance, batch)
-        started = time.perf_counter_ns()
+        cpu_ns = time.thread_time_ns()
+        wall_ns = time.perf_counter_ns()
         execution = self._execute(instance, sequence, batch)
-        wall_ns = time.perf_counter_ns() - started
+        wall_ns = time.perf_counter_ns() - wall_ns
+        cpu_ns = time.thread_time_ns() - cpu_ns
         self.inline_executions += 1
         with self._lock:
             self._done(instance, execution)
-            demoted = gate.on_loop(wall_ns)
+            demoted = gate.on_loop(cpu_ns, wall_ns)
             if self.queues.size:
                 self.queued()  # the threads when demoted, else the loop's next turn
         if demoted:

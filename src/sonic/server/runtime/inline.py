@@ -12,10 +12,13 @@ time of every execution; it is pure (no clock, no thread) and the executor calls
   least, took at most ``T/2`` of wall time (a model that only waits, a sleep or a device, never
   looks fast). After ``k`` demotions, ``2**k`` such windows in a row (at most ``max_backoff_windows``).
 - **Demotion** (loop → threads): at once when one execution on the loop takes more than
-  ``slow_factor * T`` of wall time, or at the end of a window whose 95th percentile exceeds ``T``
-  (traffic that grew the merged batches). The half-threshold gap and the doubling keep a version
-  whose times straddle ``T`` from flapping; the loop is never held longer than one execution, and a
-  version that is slow only now and then costs the loop at most one such execution per
+  ``slow_factor * T`` of CPU time, or holds the loop longer than ``stall_us`` however it spends it;
+  and as soon as more than 5 % of a window's executions held the loop longer than ``T`` (its 95th
+  percentile of wall time exceeds ``T``: traffic that grew the merged batches, a model that waits).
+  CPU time for the single execution, because on a busy machine the loop thread is preempted now and
+  then, for milliseconds, in the middle of a 10 µs execution: that is not the model's cost. The
+  half-threshold gap and the doubling keep a version whose times straddle ``T`` from flapping; a
+  version that is slow only now and then costs the loop, in the end, at most one such execution per
   ``max_backoff_windows * window`` fast ones.
 """
 
@@ -40,7 +43,8 @@ class InlinePolicy:
 
     threshold_us: int = DEFAULT_INLINE_EXECUTION_US
     window: int = 64  # executions judged together
-    slow_factor: int = 4  # one loop execution above slow_factor x threshold moves the version back at once
+    slow_factor: int = 4  # one loop execution above slow_factor x threshold of CPU moves it back at once
+    stall_us: int = 20_000  # one loop execution holding the loop longer moves it back at once
     max_backoff_windows: int = 1024  # fast windows in a row asked for after many demotions, at most
 
     def __post_init__(self) -> None:
@@ -48,10 +52,10 @@ class InlinePolicy:
             raise ValueError(
                 f"inline execution threshold must be >= 0 µs (0: never), got {self.threshold_us}"
             )
-        if self.window < 1 or self.slow_factor < 1 or self.max_backoff_windows < 1:
+        if min(self.window, self.slow_factor, self.max_backoff_windows, self.stall_us) < 1:
             raise ValueError(
-                f"inline policy: window, slow_factor and max_backoff_windows must be >= 1, got {self.window}, "
-                f"{self.slow_factor} and {self.max_backoff_windows}"
+                f"inline policy: window, slow_factor, max_backoff_windows and stall_us must be >= 1, got "
+                f"{self.window}, {self.slow_factor}, {self.max_backoff_windows} and {self.stall_us}"
             )
 
     @property
@@ -72,6 +76,7 @@ class InlineGate:
         self._promote_ns = threshold_ns // 2
         self._threshold_ns = threshold_ns
         self._slow_ns = threshold_ns * policy.slow_factor
+        self._stall_ns = max(policy.stall_us * 1000, self._slow_ns)
         self._max_backoff = policy.max_backoff_windows
         self._windows_needed = 1
         self._fast_windows = 0
@@ -103,21 +108,20 @@ class InlineGate:
         self._fast_windows = 0
         return True
 
-    def on_loop(self, wall_ns: int) -> bool:
+    def on_loop(self, cpu_ns: int, wall_ns: int) -> bool:
         """An execution on the event loop ended; True when the version moves back to its threads now."""
-        if wall_ns > self._slow_ns:
+        if cpu_ns > self._slow_ns or wall_ns > self._stall_ns:
             self._demote()
             return True
         self._count += 1
         if wall_ns > self._threshold_ns:
             self._over += 1
-        if self._count < self._window:
-            return False
-        slow = self._over > self._allowed_over
-        self._new_window()
-        if slow:
-            self._demote()
-        return slow
+            if self._over > self._allowed_over:  # this window's 95th percentile is above the threshold
+                self._demote()
+                return True
+        if self._count == self._window:
+            self._new_window()
+        return False
 
     def to_threads(self) -> None:
         """Back to the threads for good (the version is closing: its threads drain the queues)."""
