@@ -215,10 +215,7 @@ class Executor:
                 self.queued()  # the threads when demoted, else the loop's next turn
         if demoted:
             log.info(
-                "model '%s': an execution took %d µs on the event loop; its batches run on its instance "
-                "threads again",
-                self._model,
-                wall_ns // 1000,
+                "model '%s': %s; its batches run on its instance threads again", self._model, gate.reason
             )
         self._on_finished()
 

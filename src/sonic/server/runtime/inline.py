@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-DEFAULT_INLINE_EXECUTION_US = 50
+DEFAULT_INLINE_EXECUTION_US = 100
 
 
 class Place(enum.Enum):
@@ -71,6 +71,7 @@ class InlineGate:
         self.place = Place.THREADS
         self.promotions = 0
         self.demotions = 0
+        self.reason = ""  # why it last moved back to its threads, for the log
         self._window = policy.window
         self._allowed_over = policy.window // 20  # above the bound, in a window whose p95 is within it
         self._promote_ns = threshold_ns // 2
@@ -111,13 +112,18 @@ class InlineGate:
     def on_loop(self, cpu_ns: int, wall_ns: int) -> bool:
         """An execution on the event loop ended; True when the version moves back to its threads now."""
         if cpu_ns > self._slow_ns or wall_ns > self._stall_ns:
-            self._demote()
+            self._demote(
+                f"one execution took {cpu_ns // 1000} µs of CPU and held the loop {wall_ns // 1000} µs"
+            )
             return True
         self._count += 1
         if wall_ns > self._threshold_ns:
             self._over += 1
             if self._over > self._allowed_over:  # this window's 95th percentile is above the threshold
-                self._demote()
+                self._demote(
+                    f"{self._over} of its last {self._count} executions held the loop over "
+                    f"{self._threshold_ns // 1000} µs"
+                )
                 return True
         if self._count == self._window:
             self._new_window()
@@ -127,7 +133,8 @@ class InlineGate:
         """Back to the threads for good (the version is closing: its threads drain the queues)."""
         self.place = Place.THREADS
 
-    def _demote(self) -> None:
+    def _demote(self, reason: str) -> None:
+        self.reason = reason
         self.place = Place.THREADS
         self.demotions += 1
         self._windows_needed = min(self._windows_needed * 2, self._max_backoff)
