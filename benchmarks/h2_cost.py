@@ -57,7 +57,9 @@ def _instructions(valgrind_output: str) -> int:
     return int(match.group(1).replace(",", ""))
 
 
-def _serve(src: str, repository: Path, requests: int, extra: Sequence[str] = ()) -> int:
+def _serve(
+    src: str, repository: Path, requests: int, extra: Sequence[str] = (), concurrency: int = 32
+) -> int:
     """Instructions of one ``sonic serve`` of ``src`` (under valgrind, with ``extra`` arguments) that
     answered ``requests`` calls."""
     command = [*VALGRIND, sys.executable, "-m", "sonic.cli.main", "serve", "--host", "127.0.0.1"]
@@ -73,7 +75,7 @@ def _serve(src: str, repository: Path, requests: int, extra: Sequence[str] = ())
     )
     with ServerHandle(process, addresses, log_path) as server:
         client_env = {**os.environ, "PYTHONPATH": str(Path("src").resolve())}
-        client = [sys.executable, str(CLIENT), server.grpc_address, "1", str(requests)]
+        client = [sys.executable, str(CLIENT), server.grpc_address, "1", str(requests), str(concurrency)]
         subprocess.run(client, capture_output=True, text=True, env=client_env, check=True, timeout=1800)
         server.stop(SERVER_START_S)
     return _instructions(log_path.read_text())
@@ -84,6 +86,10 @@ def main() -> None:
     parser.add_argument("--tree", action="append", help="NAME=PATH of a src/ folder")
     parser.add_argument("--requests", type=int, nargs=2, default=[1000, 3000], metavar=("FEW", "MANY"))
     parser.add_argument("--server", action="store_true", help="the whole sonic serve, not the core alone")
+    parser.add_argument("--concurrency", type=int, default=32, help="requests in flight, with --server")
+    parser.add_argument(
+        "--tag", default="", help="with --server: results go to results/h2_cost_server-TAG.json"
+    )
     parser.add_argument(
         "--server-args",
         action="append",
@@ -101,19 +107,19 @@ def main() -> None:
         server_args = parse_named(args.server_args, "--server-args")
         for name, src in trees.items():
             extra = shlex.split(server_args.get(name, ""))
-            per_request = (_serve(src, repository, many, extra) - _serve(src, repository, few, extra)) / (
-                many - few
-            )
+            runs = [_serve(src, repository, count, extra, args.concurrency) for count in (many, few)]
+            per_request = (runs[0] - runs[1]) / (many - few)
             summary[name] = {"server_instructions_per_request": per_request}
             print(f"{name:10s} {per_request:,.0f} server instructions/request", flush=True)
         payload = {
             "trees": trees,
             "server_args": server_args,
+            "concurrency": args.concurrency,
             "requests": [few, many],
             "summary": summary,
             **machine(),
         }
-        print(f"saved {save('h2_cost_server', payload)}")
+        print(f"saved {save('h2_cost_server' + (f'-{args.tag}' if args.tag else ''), payload)}")
         return
     for name, src in trees.items():
         (low, _), (high, high_hash) = _run(src, few), _run(src, many)
