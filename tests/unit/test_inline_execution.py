@@ -169,7 +169,7 @@ class Recorder(Backend):
 
 DYNAMIC = BatchPolicy(max_batch_size=8, dynamic=True)
 # Generous bounds: a tiny execution is µs, these tests' slow ones are tens of ms.
-TINY = InlinePolicy(threshold_us=50_000, window=4)
+TINY = InlinePolicy(threshold_us=100_000, window=4)
 
 
 def _scheduler(
@@ -226,9 +226,9 @@ async def test_zero_threshold_never_runs_on_the_loop() -> None:
 async def test_slow_model_keeps_its_threads(why: str) -> None:
     backend = Recorder()
     if why == "waits":
-        backend.delay_s = 0.06  # little CPU, long wall time: a device or a lock
+        backend.delay_s = 0.07  # little CPU, long wall time: a device or a lock
     else:
-        backend.spin_s = 0.06  # CPU time above half the threshold
+        backend.spin_s = 0.07  # CPU time above half the threshold
     scheduler = _scheduler([backend], TINY)
     await _one_by_one(scheduler, 12)
     assert threading.get_ident() not in backend.threads
@@ -262,11 +262,11 @@ async def test_model_that_turns_slow_goes_back_to_its_threads_and_the_loop_keeps
     assert gate is not None
     assert gate.place is Place.LOOP
     loop_thread = threading.get_ident()
-    # One execution on the loop computing above 4 x 50 ms of CPU, or holding it as long: back at once.
+    # One execution on the loop computing above 4 x 100 ms of CPU, or holding it as long: back at once.
     if why == "computes":
-        backend.spin_s = 0.25
+        backend.spin_s = 0.45
     else:
-        backend.delay_s = 0.25
+        backend.delay_s = 0.45
     await scheduler.submit(_item(100))
     assert backend.threads[-1] == loop_thread
     assert (gate.place, gate.demotions) == (Place.THREADS, 1)
