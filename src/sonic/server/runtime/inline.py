@@ -13,13 +13,13 @@ time of every execution; it is pure (no clock, no thread) and the executor calls
   looks fast). After ``k`` demotions, ``2**k`` such windows in a row (at most ``max_backoff_windows``).
 - **Demotion** (loop → threads): at once when one execution on the loop takes more than
   ``slow_factor * T`` of CPU time, or holds the loop longer than ``stall_us`` however it spends it;
-  and as soon as more than 5 % of a window's executions held the loop longer than ``T`` (its 95th
-  percentile of wall time exceeds ``T``: traffic that grew the merged batches, a model that waits).
-  CPU time for the single execution, because on a busy machine the loop thread is preempted now and
-  then, for milliseconds, in the middle of a 10 µs execution: that is not the model's cost. The
-  half-threshold gap and the doubling keep a version whose times straddle ``T`` from flapping; a
-  version that is slow only now and then costs the loop, in the end, at most one such execution per
-  ``max_backoff_windows * window`` fast ones.
+  and as soon as more than 5 % of a window's executions took more than ``T`` of CPU time (its 95th
+  percentile exceeds ``T``: traffic that grew the merged batches). CPU time, because the backends
+  that may run on the loop compute rather than wait, and on a busy machine the loop thread is
+  preempted now and then, for milliseconds, in the middle of a 10 µs execution: that is not the
+  model's cost (and would move it back for nothing). The half-threshold gap and the doubling keep a
+  version whose times straddle ``T`` from flapping; a version that is slow only now and then costs
+  the loop, in the end, at most one such execution per ``max_backoff_windows * window`` fast ones.
 """
 
 from __future__ import annotations
@@ -117,12 +117,12 @@ class InlineGate:
             )
             return True
         self._count += 1
-        if wall_ns > self._threshold_ns:
+        if cpu_ns > self._threshold_ns:
             self._over += 1
             if self._over > self._allowed_over:  # this window's 95th percentile is above the threshold
                 self._demote(
-                    f"{self._over} of its last {self._count} executions held the loop over "
-                    f"{self._threshold_ns // 1000} µs"
+                    f"{self._over} of its last {self._count} executions took over "
+                    f"{self._threshold_ns // 1000} µs of CPU on the loop"
                 )
                 return True
         if self._count == self._window:
