@@ -3,7 +3,8 @@
 Every tree's server runs at once; the same lean load generator (pre-serialized ModelInferRequest over
 grpc.aio, ``benchmarks.harness.load.grpc_load``) visits them in turn, the order reversed every other round,
 so load from elsewhere hits all alike and each round gives a ratio. Workloads: identity ``[1, 16]`` FP32
-at 32 in flight, and 1693 x 48 x 48 x 1 FP32 (15.6 MB each way) at 1 in flight. ``--protocol http``
+at 32 in flight, and 1693 x 48 x 48 x 1 FP32 (15.6 MB each way) at 1 in flight; ``--workload inline``:
+identity at 1 and 32 in flight and FACILE (100 channels) at 32, the models ``--inline-execution-us`` is for. ``--protocol http``
 sends the same tensors to the HTTP/REST front end instead (binary tensor extension, aiohttp client,
 ``--tag`` names the results file).
 
@@ -38,6 +39,8 @@ from benchmarks.harness.report import save
 from benchmarks.harness.rounds import visits
 from benchmarks.harness.servers import ServerSet, parse_named, start_trees
 from sonic.launch import ServerHandle, ServerProcess
+from sonic.models.build import build_model
+from sonic.models.zoo.facile import FACILE, make_inputs
 from sonic.protocol.model_config import parse_config_text
 from sonic.testing.repository import write_test_repository
 
@@ -51,6 +54,7 @@ class Workload:
     array: npt.NDArray[np.float32]
     concurrency: int
     window_s: float
+    input_name: str = "INPUT0"
 
 
 def http_request(model: str, array: npt.NDArray[np.float32]) -> tuple[str, bytes, dict[str, str]]:
@@ -123,7 +127,8 @@ def measure(workload: Workload, server: ServerHandle, protocol: str) -> tuple[fl
             concurrency=workload.concurrency,
             window_s=workload.window_s,
         )
-    payload = infer_request_bytes(workload.model, {"INPUT0": workload.array}, {"INPUT0": "FP32"})
+    name = workload.input_name
+    payload = infer_request_bytes(workload.model, {name: workload.array}, {name: "FP32"})
     result, cpu_us = load_with_server_cpu(
         server.grpc_address, payload, server.pid, concurrency=workload.concurrency, window_s=workload.window_s
     )
@@ -164,7 +169,10 @@ def main() -> None:
         "--instances", type=int, default=0, help="instances per model for every tree (0: each tree's default)"
     )
     parser.add_argument(
-        "--workload", choices=["all", "small", "large"], default="all", help="small: identity b1 c32 only"
+        "--workload",
+        choices=["all", "small", "large", "inline"],
+        default="all",
+        help="small: identity b1 c32 only; inline: identity b1 c1 and c32, FACILE b100 c32 (issue 37 item 3)",
     )
     parser.add_argument(
         "--server-args",
@@ -188,6 +196,14 @@ def main() -> None:
         )
         if args.workload == "all" or (args.workload == "small") == (workload.model == "identity")
     )
+    if args.workload == "inline":
+        build_model(FACILE, repository)
+        facile = make_inputs(100, np.random.default_rng(0))["rechit_features"]
+        workloads = (
+            Workload("identity b1 c1", "identity", small_array, 1, 3.0),
+            Workload("identity b1 c32", "identity", small_array, 32, 3.0),
+            Workload("FACILE b100 c32", "facile", facile, 32, 3.0, "rechit_features"),
+        )
     rows: list[dict[str, float | int | str]] = []
     with ServerSet() as servers:
         extra = ["--http-port", "0"] if args.protocol == "http" else []

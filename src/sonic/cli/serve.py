@@ -32,6 +32,7 @@ from sonic.server.config import (
 )
 from sonic.server.devices import detect_gpu_count
 from sonic.server.models.repository import StartFailure
+from sonic.server.runtime.inline import DEFAULT_INLINE_EXECUTION_US
 from sonic.server.server import Server, ShutdownSignals
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,14 @@ def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
         help="server-wide response cache for models with response_cache { enable: true } (0: off)",
     )
     group.add_argument(
+        "--inline-execution-us",
+        type=int,
+        default=DEFAULT_INLINE_EXECUTION_US,
+        metavar="US",
+        help="a model version whose executions take under US µs runs them on the event loop, not on its "
+        "instance threads (onnxruntime CPU and trees models; 0: never)",
+    )
+    group.add_argument(
         "--max-message-bytes",
         type=int,
         default=MAX_MESSAGE_BYTES,
@@ -151,6 +160,7 @@ def config_from_args(args: argparse.Namespace, triton: TritonSettings | None = N
         backend_options=_backend_config(args.backend_config),
         max_message_bytes=args.max_message_bytes,
         cache_size_bytes=args.cache_size_bytes,
+        inline_execution_us=args.inline_execution_us,
         log_requests=args.log_requests,
         otel_tracing=args.otel_tracing,
         trace=triton.trace,

@@ -17,6 +17,7 @@ from sonic.h2.limits import SERVER_LIMITS, Http2Limits
 from sonic.protocol.wire import MAX_MESSAGE_BYTES
 from sonic.server.budget import DEFAULT_WAIT_S, default_budget_bytes
 from sonic.server.header_forward import HeaderForward
+from sonic.server.runtime.inline import DEFAULT_INLINE_EXECUTION_US
 from sonic.server.runtime.rate_limiter import ResourceCount
 from sonic.server.trace.config import TraceConfig
 from sonic.traffic.config import TrafficLogConfig
@@ -206,6 +207,9 @@ class ServerConfig:
     auto_complete_config: bool = True  # False (Triton's --disable-auto-complete-config): configs are whole
     rate_limit: RateLimitConfig | None = None  # None: Triton's --rate-limit off (rate_limiter ignored)
     traffic_log: TrafficLogConfig | None = None  # --traffic-log DIR: one record per request, for replay
+    # --inline-execution-us: a version whose executions stay under this runs its batches on the event
+    # loop (server/runtime/inline.py); 0: always on its instance threads.
+    inline_execution_us: int = DEFAULT_INLINE_EXECUTION_US
 
     def __post_init__(self) -> None:
         if not self.model_repositories:
@@ -215,3 +219,5 @@ class ServerConfig:
             raise ValueError(f"repository_poll_s must be > 0, got {self.repository_poll_s}")
         if self.cache_size_bytes < 0:
             raise ValueError(f"cache_size_bytes must be >= 0, got {self.cache_size_bytes}")
+        if self.inline_execution_us < 0:
+            raise ValueError(f"--inline-execution-us must be >= 0 (0: never), got {self.inline_execution_us}")

@@ -38,6 +38,7 @@ from sonic.server.models.repository import (
 from sonic.server.models.version import ModelVersion
 from sonic.server.models.warmup import run_warmup, warmup_samples
 from sonic.server.runtime.executor import ModelInstance
+from sonic.server.runtime.inline import InlinePolicy
 from sonic.server.runtime.rate_limiter import CPU_DEVICE, InstanceLimits, RateLimiter
 from sonic.server.traffic.rows import TrafficRecorder
 
@@ -268,7 +269,15 @@ class ModelManager:
                 if samples:  # before the model reports ready, as Triton's model_warmup
                     await instance.thread.run(run_warmup, config, spec, files, instance.backend, samples)
             # Inside the try: a scheduler refusing the config (sequence, ragged) closes the instances.
-            model = ModelVersion.create(config, spec, version, instances, backend_cls, files=files)
+            model = ModelVersion.create(
+                config,
+                spec,
+                version,
+                instances,
+                backend_cls,
+                files=files,
+                inline=InlinePolicy(threshold_us=self._config.inline_execution_us),
+            )
         except BaseException:
             await self._close_instances(instances)
             raise
