@@ -11,7 +11,9 @@ repository), and ``sonic.client`` from this checkout (``benchmarks/client_cost_w
 200 warm-up calls) sends it the two request counts, one server per count; the server's instructions of the
 larger run minus the smaller, divided by the difference of counts.
 
-Usage: ``.venv/bin/python -m benchmarks.h2_cost --tree base=/path/to/old/src --tree after=src [--server]``.
+Usage: ``.venv/bin/python -m benchmarks.h2_cost --tree base=/path/to/old/src --tree after=src [--server]``;
+``--server-args NAME=ARGS`` gives one tree's server more arguments (``--tree off=src --tree on=src
+--server-args "off=--inline-execution-us 0"``).
 Writes ``benchmarks/results/h2_cost.json``.
 """
 
@@ -20,13 +22,16 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.harness.report import machine, save
+from benchmarks.harness.servers import parse_named
 from sonic.launch.process import ServerHandle, start_process, temporary_log
 from sonic.launch.serve import wait_for_ready_line
 from sonic.testing.repository import write_test_repository
@@ -52,10 +57,13 @@ def _instructions(valgrind_output: str) -> int:
     return int(match.group(1).replace(",", ""))
 
 
-def _serve(src: str, repository: Path, requests: int) -> int:
-    """Instructions of one ``sonic serve`` of ``src`` (under valgrind) that answered ``requests`` calls."""
+def _serve(
+    src: str, repository: Path, requests: int, extra: Sequence[str] = (), concurrency: int = 32
+) -> int:
+    """Instructions of one ``sonic serve`` of ``src`` (under valgrind, with ``extra`` arguments) that
+    answered ``requests`` calls."""
     command = [*VALGRIND, sys.executable, "-m", "sonic.cli.main", "serve", "--host", "127.0.0.1"]
-    command += ["--grpc-port", "0", "--model-repository", str(repository)]
+    command += ["--grpc-port", "0", "--model-repository", str(repository), *extra]
     log_path = temporary_log("sonic-h2-cost-")
     env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
     process, addresses = start_process(
@@ -67,7 +75,7 @@ def _serve(src: str, repository: Path, requests: int) -> int:
     )
     with ServerHandle(process, addresses, log_path) as server:
         client_env = {**os.environ, "PYTHONPATH": str(Path("src").resolve())}
-        client = [sys.executable, str(CLIENT), server.grpc_address, "1", str(requests)]
+        client = [sys.executable, str(CLIENT), server.grpc_address, "1", str(requests), str(concurrency)]
         subprocess.run(client, capture_output=True, text=True, env=client_env, check=True, timeout=1800)
         server.stop(SERVER_START_S)
     return _instructions(log_path.read_text())
@@ -78,6 +86,16 @@ def main() -> None:
     parser.add_argument("--tree", action="append", help="NAME=PATH of a src/ folder")
     parser.add_argument("--requests", type=int, nargs=2, default=[1000, 3000], metavar=("FEW", "MANY"))
     parser.add_argument("--server", action="store_true", help="the whole sonic serve, not the core alone")
+    parser.add_argument("--concurrency", type=int, default=32, help="requests in flight, with --server")
+    parser.add_argument(
+        "--tag", default="", help="with --server: results go to results/h2_cost_server-TAG.json"
+    )
+    parser.add_argument(
+        "--server-args",
+        action="append",
+        default=[],
+        help="NAME=ARGS: more sonic serve arguments for one tree, with --server (a PATH may run under two NAMEs)",
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         parser.error("needs valgrind")
@@ -86,12 +104,22 @@ def main() -> None:
     summary = {}
     if args.server:
         repository = write_test_repository(Path(tempfile.mkdtemp(prefix="sonic-h2-cost-")), "sonic")
+        server_args = parse_named(args.server_args, "--server-args")
         for name, src in trees.items():
-            per_request = (_serve(src, repository, many) - _serve(src, repository, few)) / (many - few)
+            extra = shlex.split(server_args.get(name, ""))
+            runs = [_serve(src, repository, count, extra, args.concurrency) for count in (many, few)]
+            per_request = (runs[0] - runs[1]) / (many - few)
             summary[name] = {"server_instructions_per_request": per_request}
             print(f"{name:10s} {per_request:,.0f} server instructions/request", flush=True)
-        payload = {"trees": trees, "requests": [few, many], "summary": summary, **machine()}
-        print(f"saved {save('h2_cost_server', payload)}")
+        payload = {
+            "trees": trees,
+            "server_args": server_args,
+            "concurrency": args.concurrency,
+            "requests": [few, many],
+            "summary": summary,
+            **machine(),
+        }
+        print(f"saved {save('h2_cost_server' + (f'-{args.tag}' if args.tag else ''), payload)}")
         return
     for name, src in trees.items():
         (low, _), (high, high_hash) = _run(src, few), _run(src, many)

@@ -43,28 +43,36 @@ HEAD = encode_headers([(b":status", b"200"), (b"content-type", b"application/grp
 TRAILERS = encode_headers([(b"grpc-status", b"0")])
 
 
+Echoing = tuple[MessageReader, list[bytes | memoryview]]  # a stream's reader and its messages so far
+
+
 class NativeEcho:
     """The echo as the handler of our server-role core (sonic.h2), on its asyncio adapter."""
 
     def __init__(self) -> None:
-        self.h2 = ServerRole(self).connection
+        self.h2 = ServerRole[Echoing](self).connection
         self.protocol = H2Protocol(self.h2)
 
-    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:  # noqa: ARG002
-        stream.call = (MessageReader(1 << 30), [])
+    def headers_received(self, stream: Stream[Echoing | None], headers: Headers, end_stream: bool) -> None:  # noqa: ARG002
+        stream.app = (MessageReader(1 << 30), [])
 
-    def stream_data(self, stream: Stream, data: memoryview) -> None:
-        stream.call[1].extend(m for _, m in stream.call[0].feed(data))
+    def stream_data(self, stream: Stream[Echoing | None], data: memoryview) -> None:
+        assert stream.app is not None  # set as the headers came
+        reader, messages = stream.app
+        messages.extend(m for _, m in reader.feed(data))
 
-    def stream_ended(self, stream: Stream) -> None:
-        message = stream.call[1][0]
+    def stream_ended(self, stream: Stream[Echoing | None]) -> None:
+        assert stream.app is not None
+        message = stream.app[1][0]
         self.h2.send_headers(stream, HEAD)
         self.h2.respond(stream, [grpc_message_prefix(len(message)), message], TRAILERS)
 
-    def stream_reset(self, stream: Stream) -> None:
+    def stream_reset(self, stream: Stream[Echoing | None]) -> None:
         pass
 
-    def goaway_received(self, last_stream_id: int, code: int) -> None:
+    def goaway_received(
+        self, last_stream_id: int, code: int, unprocessed: list[Stream[Echoing | None]]
+    ) -> None:
         pass
 
 

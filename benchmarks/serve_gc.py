@@ -26,13 +26,15 @@ SNIPPET = """
 import asyncio, gc, json, statistics, sys, time
 from pathlib import Path
 import sonic.cli.main
-from sonic.server.config import ServerConfig
+from sonic.server.config import GrpcConfig, HttpConfig, MetricsConfig, ServerConfig
 from sonic.server.server import Server
 
 variant, repository = sys.argv[1], Path(sys.argv[2])
 
 async def main() -> dict:
-    config = ServerConfig((repository,), grpc_port=0, http_port=0, metrics_port=0)
+    config = ServerConfig(
+        (repository,), grpc=GrpcConfig(port=0), http=HttpConfig(port=0), metrics=MetricsConfig(port=0)
+    )
     server = Server(config)
     started = time.perf_counter()
     await server.start(freeze_heap=variant == "frozen at start-up")

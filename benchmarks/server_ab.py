@@ -3,7 +3,8 @@
 Every tree's server runs at once; the same lean load generator (pre-serialized ModelInferRequest over
 grpc.aio, ``benchmarks.harness.load.grpc_load``) visits them in turn, the order reversed every other round,
 so load from elsewhere hits all alike and each round gives a ratio. Workloads: identity ``[1, 16]`` FP32
-at 32 in flight, and 1693 x 48 x 48 x 1 FP32 (15.6 MB each way) at 1 in flight. ``--protocol http``
+at 32 in flight, and 1693 x 48 x 48 x 1 FP32 (15.6 MB each way) at 1 in flight; ``--workload inline``:
+identity at 1 and 32 in flight and FACILE (100 channels) at 32, the models ``--inline-execution-us`` is for. ``--protocol http``
 sends the same tensors to the HTTP/REST front end instead (binary tensor extension, aiohttp client,
 ``--tag`` names the results file).
 
@@ -19,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -37,6 +39,8 @@ from benchmarks.harness.report import save
 from benchmarks.harness.rounds import visits
 from benchmarks.harness.servers import ServerSet, parse_named, start_trees
 from sonic.launch import ServerHandle, ServerProcess
+from sonic.models.build import build_model
+from sonic.models.zoo.facile import FACILE, make_inputs
 from sonic.protocol.model_config import parse_config_text
 from sonic.testing.repository import write_test_repository
 
@@ -50,6 +54,7 @@ class Workload:
     array: npt.NDArray[np.float32]
     concurrency: int
     window_s: float
+    input_name: str = "INPUT0"
 
 
 def http_request(model: str, array: npt.NDArray[np.float32]) -> tuple[str, bytes, dict[str, str]]:
@@ -96,6 +101,20 @@ async def _http_window(
     return done
 
 
+def memcpy_floor_us(array: npt.NDArray[np.float32]) -> float:
+    """One copy of the request tensor in and one of the response out (``np.copyto``, median of 15, CPU time
+    of this thread): the least a server that touches the bytes at all spends, measured now, beside the
+    server it is set against (benchmarks.compare's floor, the same definition)."""
+    target = np.empty_like(array)
+    times = []
+    for _ in range(15):
+        start = time.thread_time()
+        np.copyto(target, array)
+        np.copyto(target, array)
+        times.append(time.thread_time() - start)
+    return 1e6 * statistics.median(times)
+
+
 def measure(workload: Workload, server: ServerHandle, protocol: str) -> tuple[float, float]:
     """Requests/s and server CPU µs per request of one window (after 1 s of warm-up load)."""
     if protocol == "http":
@@ -108,7 +127,8 @@ def measure(workload: Workload, server: ServerHandle, protocol: str) -> tuple[fl
             concurrency=workload.concurrency,
             window_s=workload.window_s,
         )
-    payload = infer_request_bytes(workload.model, {"INPUT0": workload.array}, {"INPUT0": "FP32"})
+    name = workload.input_name
+    payload = infer_request_bytes(workload.model, {name: workload.array}, {name: "FP32"})
     result, cpu_us = load_with_server_cpu(
         server.grpc_address, payload, server.pid, concurrency=workload.concurrency, window_s=workload.window_s
     )
@@ -149,7 +169,10 @@ def main() -> None:
         "--instances", type=int, default=0, help="instances per model for every tree (0: each tree's default)"
     )
     parser.add_argument(
-        "--workload", choices=["all", "small", "large"], default="all", help="small: identity b1 c32 only"
+        "--workload",
+        choices=["all", "small", "large", "inline"],
+        default="all",
+        help="small: identity b1 c32 only; inline: identity b1 c1 and c32, FACILE b100 c32 (issue 37 item 3)",
     )
     parser.add_argument(
         "--server-args",
@@ -173,6 +196,14 @@ def main() -> None:
         )
         if args.workload == "all" or (args.workload == "small") == (workload.model == "identity")
     )
+    if args.workload == "inline":
+        build_model(FACILE, repository)
+        facile = make_inputs(100, np.random.default_rng(0))["rechit_features"]
+        workloads = (
+            Workload("identity b1 c1", "identity", small_array, 1, 3.0),
+            Workload("identity b1 c32", "identity", small_array, 32, 3.0),
+            Workload("FACILE b100 c32", "facile", facile, 32, 3.0, "rechit_features"),
+        )
     rows: list[dict[str, float | int | str]] = []
     with ServerSet() as servers:
         extra = ["--http-port", "0"] if args.protocol == "http" else []
@@ -186,6 +217,8 @@ def main() -> None:
         for visit in visits(args.rounds, workloads, list(trees), how="alternate"):
             workload, name = visit.workload, visit.server
             rate, cpu_us = measure(workload, servers[name], args.protocol)
+            # Transfers: the memcpy floor right after the window, so both see the same machine.
+            floor_us = memcpy_floor_us(workload.array) if workload.concurrency == 1 else 0.0
             rows.append(
                 {
                     "round": visit.round,
@@ -193,11 +226,14 @@ def main() -> None:
                     "tree": name,
                     "requests_per_s": rate,
                     "server_cpu_us_per_request": cpu_us,
+                    "memcpy_floor_us": floor_us,
+                    "cpu_over_floor": cpu_us / floor_us if floor_us else 0.0,
                 }
             )
             print(
                 f"round {visit.round} {workload.label:16s} {name:8s} {rate:9.1f} req/s "
-                f"{cpu_us:8.0f} server CPU µs/req  load {os.getloadavg()[0]:.1f}",
+                f"{cpu_us:8.0f} server CPU µs/req  load {os.getloadavg()[0]:.1f}"
+                + (f"  memcpy floor {floor_us:6.0f} µs ({cpu_us / floor_us:.2f}x)" if floor_us else ""),
                 flush=True,
             )
     summary: dict[str, dict[str, float]] = {}
@@ -207,14 +243,23 @@ def main() -> None:
             per_server(mine, "requests_per_s", who="tree"),
             per_server(mine, "server_cpu_us_per_request", who="tree"),
         )
+        floors = per_server(mine, "cpu_over_floor", who="tree")
         for name in trees:
-            rate, cpu = rates[name].median, cpus[name].median
-            summary[f"{workload.label} {name}"] = {"requests_per_s": rate, "server_cpu_us_per_request": cpu}
-            print(f"{workload.label:16s} {name:8s} median {rate:9.1f} req/s  {cpu:8.0f} server CPU µs/req")
+            rate, cpu, floor = rates[name].median, cpus[name].median, floors[name].median
+            summary[f"{workload.label} {name}"] = {
+                "requests_per_s": rate,
+                "server_cpu_us_per_request": cpu,
+                "cpu_over_memcpy_floor": floor,
+            }
+            print(
+                f"{workload.label:16s} {name:8s} median {rate:9.1f} req/s  {cpu:8.0f} server CPU µs/req"
+                + (f"  {floor:.2f}x the memcpy floor" if floor else "")
+            )
         first = next(iter(trees))
         for name in list(trees)[1:]:
-            if (ratio := paired_ratios(mine, "requests_per_s", name, first, who="tree")) is not None:
-                print(f"{workload.label:16s} {name}/{first} req/s per round {ratio.text()}")
+            for key in ("requests_per_s", "server_cpu_us_per_request"):
+                if (ratio := paired_ratios(mine, key, name, first, who="tree")) is not None:
+                    print(f"{workload.label:16s} {name}/{first} {key} per round {ratio.text()}")
     name = "server_ab" + (f"-{args.tag}" if args.tag else "")
     results = {"trees": trees, "protocol": args.protocol, "rows": rows, "summary": summary}
     print(f"saved {save(name, results)}")

@@ -124,6 +124,8 @@ def run_suite(
     env = {
         **os.environ,
         "PYTHONPATH": python_path,
+        # A mutant is an edited source: the sources run, not extension modules compiled from the originals.
+        "SONIC_PURE_PYTHON": "1",
         (RECORD_ENV if record else REPLAY_ENV): str(tape),
         SITES_ENV: str(report.with_suffix(".sites.json")),
     }

@@ -52,7 +52,15 @@ from benchmarks.compare.measure import run
 from benchmarks.compare.plot import plot
 from benchmarks.compare.repositories import RAW
 from benchmarks.compare.servers import NAMES
-from benchmarks.compare.summary import TABLE_END, TABLE_START, summarize, table
+from benchmarks.compare.summary import (
+    CPU_TABLE_END,
+    CPU_TABLE_START,
+    TABLE_END,
+    TABLE_START,
+    cpu_table,
+    summarize,
+    table,
+)
 from benchmarks.harness.processes import steady_malloc
 from benchmarks.harness.report import RESULTS, machine, replace_between, save
 
@@ -63,10 +71,12 @@ def publish(result: dict[str, Any]) -> None:
     lines = table(result["summary"])
     plot(result["summary"], DOCS / "compare.png")
     print(f"saved {DOCS / 'compare.png'}")
-    if replace_between(DOCS / "benchmarks.md", TABLE_START, TABLE_END, lines):
-        print("updated the table in docs/benchmarks.md")
-    else:
-        print(f"docs/benchmarks.md has no {TABLE_START!r} marker: table not written", file=sys.stderr)
+    cpu_lines = cpu_table(result["summary"], result.get("memcpy_floor_ms", {}))
+    for start, end, rows in ((TABLE_START, TABLE_END, lines), (CPU_TABLE_START, CPU_TABLE_END, cpu_lines)):
+        if replace_between(DOCS / "benchmarks.md", start, end, rows):
+            print(f"updated {start.split()[1]} in docs/benchmarks.md")
+        else:
+            print(f"docs/benchmarks.md has no {start!r} marker: table not written", file=sys.stderr)
 
 
 def main() -> None:
@@ -104,6 +114,7 @@ def main() -> None:
     result["machine"] = {**machine(), "load_average_at_end": os.getloadavg()}
     result["summary"] = summarize(result)
     print("\n".join(table(result["summary"])))
+    print("\n".join(cpu_table(result["summary"], result["memcpy_floor_ms"])))
     if args.quick or args.only or set(args.servers) != set(NAMES):
         print(f"saved {save('compare_quick', result)} (docs and plot are left as they are)")
         return

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 from tritonclient.utils import np_to_triton_dtype
@@ -21,7 +23,7 @@ from benchmarks.compare.repositories import build_repositories
 from benchmarks.compare.servers import NAMES, start_server
 from benchmarks.compare.workloads import THREADS, WORKLOADS, Workload, make_inputs
 from benchmarks.harness.load import grpc_load, infer_request_bytes, tritonclient_once, tritonclient_run
-from benchmarks.harness.processes import cpu_seconds
+from benchmarks.harness.processes import cpu_seconds, tree_cpu_seconds
 from benchmarks.harness.rounds import visits
 from benchmarks.harness.servers import ServerSet
 from sonic.models.zoo import registry
@@ -89,6 +91,32 @@ def measure(
     }
 
 
+def server_cpu(pid: int | None) -> float:
+    """A server's CPU is its whole process tree (Triton's Python-backend stubs, MLServer's workers); the
+    direct ceiling (``pid`` None) runs in this process, whose children are the servers: itself only."""
+    return tree_cpu_seconds(pid) if pid is not None else cpu_seconds(os.getpid())
+
+
+def memcpy_floor_ms(feeds: dict[str, dict[str, npt.NDArray[Any]]]) -> dict[str, float]:
+    """Per transfer workload: one copy of the request tensor in and one of the response out, the least CPU
+    a server that touches the bytes at all spends (median of 15, measured here, in this run)."""
+    floors = {}
+    for key, arrays in feeds.items():
+        workload = next(w for w in WORKLOADS if w.key == key)
+        if workload.kind != "transfer":
+            continue
+        source = arrays["INPUT0"]
+        target = np.empty_like(source)
+        times = []
+        for _ in range(15):
+            start = time.thread_time()
+            np.copyto(target, source)
+            np.copyto(target, source)
+            times.append(time.thread_time() - start)
+        floors[key] = round(1e3 * statistics.median(times), 3)
+    return floors
+
+
 def sessions_for(workloads: Sequence[Workload], repository: Any) -> dict[str, ort.InferenceSession]:
     """The direct ceiling's onnxruntime sessions, set up as every server's."""
     options = ort.SessionOptions()
@@ -135,16 +163,16 @@ def run(
                     {"round": visit.round, "workload": workload.key, "server": server, "exit_code": code}
                 )
                 running.replace(server, start_server(server, repositories))
-            pid = running[server].pid if server in running else os.getpid()
+            pid = running[server].pid if server in running else None
             addresses = running.addresses()
-            cpu_before, load_before = cpu_seconds(pid), os.getloadavg()[0]
+            cpu_before, load_before = server_cpu(pid), os.getloadavg()[0]
             result = measure(workload, server, addresses, feeds[workload.key], sessions, window_s)
             row = {
                 "round": visit.round,
                 "workload": workload.key,
                 "server": server,
                 **{k: round(v, 3) for k, v in result.items()},
-                "server_cpu_s": round(cpu_seconds(pid) - cpu_before, 3),
+                "server_cpu_s": round(server_cpu(pid) - cpu_before, 3),
                 "load_average": round((load_before + os.getloadavg()[0]) / 2, 2),
             }
             if workload.kind == "transfer":
@@ -170,5 +198,6 @@ def run(
         "cores": "not pinned: servers, load generator and direct runs share the 2 cores (and other users' jobs)",
         "workloads": [vars(w) for w in workloads],
         "restarts": restarts,
+        "memcpy_floor_ms": memcpy_floor_ms(feeds),
         "rows": rows,
     }

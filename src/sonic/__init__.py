@@ -13,10 +13,18 @@ docs/architecture.md is the map; from the bottom layer up:
 - :mod:`sonic.cli`, :mod:`sonic.demos`, :mod:`sonic.coffea`, :mod:`sonic.deploy`: entry points and integrations;
 - :mod:`sonic.validate`: recorded traffic replayed to a reference and a candidate setup, outputs compared;
 - :mod:`sonic.models`: reference models built locally; :mod:`sonic.testing`: helpers for tests only;
-- :mod:`sonic.logs`: log set-up (plain text or JSON lines), shared by every command.
+- :mod:`sonic.logs`: log set-up (plain text or JSON lines), shared by every command;
+- :mod:`sonic.compiled`: the modules the build compiles with mypyc, and ``SONIC_PURE_PYTHON=1``, which
+  makes their sources win (the one thing importing sonic does: :func:`sonic.compiled.choose`).
 """
 
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from sonic import compiled
+
+# Before any compiled module is imported: their pure-Python sources win under SONIC_PURE_PYTHON=1.
+compiled.choose(Path(__file__).parent)
 
 try:
     __version__ = version("sonic-inference")

@@ -32,18 +32,21 @@ class Plane:
 
 @contextmanager
 def identity_plane(
-    root: Path, model_control_mode: ModelControlMode = ModelControlMode.NONE
+    root: Path,
+    model_control_mode: ModelControlMode = ModelControlMode.NONE,
+    config_text: str = IDENTITY_CONFIG,
 ) -> Iterator[Plane]:
-    """``identity`` written under ``root`` and loaded; the data plane accepting until the block ends."""
+    """``identity`` written under ``root`` (with ``config_text``) and loaded; the data plane accepting
+    until the block ends."""
     identity_model(root / "identity" / "1" / "model.onnx")
-    (root / "identity" / "config.pbtxt").write_text(IDENTITY_CONFIG)
+    (root / "identity" / "config.pbtxt").write_text(config_text)
     config = ServerConfig(model_repositories=(root,), model_control_mode=model_control_mode)
     manager = ModelManager(config)
     dataplane = DataPlane(config, manager)
     with asyncio.Runner() as runner:
         runner.run(manager.load_all())
         dataplane.accepting = True
-        budget = RequestBudget(config.request_buffer_budget_bytes, config.request_buffer_wait_s)
+        budget = RequestBudget(config.budget.total_bytes, config.budget.wait_s)
         yield Plane(dataplane, CallGate(dataplane, None), budget, runner)
         dataplane.accepting = False
         dataplane.shared_memory.close()

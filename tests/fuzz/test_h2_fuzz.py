@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+from typing import Any
 
 import hpack
 from hypothesis import given
@@ -47,23 +48,23 @@ class EchoCore:
         self.h2 = ServerRole(self, limits=SERVER_LIMITS).connection
         self.bodies: dict[int, bytearray] = {}
 
-    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
+    def headers_received(self, stream: Stream[Any], headers: Headers, end_stream: bool) -> None:
         self.bodies[stream.stream_id] = bytearray()
 
-    def stream_data(self, stream: Stream, data: memoryview) -> None:
+    def stream_data(self, stream: Stream[Any], data: memoryview) -> None:
         body = self.bodies[stream.stream_id]
         if len(body) < 1 << 16:  # the echo is bounded, what the core buffers is what is tested
             body += data
 
-    def stream_ended(self, stream: Stream) -> None:
+    def stream_ended(self, stream: Stream[Any]) -> None:
         body = bytes(self.bodies.pop(stream.stream_id, b""))
         self.h2.send_headers(stream, hpack.Encoder().encode([(b":status", b"200")]))
         self.h2.respond(stream, [body * 4], hpack.Encoder().encode([(b"grpc-status", b"0")]))
 
-    def stream_reset(self, stream: Stream) -> None:
+    def stream_reset(self, stream: Stream[Any]) -> None:
         self.bodies.pop(stream.stream_id, None)
 
-    def goaway_received(self, last_stream_id: int, code: int) -> None:
+    def goaway_received(self, last_stream_id: int, code: int, unprocessed: list[Stream[Any]]) -> None:
         pass
 
 

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from sonic.server.config import ServerConfig
+from sonic.server.config import GrpcConfig, HttpConfig, ServerConfig
 from sonic.server.server import Server
 from sonic.server.trace.config import TraceFlags, parse_trace_flags
 
@@ -38,7 +38,9 @@ def test_opentelemetry_mode_spans(test_repository: Path) -> None:
     trace, _ = parse_trace_flags(
         TraceFlags(trace_config=["mode=opentelemetry", "level=TIMESTAMPS"]), environ={}
     )
-    config = ServerConfig(model_repositories=(test_repository,), grpc_port=0, http_port=0, trace=trace)
+    config = ServerConfig(
+        model_repositories=(test_repository,), grpc=GrpcConfig(port=0), http=HttpConfig(port=0), trace=trace
+    )
     traceparent = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
 
     async def main() -> dict[str, object]:

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from sonic.protocol.errors import InternalError, NotFoundError, UnauthenticatedError, http_status
 from sonic.protocol.grpc_codec import grpc_status
-from sonic.server.config import AuthConfig, ServerConfig
+from sonic.server.config import AuthConfig, SecurityConfig, ServerConfig
 from sonic.server.frontends.base import host_port
 from sonic.server.frontends.gate import CallGate, as_sonic_error, grpc_call_kind
 from sonic.server.guard import CallKind
@@ -22,7 +22,9 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 def _gate(tmp_path: Path, auth: AuthConfig | None = None, *, otel_tracing: bool = False) -> CallGate:
-    config = ServerConfig(model_repositories=(tmp_path,), auth=auth, otel_tracing=otel_tracing)
+    config = ServerConfig(
+        model_repositories=(tmp_path,), security=SecurityConfig(auth=auth), otel_tracing=otel_tracing
+    )
     server = Server(config, tracer_provider=TracerProvider())
     return CallGate(server.dataplane, server.guard)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import struct
 import tracemalloc
+from typing import Any
 
 import pytest
 from tritonclient.grpc import service_pb2
@@ -153,7 +154,7 @@ class _NoStreams(SilentHandler):
     def __init__(self) -> None:
         self.h2 = ServerRole(self).connection
 
-    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
+    def headers_received(self, stream: Stream[Any], headers: Headers, end_stream: bool) -> None:
         raise AssertionError("no stream opens")
 
 

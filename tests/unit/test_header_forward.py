@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 
 import pytest
 
-from sonic.server.config import ServerConfig
+from sonic.server.config import GrpcConfig
 from sonic.server.header_forward import NO_FORWARD, HeaderForward, forward
 
 pytestmark = pytest.mark.unit
@@ -57,7 +56,7 @@ def test_no_pattern_forwards_nothing() -> None:
 
 def test_a_pattern_python_cannot_read_fails_the_start() -> None:
     with pytest.raises(ValueError, match=r"--grpc-header-forward-pattern=\\pL: not a regular expression"):
-        ServerConfig(model_repositories=(Path(),), grpc_header_forward_pattern=r"\pL")
+        GrpcConfig(header_forward_pattern=r"\pL")
 
 
 def test_headers_replace_client_parameters_but_not_tritons_own() -> None:

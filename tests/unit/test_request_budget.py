@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -152,17 +153,17 @@ class Uploads:
         self.h2.transport_lost()
         self.windows.connection_lost()
 
-    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
+    def headers_received(self, stream: Stream[Any], headers: Headers, end_stream: bool) -> None:
         self.held[stream.stream_id] = 0
 
-    def stream_data(self, stream: Stream, data: memoryview) -> None:
+    def stream_data(self, stream: Stream[Any], data: memoryview) -> None:
         self.held[stream.stream_id] += len(data)
         self.windows.hold(stream, len(data))
 
-    def stream_ended(self, stream: Stream) -> None:
+    def stream_ended(self, stream: Stream[Any]) -> None:
         pass
 
-    def stream_reset(self, stream: Stream) -> None:
+    def stream_reset(self, stream: Stream[Any]) -> None:
         self.finish(stream.stream_id)
 
     def finish(self, stream_id: int) -> None:
@@ -173,7 +174,7 @@ class Uploads:
         for stream_id in list(self.held):
             self.finish(stream_id)
 
-    def goaway_received(self, last_stream_id: int, code: int) -> None:
+    def goaway_received(self, last_stream_id: int, code: int, unprocessed: list[Stream[Any]]) -> None:
         pass
 
 

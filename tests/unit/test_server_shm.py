@@ -176,7 +176,7 @@ def test_serve_options(tmp_path: Path) -> None:
             ["serve", "--model-repository", str(tmp_path), "--gpus", "0", *extra]
         )
         made = serve.config_from_args(args)
-        return made.allow_shm_from_other_users, made.shm_copy_always
+        return made.security.allow_shm_from_other_users, made.security.shm_copy_always
 
     assert config() == (False, False)
     assert config("--allow-shm-from-other-users", "--shm-copy-always") == (True, True)

@@ -219,3 +219,32 @@ async def test_a_decoupled_request_holds_its_input_region_until_its_stream_ends(
     finally:
         plane.shared_memory.close()
         await manager.close()
+
+
+@pytest.mark.parametrize("copy_always", [False, True])
+async def test_a_mapped_input_is_read_in_place_and_a_copied_one_is_not(
+    segment: Path, copy_always: bool
+) -> None:
+    """Issue 37 item 2: an input in a mapped region reaches the model as a view of the mapping (what the
+    client writes there after the request resolved shows through it: no copy); under --shm-copy-always
+    (docs/security.md) it is a copy, which the client's later writes do not reach."""
+    spec = validate_config(parse_config_text(IDENTITY_CONFIG, "identity"))
+    registry = SharedMemoryRegistry(copy_always=copy_always)
+    try:
+        registry.register("region", f"/{segment.name}", 0, 2 * SIZE)
+        memory = await resolve(registry, _in_and_out(), spec, cached=False)
+        assert memory is not None
+        view = np.frombuffer(memory.inputs[0], np.float32)
+        np.testing.assert_array_equal(view, VALUES.reshape(-1))
+        changed = VALUES + 100
+        fd = os.open(segment, os.O_RDWR)
+        try:
+            os.pwrite(fd, changed.tobytes(), 0)
+        finally:
+            os.close(fd)
+        seen = VALUES if copy_always else changed
+        np.testing.assert_array_equal(view, seen.reshape(-1))
+        del view
+        memory.release()
+    finally:
+        registry.close()

@@ -51,7 +51,7 @@ def test_cmstriton_style_command_line_is_accepted(tmp_path: Path) -> None:
         "--id=site-a",
         "--grpc-infer-allocation-pool-size=16",
     )
-    assert (config.http_port, config.grpc_port, config.metrics_port) == (8100, 8101, 8102)
+    assert (config.http.port, config.grpc.port, config.metrics.port) == (8100, 8101, 8102)
     assert config.model_repositories == (tmp_path,)
     assert config.exit_on_error
     assert config.auto_complete_config
@@ -91,9 +91,9 @@ def test_allow_flags_and_addresses(tmp_path: Path) -> None:
     config = _config(
         f"--model-store={tmp_path}", "--allow-http=true", "--allow-metrics", "--grpc-address=0.0.0.0"
     )
-    assert (config.http_port, config.metrics_port, config.host) == (8000, 8002, "0.0.0.0")
+    assert (config.http.port, config.metrics.port, config.host) == (8000, 8002, "0.0.0.0")
     config = _config(f"--model-repository={tmp_path}", "--http-port=9000", "--allow-http=false")
-    assert config.http_port is None
+    assert config.http.port is None
     with pytest.raises(ValueError, match="one address"):
         _parse(f"--model-repository={tmp_path}", "--grpc-address=0.0.0.0", "--http-address=127.0.0.1")
 
@@ -102,13 +102,13 @@ def test_cache_and_keepalive_flags(tmp_path: Path) -> None:
     config = _config(f"--model-repository={tmp_path}", "--cache-config=local,size=1048576")
     assert config.cache_size_bytes == 1 << 20
     config = _config(f"--model-repository={tmp_path}", "--grpc-keepalive-time=20000")
-    assert config.grpc_http2_limits.keepalive_interval_s == 20.0
+    assert config.grpc.http2_limits.keepalive_interval_s == 20.0
 
 
 def test_header_forward_patterns_reach_the_config(tmp_path: Path) -> None:
     flags = ("--grpc-header-forward-pattern=my_.*", "--http-header-forward-pattern=x")
     config = _config(f"--model-repository={tmp_path}", *flags)
-    assert (config.grpc_header_forward_pattern, config.http_header_forward_pattern) == ("my_.*", "x")
+    assert (config.grpc.header_forward_pattern, config.http.header_forward_pattern) == ("my_.*", "x")
     with pytest.raises(ValueError, match=r"--http-header-forward-pattern=a\(: not a regular expression"):
         _config(f"--model-repository={tmp_path}", "--http-header-forward-pattern=a(")
 
@@ -185,10 +185,11 @@ def test_exit_on_error_and_strict_readiness_default_to_tritons_true(tmp_path: Pa
 
 
 def test_model_links_are_followed_unless_refused(tmp_path: Path) -> None:
-    assert _config(f"--model-repository={tmp_path}").allow_model_links_outside  # as Triton
-    assert _config(f"--model-repository={tmp_path}", "--allow-model-links-outside").allow_model_links_outside
+    assert _config(f"--model-repository={tmp_path}").security.allow_model_links_outside  # as Triton
+    follow = _config(f"--model-repository={tmp_path}", "--allow-model-links-outside")
+    assert follow.security.allow_model_links_outside
     strict = _config(f"--model-repository={tmp_path}", "--refuse-model-links-outside")
-    assert not strict.allow_model_links_outside
+    assert not strict.security.allow_model_links_outside
     with pytest.raises(ValueError, match="opposite things"):
         _config(
             f"--model-repository={tmp_path}", "--refuse-model-links-outside", "--allow-model-links-outside"

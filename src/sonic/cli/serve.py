@@ -12,7 +12,15 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from sonic.cli.serve_security import add_security_arguments, security_from_args
+from sonic.cli.serve_budget import add_budget_arguments, budget_config_from_args
+from sonic.cli.serve_grpc import add_grpc_arguments, grpc_config_from_args
+from sonic.cli.serve_http import (
+    add_http_arguments,
+    add_metrics_arguments,
+    http_config_from_args,
+    metrics_config_from_args,
+)
+from sonic.cli.serve_security import add_security_arguments, security_config_from_args
 from sonic.cli.serve_traffic import add_traffic_arguments, traffic_config_from_args
 from sonic.cli.triton_flags import TritonSettings, add_triton_arguments, apply_triton_flags
 from sonic.logs import LogControl, LogSettings, configure_logging
@@ -24,6 +32,7 @@ from sonic.server.config import (
 )
 from sonic.server.devices import detect_gpu_count
 from sonic.server.models.repository import StartFailure
+from sonic.server.runtime.inline import DEFAULT_INLINE_EXECUTION_US
 from sonic.server.server import Server, ShutdownSignals
 
 log = logging.getLogger(__name__)
@@ -52,7 +61,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--model-repository", action="append", type=Path, help="model repository (repeatable, needed)"
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    parser.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (0: pick a free one)")
     parser.add_argument(
         "--model-control-mode",
         choices=[m.value for m in ModelControlMode],
@@ -78,24 +86,19 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default="auto",
         help="event loop: uvloop when installed (auto), or the standard one",
     )
-    _add_frontend_arguments(parser)
+    _add_request_arguments(parser)
+    add_grpc_arguments(parser)
+    add_http_arguments(parser)
+    add_metrics_arguments(parser)
+    add_budget_arguments(parser)
     add_security_arguments(parser)
     add_traffic_arguments(parser)
     add_triton_arguments(parser)
     parser.set_defaults(run=run, server_name="triton")  # --id, as Triton's default
 
 
-def _add_frontend_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("HTTP and metrics")
-    group.add_argument("--http-port", type=int, default=None, help="KServe v2 HTTP/REST port (0: a free one)")
-    group.add_argument(
-        "--metrics-port", type=int, default=None, help="Prometheus /metrics port (0: a free one)"
-    )
-    group.add_argument(
-        "--no-metrics-histograms",
-        action="store_true",
-        help="leave out the per-request latency histograms (the nv_* counters stay)",
-    )
+def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("logging, tracing, response cache and message size")
     group.add_argument(
         "--log-format",
         dest="serve_log_format",
@@ -120,6 +123,14 @@ def _add_frontend_arguments(parser: argparse.ArgumentParser) -> None:
         help="server-wide response cache for models with response_cache { enable: true } (0: off)",
     )
     group.add_argument(
+        "--inline-execution-us",
+        type=int,
+        default=DEFAULT_INLINE_EXECUTION_US,
+        metavar="US",
+        help="a model version whose executions take under US µs runs them on the event loop, not on its "
+        "instance threads (onnxruntime CPU and trees models; 0: never)",
+    )
+    group.add_argument(
         "--max-message-bytes",
         type=int,
         default=MAX_MESSAGE_BYTES,
@@ -138,27 +149,26 @@ def config_from_args(args: argparse.Namespace, triton: TritonSettings | None = N
         strict_readiness=triton.strict_readiness,
         auto_complete_config=triton.auto_complete,
         rate_limit=triton.rate_limit,
-        grpc_header_forward_pattern=triton.grpc_header_forward_pattern,
-        http_header_forward_pattern=triton.http_header_forward_pattern,
         traffic_log=traffic_config_from_args(args),
         model_repositories=tuple(args.model_repository),
         host=args.host,
-        grpc_port=args.grpc_port,
         model_control_mode=ModelControlMode(args.model_control_mode),
         load_models=tuple(args.load_model),
         repository_poll_s=args.repository_poll_secs,
         exit_timeout_s=args.exit_timeout_secs,
         gpu_count=detect_gpu_count() if args.gpus is None else args.gpus,
         backend_options=_backend_config(args.backend_config),
-        grpc_max_message_bytes=args.max_message_bytes,
+        max_message_bytes=args.max_message_bytes,
         cache_size_bytes=args.cache_size_bytes,
+        inline_execution_us=args.inline_execution_us,
         log_requests=args.log_requests,
         otel_tracing=args.otel_tracing,
         trace=triton.trace,
-        http_port=args.http_port,
-        metrics_port=args.metrics_port,
-        metrics_histograms=not args.no_metrics_histograms,
-        **security_from_args(args),  # type: ignore[arg-type]
+        grpc=grpc_config_from_args(args, triton.grpc_header_forward_pattern),
+        http=http_config_from_args(args, triton.http_header_forward_pattern),
+        metrics=metrics_config_from_args(args),
+        budget=budget_config_from_args(args),
+        security=security_config_from_args(args),
     )
 
 
@@ -215,10 +225,19 @@ def log_settings_from_args(args: argparse.Namespace, triton: TritonSettings) -> 
         "default" if log_format == "text" else log_format,
         str(triton.log_file) if triton.log_file is not None else "",
     )
-    if triton.log_switches.get("log_verbose_level", 0) < 0:
-        msg = f"--log-verbose={triton.log_switches['log_verbose_level']}: expected an integer >= 0"
+    switches = triton.log_switches
+    if switches.log_verbose_level is not None and switches.log_verbose_level < 0:
+        msg = f"--log-verbose={switches.log_verbose_level}: expected an integer >= 0"
         raise ValueError(msg)
-    return dataclasses.replace(settings, **triton.log_switches)  # type: ignore[arg-type]
+    return dataclasses.replace(
+        settings,
+        log_info=settings.log_info if switches.log_info is None else switches.log_info,
+        log_warning=settings.log_warning if switches.log_warning is None else switches.log_warning,
+        log_error=settings.log_error if switches.log_error is None else switches.log_error,
+        log_verbose_level=(
+            settings.log_verbose_level if switches.log_verbose_level is None else switches.log_verbose_level
+        ),
+    )
 
 
 class _StartupError(Exception):

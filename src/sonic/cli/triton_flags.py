@@ -174,14 +174,23 @@ def _int(flag: str, value: str) -> int:
         raise ValueError(f"{flag}={value}: expected an integer") from None
 
 
+@dataclass(frozen=True)
+class LogSwitches:
+    """Triton's ``--log-info/--log-warning/--log-error/--log-verbose``: None where the flag was not given."""
+
+    log_info: bool | None = None
+    log_warning: bool | None = None
+    log_error: bool | None = None
+    log_verbose_level: int | None = None
+
+
 @dataclass
 class TritonSettings:
     """What the implemented flags ask for that is not a plain ``serve`` argument."""
 
     log_level: str | None = None
     log_file: Path | None = None
-    # The --log-* flags given, by LogSettings field (log_info, ..., log_verbose_level): Triton's switches.
-    log_switches: dict[str, bool | int] = field(default_factory=dict)
+    log_switches: LogSwitches = field(default_factory=LogSwitches)
     exit_on_error: bool = True  # Triton's defaults: a Triton command line works unchanged
     strict_readiness: bool = True
     auto_complete: bool = True
@@ -270,11 +279,18 @@ def _trace(given: dict[str, object], log: logging.Logger) -> TraceConfig:
 def _map_logging(given: dict[str, object], settings: TritonSettings) -> None:
     if "--log-file" in given:
         settings.log_file = Path(str(given["--log-file"]))
-    for flag in ("--log-info", "--log-warning", "--log-error"):
-        if flag in given:
-            settings.log_switches[flag[2:].replace("-", "_")] = parse_bool(flag, str(given[flag]))
-    if "--log-verbose" in given:
-        settings.log_switches["log_verbose_level"] = _int("--log-verbose", str(given["--log-verbose"]))
+
+    def switch(flag: str) -> bool | None:
+        return parse_bool(flag, str(given[flag])) if flag in given else None
+
+    settings.log_switches = LogSwitches(
+        log_info=switch("--log-info"),
+        log_warning=switch("--log-warning"),
+        log_error=switch("--log-error"),
+        log_verbose_level=_int("--log-verbose", str(given["--log-verbose"]))
+        if "--log-verbose" in given
+        else None,
+    )
     if _int("--log-verbose", str(given.get("--log-verbose", "0"))) > 0:
         settings.log_level = "DEBUG"
         return

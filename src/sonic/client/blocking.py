@@ -64,10 +64,11 @@ class BlockingConnection:
         self.address = address
         self._sock = socket.create_connection((host, port), timeout=connect_timeout_s)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._role = ClientRole(self, limits=limits)
+        # One call at a time: nothing hangs on a stream (None), the call's state is this object's.
+        self._role: ClientRole[None] = ClientRole(self, limits=limits)
         self._core = self._role.connection
         self._core.start(time.monotonic())  # its timers run only during calls
-        self._stream_id = 0
+        self._stream: Stream[None] | None = None  # the call's stream
         self._reset_call()
 
     def _reset_call(self) -> None:
@@ -82,7 +83,7 @@ class BlockingConnection:
         """One unary call: its response message; a :class:`ServerError` for a status or a missed deadline
         (the connection is closed then), :class:`Unanswered` when the connection failed first."""
         self._reset_call()
-        self._stream_id = self._role.open_stream(block, message).stream_id
+        self._stream = self._role.open_stream(block, message, None)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         sock = self._sock
         if deadline is None:
@@ -149,42 +150,41 @@ class BlockingConnection:
 
     # --- the core's handler: this connection's one call at a time -----------------------------------
 
-    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
-        if stream.stream_id != self._stream_id or self._outcome is not None:
+    def headers_received(self, stream: Stream[None], headers: Headers, end_stream: bool) -> None:
+        if stream is not self._stream or self._outcome is not None:
             return
         outcome = self._answer.headers_received(headers, end_stream)
         if outcome is not None:
             self._end(stream, outcome)
 
-    def stream_data(self, stream: Stream, data: memoryview) -> None:
-        if stream.stream_id != self._stream_id or self._outcome is not None:
+    def stream_data(self, stream: Stream[None], data: memoryview) -> None:
+        if stream is not self._stream or self._outcome is not None:
             return
         failure = self._answer.data_received(data)
         if failure is not None:
             self._end(stream, failure)
 
-    def stream_ended(self, stream: Stream) -> None:
-        if stream.stream_id != self._stream_id or self._outcome is not None:
+    def stream_ended(self, stream: Stream[None]) -> None:
+        if stream is not self._stream or self._outcome is not None:
             return
         self._end(stream, ENDED_WITHOUT_STATUS)
 
-    def stream_reset(self, stream: Stream) -> None:
-        if stream.stream_id != self._stream_id or self._outcome is not None:
+    def stream_reset(self, stream: Stream[None]) -> None:
+        if stream is not self._stream or self._outcome is not None:
             return
         if self._core.state is ConnectionState.LOST:
             self._outcome = Unanswered()
             return
-        detail = f"the server reset the stream (RST_STREAM {stream.reset_code})"
-        self._outcome = error_for_status(reset_status(stream.reset_code), detail, self.address)
+        code = self._core.peer_reset_code(stream)
+        detail = f"the server reset the stream (RST_STREAM {code})"
+        self._outcome = error_for_status(reset_status(code), detail, self.address)
 
-    def goaway_received(self, last_stream_id: int, code: int) -> None:  # noqa: ARG002  (any code: closed)
-        stream = self._core.streams.get(self._stream_id)
-        if stream is not None and self._stream_id > last_stream_id:
-            self._role.drop(stream)
+    def goaway_received(self, last_stream_id: int, code: int, unprocessed: list[Stream[None]]) -> None:  # noqa: ARG002  (any code: closed)
+        if self._stream in unprocessed:
             self._outcome = Unanswered()  # not processed: the loop's path sends it
 
-    def _end(self, stream: Stream, outcome: Message | Failure) -> None:
-        self._role.end(stream)
+    def _end(self, stream: Stream[None], outcome: Message | Failure) -> None:
+        self._core.end(stream)
         if self._outcome is None:
             self._outcome = (
                 error_for_status(outcome.status, outcome.detail, self.address)

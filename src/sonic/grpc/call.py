@@ -151,17 +151,26 @@ async def decompress(
         raise GrpcError(msg, GrpcCode.INTERNAL)
     try:
         return await inflate_async(message, encoding, limits.max_decompressed_bytes)
-    except InflateLimitError as exc:
-        msg = f"Received message larger than max (> {exc.limit} bytes decompressed)"
+    # Two names: mypyc gives one name one type in a function, and the clauses catch different ones.
+    except InflateLimitError as too_large:
+        msg = f"Received message larger than max (> {too_large.limit} bytes decompressed)"
         raise GrpcError(msg, GrpcCode.RESOURCE_EXHAUSTED) from None
     except InflateError as exc:
         raise GrpcError(str(exc), GrpcCode.INTERNAL) from None
 
 
 class MessageReader:
-    """gRPC length-prefixed messages out of a stream's DATA, however the frames cut them."""
+    """gRPC length-prefixed messages out of a stream's DATA, however the frames cut them.
 
-    __slots__ = ("_body", "_compressed", "_filled", "_max_bytes", "_prefix")
+    A message larger than what one read holds lands in one buffer sized from its length prefix,
+    uninitialised (``bytearray(n)`` would zero it first). Its bytes get there by :meth:`feed` (copied from
+    a received view) or, for a transport that reads into memory it is given, straight from the socket:
+    :meth:`room` is where the next bytes of the message go and :meth:`placed` says they arrived.
+    ``copied_bytes`` counts the message bytes that :meth:`feed` copied, so a test can tell which way
+    they came (a message of ``n`` bytes that came whole by :meth:`placed` counts none of them).
+    """
+
+    __slots__ = ("_body", "_compressed", "_filled", "_max_bytes", "_prefix", "copied_bytes")
 
     def __init__(self, max_bytes: int) -> None:
         self._max_bytes = max_bytes
@@ -169,6 +178,7 @@ class MessageReader:
         self._body: npt.NDArray[np.uint8] | None = None
         self._filled = 0
         self._compressed = False
+        self.copied_bytes = 0
 
     def feed(self, data: memoryview) -> list[tuple[bool, bytes | memoryview]]:
         """Complete (compressed, message) pairs; ``data`` is copied, never kept."""
@@ -192,20 +202,42 @@ class MessageReader:
                     raise self.too_large(length)
                 if end - pos >= length:  # the whole message is here: one copy
                     out.append((flag == 1, bytes(data[pos : pos + length])))
+                    self.copied_bytes += length
                     pos += length
                     continue
-                # Left uninitialised (bytearray(n) would zero it first): a large tensor is written once.
                 body = self._body = np.empty(length, np.uint8)
                 self._filled = 0
                 self._compressed = flag == 1
             take = min(len(body) - self._filled, end - pos)
             body[self._filled : self._filled + take] = np.frombuffer(data[pos : pos + take], np.uint8)
+            self.copied_bytes += take
             self._filled += take
             pos += take
             if self._filled == len(body):
                 out.append((self._compressed, body.data))
                 self._body = None
         return out
+
+    def room(self) -> memoryview | None:
+        """Where the next bytes of the message in progress go (None between messages)."""
+        body = self._body
+        return None if body is None else body.data[self._filled :]
+
+    def placed(self, size: int) -> tuple[bool, memoryview] | None:
+        """``size`` bytes were written at :meth:`room`: the (compressed, message) pair once it is whole."""
+        body = self._body
+        if body is None or size > len(body) - self._filled:
+            msg = f"{size} bytes placed where {self.room_bytes} were free"
+            raise RuntimeError(msg)
+        self._filled += size
+        if self._filled < len(body):
+            return None
+        self._body = None
+        return self._compressed, body.data
+
+    @property
+    def room_bytes(self) -> int:
+        return 0 if self._body is None else len(self._body) - self._filled
 
     def too_large(self, length: int) -> Exception:
         """As grpcio words it (clients match on it)."""

@@ -14,14 +14,17 @@ Laid out like python-hyper h2, one module per concept, composed (no class inheri
 - :mod:`~sonic.h2.limits`: :class:`~sonic.h2.limits.Http2Limits` (units in names) and the memo budget
 - :mod:`~sonic.h2.control`: control frames and the flood counters
 - :mod:`~sonic.h2.timers`: idle timeout and PING keepalive as deadlines
-- :mod:`~sonic.h2.events`: the one :class:`~sonic.h2.events.Handler` a connection calls, and its role
+- :mod:`~sonic.h2.events`: the one :class:`~sonic.h2.events.Handler` a connection calls, its role, and the
+  :class:`~sonic.h2.events.DataSink` an application may give for DATA to land in its own memory
 - :mod:`~sonic.h2.connection`: the connection core both ends share (bytes in, events and bytes out)
 - :mod:`~sonic.h2.server`, :mod:`~sonic.h2.client`: the two roles, each holding its core
-- :mod:`~sonic.h2.aio`: the one asyncio adapter, holding a core
+- :mod:`~sonic.h2.aio`: the one asyncio adapter, holding a core (and, for a core with a sink, the
+  ``BufferedProtocol`` that reads into the memory the core picks)
 
 It sits at the protocol layer: it imports no client or server code, and nothing of gRPC (that is
 :mod:`sonic.grpc`, above it); only :mod:`~sonic.h2.aio` imports asyncio. The gRPC server front end on it is
 :mod:`sonic.server.frontends.grpc_h2` (``sonic serve --grpc-server h2``, the default), the
 client transport :mod:`sonic.client.transport.h2` (``transport = "h2"``, the default); ``native``, the old
-name of both, is still accepted.
+name of both, is still accepted. Those applications see a connection through its methods and hold its
+streams as handles (:class:`~sonic.h2.stream.Stream`, generic in what they hang on it, ``stream.app``).
 """

@@ -22,12 +22,15 @@ import asyncio
 import logging
 import math
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 from sonic.h2.connection import Connection
+from sonic.h2.frames import FRAME_HEADER_BYTES
 from sonic.h2.lifecycle import ConnectionState
 
 log = logging.getLogger(__name__)
+# What one read into the adapter's own buffer takes at most (uvloop's own read buffer is as large).
+RECEIVE_BUFFER_BYTES = 256 << 10
 
 
 def _no_deadlines(now: float) -> float:  # noqa: ARG001  (the signature of a deadlines_due callback)
@@ -39,7 +42,7 @@ class H2Protocol(asyncio.Protocol):
 
     def __init__(
         self,
-        core: Connection,
+        core: Connection[Any],
         *,
         deadlines_due: Callable[[float], float] = _no_deadlines,
         on_made: Callable[[], None] | None = None,
@@ -69,13 +72,12 @@ class H2Protocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, hence a cast and not a check.
         self._transport = cast("asyncio.Transport", transport)
-        self.core.peer = self._peer()
-        self.core.start(self.loop.time())
+        self.core.start(self.loop.time(), self._peer())
         self._arm_timer()
         if self._on_made is not None:
             self._on_made()
 
-    def data_received(self, data: bytes) -> None:
+    def data_received(self, data: bytes | memoryview) -> None:
         if self._linger_timer is None:
             self.core.receive_data(data)
             return
@@ -107,6 +109,11 @@ class H2Protocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.core.pause_output(False)
         self._write_out()
+
+    @property
+    def lingering(self) -> bool:
+        """A lingering close reads on only to drop what comes."""
+        return self._linger_timer is not None
 
     # --- the core's outputs -------------------------------------------------------------------------
 
@@ -197,3 +204,61 @@ class H2Protocol(asyncio.Protocol):
     def abort(self) -> None:
         if self._transport is not None:
             self._transport.abort()
+
+
+def receive_buffer() -> memoryview:
+    """Memory for :class:`BufferedReads` to read into outside DATA payloads (one read's worth)."""
+    return memoryview(bytearray(RECEIVE_BUFFER_BYTES))
+
+
+class BufferedReads(asyncio.BufferedProtocol):
+    """An :class:`H2Protocol` reading into memory it picks (asyncio's ``BufferedProtocol``), for a core
+    with a sink (:meth:`~Connection.set_sink`); what the transport calls goes to the adapter it holds.
+
+    Inside a DATA payload the sink has room for, the socket is read straight into the application's
+    memory (:meth:`Connection.receive_target`), so a large message's bytes land once, where they stay;
+    everything else is read into one reused buffer, parsed before the next read. After such a payload
+    the next read takes a frame header alone, so the next DATA payload of the message lands in place
+    too rather than in the buffer (one read more per DATA frame, frames of up to 1 MiB).
+
+    ``receive_buffer`` (:func:`receive_buffer`) may be shared by every connection of a loop, as uvloop
+    shares its own: a read is parsed, and what the core keeps of it copied, before the loop makes another."""
+
+    def __init__(self, adapter: H2Protocol, receive_buffer: memoryview) -> None:
+        self.adapter = adapter
+        self._core = adapter.core
+        self._receive_buffer = receive_buffer
+        self._target = receive_buffer
+        self._in_place = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.adapter.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.adapter.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.adapter.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.adapter.resume_writing()
+
+    def eof_received(self) -> bool | None:
+        return self.adapter.eof_received()
+
+    def get_buffer(self, sizehint: int) -> memoryview:  # noqa: ARG002  (the core decides the size)
+        core = self._core
+        target = None if self.adapter.lingering else core.receive_target()
+        self._in_place = target is not None
+        if target is None:
+            buffer = self._receive_buffer
+            target = buffer[:FRAME_HEADER_BYTES] if core.header_next else buffer
+        self._target = target
+        return target
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._in_place:
+            self._in_place = False
+            self._core.received_in_place(nbytes)
+        else:
+            self.adapter.data_received(self._target[:nbytes])

@@ -18,15 +18,24 @@ or, with ``receive.on_receipt`` off (the server under its request buffer budget)
 application calls :meth:`acknowledge_received_data`. Every per-frame cost is O(1): flow control
 revisits only streams whose window opened, and floods of frames that cost work without progress are
 counted against :class:`~sonic.h2.limits.Http2Limits`.
+
+The application's face is methods: :meth:`~Connection.send_headers`, :meth:`~Connection.respond`,
+:meth:`~Connection.end_now`, :meth:`~Connection.end`, :meth:`~Connection.reset`,
+:meth:`~Connection.queued_bytes`, :meth:`~Connection.on_drained`, :meth:`~Connection.ended`,
+:meth:`~Connection.close` and ``state``, read only (a client opens streams through its
+role, :meth:`sonic.h2.client.ClientRole.open_stream`). A stream is a handle
+(:class:`~sonic.h2.stream.Stream`, generic in what the application hangs on it): the application keeps its
+object in ``stream.app`` and touches nothing else of a stream or of the connection.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from sonic.h2.control import Counters, on_control
-from sonic.h2.events import Handler, Role
+from sonic.h2.events import DataSink, Handler, Role
 from sonic.h2.frames import (
     FRAME_HEADER,
     FRAME_HEADER_BYTES,
@@ -50,6 +59,11 @@ from sonic.h2.timers import ConnectionTimers, TimerAction
 from sonic.h2.windows import Output, ReceiveWindows
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")  # what the application hangs on a stream
+# The least of a DATA payload worth a read of its own into a sink (receive_target): a read is a system call
+# and a few Python calls; a shorter rest is read with the frames after it into the adapter's buffer and
+# copied, as a peer that sends 16 KiB frames would otherwise cost two reads per frame.
+IN_PLACE_MIN_BYTES = 64 << 10
 _GOING_AWAY = ConnectionState.GOING_AWAY  # bound once: a class lookup per stream otherwise (Python 3.11)
 
 
@@ -57,13 +71,13 @@ def _nothing() -> None:
     """The connection closes, and no adapter listens (a core driven by hand, as in tests)."""
 
 
-class Connection:
+class Connection(Generic[T]):
     """What both ends of a connection do alike; ``role`` does the rest, ``handler`` hears the events."""
 
     def __init__(
         self,
-        handler: Handler,
-        role: Role,
+        handler: Handler[T],
+        role: Role[T],
         *,
         expect_preface: bool,
         limits: Http2Limits,
@@ -72,11 +86,11 @@ class Connection:
         self.handler = handler
         self.role = role
         self.limits = limits
-        self.output = Output(role.finished, self._count_queued)
+        self.output: Output[T] = Output(role.finished, self._count_queued)
         self.respond = self.output.respond  # the application's hot path, without a hop
         self.counters = Counters(limits)
         self.timers = ConnectionTimers(limits)
-        self.streams: dict[int, Stream] = {}
+        self.streams: dict[int, Stream[T]] = {}
         self.closed_streams = ClosedStreams(limits.closed_streams_remembered)
         self.headers = HeaderDecoder(
             max_header_list_bytes=limits.max_header_list_bytes,
@@ -86,8 +100,10 @@ class Connection:
         )
         self.last_stream_id = 0  # the highest stream id opened, by the peer (server) or by us (client)
         self.peer_max_streams = 1 << 31  # unlimited until its SETTINGS say otherwise
-        self.peer = "unknown"  # as gRPC spells it; the adapter knows
-        self.state = ConnectionState.OPEN  # moved by the methods below only (sonic.h2.lifecycle)
+        self._peer = "unknown"  # as gRPC spells it; the adapter knows
+        # Where the connection is (sonic.h2.lifecycle): read by adapters and applications, moved by the
+        # methods below only. A plain attribute, not a property: clients read it once or twice per call.
+        self.state = ConnectionState.OPEN
         self.on_close = _nothing  # the adapter writes out and closes at once
         self.stream_closed: Callable[[], None] | None = None  # a stream left the open ones (room for one)
         self.blocks = HeaderBlocks(limits, self.counters.empty_frame)  # HEADERS, then CONTINUATION frames
@@ -95,13 +111,25 @@ class Connection:
         self._buffer = bytearray()
         self._preface_seen = not expect_preface
         self._data_left = 0  # bytes of a DATA payload still to arrive, routed straight to its stream
-        self._data_stream: Stream | None = None
+        self._data_stream: Stream[T] | None = None
         self._data_end = False
+        # An application that takes DATA in its own memory (set_sink, receive_target); None: copied.
+        self._sink: DataSink[T] | None = None
+        # A DATA payload just ended in a sink's memory: the next read should be a frame header alone, so
+        # that a DATA payload after it lands in place too instead of in the adapter's buffer.
+        self.header_next = False
 
-    def start(self, now: float) -> None:
-        """Our side's opening (preface, SETTINGS), and the timers from ``now`` (the adapter's clock)."""
+    def start(self, now: float, peer: str = "unknown") -> None:
+        """Our side's opening (preface, SETTINGS), and the timers from ``now`` (the adapter's clock);
+        ``peer`` as gRPC spells it (``ipv4:127.0.0.1:5000``), when the adapter knows it."""
+        self._peer = peer
         self.role.start()
         self.timers.start(now)
+
+    @property
+    def peer(self) -> str:
+        """The peer as gRPC spells it, ``unknown`` until the adapter says."""
+        return self._peer
 
     def send_settings(self, extra: dict[Setting, int]) -> None:
         for data in local_settings(self.limits, extra):
@@ -109,7 +137,12 @@ class Connection:
 
     # --- bytes in, bytes out -------------------------------------------------------------------------
 
-    def acknowledge_received_data(self, stream: Stream, size: int) -> None:
+    def set_window_release(self, *, on_receipt: bool) -> None:
+        """``on_receipt`` (the default): DATA opens the receive windows again as it arrives. Off: only as
+        the application calls :meth:`acknowledge_received_data` (a server under a request buffer budget)."""
+        self.receive.on_receipt = on_receipt
+
+    def acknowledge_received_data(self, stream: Stream[T], size: int) -> None:
         """``size`` bytes that the handler's ``stream_data`` was passed are released: the connection's and
         the stream's windows open again by as much (a WINDOW_UPDATE once half a window is owed). Only for an application
         that turned ``receive.on_receipt`` off; every byte it was passed must come back here once."""
@@ -117,11 +150,13 @@ class Connection:
         if self.streams.get(stream.stream_id) is stream:
             self.receive.release_stream(stream, size)
 
-    def receive_data(self, data: bytes) -> None:
-        """Bytes from the peer. A connection error queues GOAWAY and asks the adapter to close."""
+    def receive_data(self, data: bytes | memoryview) -> None:
+        """Bytes from the peer (a view is not kept past the call). A connection error queues GOAWAY and
+        asks the adapter to close."""
         if self.state.ended:
             return  # the connection is ending: nothing more is parsed, nor kept (a lingering close reads on)
         self.timers.active = True
+        self.header_next = False
         try:
             if self._buffer:
                 self._buffer += data
@@ -133,6 +168,47 @@ class Connection:
                     used = self._parse(view)
                 if used < len(data):
                     self._buffer += data[used:]
+        except ProtocolError as exc:
+            self.connection_error(exc)
+
+    def set_sink(self, sink: DataSink[T]) -> None:
+        """From now on a large DATA payload's rest is offered to ``sink`` (see :meth:`receive_target`)."""
+        self._sink = sink
+
+    def receive_target(self) -> memoryview | None:
+        """Where the next bytes from the peer may be read to, when not the adapter's own buffer: inside a
+        DATA payload whose stream's sink (:meth:`set_sink`) has memory for it, that memory (at most the payload's
+        rest, when that is at least :data:`IN_PLACE_MIN_BYTES`). The adapter then reports what it read there
+        with :meth:`received_in_place`."""
+        stream, sink = self._data_stream, self._sink
+        if (
+            stream is None
+            or sink is None
+            or self._data_left < IN_PLACE_MIN_BYTES
+            or self._buffer
+            or self.state.ended
+            or stream.local_closed  # ended by us meanwhile: the rest of its DATA is dropped, not placed
+        ):
+            return None
+        room = sink.stream_sink(stream)
+        if room is None or not len(room):
+            return None
+        return room[: self._data_left] if len(room) > self._data_left else room
+
+    def received_in_place(self, size: int) -> None:
+        """``size`` bytes of the DATA payload in progress were read into what :meth:`receive_target` gave."""
+        stream, sink = self._data_stream, self._sink
+        if stream is None or sink is None or size > self._data_left:
+            msg = f"{size} bytes received in place outside a DATA payload ({self._data_left} bytes left)"
+            raise RuntimeError(msg)
+        self.timers.active = True
+        self._data_left -= size
+        try:
+            sink.stream_data_placed(stream, size)
+            if not self._data_left:
+                self._data_stream = None
+                self.header_next = True
+                self.after_data(stream, self._data_end)
         except ProtocolError as exc:
             self.connection_error(exc)
 
@@ -211,6 +287,8 @@ class Connection:
     def _data_continues(self, view: memoryview) -> int:
         take = min(len(view), self._data_left)
         stream = self._data_stream
+        if stream is not None and stream.state is CLOSED:
+            stream = self._data_stream = None  # ended by the application meanwhile: what is left is dropped
         if stream is not None and take:
             self.handler.stream_data(stream, view[:take])
         elif take and not self.receive.on_receipt:
@@ -244,7 +322,7 @@ class Connection:
             self.handler.stream_data(stream, payload)
         self.after_data(stream, bool(flags & Flag.END_STREAM))
 
-    def _open_stream_for_data(self, stream_id: int) -> Stream | None:
+    def _open_stream_for_data(self, stream_id: int) -> Stream[T] | None:
         if stream_id == 0:
             raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
         stream = self.streams.get(stream_id)
@@ -260,12 +338,14 @@ class Connection:
             self.counters.reset()
         return stream  # None: a stream already closed; its data is dropped
 
-    def after_data(self, stream: Stream, end_stream: bool) -> None:
+    def after_data(self, stream: Stream[T], end_stream: bool) -> None:
+        if stream.state is CLOSED:
+            return  # the application ended or reset it as it heard the DATA: nothing more to do
         if end_stream:
             stream.apply(RECV_END_STREAM)
             self.handler.stream_ended(stream)
-            if stream.state is CLOSED:
-                self.forget(stream)
+            if stream.state is CLOSED and self.streams.get(stream.stream_id) is stream:
+                self.forget(stream)  # unless the handler ended it (Connection.end) as it heard the end
         elif (
             stream.recv_unacked > STREAM_WINDOW_BYTES // 2
             and not stream.local_closed
@@ -274,7 +354,7 @@ class Connection:
             self.emit_control(window_update(stream.stream_id, stream.recv_unacked))
             stream.recv_unacked = 0
 
-    def _within_window(self, stream: Stream, length: int) -> bool:
+    def _within_window(self, stream: Stream[T], length: int) -> bool:
         """Count DATA against the stream's receive window; past it the stream is reset."""
         stream.recv_unacked += length
         if stream.recv_unacked <= STREAM_WINDOW_BYTES:
@@ -361,29 +441,57 @@ class Connection:
             msg = f"more than {self.limits.max_queued_control_frames} frames queued and not read"
             self.connection_error(ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, msg))
 
-    def send_headers(self, stream: Stream, block: bytes, *, end_stream: bool = False) -> None:
+    def send_headers(self, stream: Stream[T], block: bytes, *, end_stream: bool = False) -> None:
+        """HEADERS (with CONTINUATION) ``block`` on ``stream``; none once we ended it."""
+        if stream.local_closed:
+            return
         self.output.emit_header_block(stream.stream_id, block, end_stream=end_stream)
         if end_stream:
             self.role.finished(stream)
 
-    def end_now(self, stream: Stream, block: bytes) -> None:
+    def end_now(self, stream: Stream[T], block: bytes) -> None:
         """End ``stream`` with header block ``block`` at once: DATA not yet sent is dropped (an error
-        replaces a response that has not left)."""
+        replaces a response that has not left); nothing once we ended it."""
+        if stream.local_closed:
+            return
         stream.pending.clear()
         self.send_headers(stream, block, end_stream=True)
 
-    def queued_bytes(self, stream: Stream) -> int:
+    def ended(self, stream: Stream[T]) -> bool:
+        """We ended ``stream`` (END_STREAM or RST_STREAM sent): whatever more is sent on it is dropped."""
+        return stream.local_closed
+
+    def end(self, stream: Stream[T]) -> None:
+        """The application is done with ``stream`` (a client: its answer came, or is refused): forgotten
+        when both sides ended it, otherwise reset (CANCEL) so that neither side sends more. Nothing for a
+        stream that already left the connection."""
+        if self.streams.get(stream.stream_id) is not stream:
+            return
+        if stream.state is CLOSED:
+            self.forget(stream)
+        else:
+            self.reset(stream, ErrorCode.CANCEL)
+
+    def peer_reset_code(self, stream: Stream[T]) -> int:
+        """The error code of the peer's RST_STREAM on ``stream`` (0 when the peer did not reset it)."""
+        return stream.reset_code
+
+    def open_streams(self) -> list[Stream[T]]:
+        """The streams open now (a copy: the caller may end them as it goes)."""
+        return list(self.streams.values())
+
+    def queued_bytes(self, stream: Stream[T]) -> int:
         """DATA queued on ``stream`` that flow control has not let out yet."""
         return sum(len(piece) for piece in stream.pending) if stream.pending else 0
 
-    def on_drained(self, stream: Stream, callback: Callable[[], None]) -> None:
+    def on_drained(self, stream: Stream[T], callback: Callable[[], None]) -> None:
         """``callback`` once, when the DATA queued on ``stream`` has all left (at once if none is)."""
         if not stream.pending:
             callback()
         else:
             stream.drained = callback
 
-    def reset(self, stream: Stream, code: ErrorCode) -> None:
+    def reset(self, stream: Stream[T], code: ErrorCode) -> None:
         if stream.state is not CLOSED:
             self.output.emit(rst_stream(stream.stream_id, code))
             self.closed_streams.add(stream.stream_id, reset_by_us=True)
@@ -396,7 +504,7 @@ class Connection:
         self.emit_control(rst_stream(stream_id, code))
         self.closed_streams.add(stream_id, reset_by_us=True)
 
-    def forget(self, stream: Stream) -> None:
+    def forget(self, stream: Stream[T]) -> None:
         """The stream is closed both ways: it leaves the open streams."""
         self.closed_streams.add(stream.stream_id, reset_by_us=False)
         self.streams.pop(stream.stream_id, None)

@@ -13,7 +13,7 @@ raises :class:`~sonic.h2.frames.ProtocolError` with ENHANCE_YOUR_CALM, which the
 from __future__ import annotations
 
 import struct
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from sonic.h2.events import Handler, Role
 from sonic.h2.frames import ErrorCode, Flag, FrameType, ProtocolError, Setting, frame
@@ -22,6 +22,8 @@ from sonic.h2.settings import peer_settings
 from sonic.h2.stream import RECV_RST_STREAM, Stream
 from sonic.h2.timers import ConnectionTimers
 from sonic.h2.windows import Output
+
+T = TypeVar("T")  # what the application hangs on a stream
 
 
 class Counters:
@@ -78,26 +80,28 @@ class Counters:
         self._empty_frames = 0
 
 
-class ControlTarget(Protocol):
+class ControlTarget(Protocol[T]):
     """What control frames act on: the connection core's state and stream operations."""
 
     last_stream_id: int
     peer_max_streams: int
-    streams: dict[int, Stream]
-    output: Output
+    streams: dict[int, Stream[T]]
+    output: Output[T]
     counters: Counters
     timers: ConnectionTimers
-    handler: Handler
-    role: Role
+    handler: Handler[T]
+    role: Role[T]
 
     def emit_control(self, data: bytes) -> None: ...
 
-    def reset(self, stream: Stream, code: ErrorCode) -> None: ...
+    def reset(self, stream: Stream[T], code: ErrorCode) -> None: ...
 
-    def forget(self, stream: Stream) -> None: ...
+    def forget(self, stream: Stream[T]) -> None: ...
 
 
-def on_control(core: ControlTarget, frame_type: int, flags: int, stream_id: int, payload: memoryview) -> None:
+def on_control(
+    core: ControlTarget[T], frame_type: int, flags: int, stream_id: int, payload: memoryview
+) -> None:
     if frame_type == FrameType.SETTINGS:
         if stream_id != 0:
             raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "SETTINGS on a stream")
@@ -140,7 +144,7 @@ def on_control(core: ControlTarget, frame_type: int, flags: int, stream_id: int,
         core.counters.control_frame(core.output.data_frames)
 
 
-def _on_rst_stream(core: ControlTarget, stream_id: int, payload: memoryview) -> None:
+def _on_rst_stream(core: ControlTarget[T], stream_id: int, payload: memoryview) -> None:
     if stream_id == 0:
         raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "RST_STREAM on stream 0")
     if len(payload) != 4:
@@ -159,7 +163,7 @@ def _on_rst_stream(core: ControlTarget, stream_id: int, payload: memoryview) -> 
     core.handler.stream_reset(stream)
 
 
-def _apply_settings(core: ControlTarget, payload: memoryview) -> None:
+def _apply_settings(core: ControlTarget[T], payload: memoryview) -> None:
     output = core.output
     for key, value in peer_settings(payload):
         if key == Setting.INITIAL_WINDOW_SIZE:
@@ -171,7 +175,7 @@ def _apply_settings(core: ControlTarget, payload: memoryview) -> None:
     output.flush_blocked()
 
 
-def _on_window_update(core: ControlTarget, stream_id: int, payload: memoryview) -> None:
+def _on_window_update(core: ControlTarget[T], stream_id: int, payload: memoryview) -> None:
     if len(payload) != 4:
         raise ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "WINDOW_UPDATE of the wrong size")
     increment = struct.unpack_from(">I", payload)[0] & 0x7FFFFFFF

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 from enum import IntEnum
+from typing import Final
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 FRAME_HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, stream id
@@ -32,11 +33,12 @@ class FrameType(IntEnum):
 
 
 class Flag:
-    END_STREAM = 0x1
-    ACK = 0x1
-    END_HEADERS = 0x4
-    PADDED = 0x8
-    PRIORITY = 0x20
+    # Final: class attributes (mypyc compiles a bare assignment in a class body as an instance attribute).
+    END_STREAM: Final = 0x1
+    ACK: Final = 0x1
+    END_HEADERS: Final = 0x4
+    PADDED: Final = 0x8
+    PRIORITY: Final = 0x20
 
 
 class ErrorCode(IntEnum):

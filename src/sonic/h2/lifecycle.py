@@ -21,16 +21,21 @@ import enum
 class ConnectionState(enum.Enum):
     """Where a connection is; ``opens_streams`` and ``ended`` are what the hot paths ask of it."""
 
+    # Set below from each member's value, after the class exists: an enum ``__init__`` compiled by
+    # mypyc refuses its own members while the class is being built.
+    label: str
+    opens_streams: bool  # a new stream may be opened (or accepted)
+    ended: bool  # nothing more is read or sent: closed by us, or gone
+
     OPEN = ("open", True, False)
     GOING_AWAY = ("going away", False, False)
     CLOSING = ("closing", False, True)
     ABORTING = ("aborting", False, True)
     LOST = ("lost", False, True)
 
-    def __init__(self, label: str, opens_streams: bool, ended: bool) -> None:
-        self.label = label
-        self.opens_streams = opens_streams  # a new stream may be opened (or accepted)
-        self.ended = ended  # nothing more is read or sent: closed by us, or gone
+
+for _state in ConnectionState:
+    _state.label, _state.opens_streams, _state.ended = _state.value
 
 
 class ConnectionEvent(enum.Enum):

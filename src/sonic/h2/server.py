@@ -6,10 +6,14 @@ grow, refused past the limit or while closing, malformed requests refused, RFC 9
 and 8.3), trailers, RST_STREAM NO_ERROR to a peer still sending once we ended (section 8.1), GOAWAY. The
 application is the core's :class:`~sonic.h2.events.Handler` (our gRPC front end:
 :mod:`sonic.server.frontends.grpc_h2`); it answers with ``connection.send_headers`` and
-``connection.respond``. On asyncio: :class:`sonic.h2.aio.H2Protocol`.
+``connection.respond``. On asyncio: :class:`sonic.h2.aio.H2Protocol`. A stream the peer opens has no
+application object yet (``app`` None) until the handler hangs one on it as it hears the headers:
+``ServerRole[T]``'s core is a ``Connection[T | None]``.
 """
 
 from __future__ import annotations
+
+from typing import Generic, TypeVar
 
 from sonic.h2.connection import Connection
 from sonic.h2.events import Handler
@@ -22,15 +26,20 @@ from sonic.h2.stream import CLOSED, RECV_END_STREAM, SEND_END_STREAM, SEND_RST_S
 CHECKED_BLOCKS = 64
 CHECKED_BLOCK_BYTES = 4096
 _UNCHECKED = "unchecked"
+T = TypeVar("T")  # what the application hangs on a stream
 
 
-class ServerRole:
+class ServerRole(Generic[T]):
     """The server's end of one connection; ``connection`` is its core, ``handler`` hears the requests."""
 
     def __init__(
-        self, handler: Handler, *, limits: Http2Limits = SERVER_LIMITS, memo_budget: MemoBudget | None = None
+        self,
+        handler: Handler[T | None],
+        *,
+        limits: Http2Limits = SERVER_LIMITS,
+        memo_budget: MemoBudget | None = None,
     ) -> None:
-        self.connection = Connection(
+        self.connection: Connection[T | None] = Connection(
             handler, self, expect_preface=True, limits=limits, memo_budget=memo_budget
         )
         self._handler = handler
@@ -50,11 +59,11 @@ class ServerRole:
             core.close()
 
     def goaway_received(self, last_stream_id: int, code: int) -> None:
-        """A client's GOAWAY: we stop alike."""
+        """A client's GOAWAY: we stop alike (a client opens streams, a server has none it opened)."""
         self.start_shutdown()
-        self._handler.goaway_received(last_stream_id, code)
+        self._handler.goaway_received(last_stream_id, code, [])
 
-    def finished(self, stream: Stream) -> None:
+    def finished(self, stream: Stream[T | None]) -> None:
         """We sent END_STREAM. A peer still sending is told to stop (RFC 9113 section 8.1)."""
         core = self.connection
         core.counters.streams_completed += 1
@@ -101,7 +110,7 @@ class ServerRole:
             core.refuse(stream_id, ErrorCode.PROTOCOL_ERROR)
             core.counters.reset()
             return
-        stream = Stream(stream_id)
+        stream = Stream(stream_id, None)
         core.streams[stream_id] = stream
         if end_stream:
             stream.apply(RECV_END_STREAM)

@@ -6,6 +6,12 @@ the roles apply the events (:class:`StreamEvent`), nobody else. An event the tab
 the state is refused: from the peer, with the code RFC 9113 names (STREAM_CLOSED, a
 :class:`~sonic.h2.frames.ProtocolError`); from us, as a bug (``RuntimeError``). ``local_closed``/``remote_closed`` are
 the state read as the hot path asks it (a slot, not a computation), written by :meth:`Stream.apply` alone.
+
+:class:`Stream` is private to :mod:`sonic.h2`: an application holds one as a handle (the events of
+:class:`~sonic.h2.events.Handler` hand it over, the methods of :class:`~sonic.h2.connection.Connection`
+take it back) and uses one slot of it, ``app``: its own object for the stream, of the type the
+connection is generic in. Everything else (state, windows, queued DATA) is the core's; the application
+asks the connection (``ended``, ``queued_bytes``, ``peer_reset_code``, ...).
 """
 
 from __future__ import annotations
@@ -13,9 +19,11 @@ from __future__ import annotations
 import enum
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Generic, TypeVar
 
 from sonic.h2.frames import ErrorCode, ProtocolError
+
+T = TypeVar("T")  # what the application hangs on a stream
 
 
 class StreamState(enum.Enum):
@@ -24,19 +32,20 @@ class StreamState(enum.Enum):
     Each state answers the hot path's two questions as plain attributes: have we ended our side
     (``local_closed``), has the peer ended its (``remote_closed``)."""
 
+    # Set below from each member's value, after the class exists: an enum ``__init__`` compiled by
+    # mypyc refuses its own members while the class is being built.
+    label: str
+    local_closed: bool
+    remote_closed: bool
+    # TRANSITIONS' row for this state, indexed by StreamEvent.index (filled in below): an
+    # attribute and a tuple index per transition, where a dict keyed by enums would hash two
+    # enums in Python on every frame that ends a stream.
+    next: tuple[StreamState | None, ...]
+
     OPEN = ("open", False, False)
     HALF_CLOSED_LOCAL = ("half-closed (local)", True, False)
     HALF_CLOSED_REMOTE = ("half-closed (remote)", False, True)
     CLOSED = ("closed", True, True)
-
-    def __init__(self, label: str, local_closed: bool, remote_closed: bool) -> None:
-        self.label = label
-        self.local_closed = local_closed
-        self.remote_closed = remote_closed
-        # TRANSITIONS' row for this state, indexed by StreamEvent.index (filled in below): an
-        # attribute and a tuple index per transition, where a dict keyed by enums would hash two
-        # enums in Python on every frame that ends a stream.
-        self.next: tuple[StreamState | None, ...] = ()
 
 
 class StreamEvent(enum.Enum):
@@ -50,9 +59,14 @@ class StreamEvent(enum.Enum):
     # without a frame (RFC 9113 section 6.8).
     RECV_GOAWAY = ("receive GOAWAY", 4)
 
-    def __init__(self, label: str, index: int) -> None:
-        self.label = label
-        self.index = index
+    label: str  # set below, as StreamState's
+    index: int
+
+
+for _state in StreamState:
+    _state.label, _state.local_closed, _state.remote_closed = _state.value
+for _event in StreamEvent:
+    _event.label, _event.index = _event.value
 
 
 _S, _E = StreamState, StreamEvent
@@ -81,11 +95,12 @@ CLOSED = _S.CLOSED
 SEND_END_STREAM, RECV_END_STREAM, SEND_RST_STREAM, RECV_RST_STREAM, RECV_GOAWAY = _E
 
 
-class Stream:
-    """One stream's state in a connection (:mod:`sonic.h2.connection`), either end."""
+class Stream(Generic[T]):
+    """One stream's state in a connection (:mod:`sonic.h2.connection`), either end; ``app`` is the
+    application's (see the module docstring: the rest is the core's)."""
 
     __slots__ = (
-        "call",
+        "app",
         "drained",
         "local_closed",
         "pending",
@@ -99,7 +114,7 @@ class Stream:
         "trailers",
     )
 
-    def __init__(self, stream_id: int) -> None:
+    def __init__(self, stream_id: int, app: T) -> None:
         self.stream_id = stream_id
         # The send window relative to the peer's SETTINGS_INITIAL_WINDOW_SIZE (window = credit + initial),
         # so a change of that setting costs O(1), not a walk over every stream.
@@ -113,7 +128,7 @@ class Stream:
         # Sent once ``pending`` is empty: a header block with END_STREAM, or b"": an empty DATA frame
         # with END_STREAM (a request ends so; it has no trailers).
         self.trailers: bytes | None = None
-        self.call: Any = None  # the application's per-stream state
+        self.app = app  # the application's per-stream object: the one slot it reads and writes
         self.reset_code = 0  # the peer's RST_STREAM error code
         # Called once when ``pending`` has all left (set by an application that waits for that).
         self.drained: Callable[[], None] | None = None

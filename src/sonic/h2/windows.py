@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from sonic.h2.frames import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -39,15 +40,17 @@ from sonic.h2.limits import Http2Limits
 from sonic.h2.settings import STREAM_WINDOW_BYTES
 from sonic.h2.stream import Stream
 
+T = TypeVar("T")  # what the application hangs on a stream
+
 
 def _nothing() -> None:
     """Output is waiting, and no adapter listens (a core driven by hand, as in tests)."""
 
 
-class Output:
+class Output(Generic[T]):
     """The queue and the send windows of one connection."""
 
-    def __init__(self, finished: Callable[[Stream], None], count_queued: Callable[[], None]) -> None:
+    def __init__(self, finished: Callable[[Stream[T]], None], count_queued: Callable[[], None]) -> None:
         # DATA queued per data_to_send() call, at most (None: all the windows allow). Python 3.11's
         # transports join a writelines() into one copy and keep what the socket did not take in a
         # bytearray trimmed from the front, which costs O(n^2) memmove for a 15 MB message; a bounded
@@ -60,12 +63,14 @@ class Output:
         self._batch_bytes = 0  # DATA bytes queued since the last data_to_send()
         self.queued_control = 0  # control frames queued since the last data_to_send()
         self.data_frames = 0  # DATA frames sent in all (the budget of the peer's control frames)
+        # Streams revisited (flush calls) in all: what shows that no frame walks every stream (tests).
+        self.flushes = 0
         self.paused = False
         self.send_window = DEFAULT_WINDOW_BYTES
         self.peer_initial_window = DEFAULT_WINDOW_BYTES
         self.peer_max_frame = DEFAULT_MAX_FRAME_BYTES
-        self.blocked: dict[int, Stream] = {}  # waiting on the connection, in order
-        self._parked: dict[int, Stream] = {}  # waiting on their own window
+        self.blocked: dict[int, Stream[T]] = {}  # waiting on the connection, in order
+        self._parked: dict[int, Stream[T]] = {}  # waiting on their own window
         self._parked_heap: list[tuple[int, int]] = []  # (send_credit, stream id); stale entries skipped
 
     def emit(self, data: bytes | memoryview) -> None:
@@ -102,7 +107,9 @@ class Output:
         if not paused:
             self.flush_blocked()
 
-    def respond(self, stream: Stream, data: list[bytes | memoryview], trailers: bytes | None = None) -> None:
+    def respond(
+        self, stream: Stream[T], data: list[bytes | memoryview], trailers: bytes | None = None
+    ) -> None:
         """DATA as flow control allows, then (when given) the end of the stream: see Stream.trailers."""
         if stream.local_closed:
             return
@@ -114,7 +121,8 @@ class Output:
             stream.trailers = trailers
         self.flush(stream)
 
-    def flush(self, stream: Stream) -> None:
+    def flush(self, stream: Stream[T]) -> None:
+        self.flushes += 1
         pending = stream.pending
         while pending:
             window = stream.send_credit + self.peer_initial_window
@@ -159,7 +167,7 @@ class Output:
             drained, stream.drained = stream.drained, None
             drained()
 
-    def _park(self, stream: Stream) -> None:
+    def _park(self, stream: Stream[T]) -> None:
         self._parked[stream.stream_id] = stream
         heapq.heappush(self._parked_heap, (stream.send_credit, stream.stream_id))
         if len(self._parked_heap) > 2 * len(self._parked) + 64:  # drop stale entries now and then
@@ -176,7 +184,7 @@ class Output:
             stream_id = next(iter(blocked))
             self.flush(blocked.pop(stream_id))
 
-    def stream_window_opened(self, stream: Stream) -> None:
+    def stream_window_opened(self, stream: Stream[T]) -> None:
         """Its WINDOW_UPDATE: only this stream is revisited."""
         self._parked.pop(stream.stream_id, None)
         if (stream.pending or stream.trailers is not None) and stream.stream_id not in self.blocked:
@@ -200,7 +208,7 @@ class Output:
             raise ProtocolError(ErrorCode.FLOW_CONTROL_ERROR, "connection window overflow")
         self.flush_blocked()
 
-    def stream_window_update(self, stream: Stream, increment: int) -> ErrorCode | None:
+    def stream_window_update(self, stream: Stream[T], increment: int) -> ErrorCode | None:
         """The peer's WINDOW_UPDATE on ``stream``: None, or the code to reset the stream with."""
         if increment == 0:
             return ErrorCode.PROTOCOL_ERROR
@@ -210,7 +218,7 @@ class Output:
         self.stream_window_opened(stream)
         return None
 
-    def unblock(self, stream: Stream) -> None:
+    def unblock(self, stream: Stream[T]) -> None:
         self.blocked.pop(stream.stream_id, None)
         self._parked.pop(stream.stream_id, None)
 
@@ -252,7 +260,7 @@ class ReceiveWindows:
             self._unacked -= self._released
             self._released = 0
 
-    def release_stream(self, stream: Stream, size: int) -> None:
+    def release_stream(self, stream: Stream[T], size: int) -> None:
         stream.recv_released += size
         if (
             stream.recv_released > STREAM_WINDOW_BYTES // 2

@@ -367,6 +367,17 @@ def _json_data(array: np.ndarray[Any, Any], datatype: str, where: str) -> list[A
 
 def encode_infer_response(response: InferResponse, choice: OutputChoice) -> tuple[bytes, int | None]:
     """The response body, and the JSON header length when binary output bytes follow it."""
+    parts, json_length = encode_infer_response_parts(response, choice)
+    if len(parts) == 1 and isinstance(parts[0], bytes):
+        return parts[0], json_length
+    return b"".join(parts), json_length
+
+
+def encode_infer_response_parts(
+    response: InferResponse, choice: OutputChoice
+) -> tuple[list[bytes | memoryview], int | None]:
+    """:func:`encode_infer_response` as pieces: the JSON header (the whole body when no binary output
+    follows: header length None), then each binary output's bytes, a view of its array where it can be."""
     outputs: list[dict[str, Any]] = []
     tails: list[bytes | memoryview] = []
     tail_bytes = 0
@@ -397,5 +408,5 @@ def encode_infer_response(response: InferResponse, choice: OutputChoice) -> tupl
     body["outputs"] = outputs
     head = json.dumps(body, separators=(",", ":")).encode()
     if not tail_bytes:  # as Triton: binary outputs of 0 bytes only are a plain JSON answer (no header)
-        return head, None
-    return b"".join([head, *tails]), len(head)
+        return [head], None
+    return [head, *tails], len(head)

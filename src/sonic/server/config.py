@@ -1,4 +1,9 @@
-"""Server configuration: a frozen description of what ``sonic serve`` should run."""
+"""Server configuration: a frozen description of what ``sonic serve`` should run.
+
+:class:`ServerConfig` holds the model repositories and how they are served; its option groups (gRPC,
+HTTP, metrics, the request buffer budget, security) are frozen dataclasses of their own, each made by
+one builder in ``sonic.cli`` from one argparse group of ``sonic serve``.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from sonic.h2.limits import SERVER_LIMITS, Http2Limits
 from sonic.protocol.wire import MAX_MESSAGE_BYTES
 from sonic.server.budget import DEFAULT_WAIT_S, default_budget_bytes
 from sonic.server.header_forward import HeaderForward
+from sonic.server.runtime.inline import DEFAULT_INLINE_EXECUTION_US
 from sonic.server.runtime.rate_limiter import ResourceCount
 from sonic.server.trace.config import TraceConfig
 from sonic.traffic.config import TrafficLogConfig
@@ -96,31 +102,70 @@ class RateLimitConfig:
 
 
 @dataclass(frozen=True)
-class ServerConfig:
-    model_repositories: tuple[Path, ...]
-    host: str = "127.0.0.1"
-    grpc_port: int = 8001  # 0 picks a free port
-    model_control_mode: ModelControlMode = ModelControlMode.NONE
-    load_models: tuple[str, ...] = ()  # explicit mode: loaded at start ("*" loads all)
-    repository_poll_s: float = 15.0
-    exit_timeout_s: float = 30.0  # drain time for in-flight requests at shutdown
-    gpu_count: int = 0
-    backend_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    grpc_max_message_bytes: int = MAX_MESSAGE_BYTES  # Triton's: the same requests fit both servers
-    server_name: str = "triton"  # Triton's --id default: clients check ServerMetadata.name
-    http_port: int | None = None  # None: no HTTP/REST frontend; 0 picks a free port
-    metrics_port: int | None = None  # None: no Prometheus endpoint; 0 picks a free port
-    metrics_histograms: bool = True  # per-request latency histograms (needs metrics_port)
+class GrpcConfig:
+    """The gRPC front end (``sonic serve``'s "gRPC" options, ``cli/serve_grpc.py``)."""
+
+    port: int = 8001  # 0 picks a free port
+    server: GrpcServerKind = GrpcServerKind.H2
+    max_concurrent_streams: int | None = None  # per connection; None: grpcio's or Http2Limits'
+    max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES
+    http2_limits: Http2Limits = SERVER_LIMITS  # the h2 stack's HTTP/2 limits (grpcio has no equivalent)
+    # Triton's --grpc-header-forward-pattern: headers whose names match reach the model as request
+    # parameters (server/header_forward.py); "": none.
+    header_forward_pattern: str = ""
+
+    def __post_init__(self) -> None:
+        HeaderForward.compile(self.header_forward_pattern, "--grpc-header-forward-pattern")
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    """The HTTP/REST front end (``cli/serve_http.py``)."""
+
+    port: int | None = None  # None: no HTTP/REST front end; 0 picks a free port
+    max_connections_per_client: int | None = None  # open HTTP connections per client address
+    header_forward_pattern: str = ""  # Triton's --http-header-forward-pattern, as GrpcConfig's
+
+    def __post_init__(self) -> None:
+        HeaderForward.compile(self.header_forward_pattern, "--http-header-forward-pattern")
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """The Prometheus endpoint (``cli/serve_http.py``)."""
+
+    port: int | None = None  # None: no Prometheus endpoint; 0 picks a free port
+    histograms: bool = True  # per-request latency histograms (needs port)
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """Request bodies buffered by all HTTP and native gRPC connections together (server/budget.py).
+
+    The default total is a quarter of the machine's (or the container's) memory, within 64 MiB and 16 GiB.
+    """
+
+    total_bytes: int = field(default_factory=default_budget_bytes)
+    wait_s: float = DEFAULT_WAIT_S  # longest wait for room, then 503 / RESOURCE_EXHAUSTED
+
+    def __post_init__(self) -> None:
+        if self.total_bytes < 1 or self.wait_s <= 0:
+            raise ValueError(
+                f"the request buffer budget needs total_bytes >= 1 and wait_s > 0, got "
+                f"{self.total_bytes} and {self.wait_s}"
+            )
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    """Who may call, how often, and what a call or a repository may reach (docs/security.md,
+    ``cli/serve_security.py``)."""
+
     tls: TlsConfig | None = None
     auth: AuthConfig | None = None
     admission: AdmissionConfig | None = None
     max_requests_per_s: float | None = None  # per client address, token bucket; None: unlimited
     request_burst: int = 100  # token-bucket depth for max_requests_per_s
-    grpc_max_concurrent_streams: int | None = None  # per gRPC connection; None: grpcio's or Http2Limits'
-    grpc_max_decompressed_bytes: int = MAX_GRPC_DECOMPRESSED_BYTES
-    grpc_http2_limits: Http2Limits = SERVER_LIMITS  # the native gRPC frontend's HTTP/2 limits
-    grpc_server: GrpcServerKind = GrpcServerKind.H2
-    http_max_connections_per_client: int | None = None  # open HTTP connections per client address
     repository_control: bool = True  # False: load/unload refused even in explicit mode
     # Links placed in the repositories (a model folder, a model file) may lead elsewhere, as Triton follows
     # them; False (--refuse-model-links-outside): everything must resolve inside. A name a load override
@@ -128,6 +173,30 @@ class ServerConfig:
     allow_model_links_outside: bool = True
     allow_shm_from_other_users: bool = False  # True: shared memory objects of any owner may be registered
     shm_copy_always: bool = False  # True: never map a shared memory region, copy through its descriptor
+
+    def __post_init__(self) -> None:
+        if self.max_requests_per_s is not None and self.max_requests_per_s <= 0:
+            raise ValueError(f"max_requests_per_s must be > 0, got {self.max_requests_per_s}")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    model_repositories: tuple[Path, ...]
+    host: str = "127.0.0.1"  # one bind address for every front end
+    model_control_mode: ModelControlMode = ModelControlMode.NONE
+    load_models: tuple[str, ...] = ()  # explicit mode: loaded at start ("*" loads all)
+    repository_poll_s: float = 15.0
+    exit_timeout_s: float = 30.0  # drain time for in-flight requests at shutdown
+    gpu_count: int = 0
+    backend_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # The largest gRPC message and HTTP body, Triton's: the same requests fit both servers.
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    server_name: str = "triton"  # Triton's --id default: clients check ServerMetadata.name
+    grpc: GrpcConfig = field(default_factory=GrpcConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
     cache_size_bytes: int = 0  # response cache for models that enable it; 0: no cache
     log_requests: bool = False  # one structured log record per inference request
     otel_tracing: bool = False  # OpenTelemetry spans around requests (needs opentelemetry-api)
@@ -138,14 +207,9 @@ class ServerConfig:
     auto_complete_config: bool = True  # False (Triton's --disable-auto-complete-config): configs are whole
     rate_limit: RateLimitConfig | None = None  # None: Triton's --rate-limit off (rate_limiter ignored)
     traffic_log: TrafficLogConfig | None = None  # --traffic-log DIR: one record per request, for replay
-    # Request bodies buffered by all HTTP and native gRPC connections together (server/budget.py); the
-    # default is a quarter of the machine's (or the container's) memory, within 64 MiB and 16 GiB.
-    request_buffer_budget_bytes: int = field(default_factory=default_budget_bytes)
-    request_buffer_wait_s: float = DEFAULT_WAIT_S  # longest wait for room, then 503 / RESOURCE_EXHAUSTED
-    # Triton's --grpc-header-forward-pattern / --http-header-forward-pattern: headers whose names match
-    # reach the model as request parameters (server/header_forward.py); "": none.
-    grpc_header_forward_pattern: str = ""
-    http_header_forward_pattern: str = ""
+    # --inline-execution-us: a version whose executions stay under this runs its batches on the event
+    # loop (server/runtime/inline.py); 0: always on its instance threads.
+    inline_execution_us: int = DEFAULT_INLINE_EXECUTION_US
 
     def __post_init__(self) -> None:
         if not self.model_repositories:
@@ -155,12 +219,5 @@ class ServerConfig:
             raise ValueError(f"repository_poll_s must be > 0, got {self.repository_poll_s}")
         if self.cache_size_bytes < 0:
             raise ValueError(f"cache_size_bytes must be >= 0, got {self.cache_size_bytes}")
-        if self.request_buffer_budget_bytes < 1 or self.request_buffer_wait_s <= 0:
-            raise ValueError(
-                f"request_buffer_budget_bytes must be >= 1 and request_buffer_wait_s > 0, got "
-                f"{self.request_buffer_budget_bytes} and {self.request_buffer_wait_s}"
-            )
-        HeaderForward.compile(self.grpc_header_forward_pattern, "--grpc-header-forward-pattern")
-        HeaderForward.compile(self.http_header_forward_pattern, "--http-header-forward-pattern")
-        if self.max_requests_per_s is not None and self.max_requests_per_s <= 0:
-            raise ValueError(f"max_requests_per_s must be > 0, got {self.max_requests_per_s}")
+        if self.inline_execution_us < 0:
+            raise ValueError(f"--inline-execution-us must be >= 0 (0: never), got {self.inline_execution_us}")

@@ -72,7 +72,8 @@ class DataPlane:
         self._config = config
         self.models = models
         self.shared_memory = SharedMemoryRegistry(
-            allow_other_users=config.allow_shm_from_other_users, copy_always=config.shm_copy_always
+            allow_other_users=config.security.allow_shm_from_other_users,
+            copy_always=config.security.shm_copy_always,
         )
         self.accepting = False  # false before start-up is done and once shutdown began
         self.cache = models.cache  # the manager's: model-to-model calls use it too
@@ -157,7 +158,7 @@ class DataPlane:
         return response
 
     def _check_explicit(self, action: str) -> None:
-        if not self._config.repository_control:
+        if not self._config.security.repository_control:
             raise PermissionDeniedError(
                 f"model {action} is disabled on this server (started with --disable-repository-control)"
             )

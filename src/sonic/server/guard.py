@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sonic.protocol.errors import ResourceExhaustedError, UnauthenticatedError, UnavailableError
-from sonic.server.config import AdmissionConfig, AuthConfig, ServerConfig
+from sonic.server.config import AdmissionConfig, AuthConfig, SecurityConfig
 from sonic.server.models.manager import ModelManager
 
 # Bounds on per-client tables, so a scan of many source ports cannot grow memory without limit.
@@ -189,7 +189,7 @@ class Admission:
 class Guard:
     """Every configured check, in order: authentication, rate, admission."""
 
-    def __init__(self, config: ServerConfig, models: ModelManager) -> None:
+    def __init__(self, config: SecurityConfig, models: ModelManager) -> None:
         self.tokens = TokenVerifier(config.auth) if config.auth is not None else None
         self.health_needs_token = config.auth is not None and config.auth.health_needs_token
         self.rate = (
@@ -200,7 +200,7 @@ class Guard:
         self.admission = Admission(config.admission, models) if config.admission is not None else None
 
     @classmethod
-    def create(cls, config: ServerConfig, models: ModelManager) -> Guard | None:
+    def create(cls, config: SecurityConfig, models: ModelManager) -> Guard | None:
         """A guard, or None when nothing is configured (the frontends then skip the call entirely)."""
         if config.auth is None and config.max_requests_per_s is None and config.admission is None:
             return None

@@ -66,7 +66,7 @@ class Server:
             tracer = load_tracer(tracer_provider) if config.otel_tracing else None
             self.dataplane.observer = RequestObserver(log_requests=config.log_requests, tracer=tracer)
         self.state = ServerState.CREATED
-        self.guard = Guard.create(config, self.models)
+        self.guard = Guard.create(config.security, self.models)
         self.frontends: list[Frontend] = []  # in start order: gRPC first
         self._poller: asyncio.Task[None] | None = None
         self._stop_polling = asyncio.Event()

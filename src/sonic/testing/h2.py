@@ -64,7 +64,7 @@ class CoreOutput:
     """What a sans-I/O connection core (:class:`sonic.h2.connection.Connection`) wrote: each read of
     :attr:`written` takes what is queued (``data_to_send()``), as one loop iteration of the adapter would."""
 
-    def __init__(self, core: Connection) -> None:
+    def __init__(self, core: Connection[Any]) -> None:
         self._core = core
         self._written = bytearray()
 
@@ -83,17 +83,17 @@ class CoreOutput:
 class SilentHandler:
     """A connection's handler that answers nothing and records nothing: streams stay as the test leaves them."""
 
-    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
+    def headers_received(self, stream: Stream[Any], headers: Headers, end_stream: bool) -> None:
         pass
 
-    def stream_data(self, stream: Stream, data: memoryview) -> None:
+    def stream_data(self, stream: Stream[Any], data: memoryview) -> None:
         pass
 
-    def stream_ended(self, stream: Stream) -> None:
+    def stream_ended(self, stream: Stream[Any]) -> None:
         pass
 
-    def stream_reset(self, stream: Stream) -> None:
+    def stream_reset(self, stream: Stream[Any]) -> None:
         pass
 
-    def goaway_received(self, last_stream_id: int, code: int) -> None:
+    def goaway_received(self, last_stream_id: int, code: int, unprocessed: list[Stream[Any]]) -> None:
         pass

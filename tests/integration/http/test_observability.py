@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from tritonclient.utils import InferenceServerException
 
 from sonic.launch import ServerProcess
-from sonic.server.config import ServerConfig
+from sonic.server.config import GrpcConfig, HttpConfig, ServerConfig
 from sonic.server.server import Server
 
 pytestmark = pytest.mark.integration
@@ -61,7 +61,12 @@ def test_opentelemetry_spans(test_repository: Path) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    config = ServerConfig(model_repositories=(test_repository,), grpc_port=0, http_port=0, otel_tracing=True)
+    config = ServerConfig(
+        model_repositories=(test_repository,),
+        grpc=GrpcConfig(port=0),
+        http=HttpConfig(port=0),
+        otel_tracing=True,
+    )
     traceparent = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
 
     async def main() -> None:

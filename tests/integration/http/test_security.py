@@ -131,6 +131,13 @@ def test_tls_without_client_certificates(test_repository: Path, pki) -> None:  #
         )
         try:
             assert client.get_server_metadata().name == "triton"
+            # 4 MiB: DATA frames of up to 1 MiB read through TLS straight into the message's buffer.
+            array = np.random.default_rng(0).random((16, 1 << 16), dtype=np.float32)
+            tensor = grpcclient.InferInput("INPUT0", list(array.shape), "FP32")
+            tensor.set_data_from_numpy(array)
+            result = client.infer("variable_dims", [tensor]).as_numpy("OUTPUT0")
+            assert result is not None
+            np.testing.assert_array_equal(result, 2 * array)  # the model doubles its input
         finally:
             client.close()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from typing import Any
 
 import hpack
 import numpy as np
@@ -71,7 +72,7 @@ async def connect(
     return connection, transport
 
 
-def call(connection: ClientConnection, body: bytes = b"request") -> Stream:
+def call(connection: ClientConnection, body: bytes = b"request") -> Stream[Any]:
     return connection.open_call(b"", [grpc_message_prefix(len(body)), body], max_bytes=1 << 20)
 
 
@@ -98,9 +99,9 @@ async def test_responses_survive_any_cut_of_the_byte_stream(chunk: int) -> None:
     data = response(3, messages[3]) + response(1, messages[1])
     for start in range(0, len(data), chunk):
         connection.core.receive_data(data[start : start + chunk])
-    assert bytes(await first.call.future) == messages[1]
-    assert bytes(await second.call.future) == messages[3]
-    assert not connection.streams
+    assert bytes(await first.app.future) == messages[1]
+    assert bytes(await second.app.future) == messages[3]
+    assert not connection.core.streams
 
 
 async def test_a_call_is_half_closed_locally_once_its_request_is_sent() -> None:
@@ -110,7 +111,7 @@ async def test_a_call_is_half_closed_locally_once_its_request_is_sent() -> None:
     connection.core.receive_data(response(1, b"answer"))
     states.append(stream.state)
     assert states == [StreamState.HALF_CLOSED_LOCAL, StreamState.CLOSED]
-    assert bytes(await stream.call.future) == b"answer"
+    assert bytes(await stream.app.future) == b"answer"
 
 
 async def test_request_waits_for_the_servers_window() -> None:
@@ -121,7 +122,7 @@ async def test_request_waits_for_the_servers_window() -> None:
     data, ended = sent_data(transport, 1)
     assert len(data) == 100
     assert ended
-    assert not stream.call.future.done()
+    assert not stream.app.future.done()
 
 
 @pytest.mark.parametrize(
@@ -135,7 +136,7 @@ async def test_trailers_only_errors_map_to_our_types(status: int, error: type[Ex
     block += encode_headers([(b"grpc-message", b"model%20busy")])
     connection.core.receive_data(frame(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, block))
     with pytest.raises(error, match="model busy") as caught:
-        await stream.call.future
+        await stream.app.future
     assert type(caught.value) is error
 
 
@@ -144,15 +145,15 @@ async def test_resets_goaway_and_loss_fail_calls_as_retryable() -> None:
     refused, finished, unprocessed = call(connection), call(connection), call(connection)
     connection.core.receive_data(rst_stream(1, ErrorCode.REFUSED_STREAM))
     with pytest.raises(UnavailableError, match="REFUSED_STREAM"):
-        await refused.call.future
+        await refused.app.future
     connection.core.receive_data(goaway(3, ErrorCode.NO_ERROR) + frame(FrameType.PING, 0, 0, b"pingpong"))
     assert connection.closing
     with pytest.raises(ConnectionLostError, match="GOAWAY"):
-        await unprocessed.call.future
+        await unprocessed.app.future
     with pytest.raises(ConnectionLostError):
         call(connection)  # new calls go to a new connection
     connection.core.receive_data(response(3, b"done"))  # streams up to the GOAWAY's id still finish
-    assert bytes(await finished.call.future) == b"done"
+    assert bytes(await finished.app.future) == b"done"
     assert (FrameType.PING, Flag.ACK, 0, b"pingpong") in written_frames(transport)
     assert transport.closed  # the last stream ended: the connection closes itself
 
@@ -160,7 +161,7 @@ async def test_resets_goaway_and_loss_fail_calls_as_retryable() -> None:
     lost = call(connection)
     connection.protocol.connection_lost(ConnectionResetError("reset by peer"))
     with pytest.raises(ConnectionLostError, match="lost"):
-        await lost.call.future
+        await lost.app.future
 
 
 async def test_bad_responses_are_errors() -> None:
@@ -172,16 +173,16 @@ async def test_bad_responses_are_errors() -> None:
         )
     )
     with pytest.raises(UnavailableError, match="HTTP status 503"):
-        await unhttp.call.future
+        await unhttp.app.future
     connection.core.receive_data(frame(FrameType.HEADERS, Flag.END_HEADERS, 3, OK_HEADERS))
     connection.core.receive_data(frame(FrameType.DATA, Flag.END_STREAM, 3, grpc_message_prefix(1) + b"x"))
     with pytest.raises(ServerError, match="without grpc-status"):
-        await no_status.call.future
+        await no_status.app.future
     connection.core.receive_data(frame(FrameType.HEADERS, Flag.END_HEADERS, 5, OK_HEADERS))
     connection.core.receive_data(frame(FrameType.DATA, 0, 5, grpc_message_prefix(2 << 20)))
     with pytest.raises(ResourceExhaustedError, match="larger than the limit"):
-        await too_big.call.future
-    assert not connection.streams
+        await too_big.app.future
+    assert not connection.core.streams
 
 
 async def test_the_server_must_speak_hpack_and_http2() -> None:
@@ -192,7 +193,7 @@ async def test_the_server_must_speak_hpack_and_http2() -> None:
     assert written_frames(transport)[-1][0] == FrameType.GOAWAY
     connection.protocol.connection_lost(None)
     with pytest.raises(ConnectionLostError):
-        await stream.call.future
+        await stream.app.future
     assert isinstance(hpack.Decoder().decode(OK_HEADERS), list)  # our encoder's blocks are plain HPACK
 
 
@@ -242,7 +243,7 @@ async def test_large_requests_leave_in_bounded_batches() -> None:
     assert batches[0] == batch
     assert batches[1] == 2 * batch
     assert sent_data(transport, 1) == (grpc_message_prefix(len(body)) + body, True)
-    assert not stream.call.future.done()
+    assert not stream.app.future.done()
 
 
 async def test_one_timer_fails_each_call_at_its_own_deadline() -> None:
@@ -250,7 +251,7 @@ async def test_one_timer_fails_each_call_at_its_own_deadline() -> None:
     deadline (a shorter one opened later re-arms it), answered calls and calls without one never do."""
     connection, transport = await connect()
 
-    def timed(timeout_s: float | None) -> Stream:
+    def timed(timeout_s: float | None) -> Stream[Any]:
         body = b"request"
         message: list[bytes | memoryview] = [grpc_message_prefix(len(body)), body]
         return connection.open_call(b"", message, max_bytes=1 << 20, timeout_s=timeout_s)
@@ -258,17 +259,17 @@ async def test_one_timer_fails_each_call_at_its_own_deadline() -> None:
     long, short, middle, answered, endless = timed(30.0), timed(0.05), timed(0.2), timed(0.1), timed(None)
     connection.core.receive_data(response(answered.stream_id, b"in time"))
     with pytest.raises(DeadlineExceededError, match=r"no response within 0\.05 s"):
-        await short.call.future
-    assert not middle.call.future.done()
+        await short.app.future
+    assert not middle.app.future.done()
     with pytest.raises(DeadlineExceededError, match=r"no response within 0\.2 s"):
-        await middle.call.future
+        await middle.app.future
     resets = {f[2] for f in written_frames(transport) if f[0] == FrameType.RST_STREAM}
     assert resets == {short.stream_id, middle.stream_id}
-    assert bytes(await answered.call.future) == b"in time"
-    assert not long.call.future.done()
-    assert not endless.call.future.done()
+    assert bytes(await answered.app.future) == b"in time"
+    assert not long.app.future.done()
+    assert not endless.app.future.done()
     connection.core.receive_data(response(long.stream_id, b"late but within 30 s"))
-    assert bytes(await long.call.future) == b"late but within 30 s"
+    assert bytes(await long.app.future) == b"late but within 30 s"
     connection.protocol.connection_lost(None)
     with pytest.raises(ConnectionLostError):
-        await endless.call.future
+        await endless.app.future

@@ -108,7 +108,7 @@ async def test_server_violations_end_the_connection_with_their_code(data: bytes,
     assert goaway_code(transport) == code
     assert transport.closed
     connection.protocol.connection_lost(None)
-    assert isinstance(stream.call.future.exception(), ConnectionLostError)
+    assert isinstance(stream.app.future.exception(), ConnectionLostError)
 
 
 async def test_keepalive_is_an_option_of_the_client() -> None:

@@ -3,6 +3,8 @@ bytes fed to real cores (server and client role), each read from ``state`` befor
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from sonic.h2.client import ClientRole
@@ -19,12 +21,12 @@ REQUEST = encode_headers(
 )
 
 
-def state(core: Connection) -> ConnectionState:
+def state(core: Connection[Any]) -> ConnectionState:
     """The core's state, read afresh (a plain attribute read would be narrowed by mypy after an assert)."""
     return core.state
 
 
-def server() -> tuple[ServerRole, Connection]:
+def server() -> tuple[ServerRole[Any], Connection[Any]]:
     role = ServerRole(SilentHandler())
     core = role.connection
     core.start(0.0)
@@ -107,7 +109,19 @@ def test_a_client_stops_opening_streams_on_goaway_and_once_again_changes_nothing
     core = role.connection
     core.start(0.0)
     core.receive_data(settings_frame({}))
-    core.receive_data(goaway(0, ErrorCode.NO_ERROR))
+    role.open_stream(REQUEST, [b"request"], None)  # stream 1: processed (the GOAWAY's last id), it finishes
+    core.receive_data(goaway(1, ErrorCode.NO_ERROR))
     assert core.state is S.GOING_AWAY
-    core.receive_data(goaway(0, ErrorCode.NO_ERROR))
+    core.receive_data(goaway(1, ErrorCode.NO_ERROR))
     assert core.state is S.GOING_AWAY
+
+
+def test_a_client_with_no_stream_left_closes_on_goaway() -> None:
+    role = ClientRole(SilentHandler())
+    core = role.connection
+    core.start(0.0)
+    core.receive_data(settings_frame({}))
+    role.open_stream(REQUEST, [b"request"], None)  # stream 1: above the GOAWAY's last id, never processed
+    core.receive_data(goaway(0, ErrorCode.NO_ERROR))
+    assert core.state is S.CLOSING
+    assert not core.streams

@@ -50,33 +50,25 @@ class Core:
             self, limits=dataclasses.replace(SERVER_LIMITS, **limits), memo_budget=budget
         )
         self.h2 = self.server.connection
-        flush = self.h2.output.flush
-
-        def counted(stream: Stream) -> None:  # the output's flushes, counted (each stream revisited)
-            self.flushes += 1
-            flush(stream)
-
-        self.h2.output.flush = counted  # type: ignore[method-assign]
         self.bodies: dict[int, bytearray] = {}
         self.resets: list[int] = []
-        self.flushes = 0
 
-    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
+    def headers_received(self, stream: Stream[Any], headers: Headers, end_stream: bool) -> None:
         self.bodies[stream.stream_id] = bytearray()
 
-    def stream_data(self, stream: Stream, data: memoryview) -> None:
+    def stream_data(self, stream: Stream[Any], data: memoryview) -> None:
         self.bodies[stream.stream_id] += data
 
-    def stream_ended(self, stream: Stream) -> None:
+    def stream_ended(self, stream: Stream[Any]) -> None:
         self.h2.send_headers(stream, encode_headers([(b":status", b"200")]))
         self.h2.respond(
             stream, [bytes(self.bodies[stream.stream_id])], encode_headers([(b"grpc-status", b"0")])
         )
 
-    def stream_reset(self, stream: Stream) -> None:
+    def stream_reset(self, stream: Stream[Any]) -> None:
         self.resets.append(stream.stream_id)
 
-    def goaway_received(self, last_stream_id: int, code: int) -> None:
+    def goaway_received(self, last_stream_id: int, code: int, unprocessed: list[Stream[Any]]) -> None:
         pass
 
 
@@ -364,14 +356,14 @@ def test_window_updates_revisit_only_streams_whose_window_opened() -> None:
     core = connect(settings={Setting.INITIAL_WINDOW_SIZE: 0}, max_concurrent_streams=6000)
     core.h2.receive_data(b"".join(headers(2 * i + 1) for i in range(5000)))  # 5,000 answers parked
     sent(core)
-    core.flushes = 0
+    flushes = core.h2.output.flushes
     core.h2.receive_data(window_update(0, 1 << 20))  # the connection window alone releases nobody
     core.h2.receive_data(settings_frame({Setting.INITIAL_WINDOW_SIZE: 0}))
-    assert core.flushes == 0
+    assert core.h2.output.flushes - flushes == 0
     core.h2.receive_data(window_update(7, 100))
-    assert core.flushes == 1
+    assert core.h2.output.flushes - flushes == 1
     core.h2.receive_data(settings_frame({Setting.INITIAL_WINDOW_SIZE: 100}))  # now every window opens
-    assert core.flushes == 5000
+    assert core.h2.output.flushes - flushes == 5000
     assert not core.h2.state.ended
 
 
@@ -384,9 +376,9 @@ def test_connection_window_serves_blocked_streams_in_order_and_stops_when_spent(
         )
     first = [f for f in sent(core) if f[0] == FrameType.DATA]
     assert sum(len(f[3]) for f in first) == 65_535  # the default connection window
-    core.flushes = 0
+    flushes = core.h2.output.flushes
     core.h2.receive_data(window_update(0, 10))
-    assert core.flushes == 1  # only the stream at the front
+    assert core.h2.output.flushes - flushes == 1  # only the stream at the front
     core.h2.receive_data(window_update(0, 1 << 20))
     data = [f for f in sent(core) if f[0] == FrameType.DATA]
     assert sum(len(f[3]) for f in data) == 3 * 40_000 - 65_535
@@ -485,3 +477,54 @@ def test_pseudo_headers_in_trailers_are_a_stream_error() -> None:
     core.h2.receive_data(headers(1, end_stream=False) + headers(1, block=encode_headers([(b":path", b"/x")])))
     assert resets(sent(core)) == [(1, ErrorCode.PROTOCOL_ERROR)]
     assert core.resets == [1]
+
+
+class Refuser(Core):
+    """Ends each stream as its first DATA arrives, as an application refuses a message too large."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data_events: list[int] = []
+        self.ended_events: list[int] = []
+
+    def stream_data(self, stream: Stream[Any], data: memoryview) -> None:
+        self.data_events.append(len(data))
+        self.h2.end_now(stream, encode_headers([(b":status", b"200"), (b"grpc-status", b"8")]))
+
+    def stream_ended(self, stream: Stream[Any]) -> None:
+        self.ended_events.append(stream.stream_id)
+
+
+def refusing() -> Refuser:
+    core = Refuser()
+    core.h2.start(0.0)
+    core.h2.receive_data(PREFACE + settings_frame({}))
+    core.h2.data_to_send()
+    return core
+
+
+def test_a_stream_ended_as_its_last_data_arrives_leaves_the_connection_open() -> None:
+    # The END_STREAM of that DATA frame comes after the application ended the stream: once a
+    # connection error (STREAM_CLOSED, "ended again by the peer") that failed every other call.
+    core = refusing()
+    core.h2.receive_data(headers(1, end_stream=False) + frame(FrameType.DATA, Flag.END_STREAM, 1, b"x" * 10))
+    frames = sent(core)
+    assert [f[0] for f in frames] == [FrameType.HEADERS, FrameType.RST_STREAM]
+    assert frames[0][1] & Flag.END_STREAM
+    assert goaway_code(frames) is None
+    assert core.h2.state is ConnectionState.OPEN
+    assert core.ended_events == []  # the application ended it: it hears no more of it
+    assert not core.h2.streams
+
+
+def test_the_rest_of_a_large_data_frame_on_a_stream_ended_meanwhile_is_dropped() -> None:
+    core = refusing()
+    body = frame(FrameType.DATA, Flag.END_STREAM, 1, b"x" * 10_000)
+    core.h2.receive_data(headers(1, end_stream=False) + body[:5_000])
+    core.h2.receive_data(body[5_000:])
+    assert core.data_events == [5_000 - 9]  # the first part, less the frame header; none of the rest
+    assert goaway_code(sent(core)) is None
+    assert core.h2.state is ConnectionState.OPEN
+    # The connection goes on.
+    core.h2.receive_data(headers(3, end_stream=False) + frame(FrameType.DATA, Flag.END_STREAM, 3, b"y"))
+    assert core.data_events == [5_000 - 9, 1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from typing import Any
 
 from sonic.h2.frames import PREFACE, ErrorCode, Flag, FrameType, frame, settings_frame
 from sonic.h2.headers import Headers, encode_headers
@@ -36,15 +37,15 @@ class Holder(SilentHandler):
     def __init__(self) -> None:
         limits = dataclasses.replace(SERVER_LIMITS, connection_window_bytes=WINDOW)
         self.h2 = ServerRole(self, limits=limits).connection
-        self.h2.receive.on_receipt = False
+        self.h2.set_window_release(on_receipt=False)
         self.held: dict[int, int] = {}
-        self.open: dict[int, Stream] = {}
+        self.open: dict[int, Stream[Any]] = {}
 
-    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
+    def headers_received(self, stream: Stream[Any], headers: Headers, end_stream: bool) -> None:
         self.held[stream.stream_id] = 0
         self.open[stream.stream_id] = stream
 
-    def stream_data(self, stream: Stream, data: memoryview) -> None:
+    def stream_data(self, stream: Stream[Any], data: memoryview) -> None:
         self.held[stream.stream_id] += len(data)
 
 

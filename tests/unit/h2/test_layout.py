@@ -1,4 +1,5 @@
-"""The layout of ``sonic.h2`` holds: composition, not an inheritance tower; one core that knows no role.
+"""The layout of ``sonic.h2`` holds: composition, not an inheritance tower; one core that knows no role;
+applications that use its face (methods, a stream as a handle) and none of its fields.
 
 Read from the source with ``ast`` (nothing is imported).
 """
@@ -15,6 +16,8 @@ MODULES = sorted(H2.glob("*.py"))
 # What a class here may derive from: the stdlib's and hpack's, never another class of ours.
 ALLOWED_BASES = {
     "Protocol",
+    "Protocol[T]",
+    "Generic[T]",
     "IntEnum",
     "Enum",
     "enum.Enum",
@@ -23,6 +26,7 @@ ALLOWED_BASES = {
     "HeaderTable",
     "hpack.Decoder",
     "asyncio.Protocol",
+    "asyncio.BufferedProtocol",
 }
 # The modules that hold or drive a core, which the core and the modules below it must not import.
 ABOVE_THE_CORE = {"server", "client", "aio"}
@@ -84,3 +88,63 @@ def test_http2_imports_nothing_of_grpc_and_asyncio_only_in_its_adapter() -> None
         if grpc | loop:
             wrong[path.name] = sorted(grpc | loop)
     assert not wrong, f"sonic.h2 modules importing gRPC or asyncio: {wrong}"
+
+
+# What a stream and a connection core keep for themselves (``Stream``'s slots but ``app``, the
+# application's; ``Connection``'s attributes that are not its face).
+STREAM_FIELDS = {
+    "drained",
+    "local_closed",
+    "pending",
+    "recv_released",
+    "recv_unacked",
+    "remote_closed",
+    "reset_code",
+    "send_credit",
+    "stream_id",
+    "trailers",
+}
+CONNECTION_FIELDS = {
+    "blocks",
+    "closed_streams",
+    "counters",
+    "last_stream_id",
+    "on_close",
+    "output",
+    "peer_max_streams",
+    "receive",
+    "role",
+    "sink",
+    "stream_closed",
+    "streams",
+    "timers",
+}
+# The modules that take streams and cores (the events' handlers, whoever drives a core).
+CORE_MODULES = {"sonic.h2.stream", "sonic.h2.connection", "sonic.h2.server", "sonic.h2.client"}
+
+
+def test_no_module_outside_touches_a_stream_or_a_connection_field() -> None:
+    src = H2.parent
+    users = [
+        path
+        for path in sorted(src.rglob("*.py"))
+        if H2 not in path.parents and _imported_modules(path) & CORE_MODULES
+    ]
+    assert users, "no module drives a core"
+    touched = {
+        f"{path.relative_to(src)}:{node.lineno}": node.attr
+        for path in users
+        for node in ast.walk(_tree(path))
+        if isinstance(node, ast.Attribute) and node.attr in STREAM_FIELDS | CONNECTION_FIELDS
+    }
+    assert not touched, f"fields of sonic.h2's streams or connections used outside it: {touched}"
+    # A connection's ``state`` is read there (a plain attribute, for speed) and written by the core alone.
+    written = [
+        f"{path.relative_to(src)}:{node.lineno}"
+        for path in users
+        for node in ast.walk(_tree(path))
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Attribute) and target.attr == "state"
+    ]
+    assert not written, f"a connection's state written outside sonic.h2: {written}"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sonic.cli.perf import add_parser, config_from_args
-from sonic.cli.serve_security import add_security_arguments, security_from_args
+from sonic.cli.serve_grpc import add_grpc_arguments, grpc_config_from_args
 from sonic.client.config import ClientConfig, TransportKind
 from sonic.server.config import GrpcServerKind
 
@@ -23,9 +23,9 @@ def test_the_server_and_the_client_take_either_name(value: str) -> None:
 @pytest.mark.parametrize("value", ["native", "h2"])
 def test_sonic_serve_takes_either_name(value: str) -> None:
     parser = argparse.ArgumentParser()
-    add_security_arguments(parser)
+    add_grpc_arguments(parser)
     args = parser.parse_args(["--grpc-server", value])
-    assert security_from_args(args)["grpc_server"] is GrpcServerKind.H2
+    assert grpc_config_from_args(args).server is GrpcServerKind.H2
 
 
 def test_other_names_are_still_refused() -> None:
@@ -39,8 +39,8 @@ def test_h2_is_the_default_name() -> None:
     assert ClientConfig().transport is TransportKind.H2
     assert GrpcServerKind.H2.value == TransportKind.H2.value == "h2"
     parser = argparse.ArgumentParser()
-    add_security_arguments(parser)
-    assert security_from_args(parser.parse_args([]))["grpc_server"] is GrpcServerKind.H2
+    add_grpc_arguments(parser)
+    assert grpc_config_from_args(parser.parse_args([])).server is GrpcServerKind.H2
 
 
 def test_the_old_name_is_noted_in_the_log(caplog: pytest.LogCaptureFixture) -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import struct
+from typing import Any
 
 import hpack
 import pytest
 
 from sonic.grpc.call import encode_grpc_message, grpc_message_prefix, parse_grpc_timeout
-from sonic.h2.aio import H2Protocol
+from sonic.h2.aio import BufferedReads, H2Protocol, receive_buffer
 from sonic.h2.frames import PREFACE, ErrorCode, Flag, FrameType, Setting, frame, settings_frame, window_update
 from sonic.h2.headers import HeaderDecoder, Headers, encode_headers
 from sonic.h2.limits import SERVER_LIMITS
@@ -43,23 +44,23 @@ class EchoConnection:
         self.headers: dict[int, Headers] = {}
         self.resets: list[int] = []
 
-    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
+    def headers_received(self, stream: Stream[Any], headers: Headers, end_stream: bool) -> None:
         self.headers[stream.stream_id] = headers
         self.received[stream.stream_id] = bytearray()
 
-    def stream_data(self, stream: Stream, data: memoryview) -> None:
+    def stream_data(self, stream: Stream[Any], data: memoryview) -> None:
         self.received[stream.stream_id] += data
 
-    def stream_ended(self, stream: Stream) -> None:
+    def stream_ended(self, stream: Stream[Any]) -> None:
         self.h2.send_headers(stream, encode_headers([(b":status", b"200")]))
         self.h2.respond(
             stream, [bytes(self.received[stream.stream_id])], encode_headers([(b"grpc-status", b"0")])
         )
 
-    def stream_reset(self, stream: Stream) -> None:
+    def stream_reset(self, stream: Stream[Any]) -> None:
         self.resets.append(stream.stream_id)
 
-    def goaway_received(self, last_stream_id: int, code: int) -> None:
+    def goaway_received(self, last_stream_id: int, code: int, unprocessed: list[Stream[Any]]) -> None:
         pass
 
 
@@ -103,6 +104,35 @@ async def test_streams_survive_any_cut_of_the_byte_stream(chunk: int) -> None:
     assert {k: bytes(v) for k, v in echoed.items()} == bodies
     assert ended == {1, 3, 5}
     assert not connection.h2.streams  # all closed and forgotten
+
+
+async def test_connections_sharing_one_receive_buffer_keep_their_own_bytes() -> None:
+    """BufferedReads of several connections read into one buffer in turn (as uvloop shares its own): what a
+    read leaves unparsed (a frame cut anywhere) is the core's copy, never a view the next read overwrites."""
+    shared = receive_buffer()
+    bodies = [{1: b"a" * 1000, 3: bytes(range(256)) * 300}, {1: b"z" * 70_000, 3: b"", 5: b"q" * 5}]
+    connections = [EchoConnection() for _ in bodies]
+    reads = [BufferedReads(c.protocol, shared) for c in connections]
+    transports = [RecordingTransport() for _ in bodies]
+    for read, transport in zip(reads, transports, strict=True):
+        read.connection_made(transport)  # type: ignore[arg-type]
+    streams = [client_bytes(b) for b in bodies]
+    positions = [0, 0]
+    cuts = [7, 4093]  # each connection's reads end at different places in its frames
+    while any(pos < len(data) for pos, data in zip(positions, streams, strict=True)):
+        for index, read in enumerate(reads):
+            data, pos = streams[index], positions[index]
+            if pos >= len(data):
+                continue
+            target = read.get_buffer(-1)
+            size = min(len(target), cuts[index], len(data) - pos)
+            target[:size] = data[pos : pos + size]
+            target[size : size + 16] = b"\xff" * len(target[size : size + 16])  # garbage past the read
+            read.buffer_updated(size)
+            positions[index] = pos + size
+    await asyncio.sleep(0)  # writes leave on the next loop iteration
+    for connection, expected in zip(connections, bodies, strict=True):
+        assert {k: bytes(v) for k, v in connection.received.items()} == expected
 
 
 async def test_output_waits_for_the_peers_window() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -31,26 +32,26 @@ class Recorder:
     """A handler that answers nothing by itself: the test plays the application."""
 
     def __init__(self) -> None:
-        self.streams: dict[int, Stream] = {}
+        self.streams: dict[int, Stream[Any]] = {}
         self.resets: list[int] = []
 
-    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
+    def headers_received(self, stream: Stream[Any], headers: Headers, end_stream: bool) -> None:
         self.streams[stream.stream_id] = stream
 
-    def stream_data(self, stream: Stream, data: memoryview) -> None:
+    def stream_data(self, stream: Stream[Any], data: memoryview) -> None:
         pass
 
-    def stream_ended(self, stream: Stream) -> None:
+    def stream_ended(self, stream: Stream[Any]) -> None:
         pass
 
-    def stream_reset(self, stream: Stream) -> None:
+    def stream_reset(self, stream: Stream[Any]) -> None:
         self.resets.append(stream.stream_id)
 
-    def goaway_received(self, last_stream_id: int, code: int) -> None:
+    def goaway_received(self, last_stream_id: int, code: int, unprocessed: list[Stream[Any]]) -> None:
         pass
 
 
-def server() -> tuple[Connection, Recorder]:
+def server() -> tuple[Connection[Any], Recorder]:
     handler = Recorder()
     core = ServerRole(handler).connection
     core.start(0.0)
@@ -59,7 +60,7 @@ def server() -> tuple[Connection, Recorder]:
     return core, handler
 
 
-def client(*, window_bytes: int = 65535) -> tuple[ClientRole, Connection, Recorder]:
+def client(*, window_bytes: int = 65535) -> tuple[ClientRole[Any], Connection[Any], Recorder]:
     handler = Recorder()
     role = ClientRole(handler)
     core = role.connection
@@ -77,20 +78,20 @@ def rst(stream_id: int, code: ErrorCode = ErrorCode.CANCEL) -> bytes:
     return frame(FrameType.RST_STREAM, 0, stream_id, struct.pack(">I", code))
 
 
-def open_server_stream(core: Connection, handler: Recorder, *, ended: bool) -> Stream:
+def open_server_stream(core: Connection[Any], handler: Recorder, *, ended: bool) -> Stream[Any]:
     core.receive_data(
         frame(FrameType.HEADERS, Flag.END_HEADERS | (Flag.END_STREAM if ended else 0), 1, REQUEST)
     )
     return handler.streams[1]
 
 
-def answer(core: Connection, stream: Stream) -> None:
+def answer(core: Connection[Any], stream: Stream[Any]) -> None:
     core.send_headers(stream, RESPONSE)
     core.respond(stream, [b"answer"], TRAILERS)
     core.data_to_send()
 
 
-def server_open_send_end() -> tuple[Stream, list[StreamState]]:
+def server_open_send_end() -> tuple[Stream[Any], list[StreamState]]:
     core, handler = server()
     stream = open_server_stream(core, handler, ended=False)
     seen = [stream.state]
@@ -99,7 +100,7 @@ def server_open_send_end() -> tuple[Stream, list[StreamState]]:
     return stream, seen
 
 
-def server_open_recv_end() -> tuple[Stream, list[StreamState]]:
+def server_open_recv_end() -> tuple[Stream[Any], list[StreamState]]:
     core, handler = server()
     stream = open_server_stream(core, handler, ended=False)
     seen = [stream.state]
@@ -108,7 +109,7 @@ def server_open_recv_end() -> tuple[Stream, list[StreamState]]:
     return stream, seen
 
 
-def server_half_closed_remote_send_end() -> tuple[Stream, list[StreamState]]:
+def server_half_closed_remote_send_end() -> tuple[Stream[Any], list[StreamState]]:
     core, handler = server()
     stream = open_server_stream(core, handler, ended=True)
     seen = [stream.state]
@@ -118,7 +119,7 @@ def server_half_closed_remote_send_end() -> tuple[Stream, list[StreamState]]:
     return stream, seen
 
 
-def server_send_rst(*, ended: bool) -> tuple[Stream, list[StreamState]]:
+def server_send_rst(*, ended: bool) -> tuple[Stream[Any], list[StreamState]]:
     core, handler = server()
     stream = open_server_stream(core, handler, ended=ended)
     seen = [stream.state]
@@ -127,7 +128,7 @@ def server_send_rst(*, ended: bool) -> tuple[Stream, list[StreamState]]:
     return stream, seen
 
 
-def server_recv_rst(*, ended: bool) -> tuple[Stream, list[StreamState]]:
+def server_recv_rst(*, ended: bool) -> tuple[Stream[Any], list[StreamState]]:
     core, handler = server()
     stream = open_server_stream(core, handler, ended=ended)
     seen = [stream.state]
@@ -137,13 +138,13 @@ def server_recv_rst(*, ended: bool) -> tuple[Stream, list[StreamState]]:
     return stream, seen
 
 
-def client_call(role: ClientRole, core: Connection, message: bytes = b"request") -> Stream:
-    stream = role.open_stream(REQUEST, [message])
+def client_call(role: ClientRole[Any], core: Connection[Any], message: bytes = b"request") -> Stream[Any]:
+    stream = role.open_stream(REQUEST, [message], None)
     core.data_to_send()
     return stream
 
 
-def client_half_closed_local_recv_end() -> tuple[Stream, list[StreamState]]:
+def client_half_closed_local_recv_end() -> tuple[Stream[Any], list[StreamState]]:
     role, core, _ = client()
     stream = client_call(role, core)
     seen = [stream.state]
@@ -152,7 +153,7 @@ def client_half_closed_local_recv_end() -> tuple[Stream, list[StreamState]]:
     return stream, seen
 
 
-def client_half_closed_local_reset(*, by_peer: bool) -> tuple[Stream, list[StreamState]]:
+def client_half_closed_local_reset(*, by_peer: bool) -> tuple[Stream[Any], list[StreamState]]:
     role, core, handler = client()
     stream = client_call(role, core)
     seen = [stream.state]
@@ -165,18 +166,17 @@ def client_half_closed_local_reset(*, by_peer: bool) -> tuple[Stream, list[Strea
     return stream, seen
 
 
-def client_recv_goaway(*, request_sent: bool) -> tuple[Stream, list[StreamState]]:
+def client_recv_goaway(*, request_sent: bool) -> tuple[Stream[Any], list[StreamState]]:
     # A window of 0 keeps the request's DATA back: the stream stays open on our side.
     role, core, _ = client(window_bytes=65535 if request_sent else 0)
     stream = client_call(role, core)
     seen = [stream.state]
-    core.receive_data(goaway(0, ErrorCode.NO_ERROR))
-    role.drop(stream)  # above the GOAWAY's last stream id: never processed
+    core.receive_data(goaway(0, ErrorCode.NO_ERROR))  # above its last stream id: never processed
     seen.append(stream.state)
     return stream, seen
 
 
-ROWS: dict[tuple[StreamState, StreamEvent], Callable[[], tuple[Stream, list[StreamState]]]] = {
+ROWS: dict[tuple[StreamState, StreamEvent], Callable[[], tuple[Stream[Any], list[StreamState]]]] = {
     (S.OPEN, E.SEND_END_STREAM): server_open_send_end,
     (S.OPEN, E.RECV_END_STREAM): server_open_recv_end,
     (S.HALF_CLOSED_REMOTE, E.SEND_END_STREAM): server_half_closed_remote_send_end,
@@ -215,7 +215,7 @@ def test_each_row_is_reached_by_a_real_core(row: tuple[StreamState, StreamEvent]
 def test_what_the_table_does_not_hold_is_refused(state: StreamState, event: StreamEvent) -> None:
     if (state, event) in TRANSITIONS:
         return
-    stream = Stream(1)
+    stream: Stream[None] = Stream(1, None)
     stream.state = state
     if event is E.RECV_END_STREAM:  # the peer ended its side twice: STREAM_CLOSED (RFC 9113 5.1)
         with pytest.raises(ProtocolError, match="ended again") as caught:

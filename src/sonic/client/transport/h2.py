@@ -203,15 +203,16 @@ class H2Transport(GrpcCalls):
         if connection.full:
             await connection.wait_for_room()
         stream = connection.open_call(block, message, MAX_MESSAGE_BYTES, timeout_s)
+        call = stream.app
         try:
-            response: bytes | bytearray | memoryview = await stream.call.future
+            response: bytes | bytearray | memoryview = await call.future
         except asyncio.CancelledError:
             connection.cancel(stream, None)  # the caller gave up: the server stops too
             raise
-        if not stream.call.answer.compressed:
+        if not call.answer.compressed:
             return response
         try:
-            return await decompress(response, stream.call.answer.encoding, self._message_limits)
+            return await decompress(response, call.answer.encoding, self._message_limits)
         except GrpcError as exc:
             raise error_for_status(exc.status, exc.message, self.address) from None
 

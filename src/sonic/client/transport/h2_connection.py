@@ -75,11 +75,10 @@ class ClientConnection:
 
     def __init__(self, address: str, limits: Http2Limits = CLIENT_LIMITS) -> None:
         self.address = address
-        self._role = ClientRole(self, limits=limits)
+        self._role: ClientRole[Call] = ClientRole(
+            self, limits=limits, write_batch_bytes=WRITE_BATCH_BYTES, stream_closed=self._room_freed
+        )
         self.core = core = self._role.connection
-        core.output.write_batch_bytes = WRITE_BATCH_BYTES
-        core.stream_closed = self._room_freed
-        self.streams = core.streams
         self.protocol = H2Protocol(core, deadlines_due=self.deadlines_due, on_lost=self._connection_lost)
         self._loop = self.protocol.loop
         self.closed = self.protocol.closed
@@ -112,8 +111,8 @@ class ClientConnection:
         message: list[bytes | memoryview],
         max_bytes: int,
         timeout_s: float | None = None,
-    ) -> Stream:
-        """A new stream: HEADERS ``block``, then ``message`` with END_STREAM. ``stream.call`` is its Call,
+    ) -> Stream[Call]:
+        """A new stream: HEADERS ``block``, then ``message`` with END_STREAM. ``stream.app`` is its Call,
         failed with DEADLINE_EXCEEDED (and the stream cancelled) if no answer comes within ``timeout_s``."""
         if self.closing:
             msg = "the connection is closing"
@@ -127,19 +126,18 @@ class ClientConnection:
         self.protocol.watch_deadline(deadline)
         return self._role.open_stream(block, message, call)
 
-    def cancel(self, stream: Stream, error: ClientError | None) -> None:
+    def cancel(self, stream: Stream[Call], error: ClientError | None) -> None:
         """Stop a call (deadline, caller cancelled): RST_STREAM CANCEL, ``error`` to its caller."""
-        if stream.stream_id in self.streams:
-            self.core.reset(stream, ErrorCode.CANCEL)
-        future = stream.call.future
+        self.core.end(stream)
+        future = stream.app.future
         if error is not None and not future.done():
             future.set_exception(error)
 
     def deadlines_due(self, now: float) -> float:
         """Fail the calls past their deadline (the server's MAX_CONCURRENT_STREAMS at most to walk)."""
         following = math.inf
-        for stream in list(self.streams.values()):
-            call: Call = stream.call
+        for stream in self.core.open_streams():
+            call = stream.app
             if call.future.done():
                 continue
             if call.deadline <= now:
@@ -167,15 +165,12 @@ class ClientConnection:
         """The core has reset every open stream (as lost: the core's state was LOST first)."""
         self._wake_all()
 
-    def goaway_received(self, last_stream_id: int, code: int) -> None:
-        """Streams up to ``last_stream_id`` finish; later ones were not processed and can go elsewhere."""
+    def goaway_received(self, last_stream_id: int, code: int, unprocessed: list[Stream[Call]]) -> None:  # noqa: ARG002  (the role sorted the streams by it)
+        """Streams up to ``last_stream_id`` finish; the ``unprocessed`` ones can go elsewhere."""
         self._draining = code == ErrorCode.NO_ERROR
-        for stream in [s for s in self.streams.values() if s.stream_id > last_stream_id]:
-            self._role.drop(stream)
+        for stream in unprocessed:
             self._fail(stream, self._lost(f"the server is going away (GOAWAY {_code_name(code)})"))
         self._wake_all()
-        if not self.streams:
-            self.core.close()
 
     def _room_freed(self) -> None:
         while self._room and not self.full:
@@ -195,46 +190,48 @@ class ClientConnection:
 
     # --- what the server sends ----------------------------------------------------------------------
 
-    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:
-        call: Call = stream.call
-        outcome = call.answer.headers_received(headers, end_stream)
+    def headers_received(self, stream: Stream[Call], headers: Headers, end_stream: bool) -> None:
+        outcome = stream.app.answer.headers_received(headers, end_stream)
         if outcome is not None:
             self._end(stream, outcome)
 
-    def stream_data(self, stream: Stream, data: memoryview) -> None:
-        call: Call = stream.call
+    def stream_data(self, stream: Stream[Call], data: memoryview) -> None:
+        call = stream.app
         if call.future.done():
             return
         failure = call.answer.data_received(data)
         if failure is not None:
             self.cancel(stream, self._error(failure))
 
-    def stream_ended(self, stream: Stream) -> None:
+    def stream_ended(self, stream: Stream[Call]) -> None:
         """DATA with END_STREAM: a response without trailers, hence without a status."""
         self._end(stream, ENDED_WITHOUT_STATUS)
 
-    def stream_reset(self, stream: Stream) -> None:
-        if self.core.state is ConnectionState.LOST:
+    def stream_reset(self, stream: Stream[Call]) -> None:
+        core = self.core
+        if core.state is ConnectionState.LOST:
             self._fail(stream, self._lost("the connection was lost"))
             return
-        if self._draining and stream.reset_code == ErrorCode.CANCEL:
+        code = core.peer_reset_code(stream)
+        if self._draining and code == ErrorCode.CANCEL:
             self._fail(stream, self._lost("the draining server cut the call off at its exit timeout"))
             return
-        status = reset_status(stream.reset_code)
-        detail = f"the server reset the stream (RST_STREAM {_code_name(stream.reset_code)})"
+        status = reset_status(code)
+        detail = f"the server reset the stream (RST_STREAM {_code_name(code)})"
         self._fail(stream, error_for_status(status, detail, self.address))
 
-    def _end(self, stream: Stream, outcome: Message | Failure) -> None:
+    def _end(self, stream: Stream[Call], outcome: Message | Failure) -> None:
         """The server ended the call (or its answer is refused): resolve it, and stop the stream."""
-        self._role.end(stream)
+        self.core.end(stream)
         if isinstance(outcome, Failure):
             self._fail(stream, self._error(outcome))
-        elif not stream.call.future.done():
-            stream.call.future.set_result(outcome)
+        elif not stream.app.future.done():
+            stream.app.future.set_result(outcome)
 
     def _error(self, failure: Failure) -> ServerError:
         return error_for_status(failure.status, failure.detail, self.address)
 
-    def _fail(self, stream: Stream, error: ClientError) -> None:
-        if not stream.call.future.done():
-            stream.call.future.set_exception(error)
+    def _fail(self, stream: Stream[Call], error: ClientError) -> None:
+        future = stream.app.future
+        if not future.done():
+            future.set_exception(error)

@@ -1,7 +1,8 @@
 """The backend interface: one class per framework, one object per model instance.
 
 A backend object is created in a worker thread for each instance of each loaded model version and
-then only ever called from that instance's own thread, so implementations need no locking.
+then only ever called from that instance's own thread (or, when it says :attr:`Backend.runs_on_any_thread`,
+from the event loop's, never at the same time), so implementations need no locking.
 
 Three shapes of backend:
 
@@ -212,6 +213,17 @@ class Backend(ABC):
         if batch.output_buffers:
             return self.execute_into(batch.inputs, batch.output_names, batch.output_buffers)
         return self.execute(batch.inputs, batch.output_names)
+
+    @property
+    def runs_on_any_thread(self) -> bool:
+        """Whether this instance may also be run from another thread than its own, never two at once.
+
+        True lets a version whose executions take a few µs run on the event loop (``sonic serve
+        --inline-execution-us``, :mod:`sonic.server.runtime.inline`); a backend says so only when nothing
+        of it is bound to the thread that created it, and its executions cannot wait for the event loop
+        (model code that calls other models does).
+        """
+        return False
 
     def close(self) -> None:  # noqa: B027
         """Release resources; called once, from the instance's own thread."""

@@ -242,6 +242,12 @@ class OnnxRuntimeBackend(Backend):
         result.reshape(-1)[:] = decoded
         return result
 
+    @property
+    def runs_on_any_thread(self) -> bool:
+        """A CPU session: ``InferenceSession.run`` may be called from any thread (onnxruntime documents it
+        thread safe); a GPU one stays on the thread that made its device current."""
+        return self._cpu
+
     def execute(
         self, inputs: Mapping[str, npt.NDArray[Any]], output_names: Sequence[str]
     ) -> dict[str, npt.NDArray[Any]]:

@@ -335,6 +335,11 @@ class TreesBackend(Backend):
                 context.instance_name,
             )
 
+    @property
+    def runs_on_any_thread(self) -> bool:
+        """Prediction with a loaded model (XGBoost, LightGBM, scikit-learn) binds nothing to a thread."""
+        return True
+
     def execute(
         self, inputs: Mapping[str, npt.NDArray[Any]], output_names: Sequence[str]
     ) -> dict[str, npt.NDArray[Any]]:

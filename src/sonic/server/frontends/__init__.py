@@ -8,7 +8,8 @@ trace context, error mapping).
   request DATA charged to the budget by :mod:`.request_windows`) or :mod:`.grpc_aio` (grpcio), both serving
   :mod:`.grpc_methods`;
 - HTTP/REST: :mod:`.http` with :mod:`.http_routes` (the route table), :mod:`.http_connections` (aiohttp's
-  server, counting clients; a body framed twice refused in words) and :mod:`.http_body` (bounded bodies); ``GET /metrics``: :mod:`.metrics`; both on
+  server, counting clients; a body framed twice refused in words) and :mod:`.http_body` (bounded bodies), :mod:`.http_payload` (a response's
+  outputs written as pieces); ``GET /metrics``: :mod:`.metrics`; both on
   :mod:`.aiohttp_listener`;
 - :mod:`.traced`: a traced inference call's protocol activities (Triton's trace extension).
 """

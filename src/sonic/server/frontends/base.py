@@ -38,16 +38,16 @@ class FrontendSettings:
     def from_config(cls, config: ServerConfig) -> FrontendSettings:
         return cls(
             host=config.host,
-            max_message_bytes=config.grpc_max_message_bytes,
-            tls=config.tls,
-            max_decompressed_bytes=config.grpc_max_decompressed_bytes,
-            max_concurrent_streams=config.grpc_max_concurrent_streams,
-            max_connections_per_client=config.http_max_connections_per_client,
+            max_message_bytes=config.max_message_bytes,
+            tls=config.security.tls,
+            max_decompressed_bytes=config.grpc.max_decompressed_bytes,
+            max_concurrent_streams=config.grpc.max_concurrent_streams,
+            max_connections_per_client=config.http.max_connections_per_client,
             grpc_header_forward=HeaderForward.compile(
-                config.grpc_header_forward_pattern, "--grpc-header-forward-pattern"
+                config.grpc.header_forward_pattern, "--grpc-header-forward-pattern"
             ),
             http_header_forward=HeaderForward.compile(
-                config.http_header_forward_pattern, "--http-header-forward-pattern"
+                config.http.header_forward_pattern, "--http-header-forward-pattern"
             ),
         )
 

@@ -25,18 +25,18 @@ def configured_frontends(
     gate = CallGate(dataplane, guard)
     settings = FrontendSettings.from_config(config)
     # One budget for every connection that buffers request bodies (grpcio's server keeps its own buffers).
-    budget = RequestBudget(config.request_buffer_budget_bytes, config.request_buffer_wait_s)
+    budget = RequestBudget(config.budget.total_bytes, config.budget.wait_s)
     grpc: Frontend = (
-        GrpcAioFrontend(dataplane, gate, config.grpc_port, settings)
-        if config.grpc_server is GrpcServerKind.GRPCIO
+        GrpcAioFrontend(dataplane, gate, config.grpc.port, settings)
+        if config.grpc.server is GrpcServerKind.GRPCIO
         # The h2 stack takes the HTTP/2 limits that grpcio's server has no equivalent for.
         else H2GrpcFrontend(
-            dataplane, gate, config.grpc_port, settings, http2_limits=config.grpc_http2_limits, budget=budget
+            dataplane, gate, config.grpc.port, settings, http2_limits=config.grpc.http2_limits, budget=budget
         )
     )
     frontends: list[Frontend] = [grpc]
-    if config.http_port is not None:
-        frontends.append(HttpFrontend(dataplane, gate, config.http_port, settings, budget=budget))
-    if config.metrics_port is not None:
-        frontends.append(MetricsFrontend(models, config.host, config.metrics_port, budget))
+    if config.http.port is not None:
+        frontends.append(HttpFrontend(dataplane, gate, config.http.port, settings, budget=budget))
+    if config.metrics.port is not None:
+        frontends.append(MetricsFrontend(models, config.host, config.metrics.port, budget))
     return frontends

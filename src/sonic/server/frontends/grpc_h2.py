@@ -10,7 +10,9 @@ the event loop when large), ``grpc-timeout`` deadlines, status and message in tr
 answers for calls that fail before any response). The parts shared with our client are
 :mod:`sonic.grpc.call`; the HTTP/2 connection is a :class:`sonic.h2.server.ServerRole` core on the
 :class:`sonic.h2.aio.H2Protocol` adapter, with the limits of :class:`sonic.h2.limits.Http2Limits`, its
-request DATA charged to the server's budget by :mod:`sonic.server.frontends.request_windows`.
+request DATA charged to the server's budget by :mod:`sonic.server.frontends.request_windows`. Reads go
+through :class:`sonic.h2.aio.BufferedReads`: a large request message is read from the socket straight into
+the one buffer its length prefix sized, and its tensors reach the model as views of it (no copy between).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from sonic.grpc.call import (
     parse_grpc_timeout,
     status_block,
 )
-from sonic.h2.aio import H2Protocol
+from sonic.h2.aio import BufferedReads, H2Protocol, receive_buffer
 from sonic.h2.headers import Headers, encode_headers
 from sonic.h2.limits import SERVER_LIMITS, Http2Limits, MemoBudget
 from sonic.h2.server import ServerRole
@@ -61,23 +63,42 @@ MEMO_BUDGET_BYTES = 32 << 20  # all connections' header-block memos together
 # past which the next response waits for that queue to empty: with the model's sender bounded too
 # (sonic.server.responses), a model that sends forever holds at most about this much here.
 MAX_QUEUED_STREAM_BYTES = 4 << 20
+# A stream of this front end: its Call once its headers were accepted, None before (or when refused).
+CallStream = Stream[Call | None]
+
+
+class ReceivedBytes:
+    """How the request messages' bytes of one connection arrived: read straight into their message's
+    buffer (``placed_bytes``) or copied there from the adapter's read buffer (``copied_bytes``, counted
+    when the request stream ends). A test's count of the copies; nothing reads it on the hot path."""
+
+    __slots__ = ("copied_bytes", "placed_bytes")
+
+    def __init__(self) -> None:
+        self.copied_bytes = 0
+        self.placed_bytes = 0
 
 
 class GrpcConnection:
-    """One client connection's gRPC calls: the Handler of its HTTP/2 core, on asyncio as ``protocol``."""
+    """One client connection's gRPC calls: the Handler (and DataSink) of its HTTP/2 core, on asyncio as
+    ``protocol``, read through ``reads`` (a large message's DATA straight into its buffer)."""
 
     def __init__(self, frontend: H2GrpcFrontend) -> None:
         self._frontend = frontend
         self._methods = frontend.methods
-        self._server = ServerRole(self, limits=frontend.http2_limits, memo_budget=frontend.memo_budget)
+        self._server: ServerRole[Call] = ServerRole(
+            self, limits=frontend.http2_limits, memo_budget=frontend.memo_budget
+        )
         self.core = core = self._server.connection
-        self.streams = core.streams
+        core.set_sink(self)  # a large message's bytes are read straight into its buffer (stream_sink)
+        self.received = ReceivedBytes()
         self.protocol = H2Protocol(
             core,
             deadlines_due=self.deadlines_due,
             on_made=lambda: frontend.connections.add(self),
             on_lost=self._lost,
         )
+        self.reads = BufferedReads(self.protocol, frontend.receive_buffer)  # what the transport calls
         self._loop = self.protocol.loop
         self._windows = RequestWindows(core, frontend.budget, self._loop, self.budget_wait_over)
 
@@ -90,17 +111,17 @@ class GrpcConnection:
 
     # --- the HTTP/2 events ----------------------------------------------------------------------------
 
-    def headers_received(self, stream: Stream, headers: Headers, end_stream: bool) -> None:  # noqa: ARG002  (END_STREAM comes as stream_ended)
+    def headers_received(self, stream: CallStream, headers: Headers, end_stream: bool) -> None:  # noqa: ARG002  (END_STREAM comes as stream_ended)
         try:
-            stream.call = self._open_call(stream, headers)
+            stream.app = self._open_call(stream, headers)
         except CallError as error:
             self._fail(stream, error.code, error.message)
         except SonicError as error:
             self._fail(stream, error.code, error.message)
 
-    def stream_data(self, stream: Stream, data: memoryview) -> None:
-        call: Call | None = stream.call
-        if call is None or stream.local_closed:
+    def stream_data(self, stream: CallStream, data: memoryview) -> None:
+        call = stream.app
+        if call is None:  # refused (the core passes nothing more of a stream we ended)
             self._windows.drop(stream, len(data))
             return
         call.held += len(data)
@@ -111,10 +132,32 @@ class GrpcConnection:
         except CallError as error:
             self._fail(stream, error.code, error.message)
 
-    def stream_ended(self, stream: Stream) -> None:
-        call: Call | None = stream.call
-        if call is None or stream.local_closed:
+    def stream_sink(self, stream: CallStream) -> memoryview | None:
+        """The rest of the request message in progress (None between messages, or for a refused call):
+        the socket is read into it, where the decoded tensors will be views."""
+        call = stream.app
+        return None if call is None else call.reader.room()
+
+    def stream_data_placed(self, stream: CallStream, size: int) -> None:
+        call = stream.app
+        if call is None:  # stream_sink gave no memory to a refused call: nothing lands for one
+            self._windows.drop(stream, size)
             return
+        call.held += size
+        self._windows.hold(stream, size)
+        self.received.placed_bytes += size
+        try:
+            message = call.reader.placed(size)
+            if message is not None:
+                self._on_message(stream, call, *message)
+        except CallError as error:
+            self._fail(stream, error.code, error.message)
+
+    def stream_ended(self, stream: CallStream) -> None:
+        call = stream.app
+        if call is None:
+            return
+        self.received.copied_bytes += call.reader.copied_bytes
         call.input_done = True
         if call.reader.partial:
             self._fail(stream, GrpcCode.INTERNAL, "request stream ended inside a message")
@@ -127,11 +170,11 @@ class GrpcConnection:
             self._spawn(stream, call, self._run_unary(stream, call, call.message), call.held)
             call.held = 0
 
-    def goaway_received(self, last_stream_id: int, code: int) -> None:
+    def goaway_received(self, last_stream_id: int, code: int, unprocessed: list[CallStream]) -> None:
         """The client goes away: the role refuses new streams, calls in flight finish."""
 
-    def stream_reset(self, stream: Stream) -> None:
-        call: Call | None = stream.call
+    def stream_reset(self, stream: CallStream) -> None:
+        call = stream.app
         if call is None:
             return
         self._release(call)
@@ -141,7 +184,7 @@ class GrpcConnection:
 
     # --- calls -----------------------------------------------------------------------------------------
 
-    def _open_call(self, stream: Stream, headers: Headers) -> Call:
+    def _open_call(self, stream: CallStream, headers: Headers) -> Call:
         fields = dict(headers)  # the fields read here appear once in a gRPC request
         path, content_type = fields.get(b":path"), fields.get(b"content-type")
         method_verb, timeout = fields.get(b":method"), fields.get(b"grpc-timeout")
@@ -187,7 +230,9 @@ class GrpcConnection:
         except GrpcError as error:
             raise CallError(error.status, error.message) from None
 
-    def _on_message(self, stream: Stream, call: Call, compressed: bool, message: bytes | memoryview) -> None:
+    def _on_message(
+        self, stream: CallStream, call: Call, compressed: bool, message: bytes | memoryview
+    ) -> None:
         if compressed and call.encoding is None:
             raise CallError(GrpcCode.INTERNAL, "compressed message without a grpc-encoding header")
         if call.method == "ModelStreamInfer":
@@ -203,25 +248,25 @@ class GrpcConnection:
             call.message = message
             call.compressed = compressed
 
-    def _spawn(self, stream: Stream, call: Call, coroutine: Any, held: int) -> None:
+    def _spawn(self, stream: CallStream, call: Call, coroutine: Any, held: int) -> None:
         """Run ``coroutine`` for the call; the ``held`` bytes of its message are released when it is done
         (in the done callback: a task cancelled before it started runs no ``finally``)."""
         task: asyncio.Task[None] = self._loop.create_task(coroutine)
         call.tasks.add(task)
         task.add_done_callback(lambda done: self._task_done(stream, call, done, held))
 
-    def _task_done(self, stream: Stream, call: Call, task: asyncio.Task[None], held: int) -> None:
+    def _task_done(self, stream: CallStream, call: Call, task: asyncio.Task[None], held: int) -> None:
         call.tasks.discard(task)
         self._windows.release(held)
         if (
             call.method == "ModelStreamInfer"
             and call.input_done
             and not call.tasks
-            and not stream.local_closed
+            and not self.core.ended(stream)
         ):
             self._finish_stream_call(stream, call)
 
-    async def _run_unary(self, stream: Stream, call: Call, message: bytes | memoryview) -> None:
+    async def _run_unary(self, stream: CallStream, call: Call, message: bytes | memoryview) -> None:
         try:
             if call.compressed:  # most calls are not: no coroutine for them on the hot path
                 message = await self._inflated(call, message)
@@ -250,14 +295,13 @@ class GrpcConnection:
             msg = f"Sent message larger than max ({size} vs. {self._frontend.max_message_bytes})"
             self._fail(stream, GrpcCode.RESOURCE_EXHAUSTED, msg)
             return
-        if stream.local_closed:
-            return
         call.deadline = math.inf
+        # Nothing is sent on a stream that ended meanwhile (reset by the client, failed): the core drops it.
         self.core.send_headers(stream, RESPONSE_HEADERS)
         self.core.respond(stream, [grpc_message_prefix(size), *parts], TRAILERS_OK)
 
     async def _run_stream_message(
-        self, stream: Stream, call: Call, compressed: bool, message: bytes | memoryview
+        self, stream: CallStream, call: Call, compressed: bool, message: bytes | memoryview
     ) -> None:
         try:
             if compressed:
@@ -267,16 +311,16 @@ class GrpcConnection:
             return
         async with aclosing(self._methods.stream_responses(message, call.trace, call.forwarded)) as messages:
             async for parts in messages:
-                if stream.local_closed:
+                if self.core.ended(stream):
                     return  # closing the responses cancels the request: the model sees is_cancelled()
                 self.core.respond(stream, [grpc_message_prefix(parts_size(parts)), *parts])
                 if self.core.queued_bytes(stream) > MAX_QUEUED_STREAM_BYTES:
-                    if call.drained is None:
-                        call.drained = self._loop.create_future()
+                    if call.send_paused is None:
+                        call.send_paused = self._loop.create_future()
                         self.core.on_drained(stream, call.output_drained)
-                    await call.drained
+                    await call.send_paused
 
-    def _finish_stream_call(self, stream: Stream, call: Call) -> None:
+    def _finish_stream_call(self, stream: CallStream, call: Call) -> None:
         call.deadline = math.inf
         if not call.headers_sent:
             call.headers_sent = True
@@ -286,9 +330,9 @@ class GrpcConnection:
     def deadlines_due(self, now: float) -> float:
         """Calls past their ``grpc-timeout`` end with DEADLINE_EXCEEDED, their handlers cancelled."""
         following = math.inf
-        for stream in list(self.streams.values()):
-            call: Call | None = stream.call
-            if call is None or stream.local_closed:
+        for stream in self.core.open_streams():
+            call = stream.app
+            if call is None or self.core.ended(stream):
                 continue
             if call.deadline > now:
                 following = min(following, call.deadline)
@@ -307,16 +351,16 @@ class GrpcConnection:
         """Calls holding bytes of a request not yet whole end with RESOURCE_EXHAUSTED, releasing them
         (a ModelStreamInfer stream between two messages holds none and goes on)."""
         budget = self._frontend.budget
-        for stream in list(self.streams.values()):
-            call: Call | None = stream.call
-            if call is not None and call.held and not call.input_done and not stream.local_closed:
+        for stream in self.core.open_streams():
+            call = stream.app
+            if call is not None and call.held and not call.input_done and not self.core.ended(stream):
                 self._fail(stream, GrpcCode.RESOURCE_EXHAUSTED, budget.busy_error(call.method).message)
 
-    def _fail(self, stream: Stream, code: GrpcCode, message: str) -> None:
+    def _fail(self, stream: CallStream, code: GrpcCode, message: str) -> None:
         """End the call with ``code``: trailers-only when nothing was sent yet."""
-        if stream.local_closed:
+        if self.core.ended(stream):
             return
-        call: Call | None = stream.call
+        call = stream.app
         if call is not None:
             call.deadline = math.inf
             self._release(call)
@@ -357,6 +401,7 @@ class H2GrpcFrontend(Frontend):
             )
         self.http2_limits = http2_limits
         self.memo_budget = MemoBudget(MEMO_BUDGET_BYTES)
+        self.receive_buffer = receive_buffer()  # every connection's reads outside DATA payloads, in turn
         self._ssl_context = grpc_ssl_context(settings.tls) if settings.tls is not None else None
         names = [*self.methods.unary, "ModelInfer", "ModelStreamInfer"]
         self.paths = {f"/{SERVICE}/{name}".encode(): name for name in names}
@@ -367,7 +412,7 @@ class H2GrpcFrontend(Frontend):
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: GrpcConnection(self).protocol,
+            lambda: GrpcConnection(self).reads,
             self.host,
             self.port,
             ssl=self._ssl_context,

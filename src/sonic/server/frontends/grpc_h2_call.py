@@ -66,7 +66,6 @@ class Call:
     __slots__ = (
         "compressed",
         "deadline",
-        "drained",
         "encoding",
         "forwarded",
         "headers_sent",
@@ -75,6 +74,7 @@ class Call:
         "message",
         "method",
         "reader",
+        "send_paused",
         "tasks",
         "trace",
     )
@@ -92,12 +92,12 @@ class Call:
         self.tasks: set[asyncio.Task[None]] = set()
         # ModelStreamInfer: set while a decoupled model's responses wait for the client to read
         # what is queued (back-pressure); resolved when the stream's queued output is all sent.
-        self.drained: asyncio.Future[None] | None = None
+        self.send_paused: asyncio.Future[None] | None = None
         self.headers_sent = False
         self.input_done = False
 
     def output_drained(self) -> None:
         """The stream's queued responses have all left: the next one may be sent."""
-        drained, self.drained = self.drained, None
+        drained, self.send_paused = self.send_paused, None
         if drained is not None and not drained.done():
             drained.set_result(None)

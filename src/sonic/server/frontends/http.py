@@ -45,6 +45,7 @@ from sonic.server.frontends.base import Frontend, FrontendSettings
 from sonic.server.frontends.gate import CallGate, as_sonic_error
 from sonic.server.frontends.http_body import PayloadTooLargeError, read_body, refuse_body
 from sonic.server.frontends.http_connections import ClientCountingServer
+from sonic.server.frontends.http_payload import PartsPayload
 from sonic.server.frontends.http_routes import Route, RouteTable, with_versions
 from sonic.server.frontends.traced import http_traced
 from sonic.server.guard import CallKind
@@ -293,12 +294,12 @@ class HttpFrontend(Frontend):
             forwarded=self._header_forward.http(request.raw_headers),
         )
         response = await self._dataplane.infer(infer_request, arrival, "HTTP end point")
-        payload, json_length = http_json.encode_infer_response(response, choice)
+        parts, json_length = http_json.encode_infer_response_parts(response, choice)
         if json_length is None:
-            return web.Response(body=payload, content_type=JSON)
+            return web.Response(body=parts[0], content_type=JSON)
+        # The output arrays go out as they are, after the JSON header: not joined into one more copy.
         return web.Response(
-            body=payload,
-            content_type="application/octet-stream",
+            body=PartsPayload(parts, "application/octet-stream"),
             headers={http_json.HEADER_LENGTH: str(json_length)},
         )
 

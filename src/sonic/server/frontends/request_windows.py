@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from sonic.h2.connection import Connection
 from sonic.h2.stream import Stream
 from sonic.server.budget import RequestBudget
 
+T = TypeVar("T")  # what the front end hangs on a stream
 
-class RequestWindows:
+
+class RequestWindows(Generic[T]):
     """The budget's side of one connection (``budget`` None: windows open on receipt, as by default)."""
 
     def __init__(
         self,
-        core: Connection,
+        core: Connection[T],
         budget: RequestBudget | None,
         loop: asyncio.AbstractEventLoop,
         wait_over: Callable[[], None],
@@ -33,11 +36,11 @@ class RequestWindows:
         self._budget = budget
         self._loop = loop
         self._wait_over = wait_over
-        core.receive.on_receipt = budget is None
-        self._deferred: dict[int, tuple[Stream, int]] = {}  # windows owed, by stream, until there is room
+        core.set_window_release(on_receipt=budget is None)
+        self._deferred: dict[Stream[T], int] = {}  # windows owed, by stream, until there is room
         self._budget_timer: asyncio.TimerHandle | None = None
 
-    def hold(self, stream: Stream, size: int) -> None:
+    def hold(self, stream: Stream[T], size: int) -> None:
         """The front end keeps ``size`` bytes of ``stream``'s DATA (it gives them back with :meth:`release`)."""
         budget = self._budget
         if budget is None:
@@ -49,10 +52,9 @@ class RequestWindows:
         if not self._deferred:
             budget.when_room(self, self._budget_room)
             self._budget_timer = self._loop.call_later(budget.wait_s, self._budget_timer_fired)
-        owed = self._deferred.get(stream.stream_id)
-        self._deferred[stream.stream_id] = (stream, size + (owed[1] if owed else 0))
+        self._deferred[stream] = self._deferred.get(stream, 0) + size
 
-    def drop(self, stream: Stream, size: int) -> None:
+    def drop(self, stream: Stream[T], size: int) -> None:
         """The front end does not keep these bytes (a call already ended): the windows open at once."""
         if self._budget is not None:
             self._core.acknowledge_received_data(stream, size)
@@ -67,7 +69,7 @@ class RequestWindows:
         if self._budget_timer is not None:
             self._budget_timer.cancel()
             self._budget_timer = None
-        for stream, size in deferred.values():
+        for stream, size in deferred.items():
             self._core.acknowledge_received_data(stream, size)
 
     def _budget_timer_fired(self) -> None:

@@ -43,6 +43,7 @@ from sonic.server.models.repository import (
 from sonic.server.models.version import ModelVersion
 from sonic.server.models.warmup import run_warmup, warmup_samples
 from sonic.server.runtime.executor import ModelInstance
+from sonic.server.runtime.inline import InlinePolicy
 from sonic.server.runtime.rate_limiter import CPU_DEVICE, InstanceLimits, RateLimiter
 from sonic.server.traffic.rows import TrafficRecorder
 
@@ -54,7 +55,7 @@ class ModelManager:
         self._config = config
         self._traffic = traffic  # handed to every version it loads
         self.repository = Repository(
-            config.model_repositories, allow_links_outside=config.allow_model_links_outside
+            config.model_repositories, allow_links_outside=config.security.allow_model_links_outside
         )
         self._entries: dict[str, ModelEntry] = {}
         # One server-wide response cache, for models whose config says response_cache { enable: true }:
@@ -177,7 +178,7 @@ class ModelManager:
                 override,
                 self._config.gpu_count,
                 auto_complete=self._config.auto_complete_config,
-                allow_links_outside=self._config.allow_model_links_outside,
+                allow_links_outside=self._config.security.allow_model_links_outside,
             )
         except VersionsFailedError as failure:
             for version, reason in failure.reasons.items():  # as Triton: each UNAVAILABLE, with the reason
@@ -272,11 +273,19 @@ class ModelManager:
                 if samples:  # before the model reports ready, as Triton's model_warmup
                     await instance.thread.run(run_warmup, config, spec, files, instance.backend, samples)
             # Inside the try: a scheduler refusing the config (sequence, ragged) closes the instances.
-            model = ModelVersion.create(config, spec, version, instances, backend_cls, files=files)
+            model = ModelVersion.create(
+                config,
+                spec,
+                version,
+                instances,
+                backend_cls,
+                files=files,
+                inline=InlinePolicy(threshold_us=self._config.inline_execution_us),
+            )
         except BaseException:
             await self._close_instances(instances)
             raise
-        if self._config.metrics_port is not None and self._config.metrics_histograms:
+        if self._config.metrics.port is not None and self._config.metrics.histograms:
             model.stats.enable_histograms()
         return model
 

@@ -9,7 +9,7 @@ model's own folder:
   component, so a refusal tells nothing about the file the name points at;
 - then the name is resolved (symbolic links followed) and must stay inside the model's resolved folder,
   unless the configuration is the repository's own and the server follows links (its default, as
-  Triton: ``ServerConfig.allow_model_links_outside``; ``--refuse-model-links-outside`` turns it off):
+  Triton: ``SecurityConfig.allow_model_links_outside``; ``--refuse-model-links-outside`` turns it off):
   links placed in the repository by its author may lead elsewhere (e.g. CVMFS). A name given by a
   caller, in a RepositoryModelLoad ``config`` override (:attr:`ConfigOrigin.LOAD_OVERRIDE`), never can,
   links included: the caller may only name what the author put in the model's folder.

@@ -29,6 +29,7 @@ from sonic.server.classification.top_k import Labels
 from sonic.server.metrics.stats import ModelStats
 from sonic.server.models.paths import ModelFiles
 from sonic.server.runtime.executor import ModelInstance
+from sonic.server.runtime.inline import InlinePolicy
 from sonic.server.runtime.policy import BatchPolicy
 from sonic.server.runtime.ragged import RaggedPlan
 from sonic.server.runtime.scheduler import Scheduler
@@ -94,10 +95,12 @@ class ModelVersion:
         backend: type[Backend],
         scheduler: RequestScheduler | None = None,
         files: ModelFiles | None = None,
+        inline: InlinePolicy | None = None,
     ) -> ModelVersion:
         """With ``scheduler`` None (every backend but the ensemble) the batcher feeds ``instances``: the
         sequence batcher when the config has ``sequence_batching`` (``files``: the model's folder, holding
-        its initial state files), else the dynamic batcher."""
+        its initial state files), else the dynamic batcher, whose batches may run on the event loop while
+        they are tiny (``inline``; never a decoupled model's, whose executions send while they run)."""
         if config.model_transaction_policy.decoupled and not backend.supports_decoupled:
             raise ModelConfigError(
                 f"model '{spec.name}': the {backend.name} backend cannot serve decoupled models "
@@ -121,6 +124,7 @@ class ModelVersion:
                 output_names=list(spec.outputs),
                 stats=stats,
                 ragged=ragged,
+                inline=None if config.model_transaction_policy.decoupled else inline,
             )
         ragged_inputs = ragged.ragged_inputs if ragged is not None else frozenset()
         return cls(config, spec, version, instances, scheduler, stats, backend, ragged_inputs)

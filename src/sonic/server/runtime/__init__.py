@@ -4,6 +4,7 @@
 - :mod:`.queues`: the priority-level queues (limits, delayed requests, cancellation);
 - :mod:`.tensors`: merge of a batch's inputs, execution call, split of its outputs (instance thread side);
 - :mod:`.executor`: the loop each instance thread runs: take a batch, execute it, hand the results back;
+- :mod:`.inline`: whether a version's batches run on the event loop instead (tiny executions);
 - :mod:`.scheduler`: the dynamic batcher tying those together.
 - :mod:`.sequences` / :mod:`.sequence_scheduler`: the sequence batcher (stateful models);
 - :mod:`.ensemble`: the ensemble scheduler, which runs a graph of other models' requests on the loop,

@@ -4,6 +4,7 @@ Event-driven and split by thread: on the event loop, :meth:`Scheduler.submit` qu
 (limits, priority, timeout) and waits for its future; the instance threads form and run batches
 (:mod:`.executor`); finished batches come back in one loop callback that records statistics and
 settles each request's future. Nothing polls, and the loop never waits for an instance to be free.
+A version whose executions take a few µs runs its batches on the loop instead (:mod:`.inline`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from sonic.protocol.errors import InternalError, UnavailableError
 from sonic.server.metrics.stats import ModelStats, RequestTiming
 from sonic.server.runtime.executor import Execution, Executor, ModelInstance
+from sonic.server.runtime.inline import InlinePolicy
 from sonic.server.runtime.policy import BatchPolicy
 from sonic.server.runtime.ragged import RaggedPlan
 from sonic.server.runtime.rate_limiter import no_active_instance
@@ -33,11 +35,16 @@ class Scheduler:
         output_names: Sequence[str],
         stats: ModelStats,
         ragged: RaggedPlan | None = None,
+        inline: InlinePolicy | None = None,
     ) -> None:
+        """``inline``: the batches may run on the event loop while they are tiny (:mod:`.inline`), where
+        every active instance's backend allows it and no rate limiter decides when an instance runs."""
         self._model = model_name
         self._policy = policy
         self._instances = [instance for instance in instances if not instance.passive]
         self._stats = stats
+        if not all(i.backend.runs_on_any_thread and i.limiter is None for i in self._instances):
+            inline = None
         self._executor = Executor(
             model_name=model_name,
             policy=policy,
@@ -45,6 +52,8 @@ class Scheduler:
             loop=asyncio.get_running_loop(),
             on_finished=self._deliver_finished,
             ragged=ragged,
+            instances=self._instances,
+            inline=inline,
         )
         self._workers: list[asyncio.Future[None]] = []
         self._closing = False
@@ -59,6 +68,11 @@ class Scheduler:
     @property
     def queued(self) -> int:
         return self._executor.queues.size
+
+    @property
+    def executor(self) -> Executor:
+        """Where the batches run (its ``gate``, ``inline_executions``): for tests and benchmarks."""
+        return self._executor
 
     # --- intake (event loop) ------------------------------------------------------------------------------
 
@@ -80,7 +94,7 @@ class Scheduler:
                 )
             item.enqueued_ns = time.perf_counter_ns()
             queues.push(item)
-            self._executor.notify()
+            self._executor.queued()
         if timeout_us:
             item.timer = asyncio.get_running_loop().call_later(
                 timeout_us / 1e6, self._expire, item, queue_policy.delay_on_timeout
@@ -106,7 +120,7 @@ class Scheduler:
             with self._executor.locked():
                 if item.state is ItemState.QUEUED:
                     self._executor.queues.delay(item)
-                    self._executor.notify()
+                    self._executor.queued()
             return
         if self._drop(item) and not item.future.done():
             item.future.set_exception(
