@@ -24,6 +24,8 @@ _.resume_writing
 _.teardown  # dask.distributed WorkerPlugin (workflow/dask_plugin.py)
 _.formatTime  # logging.Formatter (logs.py IsoTextFormatter)
 _._missing_  # enum.Enum lookup hook: the `native` alias of `h2` (client/config.py, server/config.py)
+sizehint  # asyncio.BufferedProtocol.get_buffer's argument (h2/aio.py: the core decides the size)
+_.write_with_length  # aiohttp.payload.Payload, called by aiohttp 3.12+ (server/frontends/http_payload.py)
 _.stream_opened  # ServerCore hook of trees before sonic.h2 (benchmarks/h2_cost_worker.py)
 
 # --- attributes libraries read after we set them ---------------------------------------------------------
@@ -33,6 +35,7 @@ _.enable_cpu_mem_arena
 _.enable_mem_pattern
 _.ir_version  # onnx.ModelProto
 _.momentum  # torch BatchNorm (models/zoo/resnet.py)
+_.last_inference  # protobuf ModelStatistics field (tests/unit/test_inline_execution.py zeroes it)
 _.int64_param  # protobuf InferParameter fields
 _.double_param
 _.uint32_param  # protobuf LogSettings SettingValue field
