@@ -145,3 +145,48 @@ def test_typed_contents_that_do_not_fill_the_shape_in_triton_words(
     with pytest.raises(InvalidArgumentError) as error:
         decode_infer_request(request.SerializeToString())
     assert error.value.message == f"model 'm' input 'X': {message}"
+
+
+def test_shared_memory_and_classification_are_found_beside_plain_tensors() -> None:
+    """Parameter maps are looked into only when the head holds the key's bytes: a request mixing inputs and
+    outputs in shared memory, classified and plain ones decodes every one of them."""
+    data = np.arange(4, dtype=np.float32).tobytes()
+    request = WireRequest(
+        "m",
+        "",
+        (
+            WireInput("PLAIN", "FP32", (1, 4), data),
+            WireInput("IN_SHM", "FP32", (1, 4), None, ShmRef("in", 16, 32)),
+            WireInput("PLAIN2", "FP32", (1, 4), data),
+        ),
+        (
+            WireOutputRequest("OUT"),
+            WireOutputRequest("OUT_SHM", shm=ShmRef("out", 16, 8)),
+            WireOutputRequest("TOP", class_count=2),
+        ),
+    )
+    decoded = _round_trip(request)
+    assert [(t.name, t.shm) for t in decoded.inputs] == [
+        ("PLAIN", None),
+        ("IN_SHM", ShmRef("in", 16, 32)),
+        ("PLAIN2", None),
+    ]
+    assert [bytes(t.raw) for t in decoded.inputs if t.raw is not None] == [data, data]
+    assert decoded.outputs == ["OUT", "OUT_SHM", "TOP"]
+    assert decoded.output_shm == {"OUT_SHM": ShmRef("out", 16, 8)}
+    assert decoded.output_classes == {"TOP": 2}
+    plain = _round_trip(WireRequest("m", "", (WireInput("A", "FP32", (1, 4), data),), ()))
+    assert (plain.outputs, plain.output_shm, plain.output_classes) == (None, {}, {})
+
+
+def test_a_repeated_input_name_is_refused_first() -> None:
+    data = np.zeros(1, np.float32).tobytes()
+    inputs = (
+        WireInput("A", "FP32", (1,), data),
+        WireInput("B", "FP32", (1,), data),
+        WireInput("A", "FP32", (1,), data),
+    )
+    with pytest.raises(
+        InvalidArgumentError, match=r"^model 'm' input 'A': input 'A' already exists in request$"
+    ):
+        _round_trip(WireRequest("m", "", inputs, ()))

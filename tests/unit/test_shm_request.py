@@ -22,7 +22,7 @@ from sonic.server.dataplane import Arrival, DataPlane
 from sonic.server.models.manager import ModelManager
 from sonic.server.shm.opening import SHM_ROOT
 from sonic.server.shm.regions import SharedMemoryRegistry
-from sonic.server.shm.request import resolve
+from sonic.server.shm.request import names_shared_memory, resolve
 
 pytestmark = pytest.mark.unit
 
@@ -248,3 +248,15 @@ async def test_a_mapped_input_is_read_in_place_and_a_copied_one_is_not(
         memory.release()
     finally:
         registry.close()
+
+
+def test_a_request_names_shared_memory_by_an_input_or_an_output() -> None:
+    """The data plane skips resolve() for requests that name none (most): an input or an output in
+    shared memory, alone or beside plain tensors, must be seen."""
+    plain = InputTensor("INPUT0", "FP32", (1, 16), raw=bytes(SIZE))
+    placed = InputTensor("INPUT1", "FP32", (1, 16), shm=ShmRef("r", SIZE))
+    assert not names_shared_memory(InferRequest("identity", "", [plain]))
+    assert names_shared_memory(InferRequest("identity", "", [plain, placed]))
+    assert names_shared_memory(
+        InferRequest("identity", "", [plain], output_shm={"OUTPUT0": ShmRef("r", SIZE)})
+    )

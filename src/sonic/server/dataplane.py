@@ -34,7 +34,7 @@ from sonic.server.models.manager import ModelManager
 from sonic.server.models.version import ModelVersion
 from sonic.server.observe import RequestObserver
 from sonic.server.shm.regions import SharedMemoryRegistry
-from sonic.server.shm.request import resolve
+from sonic.server.shm.request import names_shared_memory, resolve
 from sonic.server.trace.config import TraceConfig
 from sonic.server.trace.requests import RequestTrace, TraceManager
 from sonic.server.trace.settings import Answer, Changes
@@ -292,7 +292,11 @@ class DataPlane:
                 f"model {quote(request.model_name)} is decoupled: its outputs cannot go to shared memory "
                 "(each of its responses would overwrite the region)"
             )
-        memory = await resolve(self.shared_memory, request, model.spec, cached=False)
+        memory = (
+            await resolve(self.shared_memory, request, model.spec, cached=False)
+            if names_shared_memory(request)
+            else None
+        )
         trace = arrival.trace
         if trace is not None:
             trace.started(model.name, model.version, request.request_id)
@@ -332,7 +336,11 @@ class DataPlane:
     ) -> InferResponse:
         model = self._unary_model(request.model_name, request.model_version, endpoint)
         cached = self.cache is not None and model.config.response_cache.enable
-        memory = await resolve(self.shared_memory, request, model.spec, cached)
+        memory = (
+            await resolve(self.shared_memory, request, model.spec, cached)
+            if names_shared_memory(request)
+            else None
+        )
         try:
             if self.cache is not None and cached:
                 response = await infer_through_cache(self.cache, model, request, received_ns, memory, trace)

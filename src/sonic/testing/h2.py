@@ -16,13 +16,16 @@ class RecordingTransport:
 
     def __init__(self) -> None:
         self.written = bytearray()
+        self.writes: list[bytes] = []  # what each writelines() call wrote: one socket write each
         self.closed = False
         self.eof_written = False  # writing shut down (a lingering close)
         self.ended = asyncio.Event()  # closed or aborted
 
     def writelines(self, data: list[bytes | memoryview]) -> None:
+        start = len(self.written)
         for piece in data:
             self.written += piece
+        self.writes.append(bytes(self.written[start:]))
 
     def is_closing(self) -> bool:
         return self.closed

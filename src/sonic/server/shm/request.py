@@ -87,6 +87,12 @@ class RequestMemory:
             output.shm = ShmRef(ref.region, written, ref.offset)
 
 
+def names_shared_memory(request: InferRequest) -> bool:
+    """Whether ``request`` has an input or an output in shared memory. Most have neither: their callers
+    skip :func:`resolve`, a coroutine made and awaited per request for nothing (issue 37 item 4)."""
+    return bool(request.output_shm) or any(tensor.shm is not None for tensor in request.inputs)
+
+
 async def resolve(
     shared_memory: SharedMemoryRegistry, request: InferRequest, spec: ModelSpec, cached: bool
 ) -> RequestMemory | None:
@@ -94,7 +100,7 @@ async def resolve(
     size) and place the outputs, checked before the model runs so a bad region costs no inference.
     ``cached``: the response cache keeps the outputs past the request, so they get no buffer (they must
     not be views of a client's region). None when the request names no shared memory."""
-    if not request.output_shm and all(tensor.shm is None for tensor in request.inputs):
+    if not names_shared_memory(request):
         return None
     held = _Held()
     try:
