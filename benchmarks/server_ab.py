@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from benchmarks.harness.load import infer_request_bytes, load_with_server_cpu
-from benchmarks.harness.processes import cpu_seconds, steady_malloc
+from benchmarks.harness.processes import cpu_seconds, memcpy_floor_s, steady_malloc
 from benchmarks.harness.ratios import paired_ratios, per_server
 from benchmarks.harness.report import save
 from benchmarks.harness.rounds import visits
@@ -99,20 +98,6 @@ async def _http_window(
 
         await asyncio.gather(*(caller() for _ in range(concurrency)))
     return done
-
-
-def memcpy_floor_us(array: npt.NDArray[np.float32]) -> float:
-    """One copy of the request tensor in and one of the response out (``np.copyto``, median of 15, CPU time
-    of this thread): the least a server that touches the bytes at all spends, measured now, beside the
-    server it is set against (benchmarks.compare's floor, the same definition)."""
-    target = np.empty_like(array)
-    times = []
-    for _ in range(15):
-        start = time.thread_time()
-        np.copyto(target, array)
-        np.copyto(target, array)
-        times.append(time.thread_time() - start)
-    return 1e6 * statistics.median(times)
 
 
 def measure(workload: Workload, server: ServerHandle, protocol: str) -> tuple[float, float]:
@@ -218,7 +203,7 @@ def main() -> None:
             workload, name = visit.workload, visit.server
             rate, cpu_us = measure(workload, servers[name], args.protocol)
             # Transfers: the memcpy floor right after the window, so both see the same machine.
-            floor_us = memcpy_floor_us(workload.array) if workload.concurrency == 1 else 0.0
+            floor_us = 1e6 * memcpy_floor_s(workload.array) if workload.concurrency == 1 else 0.0
             rows.append(
                 {
                     "round": visit.round,

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 from tritonclient.utils import np_to_triton_dtype
@@ -23,7 +21,7 @@ from benchmarks.compare.repositories import build_repositories
 from benchmarks.compare.servers import NAMES, start_server
 from benchmarks.compare.workloads import THREADS, WORKLOADS, Workload, make_inputs
 from benchmarks.harness.load import grpc_load, infer_request_bytes, tritonclient_once, tritonclient_run
-from benchmarks.harness.processes import cpu_seconds, tree_cpu_seconds
+from benchmarks.harness.processes import cpu_seconds, memcpy_floor_s, tree_cpu_seconds
 from benchmarks.harness.rounds import visits
 from benchmarks.harness.servers import ServerSet
 from sonic.models.zoo import registry
@@ -98,23 +96,13 @@ def server_cpu(pid: int | None) -> float:
 
 
 def memcpy_floor_ms(feeds: dict[str, dict[str, npt.NDArray[Any]]]) -> dict[str, float]:
-    """Per transfer workload: one copy of the request tensor in and one of the response out, the least CPU
-    a server that touches the bytes at all spends (median of 15, measured here, in this run)."""
-    floors = {}
-    for key, arrays in feeds.items():
-        workload = next(w for w in WORKLOADS if w.key == key)
-        if workload.kind != "transfer":
-            continue
-        source = arrays["INPUT0"]
-        target = np.empty_like(source)
-        times = []
-        for _ in range(15):
-            start = time.thread_time()
-            np.copyto(target, source)
-            np.copyto(target, source)
-            times.append(time.thread_time() - start)
-        floors[key] = round(1e3 * statistics.median(times), 3)
-    return floors
+    """Per transfer workload, the memcpy floor of its request tensor (``memcpy_floor_s``), in ms."""
+    transfers = {w.key for w in WORKLOADS if w.kind == "transfer"}
+    return {
+        key: round(1e3 * memcpy_floor_s(arrays["INPUT0"]), 3)
+        for key, arrays in feeds.items()
+        if key in transfers
+    }
 
 
 def sessions_for(workloads: Sequence[Workload], repository: Any) -> dict[str, ort.InferenceSession]:

@@ -7,8 +7,14 @@ import ctypes
 import ctypes.util
 import os
 import site
+import statistics
 import sysconfig
+import time
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 M_TRIM_THRESHOLD = -1  # glibc mallopt parameters (malloc.h)
 M_MMAP_THRESHOLD = -3
@@ -38,6 +44,20 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process and its threads (children not included), from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def memcpy_floor_s(array: npt.NDArray[Any]) -> float:
+    """One copy of a request tensor in and one of the response out (``np.copyto``, median of 15, CPU time of
+    this thread): the least a server that touches the bytes at all spends, measured now, beside the server
+    it is set against (``benchmarks.compare`` and ``benchmarks.server_ab`` both weigh transfers by it)."""
+    target = np.empty_like(array)
+    times = []
+    for _ in range(15):
+        start = time.thread_time()
+        np.copyto(target, array)
+        np.copyto(target, array)
+        times.append(time.thread_time() - start)
+    return statistics.median(times)
 
 
 def tree_cpu_seconds(pid: int) -> float:
