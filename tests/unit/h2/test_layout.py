@@ -90,20 +90,22 @@ def test_http2_imports_nothing_of_grpc_and_asyncio_only_in_its_adapter() -> None
     assert not wrong, f"sonic.h2 modules importing gRPC or asyncio: {wrong}"
 
 
-# What a stream and a connection core keep for themselves (``Stream``'s slots but ``app``, the
-# application's; ``Connection``'s attributes that are not its face).
-STREAM_FIELDS = {
-    "drained",
-    "local_closed",
-    "pending",
-    "recv_released",
-    "recv_unacked",
-    "remote_closed",
-    "reset_code",
-    "send_credit",
-    "stream_id",
-    "trailers",
-}
+def _stream_slots() -> set[str]:
+    """``Stream.__slots__`` as written in ``h2/stream.py`` (read from the source: compiled, a class has none)."""
+    for node in ast.walk(_tree(H2 / "stream.py")):
+        if isinstance(node, ast.ClassDef) and node.name == "Stream":
+            for item in node.body:
+                if isinstance(item, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "__slots__" for t in item.targets
+                ):
+                    return set(ast.literal_eval(item.value))
+    raise AssertionError("h2/stream.py has no Stream.__slots__")
+
+
+# What a stream and a connection core keep for themselves: ``Stream``'s slots but ``app`` (the
+# application's) and ``state`` (a name the connection's read-only ``state`` shares; its writes are checked
+# below); ``Connection``'s attributes that are not its face.
+STREAM_FIELDS = _stream_slots() - {"app", "state"}
 CONNECTION_FIELDS = {
     "blocks",
     "closed_streams",
