@@ -10,18 +10,21 @@ array that reaches onnxruntime must be a view of that buffer: no copy between th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import hpack
 import numpy as np
 import numpy.typing as npt
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tests.fuzz.served import Plane, identity_plane
 from tritonclient.grpc import service_pb2
 
 from sonic.grpc.call import GRPC_MESSAGE_PREFIX_BYTES, grpc_message_prefix
 from sonic.h2.aio import RECEIVE_BUFFER_BYTES
+from sonic.h2.connection import IN_PLACE_MIN_BYTES
 from sonic.h2.frames import PREFACE, Flag, FrameType, Setting, frame, settings_frame, window_update
 from sonic.h2.settings import MAX_FRAME_BYTES
 from sonic.protocol.grpc_codec import encode_infer_request
@@ -69,17 +72,23 @@ def client_bytes(message: bytes, frame_bytes: int, method: str = "ModelInfer", c
     return b"".join(out)
 
 
-async def exchange(frontend: H2GrpcFrontend, data: bytes) -> tuple[GrpcConnection, bytes]:
-    """``data`` read by the connection as the kernel would hand it over; what the connection wrote."""
+async def exchange(
+    frontend: H2GrpcFrontend, data: bytes, read_caps: Sequence[int] = ()
+) -> tuple[GrpcConnection, bytes]:
+    """``data`` read by the connection as the kernel would hand it over (each read as large as the memory
+    offered, or, with ``read_caps``, at most the next cap in turn: TCP segments); what the connection wrote."""
     connection = GrpcConnection(frontend)
     transport = RecordingTransport()
     connection.reads.connection_made(transport)  # type: ignore[arg-type]
     running = asyncio.all_tasks()  # the models' own (schedulers), which never end
     with memoryview(data) as view:
-        pos = 0
+        pos, reads = 0, 0
         while pos < len(view):
             target = connection.reads.get_buffer(-1)
             size = min(len(target), len(view) - pos)
+            if read_caps:
+                size = min(size, read_caps[reads % len(read_caps)])
+                reads += 1
             target[:size] = view[pos : pos + size]
             connection.reads.buffer_updated(size)
             pos += size
@@ -190,3 +199,24 @@ def test_stream_messages_cut_anywhere_by_frames_each_land_in_their_own_buffer(pl
     received = connection.received
     assert received.copied_bytes + received.placed_bytes == 3 * len(message)
     assert received.copied_bytes <= 3 * RECEIVE_BUFFER_BYTES  # at most one read's worth per message
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    frame_bytes=st.integers(2 * IN_PLACE_MIN_BYTES, MAX_FRAME_BYTES),  # frames some of which land in place
+    read_caps=st.lists(st.integers(1, 2 * RECEIVE_BUFFER_BYTES), min_size=1, max_size=8),
+)
+def test_any_cut_of_frames_and_reads_gives_the_same_answer(
+    plane: Plane, frame_bytes: int, read_caps: list[int]
+) -> None:
+    """Whatever frame sizes a client picks and however TCP cuts its bytes into reads, the in-place reads
+    and the copied ones together deliver every byte of each message once, in order, to its own buffer."""
+    array = np.random.default_rng(frame_bytes).random((12_000, 16), dtype=np.float32)  # 768 KB
+    message = encode_infer_request("identity", "", {"INPUT0": array}, {"INPUT0": "FP32"})
+    data = client_bytes(message, frame_bytes, method="ModelStreamInfer", count=2)
+    connection, written = plane.runner.run(exchange(served_frontend(plane), data, read_caps))
+
+    answers = [service_pb2.ModelStreamInferResponse.FromString(m) for m in response_messages(written)]
+    assert [a.error_message for a in answers] == ["", ""]
+    assert all(a.infer_response.raw_output_contents[0] == array.tobytes() for a in answers)
+    assert connection.received.copied_bytes + connection.received.placed_bytes == 2 * len(message)
