@@ -116,12 +116,15 @@ def compile_modules(work: Path) -> list[tuple[Path, str]]:
     Raises whatever mypyc or the compiler raised (the log of both is ``work/build.log``)."""
     compiled = _compiled()
     config = work / "mypy.ini"
-    # Not the project's strict configuration: the build environment lacks numpy, hpack, protobuf (their
-    # types become Any, which compiles to the same generic operations the interpreter runs).
+    # Not the project's strict configuration: a wheel's isolated build environment lacks numpy, hpack,
+    # protobuf (their types become Any, which compiles to the same generic operations the interpreter
+    # runs). ``no_site_packages`` hides them from ``./dev compile`` too, so that an in-place build and
+    # pip's isolated one compile the same code: they once differed, and only the isolated build crashed.
     config.write_text(
         "[mypy]\n"
         f"python_version = {sys.version_info[0]}.{sys.version_info[1]}\n"
         "ignore_missing_imports = True\n"
+        "no_site_packages = True\n"
         "explicit_package_bases = True\n"
         f"mypy_path = {SRC}\n"
         f"cache_dir = {work / 'mypy-cache'}\n"

@@ -7,6 +7,8 @@ unit tests of the compiled modules once more in the other mode; it says which it
 
 from __future__ import annotations
 
+import ast
+import builtins
 import importlib
 import importlib.machinery
 import importlib.util
@@ -172,6 +174,60 @@ def test_every_listed_module_has_its_source() -> None:
     assert len(set(compiled.COMPILED_MODULES)) == len(compiled.COMPILED_MODULES)
     for module in compiled.COMPILED_MODULES:
         assert compiled.source_path(PACKAGE, module).is_file(), module
+
+
+def _imported_roots(tree: ast.Module) -> dict[str, str]:
+    """A module's top-level import bindings: the name bound -> the module it comes from."""
+    roots: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                roots[alias.asname or alias.name.split(".")[0]] = (
+                    alias.name if alias.asname else alias.name.split(".")[0]
+                )
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            for alias in node.names:
+                roots[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return roots
+
+
+def _base_root(base: ast.expr) -> str | None:
+    """``hpack.Decoder`` -> ``hpack``, ``Sequence[Request]`` -> ``Sequence``: the name a base starts from."""
+    while isinstance(base, ast.Subscript | ast.Attribute):
+        base = base.value
+    return base.id if isinstance(base, ast.Name) else None
+
+
+def test_no_compiled_class_derives_from_a_third_party_class() -> None:
+    """A compiled module's classes derive only from the standard library's and compiled sonic classes.
+
+    The wheel's isolated build has no third-party packages to type against (hatch_build.py hides them
+    from every build): a class over ``hpack.Decoder`` became a native class over ``Any``, laid out
+    wrongly, and a clean clone crashed on its first HTTP/2 connection (sonic.h2.hpack_bounded)."""
+    stdlib = sys.stdlib_module_names
+    wrong = []
+    for module in compiled.COMPILED_MODULES:
+        tree = ast.parse(compiled.source_path(PACKAGE, module).read_text())
+        roots = _imported_roots(tree)
+        local = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for base in node.bases:
+                name = _base_root(base)
+                if name in local:
+                    origin = module
+                elif name in roots:
+                    origin = roots[name]
+                else:  # Exception, object, ...: or an unknown name, "?"
+                    origin = "builtins" if hasattr(builtins, name or "?") else ""
+                top = origin.split(".")[0]
+                known = top in stdlib or any(
+                    origin == m or origin.startswith(f"{m}.") for m in compiled.COMPILED_MODULES
+                )
+                if name is None or not known:
+                    wrong.append(f"{module}.{node.name}({ast.unparse(base)}) from {origin or '?'}")
+    assert wrong == []
 
 
 def test_without_a_c_compiler_the_build_stays_pure(

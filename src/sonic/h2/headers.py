@@ -2,19 +2,18 @@
 
 Header blocks we send never touch the HPACK dynamic table (literals "without indexing"), so our encoder
 is stateless and cannot fall out of step with the peer's decoder. The decoder is hpack's, bounded (list
-size, table-size updates per block) and memoised for blocks that leave the table alone, within a
+size, table-size updates per block: :mod:`sonic.h2.hpack_bounded`) and memoised for blocks that leave the table alone, within a
 per-connection and (server) a shared :class:`~sonic.h2.limits.MemoBudget`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import hpack
-from hpack.table import HeaderTable
 
 from sonic.h2.frames import ErrorCode, Flag, ProtocolError
+from sonic.h2.hpack_bounded import BoundedDecoder, CountingTable
 from sonic.h2.limits import Http2Limits, MemoBudget
 
 # --- HPACK, encoder side -------------------------------------------------------------------------------
@@ -63,32 +62,6 @@ Headers = list[tuple[bytes, bytes]]
 _MEMO_ENTRY_OVERHEAD = 64  # bytes per memo entry besides its block and header bytes (a rough bound)
 
 
-class _CountingTable(HeaderTable):
-    """HPACK dynamic table that counts insertions, so unchanged-table decodes can be remembered."""
-
-    insertions = 0
-
-    def add(self, name: bytes, value: bytes) -> Any:
-        self.insertions += 1
-        return super().add(name, value)
-
-
-class _BoundedDecoder(hpack.Decoder):
-    """hpack's decoder with a cap on dynamic-table-size updates per block (each one resizes the table)."""
-
-    def __init__(self, max_header_list_size: int, max_table_size_updates: int) -> None:
-        super().__init__(max_header_list_size=max_header_list_size)
-        self.max_table_size_updates = max_table_size_updates
-        self.table_size_updates = 0
-
-    def _update_encoding_context(self, data: bytes | memoryview) -> int:
-        self.table_size_updates += 1
-        if self.table_size_updates > self.max_table_size_updates:
-            msg = f"more than {self.max_table_size_updates} table size updates in one header block"
-            raise hpack.HPACKDecodingError(msg)
-        return int(super()._update_encoding_context(data))
-
-
 class HeaderDecoder:
     """HPACK decoding with a memo of blocks that did not change the dynamic table.
 
@@ -105,8 +78,8 @@ class HeaderDecoder:
         memo_bytes: int = 1 << 18,
         budget: MemoBudget | None = None,
     ) -> None:
-        self._decoder = _BoundedDecoder(max_header_list_bytes, max_table_size_updates)
-        self._table = _CountingTable()
+        self._decoder = BoundedDecoder(max_header_list_bytes, max_table_size_updates)
+        self._table = CountingTable()
         self._decoder.header_table = self._table
         self._memo: dict[bytes, Headers] = {}
         self._memo_bytes = memo_bytes
