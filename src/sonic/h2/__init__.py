@@ -1,10 +1,12 @@
 """HTTP/2 (RFC 9113, RFC 7541): the stack under our gRPC server and client, sans I/O.
 
-Laid out like python-hyper h2, one module per concept, composed (no class inherits another here):
+Laid out like python-hyper h2, one module per concept, composed (no class here inherits another of ours):
 
 - :mod:`~sonic.h2.frames`: frame types, flags, error codes, setting ids, the frames we build
 - :mod:`~sonic.h2.headers`: HPACK with its bounds (encoder, memoised bounded decoder, header blocks
   over CONTINUATION) and the field rules of RFC 9113 section 8
+- :mod:`~sonic.h2.hpack_bounded`: hpack's decoder and dynamic table subclassed (a cap on table-size
+  updates, a count of insertions); interpreted, as a compiled class may not derive from a third-party one
 - :mod:`~sonic.h2.stream`: one stream's state machine (:class:`~sonic.h2.stream.StreamState`, one
   transition table) and recently closed ids
 - :mod:`~sonic.h2.lifecycle`: one connection's state machine
