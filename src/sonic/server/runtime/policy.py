@@ -144,6 +144,4 @@ def choose_batch(policy: BatchPolicy, queued: Iterable[Q], now_ns: int) -> tuple
         return selected[:preferred_prefix], None
     if waiting:
         return [], deadline
-    if preferred_prefix:
-        selected = selected[:preferred_prefix]
-    return selected, None
+    return selected, None  # the delay is over: whatever is pending runs, as in Triton
