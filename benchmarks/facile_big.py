@@ -10,6 +10,8 @@ round, the direct ceiling (CPU of this process over its window).
 
     .venv/bin/python -m benchmarks.facile_big --tree now=src --tree base=/tmp/old/src --rounds 6
     .venv/bin/python -m benchmarks.facile_big --tree on=src --tree off=src --server-args "off=--inline-execution-us 0"
+    .venv/bin/python -m benchmarks.facile_big --tree two=src --tree one=src --instances one=1 \
+        --server-args "one=--backend-config onnxruntime,intra_op_spinning=0"
 """
 
 from __future__ import annotations
