@@ -28,12 +28,19 @@ def _queue_delay_us(config_text: str) -> int:
     return 0
 
 
+def one_cpu_instance(config_text: str) -> str:
+    """The config with one CPU instance where it names none, for every server alike: without it Triton's
+    Python backend runs one and sonic's onnxruntime two (Triton's onnxruntime default), and at 2 in flight
+    on 2 cores sonic's two sessions of 2 intra-op threads each cost it ~30 % more CPU per FACILE b16000
+    request (docs/benchmarks.md, issue 37: FACILE b16000)."""
+    if "instance_group" in config_text:
+        return config_text
+    return config_text.rstrip() + "\ninstance_group [ { kind: KIND_CPU count: 1 } ]\n"
+
+
 def triton_config(sonic_config: str) -> str:
     """The same config.pbtxt for Triton's Python backend, with one CPU instance."""
-    text = sonic_config.replace('backend: "onnxruntime"', 'backend: "python"')
-    if "instance_group" not in text:
-        text = text.rstrip() + "\ninstance_group [ { kind: KIND_CPU count: 1 } ]\n"
-    return text
+    return one_cpu_instance(sonic_config.replace('backend: "onnxruntime"', 'backend: "python"'))
 
 
 def mlserver_settings(
@@ -68,7 +75,8 @@ def build_repositories(root: Path = RAW) -> dict[str, Path]:
     sonic_repo, triton_repo, mlserver_repo = root / "sonic", root / "triton", root / "mlserver"
     models = registry()
     for name in ZOO:
-        build_model(models[name], sonic_repo)
+        config_path = build_model(models[name], sonic_repo) / "config.pbtxt"
+        config_path.write_text(one_cpu_instance(config_path.read_text()))
     write_test_repository(
         sonic_repo, "sonic", tuple(m for m in TEST_MODELS if m.name in {"identity", "identity_large"})
     )

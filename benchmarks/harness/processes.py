@@ -46,6 +46,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_seconds(pid: int) -> dict[int, float]:
+    """User + system CPU time of each thread of a process, by thread id (the main thread's is ``pid``)."""
+    tick_s = 1 / os.sysconf("SC_CLK_TCK")
+    times = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        times[int(task.name)] = (int(fields[11]) + int(fields[12])) * tick_s
+    return times
+
+
 def memcpy_floor_s(array: npt.NDArray[Any]) -> float:
     """One copy of a request tensor in and one of the response out (``np.copyto``, median of 15, CPU time of
     this thread): the least a server that touches the bytes at all spends, measured now, beside the server

@@ -28,6 +28,17 @@ def test_triton_config_switches_backend_and_pins_one_cpu_instance() -> None:
     assert "max_queue_delay_microseconds: 200" in text  # batching settings kept as they are
 
 
+def test_sonic_and_triton_run_the_same_instance_count() -> None:
+    for model in ("facile", "deepcalo", "emtrk_michel", "resnet_top"):
+        text = registry()[model].config_text
+        assert "instance_group" not in text  # else sonic and Triton would both follow it
+        assert repositories.one_cpu_instance(text).endswith(
+            "instance_group [ { kind: KIND_CPU count: 1 } ]\n"
+        )
+    pinned = 'name: "m"\ninstance_group [ { kind: KIND_CPU count: 3 } ]\n'
+    assert repositories.one_cpu_instance(pinned) == pinned
+
+
 def test_mlserver_settings_use_the_config_delay_with_a_floor() -> None:
     deepcalo = repositories.mlserver_settings(
         "deepcalo", Path("/m.onnx"), registry()["deepcalo"].config_text, 32

@@ -4,10 +4,14 @@ named options, the closed loop's counting."""
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from benchmarks.harness.load import closed_loop
+from benchmarks.harness.processes import cpu_seconds, thread_cpu_seconds
 from benchmarks.harness.ratios import paired_ratios, per_server, spread
 from benchmarks.harness.report import markdown_table, replace_between
 from benchmarks.harness.rounds import ordered, visits
@@ -96,3 +100,27 @@ def test_closed_loop_counts_every_completed_call_and_stops_at_the_deadline() -> 
     count, elapsed = asyncio.run(closed_loop(call, 3, 0.05))
     assert count == started[0] >= 3  # a call begun before the deadline completes and is counted
     assert 0.05 <= elapsed < 1.0  # no call begins after it
+
+
+def test_thread_cpu_is_counted_per_thread() -> None:
+    spun, done = threading.Event(), threading.Event()
+
+    def spin() -> None:
+        end = time.thread_time() + 0.2
+        while time.thread_time() < end:
+            pass
+        spun.set()
+        done.wait(30)
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    try:
+        assert spun.wait(30)
+        times = thread_cpu_seconds(os.getpid())
+    finally:
+        done.set()
+        worker.join(30)
+    assert worker.native_id is not None
+    assert times[worker.native_id] >= 0.15  # /proc counts in clock ticks (10 ms)
+    assert os.getpid() in times  # the main thread's id is the process's
+    assert sum(times.values()) <= cpu_seconds(os.getpid()) + 0.05

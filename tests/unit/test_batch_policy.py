@@ -66,10 +66,35 @@ def test_largest_preferred_size_runs_at_once() -> None:
     assert names(batch) == ["0", "1", "2", "3"]
 
 
-def test_after_the_delay_the_batch_is_cut_to_a_preferred_size() -> None:
+def test_after_the_delay_whatever_is_pending_runs() -> None:
+    # Triton's GetDynamicBatch: once the oldest request waited the delay out, the pending batch runs as it
+    # is (it is cut back to a preferred size only while the delay still runs).
     policy = BatchPolicy(max_batch_size=8, dynamic=True, preferred_batch_sizes=(2, 6), max_queue_delay_us=1)
     batch, _ = choose_batch(policy, [Req(str(i)) for i in range(3)], 1 * MS)
-    assert names(batch) == ["0", "1"]  # 3 is not preferred; the longest preferred prefix is 2
+    assert names(batch) == ["0", "1", "2"]
+
+
+def test_a_preferred_size_runs_at_once_below_the_largest() -> None:
+    # Triton's dynamic batcher: a preferred size made by the queued requests runs now; only a batch that
+    # makes none waits out the delay (FACILE b16000, preferred 16000, 32000 and 64000, waited 100 µs).
+    policy = BatchPolicy(
+        max_batch_size=65536,
+        dynamic=True,
+        preferred_batch_sizes=(16000, 32000, 64000),
+        max_queue_delay_us=100,
+    )
+    assert names(choose_batch(policy, [Req("a", 16000)], 0)[0]) == ["a"]
+    assert choose_batch(policy, [Req("a", 15000)], 0) == ([], 100_000)
+    two_of_three = BatchPolicy(
+        max_batch_size=8, dynamic=True, preferred_batch_sizes=(2, 6), max_queue_delay_us=10**9
+    )
+    assert choose_batch(two_of_three, [Req(str(i)) for i in range(3)], 0) == ([Req("0"), Req("1")], None)
+
+
+def test_without_a_delay_the_largest_preferred_prefix_runs() -> None:
+    policy = BatchPolicy(max_batch_size=8, dynamic=True, preferred_batch_sizes=(2, 6))
+    assert names(choose_batch(policy, [Req(str(i)) for i in range(3)], 0)[0]) == ["0", "1"]
+    assert names(choose_batch(policy, [Req("a", 3)], 0)[0]) == ["a"]  # no preferred size: what is queued
 
 
 def test_other_shapes_wait_for_their_own_batch() -> None:

@@ -144,6 +144,20 @@ def test_bad_execution_mode_is_refused(tmp_path: Path) -> None:
         _session_options(tmp_path, 'parameters { key: "execution_mode" value { string_value: "2" } }')
 
 
+@pytest.mark.parametrize(("given", "expected"), [("", "1"), ("0", "0"), ("1", "1")])
+def test_onnxruntime_spinning_is_onnxruntimes_default_unless_turned_off(
+    tmp_path: Path, given: str, expected: str
+) -> None:
+    extra = f'parameters {{ key: "intra_op_spinning" value {{ string_value: "{given}" }} }}' if given else ""
+    options = _session_options(tmp_path, extra)
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == expected
+
+
+def test_bad_spinning_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ModelConfigError, match="intra_op_spinning 'no', expected 0"):
+        _session_options(tmp_path, 'parameters { key: "intra_op_spinning" value { string_value: "no" } }')
+
+
 def _request(value: float) -> InferRequest:
     data = np.full((1, 16), value, dtype=np.float32)
     return InferRequest("m", "", [InputTensor("INPUT0", "FP32", (1, 16), raw=data.tobytes())])

@@ -9,7 +9,9 @@ shape all the time), ``execution_mode`` (Triton's ``0`` sequential / ``1`` paral
 which means what it means to Triton's onnxruntime backend: ``-1`` basic, ``1`` extended, ``2`` none,
 anything else all),
 ``max_execution_batch_size`` (default ``0``, off: run merged batches larger than this in slices of
-this size, bounding activation memory).
+this size, bounding activation memory), ``intra_op_spinning`` (sonic's own; default ``1``,
+onnxruntime's: the intra-op threads spin-wait for work between parallel sections; ``0``: they sleep,
+which leaves the cores to the server's event loop and the clients on a host whose cores they share).
 ``model_operations { op_library_filename }``: custom-operator libraries registered with the session.
 GPU instances use the CUDA execution provider (TensorRT first when the config's
 ``optimization.execution_accelerators`` asks for ``tensorrt``) and need ``onnxruntime-gpu``.
@@ -103,6 +105,17 @@ def _session_modes(context: InstanceContext) -> tuple[ort.ExecutionMode, ort.Gra
     return _EXECUTION_MODES[mode], _OPT_LEVELS[level]
 
 
+def _spinning(context: InstanceContext) -> str:
+    """``intra_op_spinning``: whether onnxruntime's intra-op threads spin-wait for work (``1``, its default)."""
+    spinning = context.parameter("intra_op_spinning") or "1"
+    if spinning not in {"0", "1"}:
+        raise ModelConfigError(
+            f"model '{context.config.name}': intra_op_spinning '{spinning}', expected 0 (the intra-op threads "
+            "sleep between parallel sections) or 1 (they spin-wait, onnxruntime's default)"
+        )
+    return spinning
+
+
 def session_signature(session: ort.InferenceSession) -> ModelSignature:
     """The session's inputs, outputs and overridable initializers, as Triton's backend reads them."""
 
@@ -176,6 +189,7 @@ class OnnxRuntimeBackend(Backend):
         # every execution, and re-planning made merged EmTrkMichelId batches up to 9x slower here.
         options.enable_mem_pattern = (context.parameter("enable_mem_pattern") or "0") != "0"
         options.execution_mode, options.graph_optimization_level = _session_modes(context)
+        options.add_session_config_entry("session.intra_op.allow_spinning", _spinning(context))
         for library in context.op_libraries():  # model_operations: custom operators the model uses
             try:
                 options.register_custom_ops_library(str(library))
