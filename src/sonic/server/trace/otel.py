@@ -3,19 +3,26 @@
 As Triton 2.51 makes them: a root span ``InferRequest`` (the client's W3C ``traceparent`` its parent, when
 the request carries one), a child span named after the model from ``REQUEST_START`` to ``REQUEST_END``
 (attributes ``triton.model_name``, ``triton.model_version``, ``triton.trace_id``,
-``triton.trace_parent_id``, ``triton.request_id``) and its child ``compute`` from ``COMPUTE_START`` to
-``COMPUTE_END``; every activity is an event of the span open at its time. Spans are made when the
-request has been answered, from its recorded times (monotonic nanoseconds, mapped to the wall clock).
+``triton.trace_parent_id``, ``triton.request_id`` when the request has one) with the events
+``REQUEST_START``, ``QUEUE_START``, ``REQUEST_END``, and its child ``compute`` from ``COMPUTE_START`` to
+``COMPUTE_END`` with the ``COMPUTE_*`` events; the front end's activities and ``INFER_RESPONSE_COMPLETE``
+are the root's events. The requests a traced request makes (an ensemble's steps, BLS calls given its
+trace) have their model spans under its model span (``triton.trace_parent_id`` its trace id). Spans are
+made when the request has been answered, from its recorded times (monotonic nanoseconds, mapped to the
+wall clock).
 
-The exporter is the OpenTelemetry SDK's OTLP/HTTP one to ``url`` (Triton's default
-``http://localhost:4318/v1/traces``), with the ``resource`` attributes (``service.name`` is
-``triton-inference-server``) and the ``bsp_*`` batch settings of the command line. Needs the packages
-``opentelemetry-sdk`` and ``opentelemetry-exporter-otlp-proto-http``; without them the server refuses to
-start in this mode. A caller may hand its own tracer provider (tests, embedders) instead.
+The exporter (:mod:`.otlp`) posts OTLP/HTTP protobuf to ``url`` (Triton's default
+``http://localhost:4318/v1/traces``) through the SDK's batch span processor with the ``bsp_*`` settings,
+with the ``resource`` attributes (``service.name`` is ``triton-inference-server`` unless a ``resource``
+names it). Needs the packages ``opentelemetry-sdk`` and ``opentelemetry-exporter-otlp-proto-common``;
+without them the server refuses to start in this mode. A caller may hand its own tracer provider (tests,
+embedders) instead.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,22 +30,27 @@ from typing import Any
 
 from sonic.server.trace.config import TraceConfig
 
+log = logging.getLogger(__name__)
+
 DEFAULT_URL = "http://localhost:4318/v1/traces"
 TRACER_NAME = "triton-server"  # Triton's kTritonTracer
+# Which span each activity is an event of, as in Triton: the model's span, its compute span, else the root.
+MODEL_EVENTS = frozenset(("REQUEST_START", "QUEUE_START", "REQUEST_END"))
+COMPUTE_EVENTS = frozenset(("COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END"))
 MISSING = (
-    "--trace-config mode=opentelemetry needs OpenTelemetry's SDK and OTLP/HTTP exporter: "
-    "pip install 'sonic-inference[otlp]' (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)"
+    "--trace-config mode=opentelemetry needs OpenTelemetry's SDK and OTLP encoding: "
+    "pip install 'sonic-inference[otlp]' (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-common)"
 )
 
 
-def _provider(config: TraceConfig) -> Any:
+def _provider(config: TraceConfig, environ: Mapping[str, str]) -> Any:
     try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
-            OTLPSpanExporter,
-        )
         from opentelemetry.sdk.resources import Resource  # noqa: PLC0415
         from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
         from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: PLC0415
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON  # noqa: PLC0415
+
+        from sonic.server.trace.otlp import OtlpHttpSpanExporter, unread_variables  # noqa: PLC0415
     except ImportError:
         raise ImportError(MISSING) from None
     attributes = {"service.name": "triton-inference-server"}
@@ -46,13 +58,20 @@ def _provider(config: TraceConfig) -> Any:
         if key == "resource":
             name, _, setting = value.partition("=")
             attributes[name] = setting
+    for name in unread_variables(environ):
+        log.warning("%s is set: sonic's OTLP exporter does not read it (docs/triton-differences.md)", name)
+    # Positive numbers (zeros were refused with the flags); no batch holds more than the queue, so a larger
+    # batch size is the queue size, the SDK's limit.
+    queue = int(config.option("bsp_max_queue_size", "2048"))
     processor = BatchSpanProcessor(
-        OTLPSpanExporter(endpoint=config.option("url", DEFAULT_URL)),
-        max_queue_size=int(config.option("bsp_max_queue_size", "2048")),
+        OtlpHttpSpanExporter(config.option("url", DEFAULT_URL), environ),
+        max_queue_size=queue,
         schedule_delay_millis=int(config.option("bsp_schedule_delay", "5000")),
-        max_export_batch_size=int(config.option("bsp_max_export_batch_size", "512")),
+        max_export_batch_size=min(queue, int(config.option("bsp_max_export_batch_size", "512"))),
     )
-    provider = TracerProvider(resource=Resource.create(attributes))
+    # Every span is recorded, as by opentelemetry-cpp's default sampler (the SDK's own default would drop
+    # the spans of a request whose client traceparent is not sampled, which Triton still traces at its rate).
+    provider = TracerProvider(resource=Resource.create(attributes), sampler=ALWAYS_ON)
     provider.add_span_processor(processor)
     return provider
 
@@ -60,14 +79,18 @@ def _provider(config: TraceConfig) -> Any:
 class OtelTraceContext:
     """The tracer of a server in OpenTelemetry mode, and the W3C propagator that reads ``traceparent``."""
 
-    def __init__(self, config: TraceConfig, tracer_provider: Any = None) -> None:
+    def __init__(
+        self, config: TraceConfig, tracer_provider: Any = None, environ: Mapping[str, str] | None = None
+    ) -> None:
         from opentelemetry import trace  # noqa: PLC0415  (optional extra)
         from opentelemetry.trace.propagation.tracecontext import (  # noqa: PLC0415
             TraceContextTextMapPropagator,
         )
 
         self._owned = tracer_provider is None  # built here: shut down (its spans flushed) here
-        self._provider = _provider(config) if tracer_provider is None else tracer_provider
+        if tracer_provider is None:
+            tracer_provider = _provider(config, os.environ if environ is None else environ)
+        self._provider = tracer_provider
         self.tracer = trace.get_tracer(TRACER_NAME, tracer_provider=self._provider)
         self._propagator = TraceContextTextMapPropagator()
         self._trace = trace
@@ -89,12 +112,16 @@ class OtelTraceContext:
 
 @dataclass(frozen=True, slots=True)
 class TracedModel:
-    """What the model's span says of the request."""
+    """One trace's record for its spans: what the model's span says of the request, the activities (monotonic
+    nanoseconds) and the traces of the requests it made (an ensemble's steps, BLS calls)."""
 
     trace_id: int
+    parent_id: int  # the trace of the request that made this one (0: none)
     name: str
     version: int
     request_id: str
+    stamps: tuple[tuple[str, int], ...]
+    children: tuple[TracedModel, ...] = ()
 
 
 class OtelExport:
@@ -107,42 +134,58 @@ class OtelExport:
         self.parent = parent
         self.parent_sampled = parent_sampled  # a valid client span context: traced, as Triton forces it
 
-    def spans(self, trace: TracedModel, stamps: list[tuple[str, int]]) -> None:
+    def spans(self, trace: TracedModel) -> None:
+        """The root span ``InferRequest`` with the front end's activities (and ``INFER_RESPONSE_COMPLETE``),
+        then the model's spans under it (:meth:`_model_spans`)."""
         from opentelemetry import trace as otel  # noqa: PLC0415
 
-        tracer, offset = self._context.tracer, self._context.offset_ns
-        server = otel.SpanKind.SERVER
-        first = min((ns for _, ns in stamps), default=time.perf_counter_ns())
-        root = tracer.start_span("InferRequest", context=self.parent, kind=server, start_time=first + offset)
-        times = dict(stamps)
-        open_spans = [root]
-        model = compute = None
-        for name, ns in stamps:
-            if name == "REQUEST_START":
-                model = tracer.start_span(
-                    trace.name,
-                    context=otel.set_span_in_context(root),
-                    kind=server,
-                    start_time=ns + offset,
-                    attributes={
-                        "triton.model_name": trace.name,
-                        "triton.model_version": trace.version,
-                        "triton.trace_id": trace.trace_id,
-                        "triton.trace_parent_id": 0,
-                        **({"triton.request_id": trace.request_id} if trace.request_id else {}),
-                    },
-                )
-                open_spans.append(model)
-            elif name == "COMPUTE_START" and model is not None:
-                compute = tracer.start_span(
-                    "compute", context=otel.set_span_in_context(model), kind=server, start_time=ns + offset
-                )
-                open_spans.append(compute)
-            open_spans[-1].add_event(name, timestamp=ns + offset)
-            if (name == "COMPUTE_END" and compute is not None) or (
-                name == "REQUEST_END" and model is not None
-            ):
-                open_spans.pop().end(end_time=ns + offset)
-        while len(open_spans) > 1:  # a request that failed half-way: its spans end with its last activity
-            open_spans.pop().end(end_time=max(times.values(), default=first) + offset)
+        offset = self._context.offset_ns
+        first = min((ns for _, ns in trace.stamps), default=time.perf_counter_ns())
+        root = self._context.tracer.start_span(
+            "InferRequest", context=self.parent, kind=otel.SpanKind.SERVER, start_time=first + offset
+        )
+        for name, ns in trace.stamps:
+            if name not in MODEL_EVENTS and name not in COMPUTE_EVENTS:
+                root.add_event(name, timestamp=ns + offset)
+        self._model_spans(trace, otel.set_span_in_context(root))
         root.end(end_time=time.perf_counter_ns() + offset)
+
+    def _model_spans(self, trace: TracedModel, context: Any) -> None:
+        """As Triton's: a span named after the model from ``REQUEST_START`` to ``REQUEST_END`` with
+        ``QUEUE_START``, its child ``compute`` from ``COMPUTE_START`` to ``COMPUTE_END``, and the spans of
+        the requests this one made (its child traces) under the model's span."""
+        from opentelemetry import trace as otel  # noqa: PLC0415
+
+        tracer, offset, server = self._context.tracer, self._context.offset_ns, otel.SpanKind.SERVER
+        times = dict(trace.stamps)
+        last = max(times.values(), default=time.perf_counter_ns())  # a span left open ends with the trace
+        model = tracer.start_span(
+            trace.name,
+            context=context,
+            kind=server,
+            start_time=times.get("REQUEST_START", last) + offset,
+            attributes={
+                "triton.model_name": trace.name,
+                "triton.model_version": trace.version,
+                "triton.trace_id": trace.trace_id,
+                "triton.trace_parent_id": trace.parent_id,
+                **({"triton.request_id": trace.request_id} if trace.request_id else {}),
+            },
+        )
+        for name, ns in trace.stamps:
+            if name in MODEL_EVENTS:
+                model.add_event(name, timestamp=ns + offset)
+        if "COMPUTE_START" in times:
+            compute = tracer.start_span(
+                "compute",
+                context=otel.set_span_in_context(model),
+                kind=server,
+                start_time=times["COMPUTE_START"] + offset,
+            )
+            for name, ns in trace.stamps:
+                if name in COMPUTE_EVENTS:
+                    compute.add_event(name, timestamp=ns + offset)
+            compute.end(end_time=times.get("COMPUTE_END", last) + offset)
+        for child in trace.children:
+            self._model_spans(child, otel.set_span_in_context(model))
+        model.end(end_time=times.get("REQUEST_END", last) + offset)
