@@ -30,6 +30,7 @@ from tests.integration.test_trace import (
     CONFIG,
     DECOUPLED_POLICY,
     DECOUPLED_TWICE,
+    ENSEMBLE,
     MODEL,
 )
 from tests.integration.triton_helpers import SERVERS, python_model_repository, serving
@@ -40,10 +41,10 @@ TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
 # Copied for each call: the HTTP client adds its own headers to the dict it is given.
 TRACEPARENT = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
-BATCH = 4  # bsp_max_export_batch_size: the 11 spans come in several posts
-SPANS = (
-    11  # two requests of 3 spans (root, model, compute), the BLS request's 5 (its call's model and compute)
-)
+BATCH = 4  # bsp_max_export_batch_size: the spans come in several posts
+# Two requests of 3 spans (root, model, compute), the BLS request's 5 (its call's model and compute), the
+# ensemble's 6 (root, its model span, each step's model and compute).
+SPANS = 3 + 3 + 5 + 6
 MODEL_EVENTS = ["REQUEST_START", "QUEUE_START", "REQUEST_END"]
 COMPUTE_EVENTS = ["COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END"]
 HTTP_EVENTS = [
@@ -221,11 +222,13 @@ def _repository(root: Path) -> Path:
         (repository / name / "1").mkdir(parents=True)
         (repository / name / "config.pbtxt").write_text(config, encoding="utf-8")
         (repository / name / "1" / "model.py").write_text(source, encoding="utf-8")
+    (repository / "ens" / "1").mkdir(parents=True)
+    (repository / "ens" / "config.pbtxt").write_text(ENSEMBLE, encoding="utf-8")
     return repository
 
 
 def _requests(grpc_address: str, http_address: str) -> None:
-    """``plain`` over HTTP and gRPC with the client's traceparent; ``blsd`` over HTTP without one."""
+    """``plain`` over HTTP and gRPC with the client's traceparent; ``blsd`` and ``ens`` over HTTP without."""
     data = np.array([[1.0, 2.5]], dtype=np.float32)
     client = httpclient.InferenceServerClient(http_address)
     try:
@@ -235,6 +238,9 @@ def _requests(grpc_address: str, http_address: str) -> None:
         tensor = httpclient.InferInput("A", [2], "FP32")
         tensor.set_data_from_numpy(data.reshape(2))
         client.infer("blsd", [tensor], request_id="b1")
+        tensor = httpclient.InferInput("X", [1, 2], "FP32")
+        tensor.set_data_from_numpy(data)
+        client.infer("ens", [tensor], request_id="e1")
     finally:
         client.close()
     with grpcclient.InferenceServerClient(grpc_address) as grpc_client:
@@ -253,7 +259,7 @@ def test_spans_posted_to_the_configured_url(kind: str, tmp_path: Path, receiver:
         *("--trace-config", "opentelemetry,bsp_schedule_delay=100"),
         *("--trace-config", f"opentelemetry,bsp_max_export_batch_size={BATCH}"),
     ]
-    models = ["plain", "twice", "blsd"]
+    models = ["plain", "twice", "blsd", "ens"]
     with serving(kind, _repository(tmp_path), models, sonic_args=flags, triton_args=flags) as endpoint:
         _requests(endpoint.grpc, endpoint.http)
         exports = receiver.take(SPANS)
@@ -273,8 +279,8 @@ def test_spans_posted_to_the_configured_url(kind: str, tmp_path: Path, receiver:
     assert {span.kind for span in spans} == {2}  # SPAN_KIND_SERVER
     by_id = {span.span_id: span for span in spans}
 
-    def model_span(request_id: str) -> Span:
-        [span] = [s for s in spans if s.attributes.get("triton.request_id") == request_id]
+    def model_span(request_id: str, name: str) -> Span:
+        [span] = [s for s in spans if s.attributes.get("triton.request_id") == request_id and s.name == name]
         return span
 
     def children(parent: Span) -> list[Span]:
@@ -292,7 +298,7 @@ def test_spans_posted_to_the_configured_url(kind: str, tmp_path: Path, receiver:
         assert model.start_ns <= compute.start_ns <= compute.end_ns <= model.end_ns
 
     for request_id, written in (("h1", HTTP_EVENTS), ("g1", GRPC_EVENTS)):
-        model = model_span(request_id)
+        model = model_span(request_id, "plain")
         check_model(model, "plain", 0)
         assert [s.name for s in children(model)] == ["compute"]
         root = by_id[model.parent_id]
@@ -308,7 +314,7 @@ def test_spans_posted_to_the_configured_url(kind: str, tmp_path: Path, receiver:
         assert root.events == [e for e in written if e not in unwritten]
         assert root.start_ns <= model.start_ns <= model.end_ns <= root.end_ns
     # The BLS request: its own trace (no client context); its call's spans under its model span.
-    bls = model_span("b1")
+    bls = model_span("b1", "blsd")
     check_model(bls, "blsd", 0)
     root = by_id[bls.parent_id]
     assert (root.name, root.parent_id, root.events) == ("InferRequest", "", HTTP_EVENTS)
@@ -317,5 +323,15 @@ def test_spans_posted_to_the_configured_url(kind: str, tmp_path: Path, receiver:
     check_model(call, "twice", int(str(bls.attributes["triton.trace_id"])))
     assert "triton.request_id" not in call.attributes  # the call's request has no id
     assert {s.trace_id for s in (root, bls, compute, call)} == {root.trace_id} != {TRACE_ID}
+    # The ensemble: its model span (no compute of its own), each step's spans under it, with its request id.
+    ensemble = model_span("e1", "ens")
+    assert ensemble.events == MODEL_EVENTS
+    root = by_id[ensemble.parent_id]
+    assert (root.name, root.parent_id, root.events) == ("InferRequest", "", HTTP_EVENTS)
+    steps = children(ensemble)
+    assert [s.name for s in steps] == ["plain", "plain"]
+    for step in steps:
+        check_model(step, "plain", int(str(ensemble.attributes["triton.trace_id"])))
+        assert step.attributes["triton.request_id"] == "e1"
     trace_ids = [s.attributes["triton.trace_id"] for s in spans if "triton.trace_id" in s.attributes]
-    assert len(set(trace_ids)) == 4
+    assert len(trace_ids) == len(set(trace_ids)) == 7
