@@ -621,7 +621,8 @@ INTENDED: tuple[Intended, ...] = (
         "`OTEL_EXPORTER_OTLP_*` variables only the headers are read (the others set are named in a "
         "warning); over gRPC Triton now and then starts a trace of its own instead of continuing the "
         "client's `traceparent`, sonic always continues it; the root span `InferRequest` starts at the "
-        "request's first activity (Triton's when it samples it).",
+        "request's first activity (Triton's when it samples it); level `TENSORS`, which adds nothing in this "
+        "mode, is logged as an error once per settings change (Triton: once per tensor).",
         "Protobuf is OTLP's default encoding and OTLP/HTTP receivers take both; the SDK's batch span "
         "processor cannot run with a zero, and a setting it cannot follow is refused rather than changed; "
         "the spans themselves (names, parents, attributes, events, batches) are Triton's.",

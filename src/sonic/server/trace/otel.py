@@ -158,6 +158,8 @@ class OtelExport:
 
         tracer, offset, server = self._context.tracer, self._context.offset_ns, otel.SpanKind.SERVER
         times = dict(trace.stamps)
+        if "REQUEST_START" not in times:  # level TENSORS alone: no activity, so the root alone, as Triton
+            return
         last = max(times.values(), default=time.perf_counter_ns())  # a span left open ends with the trace
         model = tracer.start_span(
             trace.name,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -35,6 +36,8 @@ from sonic.server.trace.config import TraceConfig, TraceLevel, TraceMode
 from sonic.server.trace.files import TraceFile, TraceWriter
 from sonic.server.trace.otel import OtelExport, OtelTraceContext, TracedModel
 from sonic.server.trace.settings import Answer, Changes, TraceSetting, TraceSettings
+
+log = logging.getLogger(__name__)
 
 
 def _stamp(trace_id: int, name: str, ns: int) -> str:
@@ -216,6 +219,12 @@ class TraceManager:
 
     def _changed(self) -> None:
         self.active = any(setting.level != TraceLevel.OFF for setting in self._settings.all())
+        if self._otel is not None and any(TraceLevel.TENSORS in s.level for s in self._settings.all()):
+            # Triton logs this for each tensor of each traced request; once per change says it as well.
+            log.error(
+                "Tensor level tracing is not supported by the mode: opentelemetry "
+                "(level TENSORS adds nothing to the spans)"
+            )
 
     def start_writer(self) -> None:
         if self.config.mode is TraceMode.TRITON:
