@@ -78,6 +78,7 @@ def test_a_batch_is_posted_as_protobuf_with_the_headers_given(
     decoded = ExportTraceServiceRequest.FromString(body)
     names = [s.name for r in decoded.resource_spans for scope in r.scope_spans for s in scope.spans]
     assert names == ["span0", "span1", "span2"]
+    assert "Authorization" not in headers
     if collector.status == 200:
         assert result is SpanExportResult.SUCCESS
         assert not caplog.records
@@ -101,6 +102,18 @@ def test_a_collector_not_there_drops_the_batch_with_one_warning(caplog: pytest.L
     assert f"127.0.0.1:{port}/v1/traces failed" in caplog.records[0].getMessage()
     exporter.shutdown()
     assert exporter.export(_spans(1)) is SpanExportResult.FAILURE
+
+
+def test_a_user_in_the_url_is_basic_authentication_and_not_logged(
+    collector: _Collector, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = collector.url.replace("http://", "http://cms:s%40cret@")
+    exporter = OtlpHttpSpanExporter(url, {})
+    exporter.export(_spans(1))
+    [(_, headers, _)] = collector.posts
+    assert headers["Authorization"] == "Basic Y21zOnNAY3JldA=="  # cms:s@cret
+    assert "cret" not in exporter.url
+    assert "cret" not in caplog.text  # the 503 warning names the URL without them
 
 
 def test_headers_and_variables() -> None:

@@ -9,13 +9,16 @@ dropped as Triton's exporter drops it: the requests it traced were answered long
 only let the queue grow. The first failure is a warning, the ones after it until a success are debug.
 
 Headers come from ``OTEL_EXPORTER_OTLP_TRACES_HEADERS`` (else ``OTEL_EXPORTER_OTLP_HEADERS``), ``k=v``
-pairs separated by commas, URL-encoded, as opentelemetry-cpp reads them. The other ``OTEL_EXPORTER_OTLP_*``
+pairs separated by commas, URL-encoded, as opentelemetry-cpp reads them; a ``user:password@`` in the URL
+is HTTP basic authentication (unless those headers have an ``Authorization``), as libcurl takes it, and is
+left out of what is logged. The other ``OTEL_EXPORTER_OTLP_*``
 variables (protocol, compression, certificates, timeout) are not read: :func:`unread_variables` names
 those set, and the server warns about them.
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import logging
 import os
@@ -68,13 +71,19 @@ class OtlpHttpSpanExporter(SpanExporter):
         if parts.scheme not in ("http", "https") or not parts.hostname:
             msg = f"--trace-config opentelemetry,url={url}: expected an http:// or https:// URL with a host"
             raise ValueError(msg)
-        self.url = url
         self._https = parts.scheme == "https"
         self._host = parts.hostname
         self._port = parts.port or (443 if self._https else 80)
         self._path = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        # What the logs name: the URL without its user and password.
+        self.url = urllib.parse.urlunsplit(
+            (parts.scheme, parts.netloc.rpartition("@")[2], self._path, "", "")
+        )
         text = next((environ[name] for name in HEADER_VARIABLES if environ.get(name)), "")
         self._headers = {**parse_headers(text), "Content-Type": CONTENT_TYPE}
+        if parts.username is not None:  # user:password@ in the URL: HTTP basic authentication, as curl's
+            secret = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+            self._headers.setdefault("Authorization", "Basic " + base64.b64encode(secret.encode()).decode())
         self._timeout_s = timeout_s
         self._failing = False
         self._shut_down = False
