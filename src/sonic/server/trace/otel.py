@@ -160,12 +160,12 @@ class OtelExport:
         times = dict(trace.stamps)
         if "REQUEST_START" not in times:  # level TENSORS alone: no activity, so the root alone, as Triton
             return
-        last = max(times.values(), default=time.perf_counter_ns())  # a span left open ends with the trace
+        last = max(times.values())  # a span left open (a request that failed half-way) ends with the trace
         model = tracer.start_span(
             trace.name,
             context=context,
             kind=server,
-            start_time=times.get("REQUEST_START", last) + offset,
+            start_time=times["REQUEST_START"] + offset,
             attributes={
                 "triton.model_name": trace.name,
                 "triton.model_version": trace.version,
