@@ -32,8 +32,9 @@ from tests.integration.test_trace import (
     DECOUPLED_TWICE,
     ENSEMBLE,
     MODEL,
+    _stream_twice,
 )
-from tests.integration.triton_helpers import SERVERS, python_model_repository, serving
+from tests.integration.triton_helpers import SERVERS, Endpoint, python_model_repository, serving
 
 pytestmark = [pytest.mark.integration]
 
@@ -43,8 +44,8 @@ PARENT_ID = "00f067aa0ba902b7"
 TRACEPARENT = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
 BATCH = 4  # bsp_max_export_batch_size: the spans come in several posts
 # Two requests of 3 spans (root, model, compute), the BLS request's 5 (its call's model and compute), the
-# ensemble's 6 (root, its model span, each step's model and compute).
-SPANS = 3 + 3 + 5 + 6
+# ensemble's 6 (root, its model span, each step's model and compute), the decoupled stream's 3.
+SPANS = 3 + 3 + 5 + 6 + 3
 MODEL_EVENTS = ["REQUEST_START", "QUEUE_START", "REQUEST_END"]
 COMPUTE_EVENTS = ["COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END"]
 HTTP_EVENTS = [
@@ -227,8 +228,10 @@ def _repository(root: Path) -> Path:
     return repository
 
 
-def _requests(grpc_address: str, http_address: str) -> None:
-    """``plain`` over HTTP and gRPC with the client's traceparent; ``blsd`` and ``ens`` over HTTP without."""
+def _requests(endpoint: Endpoint) -> None:
+    """``plain`` over HTTP and gRPC with the client's traceparent; ``blsd`` and ``ens`` over HTTP without,
+    ``twice`` over a gRPC stream (request id ``d1``)."""
+    grpc_address, http_address = endpoint.grpc, endpoint.http
     data = np.array([[1.0, 2.5]], dtype=np.float32)
     client = httpclient.InferenceServerClient(http_address)
     try:
@@ -247,6 +250,7 @@ def _requests(grpc_address: str, http_address: str) -> None:
         tensor = grpcclient.InferInput("A", [1, 2], "FP32")
         tensor.set_data_from_numpy(data)
         grpc_client.infer("plain", [tensor], request_id="g1", headers=dict(TRACEPARENT))
+    _stream_twice(endpoint, data.reshape(2))
 
 
 @pytest.mark.parametrize("kind", SERVERS)
@@ -261,10 +265,10 @@ def test_spans_posted_to_the_configured_url(kind: str, tmp_path: Path, receiver:
     ]
     models = ["plain", "twice", "blsd", "ens"]
     with serving(kind, _repository(tmp_path), models, sonic_args=flags, triton_args=flags) as endpoint:
-        _requests(endpoint.grpc, endpoint.http)
+        _requests(endpoint)
         exports = receiver.take(SPANS)
     # As the settings said: batches of at most BATCH spans, to the URL's path, with the resource given.
-    assert len(exports) >= SPANS // BATCH + 1
+    assert len(exports) >= -(-SPANS // BATCH)  # at least as many posts as full batches need
     assert all(0 < len(export.spans) <= BATCH for export in exports)
     sonic = kind == "sonic"
     for export in exports:
@@ -333,5 +337,12 @@ def test_spans_posted_to_the_configured_url(kind: str, tmp_path: Path, receiver:
     for step in steps:
         check_model(step, "plain", int(str(ensemble.attributes["triton.trace_id"])))
         assert step.attributes["triton.request_id"] == "e1"
+    # The decoupled model's request: one compute, a send per response (the root's events).
+    streamed = model_span("d1", "twice")
+    check_model(streamed, "twice", 0)
+    root = by_id[streamed.parent_id]
+    sends = ["GRPC_SEND_START", "GRPC_SEND_END"] * 2
+    events = [*GRPC_EVENTS[:3], *(e for e in sends if not sonic or e != "GRPC_SEND_END")]
+    assert root.events == [e for e in events if not sonic or e != "GRPC_WAITREAD_START"]
     trace_ids = [s.attributes["triton.trace_id"] for s in spans if "triton.trace_id" in s.attributes]
-    assert len(trace_ids) == len(set(trace_ids)) == 7
+    assert len(trace_ids) == len(set(trace_ids)) == 8
