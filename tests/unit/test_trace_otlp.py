@@ -1,5 +1,6 @@
-"""OpenTelemetry mode's OTLP/HTTP exporter (sonic.server.trace.otlp): what it posts, with which headers, and
-what it does when the collector refuses or is not there (end to end: tests/integration/test_trace_otlp.py)."""
+"""OpenTelemetry mode's export through the SDK's OTLP/HTTP exporter (sonic.server.trace.otel): what is posted
+to ``opentelemetry,url``, with which headers, a URL's ``user:password@``, and what a collector that refuses
+or is not there costs (end to end against sonic and Triton: tests/integration/test_trace_otlp.py)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,22 @@ from collections.abc import Iterator
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from sonic.server.trace.otlp import OtlpHttpSpanExporter, parse_headers, unread_variables
+from sonic.server.trace.config import TraceFlags, parse_trace_flags
+from sonic.server.trace.otel import OtelTraceContext, TracedModel, endpoint_and_headers
 
 pytestmark = pytest.mark.unit
+
+EXPORTER_LOGGER = "opentelemetry.exporter"
+# Timestamps of one request as the trace records them (monotonic ns): 3 spans (root, model, compute).
+STAMPS = (
+    ("HTTP_RECV_START", 1_000),
+    ("REQUEST_START", 2_000),
+    ("QUEUE_START", 3_000),
+    ("COMPUTE_START", 4_000),
+    ("COMPUTE_END", 5_000),
+    ("REQUEST_END", 6_000),
+)
 
 
 class _Collector:
@@ -25,13 +35,13 @@ class _Collector:
 
     def __init__(self, status: int) -> None:
         self.status = status
-        self.posts: list[tuple[str, dict[str, str], bytes]] = []
+        self.posts: list[tuple[str, dict[str, str], bytes]] = []  # headers' names lowercased
         collector = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                collector.posts.append((self.path, dict(self.headers), body))
+                collector.posts.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -54,85 +64,107 @@ def collector(request: pytest.FixtureRequest) -> Iterator[_Collector]:
     thread.join()
 
 
-def _spans(count: int) -> list[ReadableSpan]:
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("triton-server")
-    for n in range(count):
-        tracer.start_span(f"span{n}").end()
-    return list(memory.get_finished_spans())
-
-
-def test_a_batch_is_posted_as_protobuf_with_the_headers_given(
-    collector: _Collector, caplog: pytest.LogCaptureFixture
+def _export(
+    monkeypatch: pytest.MonkeyPatch, url: str, requests: int, *options: str, headers: str = ""
 ) -> None:
-    environ = {"OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer%20abc, x-tenant = cms "}
-    exporter = OtlpHttpSpanExporter(collector.url, environ)
-    result = exporter.export(_spans(3))
-    [(path, headers, body)] = collector.posts
+    """The spans of ``requests`` traced requests made and exported to ``url`` (by default in one batch: the
+    queue and the batch are larger), then the context closed, which sends them. The exporter reads its own
+    variables: ``OTEL_EXPORTER_OTLP_HEADERS`` is ``headers``, and its timeout (seconds, as the Python
+    exporter reads it) is below its first retry's backoff (0.8 s or more), so one try per batch."""
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", headers)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "0.5")
+    config, _ = parse_trace_flags(
+        TraceFlags(trace_config=["mode=opentelemetry", f"opentelemetry,url={url}", *options]), environ={}
+    )
+    context = OtelTraceContext(config)
+    try:
+        for n in range(requests):
+            context.export(None).spans(TracedModel(n + 1, 0, "identity", 1, f"r{n}", STAMPS))
+    finally:
+        context.close()
+
+
+def test_the_spans_are_posted_to_the_url_with_the_headers_given(
+    collector: _Collector, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        _export(monkeypatch, collector.url, 40, headers="authorization=Bearer%20abc, x-tenant = cms ")
+    [(path, headers, body)] = collector.posts  # 120 spans, one batch: a refusal is not retried past 0.5 s
     assert path == "/otlp/v1/traces?x=1"
-    assert headers["Content-Type"] == "application/x-protobuf"
+    assert headers["content-type"] == "application/x-protobuf"
     assert headers["authorization"] == "Bearer abc"
     assert headers["x-tenant"] == "cms"
     decoded = ExportTraceServiceRequest.FromString(body)
     names = [s.name for r in decoded.resource_spans for scope in r.scope_spans for s in scope.spans]
-    assert names == ["span0", "span1", "span2"]
-    assert "Authorization" not in headers
+    assert len(names) == 120
+    assert set(names) == {"InferRequest", "identity", "compute"}
+    exporter_records = [r for r in caplog.records if r.name.startswith(EXPORTER_LOGGER)]
     if collector.status == 200:
-        assert result is SpanExportResult.SUCCESS
-        assert not caplog.records
-    else:  # refused: the batch is dropped with a warning saying why
-        assert result is SpanExportResult.FAILURE
-        [record] = caplog.records
-        assert record.levelno == logging.WARNING
-        assert "(HTTP 503 Service Unavailable); they are dropped" in record.getMessage()
+        assert not exporter_records
+    else:  # refused: the batch is dropped with one error saying so, from the processor's thread, not ours
+        [record] = exporter_records
+        assert record.levelno == logging.ERROR
+        assert "Failed to export spans batch" in record.getMessage()
+        assert record.threadName != threading.current_thread().name
 
 
-def test_a_collector_not_there_drops_the_batch_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_collector_not_there_costs_a_bounded_log_and_no_request_waits(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     with socket.socket() as unused:  # a port nothing listens on once closed
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
-    exporter = OtlpHttpSpanExporter(f"http://127.0.0.1:{port}/v1/traces", {})
-    with caplog.at_level(logging.DEBUG, logger="sonic.server.trace.otlp"):
-        assert exporter.export(_spans(1)) is SpanExportResult.FAILURE
-        assert exporter.export(_spans(1)) is SpanExportResult.FAILURE
-    levels = [r.levelno for r in caplog.records]
-    assert levels == [logging.WARNING, logging.DEBUG]  # the first failure is a warning, the next ones debug
-    assert f"127.0.0.1:{port}/v1/traces failed" in caplog.records[0].getMessage()
-    exporter.shutdown()
-    assert exporter.export(_spans(1)) is SpanExportResult.FAILURE
+    url = f"http://127.0.0.1:{port}/v1/traces"
+    with caplog.at_level(logging.DEBUG, logger="opentelemetry"):
+        _export(monkeypatch, url, 100)
+    records = [r for r in caplog.records if r.name.startswith(EXPORTER_LOGGER)]
+    # 300 spans, one batch: one error for it (not one per span), logged by the batch processor's thread.
+    assert [r.levelno for r in records if r.levelno >= logging.WARNING] == [logging.ERROR]
+    assert "Failed to export spans batch" in records[-1].getMessage()
+    assert threading.current_thread().name not in {r.threadName for r in records}
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="opentelemetry"):  # a queue of 10: 290 spans dropped
+        _export(monkeypatch, url, 100, "opentelemetry,bsp_max_queue_size=10")
+    full = [r for r in caplog.records if r.getMessage() == "Queue full, dropping Span."]
+    failed = [r for r in caplog.records if r.name.startswith(EXPORTER_LOGGER)]
+    # The SDK says so at most once per 20 s, the exporter once per batch of 10 it had time to try.
+    assert 1 <= len(full) <= 2
+    assert 1 <= len(failed) <= 10
+    assert threading.current_thread().name not in {r.threadName for r in failed}
 
 
 def test_a_user_in_the_url_is_basic_authentication_and_not_logged(
-    collector: _Collector, caplog: pytest.LogCaptureFixture
+    collector: _Collector, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    url = collector.url.replace("http://", "http://cms:s%40cret@")
-    exporter = OtlpHttpSpanExporter(url, {})
-    exporter.export(_spans(1))
-    [(_, headers, _)] = collector.posts
-    assert headers["Authorization"] == "Basic Y21zOnNAY3JldA=="  # cms:s@cret
-    assert "cret" not in exporter.url
-    assert "cret" not in caplog.text  # the 503 warning names the URL without them
+    with caplog.at_level(logging.DEBUG):
+        _export(monkeypatch, collector.url.replace("http://", "http://cms:s%40cret@"), 1)
+    [(path, headers, _)] = collector.posts
+    assert path == "/otlp/v1/traces?x=1"
+    assert headers["authorization"] == "Basic Y21zOnNAY3JldA=="  # cms:s@cret
+    assert "cret" not in caplog.text  # the 503's error and the debug lines name the URL without them
 
 
-def test_headers_and_variables() -> None:
-    assert parse_headers("a=1,b=x%3Dy,,") == {"a": "1", "b": "x=y"}
-    with pytest.raises(ValueError, match="OTLP header 'novalue': expected name=value"):
-        parse_headers("a=1,novalue")
-    environ = {
-        "OTEL_EXPORTER_OTLP_HEADERS": "a=1",
-        "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://elsewhere",
-        "OTEL_BSP_MAX_QUEUE_SIZE": "10",
+def test_a_header_given_wins_over_the_urls_user() -> None:
+    url = "https://cms:secret@collector:4318/v1/traces"
+    assert endpoint_and_headers(url, {}) == (
+        "https://collector:4318/v1/traces",
+        {"Authorization": "Basic Y21zOnNlY3JldA=="},
+    )
+    # The traces variable first, as the exporter reads them; its Authorization is the exporter's to send.
+    given = {
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x=1, Authorization=Bearer%20t",
+        "OTEL_EXPORTER_OTLP_HEADERS": "y=2",
     }
-    assert unread_variables(environ) == [
-        "OTEL_EXPORTER_OTLP_COMPRESSION",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    ]
+    assert endpoint_and_headers(url, given) == ("https://collector:4318/v1/traces", {})
+    assert endpoint_and_headers(url, {"OTEL_EXPORTER_OTLP_HEADERS": "y=2"})[1] != {}
 
 
 @pytest.mark.parametrize("url", ["collector:4318/v1/traces", "grpc://collector:4317", "http:///v1/traces"])
-def test_a_url_without_http_or_a_host_is_refused(url: str) -> None:
+def test_a_url_without_http_or_a_host_is_refused_at_start(url: str) -> None:
+    config, _ = parse_trace_flags(
+        TraceFlags(trace_config=["mode=opentelemetry", f"opentelemetry,url={url}"]), environ={}
+    )
     with pytest.raises(ValueError, match=f"opentelemetry,url={url}: expected an http:// or https:// URL"):
-        OtlpHttpSpanExporter(url, {})
+        OtelTraceContext(config)

@@ -614,18 +614,23 @@ INTENDED: tuple[Intended, ...] = (
     ),
     Intended(
         "otlp-export",
-        "OpenTelemetry mode (`--trace-config mode=opentelemetry`): sonic posts OTLP/HTTP protobuf "
-        "(`application/x-protobuf`), Triton 2.51 (opentelemetry-cpp 1.13) OTLP/HTTP JSON; the resource's "
-        "`telemetry.sdk.*` are the Python SDK's; a `bsp_*` setting of 0 (flag or `OTEL_BSP_*`) is refused "
-        "at start where Triton hands it on, and a batch size above the queue size is the queue size; of the "
-        "`OTEL_EXPORTER_OTLP_*` variables only the headers are read (the others set are named in a "
-        "warning); over gRPC Triton now and then starts a trace of its own instead of continuing the "
-        "client's `traceparent`, sonic always continues it; the root span `InferRequest` starts at the "
-        "request's first activity (Triton's when it samples it); level `TENSORS`, which adds nothing in this "
-        "mode, is logged as an error once per settings change (Triton: once per tensor).",
-        "Protobuf is OTLP's default encoding and OTLP/HTTP receivers take both; the SDK's batch span "
-        "processor cannot run with a zero, and a setting it cannot follow is refused rather than changed; "
-        "the spans themselves (names, parents, attributes, events, batches) are Triton's.",
+        "OpenTelemetry mode (`--trace-config mode=opentelemetry`): sonic exports with the OpenTelemetry "
+        "Python SDK's OTLP/HTTP exporter, which posts protobuf (`application/x-protobuf`), Triton 2.51 "
+        "(opentelemetry-cpp 1.13) OTLP/HTTP JSON; the resource's `telemetry.sdk.*` are the Python SDK's; "
+        "that exporter reads the `OTEL_EXPORTER_OTLP_*` variables as Python's does (`..._TIMEOUT` in "
+        "seconds) and retries a batch the collector refuses (429, 502, 503, 504) or cannot be reached "
+        "within that timeout (10 s), where Triton's tries once; the `..._ENDPOINT` and `..._PROTOCOL` "
+        "variables, which neither reads (the URL is `opentelemetry,url`), are named in a warning; a `bsp_*` "
+        "setting of 0 (flag or `OTEL_BSP_*`) is refused at start where Triton hands it on, and a batch size "
+        "above the queue size is the queue size; over gRPC Triton now and then starts a trace of its own "
+        "instead of continuing the client's `traceparent`, sonic always continues it; the root span "
+        "`InferRequest` starts at the request's first activity (Triton's when it samples it); level "
+        "`TENSORS`, which adds nothing in this mode, is logged as an error once per settings change "
+        "(Triton: once per tensor).",
+        "OpenTelemetry's own exporter for Python, not one of sonic's; protobuf is OTLP's default encoding "
+        "and OTLP/HTTP receivers take both; the SDK's batch span processor cannot run with a zero, and a "
+        "setting it cannot follow is refused rather than changed; the spans themselves (names, parents, "
+        "attributes, events, batches) are Triton's.",
         _otlp_export,
     ),
     Intended(

@@ -11,19 +11,25 @@ trace) have their model spans under its model span (``triton.trace_parent_id`` i
 made when the request has been answered, from its recorded times (monotonic nanoseconds, mapped to the
 wall clock).
 
-The exporter (:mod:`.otlp`) posts OTLP/HTTP protobuf to ``url`` (Triton's default
-``http://localhost:4318/v1/traces``) through the SDK's batch span processor with the ``bsp_*`` settings,
-with the ``resource`` attributes (``service.name`` is ``triton-inference-server`` unless a ``resource``
-names it). Needs the packages ``opentelemetry-sdk`` and ``opentelemetry-exporter-otlp-proto-common``;
-without them the server refuses to start in this mode. A caller may hand its own tracer provider (tests,
-embedders) instead.
+The exporter is the OpenTelemetry SDK's OTLP/HTTP one (``OTLPSpanExporter``, protobuf) to ``url``
+(Triton's default ``http://localhost:4318/v1/traces``) under the SDK's batch span processor with the
+``bsp_*`` settings, with the ``resource`` attributes (``service.name`` is ``triton-inference-server``
+unless a ``resource`` names it). The exporter reads the ``OTEL_EXPORTER_OTLP_*`` variables of its own
+(headers, timeout, compression, certificates) and retries what its collector refuses for a while (429,
+502, 503, 504, no connection) within its timeout, on the processor's thread: no request waits on it. A
+``user:password@`` in the URL is HTTP basic authentication, as libcurl takes it in Triton: it is taken out
+of the endpoint (which the exporter's logs may name) and sent as an ``Authorization`` header. Needs the
+packages ``opentelemetry-sdk`` and ``opentelemetry-exporter-otlp-proto-http``; without them the server
+refuses to start in this mode. A caller may hand its own tracer provider (tests, embedders) instead.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import time
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,33 +44,66 @@ TRACER_NAME = "triton-server"  # Triton's kTritonTracer
 MODEL_EVENTS = frozenset(("REQUEST_START", "QUEUE_START", "REQUEST_END"))
 COMPUTE_EVENTS = frozenset(("COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END"))
 MISSING = (
-    "--trace-config mode=opentelemetry needs OpenTelemetry's SDK and OTLP encoding: "
-    "pip install 'sonic-inference[otlp]' (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-common)"
+    "--trace-config mode=opentelemetry needs OpenTelemetry's SDK and OTLP/HTTP exporter: "
+    "pip install 'sonic-inference[otlp]' (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)"
 )
+# The exporter's endpoint is always --trace-config opentelemetry,url (as Triton sets it); these are not read.
+UNREAD_VARIABLES = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+)
+HEADER_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
 
 
-def _provider(config: TraceConfig, environ: Mapping[str, str]) -> Any:
+def endpoint_and_headers(url: str, environ: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """The exporter's endpoint (``url`` without a ``user:password@``) and the headers sonic adds: that
+    user's basic authentication, unless the exporter's header variables give an ``Authorization`` (a
+    header given wins over the URL's user in libcurl too). A URL that is not ``http(s)://host...`` is
+    refused, naming it."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        msg = f"--trace-config opentelemetry,url={url}: expected an http:// or https:// URL with a host"
+        raise ValueError(msg)
+    host = parts.netloc.rpartition("@")[2]
+    endpoint = urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    if parts.username is None:
+        return endpoint, {}
+    # The variable the exporter reads (the traces one first), its names as the exporter lowercases them.
+    given = next((environ[name] for name in HEADER_VARIABLES if environ.get(name)), "")
+    if any(pair.partition("=")[0].strip().lower() == "authorization" for pair in given.split(",")):
+        return endpoint, {}
+    user = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+    return endpoint, {"Authorization": "Basic " + base64.b64encode(user.encode()).decode()}
+
+
+def _provider(config: TraceConfig) -> Any:
     try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+            OTLPSpanExporter,
+        )
         from opentelemetry.sdk.resources import Resource  # noqa: PLC0415
         from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
         from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: PLC0415
         from opentelemetry.sdk.trace.sampling import ALWAYS_ON  # noqa: PLC0415
-
-        from sonic.server.trace.otlp import OtlpHttpSpanExporter, unread_variables  # noqa: PLC0415
     except ImportError:
         raise ImportError(MISSING) from None
+    environ = os.environ  # as the exporter reads its own variables
     attributes = {"service.name": "triton-inference-server"}
     for key, value in config.options:
         if key == "resource":
             name, _, setting = value.partition("=")
             attributes[name] = setting
-    for name in unread_variables(environ):
-        log.warning("%s is set: sonic's OTLP exporter does not read it (docs/triton-differences.md)", name)
+    for name in UNREAD_VARIABLES:
+        if environ.get(name):
+            log.warning("%s is set and not read: the OTLP endpoint is --trace-config opentelemetry,url", name)
+    endpoint, headers = endpoint_and_headers(config.option("url", DEFAULT_URL), environ)
     # Positive numbers (zeros were refused with the flags); no batch holds more than the queue, so a larger
     # batch size is the queue size, the SDK's limit.
     queue = int(config.option("bsp_max_queue_size", "2048"))
     processor = BatchSpanProcessor(
-        OtlpHttpSpanExporter(config.option("url", DEFAULT_URL), environ),
+        OTLPSpanExporter(endpoint=endpoint, headers=headers or None),
         max_queue_size=queue,
         schedule_delay_millis=int(config.option("bsp_schedule_delay", "5000")),
         max_export_batch_size=min(queue, int(config.option("bsp_max_export_batch_size", "512"))),
@@ -79,18 +118,14 @@ def _provider(config: TraceConfig, environ: Mapping[str, str]) -> Any:
 class OtelTraceContext:
     """The tracer of a server in OpenTelemetry mode, and the W3C propagator that reads ``traceparent``."""
 
-    def __init__(
-        self, config: TraceConfig, tracer_provider: Any = None, environ: Mapping[str, str] | None = None
-    ) -> None:
+    def __init__(self, config: TraceConfig, tracer_provider: Any = None) -> None:
         from opentelemetry import trace  # noqa: PLC0415  (optional extra)
         from opentelemetry.trace.propagation.tracecontext import (  # noqa: PLC0415
             TraceContextTextMapPropagator,
         )
 
         self._owned = tracer_provider is None  # built here: shut down (its spans flushed) here
-        if tracer_provider is None:
-            tracer_provider = _provider(config, os.environ if environ is None else environ)
-        self._provider = tracer_provider
+        self._provider = _provider(config) if tracer_provider is None else tracer_provider
         self.tracer = trace.get_tracer(TRACER_NAME, tracer_provider=self._provider)
         self._propagator = TraceContextTextMapPropagator()
         self._trace = trace
