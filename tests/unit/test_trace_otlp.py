@@ -161,10 +161,21 @@ def test_a_header_given_wins_over_the_urls_user() -> None:
     assert endpoint_and_headers(url, {"OTEL_EXPORTER_OTLP_HEADERS": "y=2"})[1] != {}
 
 
-@pytest.mark.parametrize("url", ["collector:4318/v1/traces", "grpc://collector:4317", "http:///v1/traces"])
-def test_a_url_without_http_or_a_host_is_refused_at_start(url: str) -> None:
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("collector:4318/v1/traces", "collector:4318/v1/traces: expected an http:// or https:// URL"),
+        ("grpc://collector:4317", "grpc://collector:4317: expected an http:// or https:// URL"),
+        ("http:///v1/traces", "http:///v1/traces: expected an http:// or https:// URL"),
+        ("ftp://u:pw@collector/", r"ftp://\*\*\*@collector/: expected an http:// or https:// URL"),
+        ("http://collector:43x8/v1/traces", "http://collector:43x8/v1/traces: Port could not be cast"),
+        ("http://u:pw@[::1/v1/traces", r"http://\*\*\*@\[::1/v1/traces: Invalid IPv6 URL"),
+    ],
+)
+def test_a_url_without_http_or_a_host_is_refused_at_start(url: str, message: str) -> None:
     config, _ = parse_trace_flags(
         TraceFlags(trace_config=["mode=opentelemetry", f"opentelemetry,url={url}"]), environ={}
     )
-    with pytest.raises(ValueError, match=f"opentelemetry,url={url}: expected an http:// or https:// URL"):
+    with pytest.raises(ValueError, match=f"^--trace-config opentelemetry,url={message}") as refused:
         OtelTraceContext(config)
+    assert "pw" not in str(refused.value)

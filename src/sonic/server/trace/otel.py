@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import re
 import time
 import urllib.parse
 from collections.abc import Mapping
@@ -60,12 +61,15 @@ HEADER_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEA
 def endpoint_and_headers(url: str, environ: Mapping[str, str]) -> tuple[str, dict[str, str]]:
     """The exporter's endpoint (``url`` without a ``user:password@``) and the headers sonic adds: that
     user's basic authentication, unless the exporter's header variables give an ``Authorization`` (a
-    header given wins over the URL's user in libcurl too). A URL that is not ``http(s)://host...`` is
-    refused, naming it."""
-    parts = urllib.parse.urlsplit(url)
+    header given wins over the URL's user in libcurl too). A URL that is not ``http(s)://host[:port]...``
+    is refused at start, naming it (its ``user:password@`` as ``***@``), rather than failing each post."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018  (a port that is no number raises here)
+    except ValueError as exc:
+        raise _refused(url, str(exc)) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        msg = f"--trace-config opentelemetry,url={url}: expected an http:// or https:// URL with a host"
-        raise ValueError(msg)
+        raise _refused(url, "expected an http:// or https:// URL with a host")
     host = parts.netloc.rpartition("@")[2]
     endpoint = urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
     if parts.username is None:
@@ -76,6 +80,11 @@ def endpoint_and_headers(url: str, environ: Mapping[str, str]) -> tuple[str, dic
         return endpoint, {}
     user = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
     return endpoint, {"Authorization": "Basic " + base64.b64encode(user.encode()).decode()}
+
+
+def _refused(url: str, why: str) -> ValueError:
+    shown = re.sub(r"//[^/@]*@", "//***@", url)  # a user:password is not echoed
+    return ValueError(f"--trace-config opentelemetry,url={shown}: {why}")
 
 
 def _provider(config: TraceConfig) -> Any:
