@@ -48,7 +48,8 @@ MISSING = (
     "--trace-config mode=opentelemetry needs OpenTelemetry's SDK and OTLP/HTTP exporter: "
     "pip install 'sonic-inference[otlp]' (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)"
 )
-# The exporter's endpoint is always --trace-config opentelemetry,url (as Triton sets it); these are not read.
+# Not followed, and named in a warning when set: the endpoint is always --trace-config opentelemetry,url
+# (as Triton sets it), and the exporter always speaks OTLP/HTTP protobuf.
 UNREAD_VARIABLES = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
