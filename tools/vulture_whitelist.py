@@ -27,6 +27,8 @@ _._missing_  # enum.Enum lookup hook: the `native` alias of `h2` (client/config.
 sizehint  # asyncio.BufferedProtocol.get_buffer's argument (h2/aio.py: the core decides the size)
 _.write_with_length  # aiohttp.payload.Payload, called by aiohttp 3.12+ (server/frontends/http_payload.py)
 _.stream_opened  # ServerCore hook of trees before sonic.h2 (benchmarks/h2_cost_worker.py)
+_.do_POST  # http.server.BaseHTTPRequestHandler (the OTLP receivers of tests/*/test_trace_otlp.py)
+_.log_message
 
 # --- attributes libraries read after we set them ---------------------------------------------------------
 _.intra_op_num_threads  # onnxruntime.SessionOptions

@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+import numpy.typing as npt
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -346,7 +347,9 @@ class TritonPythonModel:
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
 """
-BLS = """import triton_python_backend_utils as pb_utils
+# A Python model calling "{called}" (BLS) with its request's trace: the call is traced as its child (without
+# the trace, not at all); {answer} is how it answers from the call.
+BLS_TEMPLATE = """import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
@@ -354,14 +357,16 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             a = pb_utils.get_input_tensor_by_name(request, "A")
-            # With the request's trace: the call is traced as its child (without it, not at all).
             call = pb_utils.InferenceRequest(
-                model_name="plain", requested_output_names=["B"], inputs=[a], trace=request.trace()
+                model_name="{called}", requested_output_names=["B"], inputs=[a], trace=request.trace()
             )
-            b = pb_utils.get_output_tensor_by_name(call.exec(), "B").as_numpy()
+            {answer}
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("B", b)]))
         return responses
 """
+BLS = BLS_TEMPLATE.format(
+    called="plain", answer='b = pb_utils.get_output_tensor_by_name(call.exec(), "B").as_numpy()'
+)
 DECOUPLED_POLICY = "model_transaction_policy { decoupled: true }\n"
 # What Triton 2.51 writes for a decoupled model's request of two responses over a gRPC stream, less
 # GRPC_WAITREAD_START and GRPC_SEND_END (not written by sonic: docs/triton-differences.md, trace-files).
@@ -374,6 +379,18 @@ DECOUPLED_ACTIVITIES = {
     "GRPC_SEND_START": 2,
     "REQUEST_END": 1,
 }
+
+
+def _stream_twice(endpoint: Endpoint, data: npt.NDArray[np.float32]) -> None:
+    """One request (id ``d1``) to the decoupled model ``twice`` over a gRPC stream: its two responses."""
+    answers: queue.Queue[tuple[object, object]] = queue.Queue()
+    with grpcclient.InferenceServerClient(endpoint.grpc) as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        tensor = grpcclient.InferInput("A", [2], "FP32")
+        tensor.set_data_from_numpy(data)
+        client.async_stream_infer("twice", [tensor], request_id="d1")
+        assert [answers.get(timeout=30)[1] for _ in range(2)] == [None, None]
+        client.stop_stream()
 
 
 @pytest.mark.parametrize("kind", SERVERS)
@@ -396,14 +413,7 @@ def test_a_decoupled_request_and_a_bls_call_are_traced_as_tritons(kind: str, tmp
     models = ["plain", "twice", "bls"]
     with serving(kind, repository, models, sonic_args=flags, triton_args=flags) as endpoint:
         data = np.array([1.0, 2.5], dtype=np.float32)
-        answers: queue.Queue[tuple[object, object]] = queue.Queue()
-        with grpcclient.InferenceServerClient(endpoint.grpc) as client:
-            client.start_stream(callback=lambda result, error: answers.put((result, error)))
-            tensor = grpcclient.InferInput("A", [2], "FP32")
-            tensor.set_data_from_numpy(data)
-            client.async_stream_infer("twice", [tensor], request_id="d1")
-            assert [answers.get(timeout=30)[1] for _ in range(2)] == [None, None]
-            client.stop_stream()
+        _stream_twice(endpoint, data)
         http = httpclient.InferenceServerClient(endpoint.http)
         try:
             tensor = httpclient.InferInput("A", [1, 2], "FP32")
@@ -446,3 +456,75 @@ def test_a_decoupled_request_and_a_bls_call_are_traced_as_tritons(kind: str, tmp
     assert written == DECOUPLED_ACTIVITIES
     assert set(activities("plain")) == STEP_ACTIVITIES
     assert STEP_ACTIVITIES | {"INFER_RESPONSE_COMPLETE"} <= set(activities("bls"))
+
+
+# The responses of a decoupled model's call, summed.
+BLS_DECOUPLED = BLS_TEMPLATE.format(
+    called="twice",
+    answer='b = sum(pb_utils.get_output_tensor_by_name(r, "B").as_numpy() '
+    "for r in call.exec(decoupled=True) if r.output_tensors())",
+)
+
+
+def _tensor_record(trace_id: int, activity: str, name: str, data: str) -> dict[str, object]:
+    return {
+        "id": trace_id,
+        "activity": activity,
+        "tensor": {"name": name, "data": data, "shape": "2", "dtype": "FP32"},
+    }
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_decoupled_responses_and_a_decoupled_bls_call_at_level_tensors(kind: str, tmp_path: Path) -> None:
+    """Level TENSORS: a decoupled model's outputs once per response; a BLS ``exec(decoupled=True)`` made
+    with the request's trace is its child trace (``parent_id``), with the called model's activities and
+    tensors, as Triton 2.51 writes them."""
+    nonbatching = CONFIG.replace("max_batch_size: 8", "max_batch_size: 0")
+    repository = python_model_repository(tmp_path, "twice", nonbatching + DECOUPLED_POLICY, DECOUPLED_TWICE)
+    (repository / "blsd" / "1").mkdir(parents=True)
+    (repository / "blsd" / "config.pbtxt").write_text(nonbatching, encoding="utf-8")
+    (repository / "blsd" / "1" / "model.py").write_text(BLS_DECOUPLED, encoding="utf-8")
+    traces, flags = _traces_one_file_each(tmp_path)
+    flags += ["--trace-config", "level=TENSORS"]
+    data = np.array([1.0, 2.5], dtype=np.float32)
+    with serving(kind, repository, ["twice", "blsd"], sonic_args=flags, triton_args=flags) as endpoint:
+        _stream_twice(endpoint, data)
+        http = httpclient.InferenceServerClient(endpoint.http)
+        try:
+            tensor = httpclient.InferInput("A", [2], "FP32")
+            tensor.set_data_from_numpy(data)
+            result = http.infer("blsd", [tensor], request_id="b1").as_numpy("B")
+        finally:
+            http.close()
+    assert result is not None
+    assert result.tolist() == [2.0, 5.0]
+    files = [json.loads(path.read_text()) for path in sorted(traces.iterdir())]
+    assert len(files) == 2  # the stream's request; the BLS request with its call inside
+    objects = [o for objects in files for o in objects]
+    lines = {(o["model_name"], o.get("request_id", "")): o for o in objects if "model_name" in o}
+    assert sorted(lines) == [("blsd", "b1"), ("twice", ""), ("twice", "d1")]
+    streamed, bls, call = lines["twice", "d1"]["id"], lines["blsd", "b1"]["id"], lines["twice", ""]["id"]
+    assert lines["twice", ""] == {"id": call, "model_name": "twice", "model_version": 1, "parent_id": bls}
+
+    def tensors(trace_id: int) -> list[object]:
+        return [o for o in objects if o["id"] == trace_id and "activity" in o]
+
+    def activities(trace_id: int) -> set[str]:
+        return {t["name"] for o in objects if o["id"] == trace_id for t in o.get("timestamps", [])}
+
+    twice = [
+        _tensor_record(0, "TENSOR_QUEUE_INPUT", "A", "1,2.5"),
+        *[_tensor_record(0, "TENSOR_BACKEND_OUTPUT", "B", "1,2.5")] * 2,  # one per response
+    ]
+    assert tensors(streamed) == [{**record, "id": streamed} for record in twice]
+    assert tensors(call) == [{**record, "id": call} for record in twice]
+    assert tensors(bls) == [
+        _tensor_record(bls, "TENSOR_QUEUE_INPUT", "A", "1,2.5"),
+        _tensor_record(bls, "TENSOR_BACKEND_OUTPUT", "B", "2,5"),
+    ]
+    assert activities(call) == STEP_ACTIVITIES  # as a non-decoupled call's: no response activity
+    stamps = {t["name"]: t["ns"] for o in objects if o["id"] == call for t in o.get("timestamps", [])}
+    bls_stamps = {t["name"]: t["ns"] for o in objects if o["id"] == bls for t in o.get("timestamps", [])}
+    # The call is made during the BLS model's compute (Triton ends it when it lets go of the request,
+    # which may be after that compute).
+    assert bls_stamps["COMPUTE_START"] <= stamps["REQUEST_START"] <= stamps["REQUEST_END"]

@@ -4,7 +4,9 @@ traced request, as Triton 2.51 makes them, continuing the client's W3C ``tracepa
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from sonic.server.trace.config import TraceFlags, parse_trace_flags
 
 pytestmark = pytest.mark.integration
 
+T = TypeVar("T")
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
 
@@ -30,34 +33,47 @@ def _inputs(module, shape: tuple[int, int] = (1, 16)) -> list[object]:  # type: 
     return [tensor]
 
 
-def test_opentelemetry_mode_spans(test_repository: Path) -> None:
+def _traced(
+    repository: Path, *trace_config: str
+) -> tuple[InMemorySpanExporter, TracerProvider, ServerConfig]:
+    """A server configuration with these ``--trace-config`` values, and a provider keeping its spans."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    # rate 1000: only the requests that carry a sampled client trace are traced (Triton forces them).
-    trace, _ = parse_trace_flags(
-        TraceFlags(trace_config=["mode=opentelemetry", "level=TIMESTAMPS"]), environ={}
-    )
+    trace, _ = parse_trace_flags(TraceFlags(trace_config=trace_config), environ={})
     config = ServerConfig(
-        model_repositories=(test_repository,), grpc=GrpcConfig(port=0), http=HttpConfig(port=0), trace=trace
+        model_repositories=(repository,), grpc=GrpcConfig(port=0), http=HttpConfig(port=0), trace=trace
     )
+    return exporter, provider, config
+
+
+async def _serving(
+    config: ServerConfig, provider: TracerProvider, work: Callable[[Server], Awaitable[T]]
+) -> T:
+    """``work`` done on a server started with ``config`` (its spans to ``provider``), stopped after."""
+    server = Server(config, tracer_provider=provider)
+    await server.start()
+    try:
+        return await work(server)
+    finally:
+        await server.shutdown()
+
+
+def test_opentelemetry_mode_spans(test_repository: Path) -> None:
+    # rate 1000: only the requests that carry a sampled client trace are traced (Triton forces them).
+    exporter, provider, config = _traced(test_repository, "mode=opentelemetry", "level=TIMESTAMPS")
     traceparent = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
 
-    async def main() -> dict[str, object]:
-        server = Server(config, tracer_provider=provider)
-        await server.start()
-        try:
-            async with grpcaio.InferenceServerClient(f"127.0.0.1:{server.grpc_port}") as client:
-                await client.infer("identity", _inputs(grpcaio), request_id="untraced")
-                await client.infer("identity", _inputs(grpcaio), headers=traceparent, request_id="g1")
-            async with httpaio.InferenceServerClient(f"127.0.0.1:{server.http_port}") as http:
-                await http.infer("identity", _inputs(httpaio), headers=traceparent, request_id="h1")
-                settings: dict[str, object] = await http.get_trace_settings()
-        finally:
-            await server.shutdown()
+    async def requests(server: Server) -> dict[str, object]:
+        async with grpcaio.InferenceServerClient(f"127.0.0.1:{server.grpc_port}") as client:
+            await client.infer("identity", _inputs(grpcaio), request_id="untraced")
+            await client.infer("identity", _inputs(grpcaio), headers=traceparent, request_id="g1")
+        async with httpaio.InferenceServerClient(f"127.0.0.1:{server.http_port}") as http:
+            await http.infer("identity", _inputs(httpaio), headers=traceparent, request_id="h1")
+            settings: dict[str, object] = await http.get_trace_settings()
         return settings
 
-    settings = asyncio.run(main())
+    settings = asyncio.run(_serving(config, provider, requests))
     assert settings["trace_mode"] == "opentelemetry"
     assert "trace_file" not in settings
     assert "log_frequency" not in settings
@@ -90,3 +106,23 @@ def test_opentelemetry_mode_spans(test_repository: Path) -> None:
         assert root.start_time <= model.start_time
     root_events = {e.name for s in spans if s.name == "InferRequest" for e in s.events}
     assert {"HTTP_RECV_START", "HTTP_SEND_END", "GRPC_WAITREAD_END", "GRPC_SEND_START"} <= root_events
+
+
+def test_level_tensors_is_said_to_add_nothing(
+    test_repository: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As Triton 2.51: level TENSORS in OpenTelemetry mode logs "Tensor level tracing is not supported by the
+    mode: opentelemetry"; alone, a traced request's export is its root span without events."""
+    exporter, provider, config = _traced(test_repository, "mode=opentelemetry", "level=TENSORS", "rate=1")
+
+    async def request(server: Server) -> None:
+        async with httpaio.InferenceServerClient(f"127.0.0.1:{server.http_port}") as http:
+            await http.infer("identity", _inputs(httpaio), request_id="t1")
+
+    asyncio.run(_serving(config, provider, request))
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any(
+        m.startswith("Tensor level tracing is not supported by the mode: opentelemetry") for m in errors
+    )
+    [root] = exporter.get_finished_spans()
+    assert (root.name, list(root.events)) == ("InferRequest", [])

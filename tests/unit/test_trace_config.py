@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,19 @@ def test_bad_values_are_refused_in_tritons_words(args: list[str], message: str) 
     with pytest.raises(TraceFlagError) as error:
         _parse(*args)
     assert str(error.value).startswith(message)
+
+
+@pytest.mark.parametrize("setting", ["bsp_max_queue_size", "bsp_schedule_delay", "bsp_max_export_batch_size"])
+def test_a_zero_batch_setting_is_refused(setting: str) -> None:
+    """Triton hands a zero to opentelemetry-cpp; the SDK's batch processor cannot follow it
+    (docs/triton-differences.md, otlp-export)."""
+    message = f"opentelemetry,{setting}=0 (--trace-config or OTEL_{setting.upper()}): sonic cannot honour it"
+    with pytest.raises(TraceFlagError, match=re.escape(message)):
+        _parse("mode=opentelemetry", f"opentelemetry,{setting}=0")
+    with pytest.raises(TraceFlagError, match=re.escape(message)):
+        parse_trace_flags(
+            TraceFlags(trace_config=["mode=opentelemetry"]), environ={f"OTEL_{setting.upper()}": "0"}
+        )
 
 
 def test_rate_reads_as_stoi_does() -> None:

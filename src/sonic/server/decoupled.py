@@ -94,7 +94,7 @@ class DecoupledCall:
             _, timing = await self._model.scheduler.submit(self._item)
             if self._record is not None:
                 self._record.timing = timing
-            if self._trace is not None:  # its outputs went out as responses: no tensors to write here
+            if self._trace is not None:  # its outputs are its responses', written as they are read
                 self._trace.executed(self._item.enqueued_ns, timing, [])
         except asyncio.CancelledError:
             stats.record_failure(time.perf_counter_ns() - self._received_ns, "CANCELED")
@@ -120,7 +120,12 @@ class DecoupledCall:
         self._done = items[-1].final  # nothing is sent after the final flag
         if self._record is not None:
             self._record.count(items)
-        return [self.answer(item) for item in items]
+        answers = [self.answer(item) for item in items]
+        if self._trace is not None:  # level TENSORS: each response's outputs, as Triton writes them
+            for answer in answers:
+                if answer.response is not None:
+                    self._trace.responded(answer.response.outputs)
+        return answers
 
     def answer(self, item: Streamed) -> StreamAnswer:
         if item.error is not None or item.outputs is None:

@@ -127,6 +127,10 @@ def _trace_files(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     return False  # the harness compares answers, not trace files: tests/integration/test_trace.py reads them
 
 
+def _otlp_export(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    return False  # the harness compares answers, not exports: tests/integration/test_trace_otlp.py reads them
+
+
 def _json_not_utf8(call: Call, triton: Outcome, sonic: Outcome) -> bool:
     refused = "cannot be parsed" in sonic.message and "'utf-8' codec can't decode" in sonic.message
     return isinstance(call, HttpCall) and triton.code in {"200", "400"} and sonic.code == "400" and refused
@@ -600,13 +604,34 @@ INTENDED: tuple[Intended, ...] = (
         "Triton-mode trace files: over gRPC sonic writes `GRPC_WAITREAD_END` and `GRPC_SEND_START` but "
         "not `GRPC_WAITREAD_START` or `GRPC_SEND_END`; `COMPUTE_*` times come from sonic's scheduler; "
         "INT8/UINT8 tensor data are numbers (Triton writes the bytes as characters) and BYTES are JSON "
-        "strings; a BLS call with `decoupled=True` is not traced (one made with the request's trace is its "
-        "child, as Triton's); a request to an unknown model writes nothing. Without a log "
+        "strings; a BLS call's child trace ends (`REQUEST_END`) with its last response where Triton's ends "
+        "when it lets go of the request; a request to an unknown model writes nothing. Without a log "
         "frequency or count, traces go to the file as they complete (Triton keeps them in memory until "
         "it exits).",
         "The HTTP/2 writer does not say when a response left, and a time not known is not written; the "
         "file stays valid JSON; memory stays bounded however long the server runs.",
         _trace_files,
+    ),
+    Intended(
+        "otlp-export",
+        "OpenTelemetry mode (`--trace-config mode=opentelemetry`): sonic exports with the OpenTelemetry "
+        "Python SDK's OTLP/HTTP exporter, which posts protobuf (`application/x-protobuf`), Triton 2.51 "
+        "(opentelemetry-cpp 1.13) OTLP/HTTP JSON; the resource's `telemetry.sdk.*` are the Python SDK's; "
+        "that exporter reads the `OTEL_EXPORTER_OTLP_*` variables as Python's does (`..._TIMEOUT` in "
+        "seconds) and retries a batch the collector refuses (429, 502, 503, 504) or cannot be reached "
+        "within that timeout (10 s), where Triton's tries once; the `..._ENDPOINT` and `..._PROTOCOL` "
+        "variables, which neither reads (the URL is `opentelemetry,url`), are named in a warning; a `bsp_*` "
+        "setting of 0 (flag or `OTEL_BSP_*`) is refused at start where Triton hands it on, and a batch size "
+        "above the queue size is the queue size; over gRPC Triton now and then starts a trace of its own "
+        "instead of continuing the client's `traceparent`, sonic always continues it; the root span "
+        "`InferRequest` starts at the request's first activity (Triton's when it samples it); level "
+        "`TENSORS`, which adds nothing in this mode, is logged as an error once per settings change "
+        "(Triton: once per tensor).",
+        "OpenTelemetry's own exporter for Python, not one of sonic's; protobuf is OTLP's default encoding "
+        "and OTLP/HTTP receivers take both; the SDK's batch span processor cannot run with a zero, and a "
+        "setting it cannot follow is refused rather than changed; the spans themselves (names, parents, "
+        "attributes, events, batches) are Triton's.",
+        _otlp_export,
     ),
     Intended(
         "json-not-utf8",

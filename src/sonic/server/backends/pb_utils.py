@@ -309,8 +309,8 @@ class InferenceRequest:
         """Whether the client went away (decoupled models; other requests are never seen cancelled)."""
         return self._response_sender is not None and bool(self._response_sender.is_cancelled())
 
-    def _model_call(self, *, traced: bool = True) -> ModelCall:
-        """The call; ``traced``: as a child of the trace given (a decoupled call's stream is not traced)."""
+    def _model_call(self) -> ModelCall:
+        """The call, traced as a child of the trace it was given (``trace=request.trace()``)."""
         version = "" if self.model_version < 0 else str(self.model_version)
         inputs = {tensor.name(): tensor.as_numpy() for tensor in self._inputs}
         return ModelCall(
@@ -320,7 +320,7 @@ class InferenceRequest:
             self._requested or None,
             self._request_id,
             self._call_parameters(),
-            self._trace.child() if traced and self._trace is not None else None,
+            self._trace.child() if self._trace is not None else None,
         )
 
     def _call_parameters(self) -> dict[str, object]:
@@ -366,7 +366,7 @@ class InferenceRequest:
                 f"BLS call of model '{self.model_name}': no server to call (only a model's own thread can call)"
             )
         if decoupled:
-            return _responses(caller.infer_stream_blocking(self._model_call(traced=False)))
+            return _responses(caller.infer_stream_blocking(self._model_call()))
         try:
             outputs = caller.infer_blocking(self._model_call())
         except Exception as exc:  # noqa: BLE001  (BLS reports failures in the response, as Triton does)

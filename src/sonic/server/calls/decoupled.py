@@ -4,7 +4,7 @@ The call is a :class:`~sonic.server.decoupled.DecoupledCall` on the server's eve
 thread takes each response with one round trip to the loop, so the called model's back-pressure holds
 (it waits while the caller has not taken ``max_queued`` of its responses). A non-decoupled model
 answers with one response, final. Leaving the iteration early cancels the call: the called model sees
-``is_cancelled()``.
+``is_cancelled()``. A call given the request's trace is traced as its child, as Triton traces it.
 """
 
 from __future__ import annotations
@@ -19,19 +19,39 @@ from sonic.server.backends.base import ModelCall
 from sonic.server.decoupled import DecoupledCall
 from sonic.server.models.version import ModelVersion
 from sonic.server.responses import Streamed
+from sonic.server.trace.requests import RequestTrace
 
 
 class _Stream:
     """The responses of one call, taken on the loop for a thread that waits."""
 
-    def __init__(self, model: ModelVersion, request: InferRequest) -> None:
+    def __init__(self, model: ModelVersion, request: InferRequest, trace: RequestTrace | None) -> None:
         self._model = model
-        self._call = DecoupledCall.start(model, request) if model.decoupled else None
         self._request = request
+        # A call made with the request's trace (``trace=request.trace()``): its child, as Triton's, from
+        # REQUEST_START to REQUEST_END after the final response (or the call's end, whichever comes first).
+        self._trace = trace
+        if trace is not None:
+            trace.started(model.name, model.version, request.request_id)
+        try:
+            self._call = DecoupledCall.start(model, request, trace=trace) if model.decoupled else None
+        except BaseException:
+            self._ended()
+            raise
 
     async def next(self) -> Streamed:
+        try:
+            item = await self._next()
+        except BaseException:
+            self._ended()
+            raise
+        if item.final:
+            self._ended()
+        return item
+
+    async def _next(self) -> Streamed:
         if self._call is None:  # a model with one response per request
-            response = await self._model.infer(self._request)
+            response = await self._model.infer(self._request, trace=self._trace)
             return Streamed({tensor.name: tensor.array for tensor in response.outputs}, final=True)
         (answer,) = await self._call.next(most=1)
         if answer.response is None:
@@ -39,7 +59,13 @@ class _Stream:
         outputs = {tensor.name: tensor.array for tensor in answer.response.outputs}
         return Streamed(outputs, None, answer.final)
 
+    def _ended(self) -> None:
+        if self._trace is not None:
+            self._trace.stamp("REQUEST_END")
+            self._trace = None
+
     def close(self) -> None:
+        self._ended()
         if self._call is not None:
             self._call.close()
 
@@ -61,7 +87,7 @@ def stream_blocking(
         raise FailedPreconditionError(msg)
 
     async def open_stream() -> _Stream:
-        return _Stream(lookup(call.model_name, call.model_version), call.request())
+        return _Stream(lookup(call.model_name, call.model_version), call.request(), call.trace)
 
     stream = asyncio.run_coroutine_threadsafe(open_stream(), loop).result()
     try:

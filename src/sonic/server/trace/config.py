@@ -243,4 +243,17 @@ def _opentelemetry_options(given: list[tuple[str, str]], environ: dict[str, str]
                 options.append((setting, str(_option_int(value, 0, UINT32_MAX))))
             except TraceFlagError as exc:
                 raise TraceFlagError(f'Bad option: "OTEL_{setting.upper()}".\n{exc}') from None
+    _check_batching(options)
     return options
+
+
+def _check_batching(options: list[tuple[str, str]]) -> None:
+    """Refuse the batch settings the SDK's batch span processor cannot follow (Triton hands them to
+    opentelemetry-cpp unchecked): a zero. A batch size above the queue size is no refusal: no batch can
+    hold more than the queue, so the exporter uses the queue size (the same batches)."""
+    for name, value in options:
+        if name in BSP_DEFAULTS and int(value) == 0:
+            raise TraceFlagError(
+                f"opentelemetry,{name}=0 (--trace-config or OTEL_{name.upper()}): sonic cannot honour it; "
+                "its batch span processor needs a positive number"
+            )

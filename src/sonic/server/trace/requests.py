@@ -12,14 +12,17 @@ activity (monotonic nanoseconds, the clock Triton uses: ``HTTP_RECV_START``, ``H
 ``REQUEST_START``, ``QUEUE_START``, ``COMPUTE_START``, ``COMPUTE_INPUT_END``, ``COMPUTE_OUTPUT_START``,
 ``COMPUTE_END``, ``INFER_RESPONSE_COMPLETE``, ``REQUEST_END``, ``HTTP_SEND_START``, ``HTTP_SEND_END``; over
 gRPC ``GRPC_WAITREAD_END`` and ``GRPC_SEND_START``) and, at level TENSORS, one
-``{"id":N,"activity":"TENSOR_QUEUE_INPUT"|"TENSOR_BACKEND_OUTPUT","tensor":{...}}`` per tensor. An
-ensemble's steps are child traces (their own ids, ``"parent_id"``), written with the ensemble's.
+``{"id":N,"activity":"TENSOR_QUEUE_INPUT"|"TENSOR_BACKEND_OUTPUT","tensor":{...}}`` per tensor (a decoupled
+model's outputs once per response). An ensemble's steps and a Python model's BLS calls made with its
+``request.trace()`` (``exec(decoupled=True)`` too) are child traces (their own ids, ``"parent_id"``), written
+with the request's.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -33,6 +36,8 @@ from sonic.server.trace.config import TraceConfig, TraceLevel, TraceMode
 from sonic.server.trace.files import TraceFile, TraceWriter
 from sonic.server.trace.otel import OtelExport, OtelTraceContext, TracedModel
 from sonic.server.trace.settings import Answer, Changes, TraceSetting, TraceSettings
+
+log = logging.getLogger(__name__)
 
 
 def _stamp(trace_id: int, name: str, ns: int) -> str:
@@ -149,18 +154,21 @@ class RequestTrace:
                 ("COMPUTE_END", output_start + timing.compute_output_ns),
             ):
                 self._entries.append((name, ns))
+        self.responded(outputs)
+
+    def responded(self, outputs: Sequence[OutputTensor]) -> None:
+        """One response's output tensors (level TENSORS): a decoupled model's, as each response comes, as
+        Triton writes ``TENSOR_BACKEND_OUTPUT`` for each of its responses."""
         if self._tensors:
             for tensor in outputs:
                 self._entries.append(
                     _tensor(self.id, "TENSOR_BACKEND_OUTPUT", tensor.name, tensor.datatype, tensor.array)
                 )
 
-    def child(self) -> RequestTrace | None:
-        """The trace of a request this one makes (an ensemble's step), written with it, as Triton's
-        ``parent_id`` traces are (Triton mode; OpenTelemetry mode traces the ensemble alone)."""
-        if self._export is not None:
-            return None
-        child = RequestTrace(self._next_id(), self._setting, None, self._next_id, self.id)
+    def child(self) -> RequestTrace:
+        """The trace of a request this one makes (an ensemble's step, a BLS call), written with it as
+        Triton's ``parent_id`` traces are (OpenTelemetry mode: its model span is a child of this one's)."""
+        child = RequestTrace(self._next_id(), self._setting, self._export, self._next_id, self.id)
         self._children.append(child)
         return child
 
@@ -174,10 +182,20 @@ class RequestTrace:
             self._setting.write("")
             return
         if self._export is not None:
-            model = TracedModel(self.id, self.model_name, self.model_version, self.request_id)
-            self._export.spans(model, [e for e in self._entries if isinstance(e, tuple)])
+            self._export.spans(self._traced_model())
             return
         self._setting.write(self._text())
+
+    def _traced_model(self) -> TracedModel:
+        return TracedModel(
+            self.id,
+            self._parent_id,
+            self.model_name,
+            self.model_version,
+            self.request_id,
+            tuple(e for e in self._entries if isinstance(e, tuple)),
+            tuple(child._traced_model() for child in self._children if child.model_name),
+        )
 
 
 class TraceManager:
@@ -201,6 +219,12 @@ class TraceManager:
 
     def _changed(self) -> None:
         self.active = any(setting.level != TraceLevel.OFF for setting in self._settings.all())
+        if self._otel is not None and any(TraceLevel.TENSORS in s.level for s in self._settings.all()):
+            # Triton logs this for each tensor of each traced request; once per change says it as well.
+            log.error(
+                "Tensor level tracing is not supported by the mode: opentelemetry "
+                "(level TENSORS adds nothing to the spans)"
+            )
 
     def start_writer(self) -> None:
         if self.config.mode is TraceMode.TRITON:
