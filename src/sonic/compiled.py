@@ -67,6 +67,22 @@ COMPILED_MODULES = (
     "sonic.server.runtime.tensors",
     # Subclasses sonic.grpc.call.MessageReader, so it is compiled with it.
     "sonic.server.frontends.grpc_h2_call",
+    "sonic.server.budget",
+    "sonic.server.dataplane",
+    "sonic.server.header_forward",
+    "sonic.server.responses",
+    "sonic.server.work",
+    "sonic.server.frontends.gate",
+    "sonic.server.frontends.grpc_h2",
+    "sonic.server.frontends.request_windows",
+    "sonic.server.metrics.stats",
+    "sonic.server.models.manager",
+    "sonic.server.models.version",
+    "sonic.server.runtime.executor",
+    "sonic.server.runtime.policy",
+    "sonic.server.runtime.scheduler",
+    "sonic.server.shm.request",
+    "sonic.server.trace.requests",
 )
 
 
