@@ -116,8 +116,8 @@ class GrpcConnection:
             stream.app = self._open_call(stream, headers)
         except CallError as error:
             self._fail(stream, error.code, error.message)
-        except SonicError as error:
-            self._fail(stream, error.code, error.message)
+        except SonicError as refused:  # not ``error``: mypyc gives a name one type in a function
+            self._fail(stream, refused.code, refused.message)
 
     def stream_data(self, stream: CallStream, data: memoryview) -> None:
         call = stream.app
