@@ -39,8 +39,11 @@ PURE_PYTHON_VARIABLE = "SONIC_PURE_PYTHON"
 SOURCES_RECORD = ".compiled-sources.json"
 
 # The per-request path (issue 37): HTTP/2, gRPC framing, the KServe gRPC codec and its vocabulary, the
-# scheduler's queues and batch merge, the front end's call state. Not sonic.protocol.errors: modules
-# outside this list subclass its errors, and a compiled class takes no interpreted subclasses.
+# scheduler's queues and batch merge, the front end's call state; then (docs/benchmarks.md "compiling the
+# data plane") the native gRPC front end, the data plane, the model version's request validation, the
+# scheduler and executor, and the helpers each request passes through. Not sonic.protocol.errors: modules
+# outside this list subclass its errors, and a compiled class takes no interpreted subclasses. Not
+# frontends.grpc_methods: ModelStreamInfer's async generators, which mypyc does not compile.
 COMPILED_MODULES = (
     "sonic.h2.aio",
     "sonic.h2.client",

@@ -1,7 +1,9 @@
 """The transport-neutral data plane: every KServe v2 operation, once, for the gRPC and HTTP adapters.
 
 Control-plane answers are the protobuf messages of Triton's gRPC service (the HTTP adapter renders
-them as JSON); inference uses the lighter :mod:`sonic.protocol.types` dataclasses.
+them as JSON); inference uses the lighter :mod:`sonic.protocol.types` dataclasses. Inference on a
+decoupled model (gRPC only) is :func:`sonic.server.frontends.grpc_methods.infer_decoupled`, an async
+generator: this module is compiled with mypyc (:mod:`sonic.compiled`), which compiles none.
 """
 
 from __future__ import annotations
