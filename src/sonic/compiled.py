@@ -16,7 +16,7 @@ The sources win instead when:
   directly, so one edited source cannot be mixed with the others compiled.
 
 :func:`choose` runs once, from ``sonic/__init__.py``; it reads the environment and, in an editable
-checkout only, hashes the listed sources (about 300 kB). ``python -c "import sonic.h2.stream as s;
+checkout only, hashes the listed sources (about 350 kB). ``python -c "import sonic.h2.stream as s;
 print(s.__file__)"`` says which mode is loaded.
 """
 
