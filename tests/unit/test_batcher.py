@@ -378,8 +378,8 @@ class Failing(GatedDoubler):
 async def test_a_backend_failure_fails_its_batch_with_its_error(
     error: Exception, expected: type[SonicError], message: str
 ) -> None:
-    """Ours as raised; anything else as INTERNAL naming the instance (the executor is compiled: each
-    ``except`` clause there binds its own name, as mypyc checks one type per name at run time)."""
+    """Ours as raised; anything else as INTERNAL naming the instance: the failure path of the executor,
+    which is compiled (both modes run this file)."""
     scheduler = Scheduler(
         model_name="m",
         policy=DYNAMIC,
