@@ -43,7 +43,7 @@ SOURCES_RECORD = ".compiled-sources.json"
 # data plane") the native gRPC front end, the data plane, the model version's request validation, the
 # scheduler and executor, and the helpers each request passes through. Not sonic.protocol.errors: modules
 # outside this list subclass its errors, and a compiled class takes no interpreted subclasses. Not
-# frontends.grpc_stream: ModelStreamInfer's async generators, which mypyc does not compile.
+# frontends.grpc_methods: ModelStreamInfer's async generators, which mypyc does not compile.
 COMPILED_MODULES = (
     "sonic.h2.aio",
     "sonic.h2.client",
@@ -77,7 +77,6 @@ COMPILED_MODULES = (
     "sonic.server.work",
     "sonic.server.frontends.gate",
     "sonic.server.frontends.grpc_h2",
-    "sonic.server.frontends.grpc_methods",
     "sonic.server.frontends.request_windows",
     "sonic.server.metrics.stats",
     "sonic.server.models.manager",

@@ -19,7 +19,7 @@ from sonic.protocol.model_config import parse_config_text, validate_config
 from sonic.protocol.types import InferRequest, InputTensor, ShmRef
 from sonic.server.config import ServerConfig
 from sonic.server.dataplane import Arrival, DataPlane
-from sonic.server.frontends.grpc_stream import infer_decoupled
+from sonic.server.frontends.grpc_methods import infer_decoupled
 from sonic.server.models.manager import ModelManager
 from sonic.server.shm.opening import SHM_ROOT
 from sonic.server.shm.regions import SharedMemoryRegistry

@@ -2,7 +2,7 @@
 
 Control-plane answers are the protobuf messages of Triton's gRPC service (the HTTP adapter renders
 them as JSON); inference uses the lighter :mod:`sonic.protocol.types` dataclasses. Inference on a
-decoupled model (gRPC only) is :func:`sonic.server.frontends.grpc_stream.infer_decoupled`, an async
+decoupled model (gRPC only) is :func:`sonic.server.frontends.grpc_methods.infer_decoupled`, an async
 generator: this module is compiled with mypyc (:mod:`sonic.compiled`), which compiles none.
 """
 
