@@ -16,7 +16,7 @@ The sources win instead when:
   directly, so one edited source cannot be mixed with the others compiled.
 
 :func:`choose` runs once, from ``sonic/__init__.py``; it reads the environment and, in an editable
-checkout only, hashes the listed sources (about 300 kB). ``python -c "import sonic.h2.stream as s;
+checkout only, hashes the listed sources (about 350 kB). ``python -c "import sonic.h2.stream as s;
 print(s.__file__)"`` says which mode is loaded.
 """
 
@@ -39,8 +39,11 @@ PURE_PYTHON_VARIABLE = "SONIC_PURE_PYTHON"
 SOURCES_RECORD = ".compiled-sources.json"
 
 # The per-request path (issue 37): HTTP/2, gRPC framing, the KServe gRPC codec and its vocabulary, the
-# scheduler's queues and batch merge, the front end's call state. Not sonic.protocol.errors: modules
-# outside this list subclass its errors, and a compiled class takes no interpreted subclasses.
+# scheduler's queues and batch merge, the front end's call state; then (docs/benchmarks.md "compiling the
+# data plane") the native gRPC front end, the data plane, the model version's request validation, the
+# scheduler and executor, and the helpers each request passes through. Not sonic.protocol.errors: modules
+# outside this list subclass its errors, and a compiled class takes no interpreted subclasses. Not
+# frontends.grpc_methods: ModelStreamInfer's async generators, which mypyc does not compile.
 COMPILED_MODULES = (
     "sonic.h2.aio",
     "sonic.h2.client",
@@ -67,6 +70,22 @@ COMPILED_MODULES = (
     "sonic.server.runtime.tensors",
     # Subclasses sonic.grpc.call.MessageReader, so it is compiled with it.
     "sonic.server.frontends.grpc_h2_call",
+    "sonic.server.budget",
+    "sonic.server.dataplane",
+    "sonic.server.header_forward",
+    "sonic.server.responses",
+    "sonic.server.work",
+    "sonic.server.frontends.gate",
+    "sonic.server.frontends.grpc_h2",
+    "sonic.server.frontends.request_windows",
+    "sonic.server.metrics.stats",
+    "sonic.server.models.manager",
+    "sonic.server.models.version",
+    "sonic.server.runtime.executor",
+    "sonic.server.runtime.policy",
+    "sonic.server.runtime.scheduler",
+    "sonic.server.shm.request",
+    "sonic.server.trace.requests",
 )
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from sonic.protocol.errors import UnavailableError
+from sonic.protocol.errors import InternalError, InvalidArgumentError, SonicError, UnavailableError
 from sonic.server.backends.base import Backend, Batch
 from sonic.server.metrics.stats import ModelStats
 from sonic.server.models.instance_thread import InstanceThread
@@ -352,4 +352,42 @@ async def test_backend_sees_the_requests_of_a_merged_batch() -> None:
     assert merged.inputs["x"].shape == (3, 2)
     for value, (outputs, _) in zip((1, 2), results, strict=True):
         np.testing.assert_array_equal(outputs["y"], np.full((value, 2), 10 * value * value, dtype=np.float32))
+    await scheduler.close(5)
+
+
+class Failing(GatedDoubler):
+    """Raises what it was given, from the instance's thread."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def execute(
+        self, inputs: Mapping[str, npt.NDArray[Any]], output_names: Sequence[str]
+    ) -> dict[str, npt.NDArray[Any]]:
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    ("error", "expected", "message"),
+    [
+        (RuntimeError("boom"), InternalError, r"^model 'm' instance m_0 failed: RuntimeError\('boom'\)$"),
+        (InvalidArgumentError("bad input"), InvalidArgumentError, r"^bad input$"),
+    ],
+)
+async def test_a_backend_failure_fails_its_batch_with_its_error(
+    error: Exception, expected: type[SonicError], message: str
+) -> None:
+    """Ours as raised; anything else as INTERNAL naming the instance: the failure path of the executor,
+    which is compiled (both modes run this file)."""
+    scheduler = Scheduler(
+        model_name="m",
+        policy=DYNAMIC,
+        instances=[ModelInstance("m_0", Failing(error), InstanceThread("t_0"))],
+        output_names=["y"],
+        stats=ModelStats(),
+    )
+    scheduler.start()
+    with pytest.raises(expected, match=message):
+        await scheduler.submit(_item(1))
     await scheduler.close(5)

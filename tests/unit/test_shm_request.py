@@ -19,6 +19,7 @@ from sonic.protocol.model_config import parse_config_text, validate_config
 from sonic.protocol.types import InferRequest, InputTensor, ShmRef
 from sonic.server.config import ServerConfig
 from sonic.server.dataplane import Arrival, DataPlane
+from sonic.server.frontends.grpc_methods import infer_decoupled
 from sonic.server.models.manager import ModelManager
 from sonic.server.shm.opening import SHM_ROOT
 from sonic.server.shm.regions import SharedMemoryRegistry
@@ -203,14 +204,14 @@ async def test_a_decoupled_request_holds_its_input_region_until_its_stream_ends(
             "m", "", [InputTensor("X", "FP32", (1, 2), shm=ShmRef("region", ones.nbytes, 0))]
         )
         answers = 0
-        async for _ in plane.infer_decoupled(request, Arrival(0)):
+        async for _ in infer_decoupled(plane, request, Arrival(0)):
             answers += 1
             assert region.users == 1
             with pytest.raises(InternalError, match="it is currently in use"):
                 plane.system_shared_memory_unregister("region")
         assert answers == 3
         assert region.users == 0
-        stream = plane.infer_decoupled(request, Arrival(0))
+        stream = infer_decoupled(plane, request, Arrival(0))
         await anext(stream)
         assert region.users == 1
         await stream.aclose()  # the reader left

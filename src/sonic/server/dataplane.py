@@ -1,12 +1,14 @@
 """The transport-neutral data plane: every KServe v2 operation, once, for the gRPC and HTTP adapters.
 
 Control-plane answers are the protobuf messages of Triton's gRPC service (the HTTP adapter renders
-them as JSON); inference uses the lighter :mod:`sonic.protocol.types` dataclasses.
+them as JSON); inference uses the lighter :mod:`sonic.protocol.types` dataclasses. Inference on a
+decoupled model (gRPC only) is :func:`sonic.server.frontends.grpc_methods.infer_decoupled`, an async
+generator: this module is compiled with mypyc (:mod:`sonic.compiled`), which compiles none.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tritonclient.grpc import service_pb2
@@ -26,7 +28,6 @@ from sonic.protocol.types import InferRequest, InferResponse
 from sonic.server.cache import infer_through_cache
 from sonic.server.classification.top_k import classify_off_loop
 from sonic.server.config import ModelControlMode, ServerConfig
-from sonic.server.decoupled import DecoupledCall, StreamAnswer
 from sonic.server.header_forward import Forwarded, forward
 from sonic.server.log_settings import LogSettingsService
 from sonic.server.models.load_config import parse_override
@@ -273,63 +274,6 @@ class DataPlane:
     def is_decoupled(self, name: str, version: str = "") -> bool:
         """Whether the model answers with a stream of responses (NOT_FOUND/UNAVAILABLE as for inference)."""
         return self.models.get(name, version).decoupled
-
-    async def infer_decoupled(
-        self, request: InferRequest, arrival: Arrival
-    ) -> AsyncGenerator[StreamAnswer, None]:
-        """A decoupled model's responses to one request, as it sends them; the last one is final.
-
-        Inputs may be in shared memory; outputs may not (each response has its own).
-        """
-        if not self.accepting:
-            msg = "server is not accepting requests (starting up or shutting down)"
-            raise UnavailableError(msg)
-        model = self.models.get(request.model_name, request.model_version)
-        if arrival.forwarded:
-            forward(request.parameters, arrival.forwarded)
-        if request.output_shm:
-            raise InvalidArgumentError(
-                f"model {quote(request.model_name)} is decoupled: its outputs cannot go to shared memory "
-                "(each of its responses would overwrite the region)"
-            )
-        memory = (
-            await resolve(self.shared_memory, request, model.spec, cached=False)
-            if names_shared_memory(request)
-            else None
-        )
-        trace = arrival.trace
-        if trace is not None:
-            trace.started(model.name, model.version, request.request_id)
-        try:
-            call = DecoupledCall.start(
-                model, request, received_ns=arrival.received_ns, memory=memory, trace=trace
-            )
-        except BaseException:
-            if memory is not None:
-                memory.release()
-            raise
-        self.in_flight += 1
-        try:
-            while True:
-                for answer in await call.next():
-                    if request.output_classes and answer.response is not None:
-                        answer = StreamAnswer(  # noqa: PLW2901  (the same answer, classified)
-                            await classify_off_loop(
-                                answer.response, request.output_classes, model.spec.batched, model.labels
-                            ),
-                            answer.error,
-                            answer.final,
-                        )
-                    yield answer
-                    if answer.final:
-                        if trace is not None:  # written after its compute, as Triton's (REQUEST_END last)
-                            await call.ended()
-                        return
-        finally:
-            self.in_flight -= 1
-            call.close()
-            if memory is not None:
-                memory.release()
 
     async def _infer(
         self, request: InferRequest, received_ns: int, endpoint: str, trace: RequestTrace | None = None

@@ -43,7 +43,7 @@ from sonic.protocol.errors import GrpcCode, SonicError
 from sonic.protocol.wire import SERVICE, parts_size
 from sonic.server.budget import RequestBudget
 from sonic.server.dataplane import DataPlane
-from sonic.server.frontends.base import Frontend, FrontendSettings
+from sonic.server.frontends.base import FrontendSettings, host_port
 from sonic.server.frontends.gate import CallGate, as_sonic_error
 from sonic.server.frontends.grpc_h2_call import (
     RESPONSE_HEADERS,
@@ -116,8 +116,8 @@ class GrpcConnection:
             stream.app = self._open_call(stream, headers)
         except CallError as error:
             self._fail(stream, error.code, error.message)
-        except SonicError as error:
-            self._fail(stream, error.code, error.message)
+        except SonicError as refused:  # not ``error``: mypyc gives a name one type in a function
+            self._fail(stream, refused.code, refused.message)
 
     def stream_data(self, stream: CallStream, data: memoryview) -> None:
         call = stream.app
@@ -368,8 +368,12 @@ class GrpcConnection:
         self.core.end_now(stream, status_block(code, message, trailers_only=not headers_sent))
 
 
-class H2GrpcFrontend(Frontend):
-    """Listens, accepts connections, and shuts them down in order (GOAWAY, drain, then close)."""
+class H2GrpcFrontend:
+    """Listens, accepts connections, and shuts them down in order (GOAWAY, drain, then close).
+
+    A :class:`~sonic.server.frontends.base.Frontend` by its shape, not by deriving from it: this module is
+    compiled with mypyc, whose classes derive from no interpreted class (the protocol's ``address`` is
+    written out here)."""
 
     name = "grpc"
     carries_requests = True
@@ -418,7 +422,14 @@ class H2GrpcFrontend(Frontend):
             ssl=self._ssl_context,
             reuse_address=True,
         )
-        self.port = int(self._server.sockets[0].getsockname()[1])
+        # Read as Any: this module is compiled (mypyc checks declared types at run time), and uvloop's
+        # Server.sockets is a list where typeshed says tuple.
+        server: Any = self._server
+        self.port = int(server.sockets[0].getsockname()[1])
+
+    @property
+    def address(self) -> str:
+        return host_port(self.host, self.port)
 
     async def stop(self, grace_s: float) -> None:
         """Refuse new connections and streams at once; calls in flight get up to ``grace_s``."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
-from sonic.protocol.errors import InvalidArgumentError
+from sonic.protocol.errors import InvalidArgumentError, UnavailableError, quote
 from sonic.protocol.grpc_codec import (
     decode_infer_request,
     encode_decoupled_error,
@@ -25,12 +25,14 @@ from sonic.protocol.grpc_codec import (
 )
 from sonic.protocol.types import InferRequest, InferResponse
 from sonic.protocol.wire import wrap_stream_response
+from sonic.server.classification.top_k import classify_off_loop
 from sonic.server.dataplane import Arrival, DataPlane
-from sonic.server.decoupled import StreamAnswer
+from sonic.server.decoupled import DecoupledCall, StreamAnswer
 from sonic.server.frontends.gate import as_sonic_error
 from sonic.server.frontends.traced import grpc_traced
-from sonic.server.header_forward import Forwarded
+from sonic.server.header_forward import Forwarded, forward
 from sonic.server.log_settings import changes_from_grpc, settings_to_grpc
+from sonic.server.shm.request import names_shared_memory, resolve
 from sonic.server.trace.requests import RequestTrace
 from sonic.server.trace.settings import answer_to_grpc
 from sonic.server.trace.settings import changes_from_grpc as trace_changes_from_grpc
@@ -194,7 +196,7 @@ class GrpcMethods:
         if trace is not None:
             trace.stamp("GRPC_WAITREAD_END", arrival.received_ns)
             arrival = replace(arrival, trace=trace)
-        answers = self.dataplane.infer_decoupled(request, arrival)
+        answers = infer_decoupled(self.dataplane, request, arrival)
         try:
             async with aclosing(answers):
                 try:
@@ -255,3 +257,62 @@ async def _chain(first: StreamAnswer, rest: AsyncIterator[StreamAnswer]) -> Asyn
     if not first.final:
         async for answer in rest:
             yield answer
+
+
+async def infer_decoupled(
+    plane: DataPlane, request: InferRequest, arrival: Arrival
+) -> AsyncGenerator[StreamAnswer, None]:
+    """The data plane's decoupled inference: a decoupled model's responses to one request, as it sends
+    them; the last one is final. Inputs may be in shared memory; outputs may not (each response has its
+    own). Here, not a method of :class:`DataPlane`: that module is compiled with mypyc, which compiles no
+    async generators (this module is not compiled), and the gRPC front end is its only caller (Triton's
+    HTTP/REST has no decoupled inference)."""
+    if not plane.accepting:
+        msg = "server is not accepting requests (starting up or shutting down)"
+        raise UnavailableError(msg)
+    model = plane.models.get(request.model_name, request.model_version)
+    if arrival.forwarded:
+        forward(request.parameters, arrival.forwarded)
+    if request.output_shm:
+        raise InvalidArgumentError(
+            f"model {quote(request.model_name)} is decoupled: its outputs cannot go to shared memory "
+            "(each of its responses would overwrite the region)"
+        )
+    memory = (
+        await resolve(plane.shared_memory, request, model.spec, cached=False)
+        if names_shared_memory(request)
+        else None
+    )
+    trace = arrival.trace
+    if trace is not None:
+        trace.started(model.name, model.version, request.request_id)
+    try:
+        call = DecoupledCall.start(
+            model, request, received_ns=arrival.received_ns, memory=memory, trace=trace
+        )
+    except BaseException:
+        if memory is not None:
+            memory.release()
+        raise
+    plane.in_flight += 1
+    try:
+        while True:
+            for answer in await call.next():
+                if request.output_classes and answer.response is not None:
+                    answer = StreamAnswer(  # noqa: PLW2901  (the same answer, classified)
+                        await classify_off_loop(
+                            answer.response, request.output_classes, model.spec.batched, model.labels
+                        ),
+                        answer.error,
+                        answer.final,
+                    )
+                yield answer
+                if answer.final:
+                    if trace is not None:  # written after its compute, as Triton's (REQUEST_END last)
+                        await call.ended()
+                    return
+    finally:
+        plane.in_flight -= 1
+        call.close()
+        if memory is not None:
+            memory.release()

@@ -156,8 +156,9 @@ class Executor:
             )
         except SonicError as exc:
             error = exc
-        except Exception as exc:  # noqa: BLE001  (any backend failure fails this batch only)
-            error = InternalError(f"model '{self._model}' instance {instance.name} failed: {exc!r}")
+        except Exception as failure:  # noqa: BLE001  (any backend failure fails this batch only)
+            # ``failure``, not ``exc``: mypyc gives a name one type in a function.
+            error = InternalError(f"model '{self._model}' instance {instance.name} failed: {failure!r}")
         finally:
             if instance.limiter is not None:
                 instance.limiter.release(instance)
