@@ -158,12 +158,11 @@ def _reason(error: BaseException, log: Path) -> str:
 
 
 def remove_in_place() -> None:
-    """An editable install's extension modules (one per listed module, and mypyc's shared library at the
-    top of ``src``) and its record, gone: the sources run."""
+    """An editable install's extension modules (every one in the package: a module taken off the list since
+    the last build would otherwise be loaded, stale; and mypyc's shared library at the top of ``src``)
+    and its record, gone: the sources run. sonic has no extension modules of its own besides these."""
     compiled = _compiled()
-    sources = [compiled.source_path(PACKAGE, module) for module in compiled.COMPILED_MODULES]
-    candidates = [*SRC.glob("*__mypyc.*"), *(p for s in sources for p in s.parent.glob(f"{s.stem}.*"))]
-    for path in candidates:
+    for path in [*SRC.glob("*__mypyc.*"), *PACKAGE.rglob("*")]:
         if _extension(path):
             path.unlink()
     (PACKAGE / compiled.SOURCES_RECORD).unlink(missing_ok=True)

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -230,6 +231,16 @@ def test_no_compiled_class_derives_from_a_third_party_class() -> None:
     assert wrong == []
 
 
+def _hatch_build() -> Any:
+    """hatch_build.py at the repository root, loaded by path (it is no module of sonic)."""
+    spec = importlib.util.spec_from_file_location("_hatch_build", PACKAGE.parents[1] / "hatch_build.py")
+    assert spec is not None
+    assert spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    return hook
+
+
 def test_without_a_c_compiler_the_build_stays_pure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -237,11 +248,7 @@ def test_without_a_c_compiler_the_build_stays_pure(
     says so, and no extension module or record is left (the sources run)."""
     pytest.importorskip("mypyc.build", reason="the build's mypy is not installed here")
     pytest.importorskip("setuptools", reason="the build's setuptools is not installed here")
-    spec = importlib.util.spec_from_file_location("_hatch_build", PACKAGE.parents[1] / "hatch_build.py")
-    assert spec is not None
-    assert spec.loader is not None
-    hook = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hook)
+    hook = _hatch_build()
     copy = tmp_path / "src"
     skip = shutil.ignore_patterns("__pycache__", "*.so", compiled.SOURCES_RECORD)
     shutil.copytree(PACKAGE, copy / "sonic", ignore=skip)
@@ -256,3 +263,28 @@ def test_without_a_c_compiler_the_build_stays_pure(
     assert len(out.splitlines()) == 1
     assert not [path for path in copy.rglob("*") if _is_extension(str(path))]
     assert not (copy / "sonic" / compiled.SOURCES_RECORD).exists()
+
+
+def test_removing_a_build_removes_modules_no_longer_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module taken off COMPILED_MODULES since the last in-place build: its extension module goes too (a
+    stale one left beside its source would be what Python imports)."""
+    hook = _hatch_build()
+    package = tmp_path / "src" / "sonic"
+    (package / "server").mkdir(parents=True)
+    shutil.copyfile(PACKAGE / "compiled.py", package / "compiled.py")  # the hook reads the list from it
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    unlisted = package / "server" / f"dataplane_old{suffix}"
+    shared = tmp_path / "src" / f"0123__mypyc{suffix}"
+    source = package / "server" / "dataplane_old.py"
+    for path in (unlisted, shared, source):
+        path.write_bytes(b"")
+    (package / compiled.SOURCES_RECORD).write_text("{}")
+    monkeypatch.setattr(hook, "SRC", tmp_path / "src")
+    monkeypatch.setattr(hook, "PACKAGE", package)
+    hook.remove_in_place()
+    assert not unlisted.exists()
+    assert not shared.exists()
+    assert not (package / compiled.SOURCES_RECORD).exists()
+    assert source.exists()
