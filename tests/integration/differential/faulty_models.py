@@ -2,9 +2,10 @@
 
 Each :class:`Faulty` is one broken ``config.pbtxt`` or ``model.py`` beside a valid rest (a one-input
 Python echo model), so a load of it is a single fault: of the configuration's text or its name, of a
-tensor, of batching, of sequence-batcher controls, of instance groups, of the version policy, or of the
-Python model's code (import, class, ``auto_complete_config``, ``initialize``). ``DECOUPLED`` is a valid
-decoupled model (its requests through the unary calls are refused). Triton 2.51 and sonic load the same
+tensor, of batching, of sequence-batcher controls, of instance groups, of the version policy (or no version
+folder), or of the Python model's code (import, class, ``auto_complete_config``, ``initialize``).
+``DECOUPLED`` is a valid decoupled model (its requests through the unary calls are refused), ``BLS`` a
+valid model whose BLS request to it is refused (no ``decoupled=True``). Triton 2.51 and sonic load the same
 folders (tests/integration/differential/test_reach.py).
 """
 
@@ -88,11 +89,36 @@ FAULTY = (
     ),
     Faulty("dynamic_unbatched", f"max_batch_size: 0\n{IO}dynamic_batching {{ }}\n"),
     Faulty("negative_count", f"max_batch_size: 0\n{IO}instance_group [ {{ kind: KIND_CPU count: -1 }} ]\n"),
+    Faulty(
+        "output_twice",
+        f'max_batch_size: 0\n{IO}output [ {{ name: "OUT_X" data_type: TYPE_FP32 dims: [ 1 ] }} ]\n',
+    ),
+    Faulty("no_version", ""),  # its folder holds no version folder
 )
 DECOUPLED = Faulty("decoupled", f"max_batch_size: 0\n{IO}model_transaction_policy {{ decoupled: true }}\n")
+# A valid model whose execute sends a BLS request to the decoupled model without ``decoupled=True``.
+BLS_TO_DECOUPLED = """import triton_python_backend_utils as pb_utils
 
 
-def write_faulty(root: Path, models: tuple[Faulty, ...] = (*FAULTY, DECOUPLED)) -> None:
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            inner = pb_utils.InferenceRequest(
+                model_name="decoupled",
+                requested_output_names=["OUT_X"],
+                inputs=[pb_utils.get_input_tensor_by_name(request, "X")],
+            ).exec()
+            if inner.has_error():
+                responses.append(pb_utils.InferenceResponse(error=inner.error()))
+            else:
+                responses.append(pb_utils.InferenceResponse(inner.output_tensors()))
+        return responses
+"""
+BLS = Faulty("bls_decoupled", "", source=BLS_TO_DECOUPLED)
+
+
+def write_faulty(root: Path, models: tuple[Faulty, ...] = (*FAULTY, DECOUPLED, BLS)) -> None:
     """Each model's folder under ``root``: its config and version 1's model.py."""
     for model in models:
         (root / model.name / "1").mkdir(parents=True)
@@ -101,3 +127,6 @@ def write_faulty(root: Path, models: tuple[Faulty, ...] = (*FAULTY, DECOUPLED)) 
             text = text.replace('backend: "python"', 'platform: "no_such_platform"')
         (root / model.name / "config.pbtxt").write_text(text, encoding="utf-8")
         (root / model.name / "1" / "model.py").write_text(model.source, encoding="utf-8")
+        if model.name == "no_version":
+            (root / model.name / "1" / "model.py").rename(root / model.name / "model.py")
+            (root / model.name / "1").rmdir()

@@ -19,7 +19,7 @@ import pytest
 import tritonclient.utils.shared_memory as shm
 from tests.integration.differential.calls import Call, GrpcCall, HttpCall
 from tests.integration.differential.compare import Both, Session
-from tests.integration.differential.faulty_models import DECOUPLED, FAULTY, write_faulty
+from tests.integration.differential.faulty_models import BLS, DECOUPLED, FAULTY, write_faulty
 from tests.integration.differential.repository import SPARE, write_repository
 from tests.integration.differential.servers import both_of, start_pair
 from tritonclient.grpc import service_pb2
@@ -30,6 +30,7 @@ ARGS = (
     "--model-control-mode=explicit",
     f"--load-model={SPARE.name}",
     f"--load-model={DECOUPLED.name}",
+    f"--load-model={BLS.name}",
     "--exit-on-error=false",
     "--strict-readiness=false",
 )
@@ -44,7 +45,7 @@ def reach(tmp_path_factory: pytest.TempPathFactory, differential_session: Sessio
         pair = start_pair(
             stack,
             root,
-            [SPARE.name, DECOUPLED.name],
+            [SPARE.name, DECOUPLED.name, BLS.name],
             triton_args=ARGS,
             sonic_args=ARGS,
             replaying=differential_session.replaying,
@@ -70,6 +71,43 @@ def test_load_fault(reach: Both, name: str) -> None:
 
 def test_load_bad_name(reach: Both) -> None:
     reach.compare(_load("bad name")[0])
+
+
+def test_load_absent(reach: Both) -> None:
+    for call in _load("absent"):
+        reach.compare(call)
+
+
+def _override(config: tuple[str, object], what: str) -> GrpcCall:
+    message = service_pb2.RepositoryModelLoadRequest(model_name=SPARE.name)
+    setattr(message.parameters["config"], *config)
+    return GrpcCall(
+        "RepositoryModelLoad", message.SerializeToString(deterministic=True), what=f"load, {what}", faults=1
+    )
+
+
+def test_load_config_override(reach: Both) -> None:
+    """A load whose ``config`` parameter is no string, no configuration JSON, or names another model."""
+    calls: list[Call] = [
+        _override(("int64_param", 3), "config not a string"),
+        _override(("string_param", "{not json"), "config not JSON"),
+        _override(("string_param", json.dumps({"name": "other", "backend": "python"})), "config of another"),
+        HttpCall(
+            "POST",
+            f"/v2/repository/models/{SPARE.name}/load",
+            json.dumps({"parameters": {"config": {"backend": "python"}}}).encode(),
+            JSON,
+            faults=1,
+        ),
+    ]
+    for call in calls:
+        reach.compare(call)
+
+
+def test_bls_to_decoupled(reach: Both) -> None:
+    request = service_pb2.ModelInferRequest(model_name=BLS.name)
+    request.inputs.add(name="X", datatype="FP32", shape=[1]).contents.fp32_contents.append(1.0)
+    reach.compare(GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1))
 
 
 def test_decoupled_unary(reach: Both) -> None:
