@@ -116,9 +116,50 @@ class TritonPythonModel:
         return responses
 """
 BLS = Faulty("bls_decoupled", "", source=BLS_TO_DECOUPLED)
+# A model whose execute fails in the way its first request's X asks for (MISBEHAVIOURS).
+MISBEHAVES_SOURCE = """import numpy as np
+import triton_python_backend_utils as pb_utils
 
 
-def write_faulty(root: Path, models: tuple[Faulty, ...] = (*FAULTY, DECOUPLED, BLS)) -> None:
+class TritonPythonModel:
+    def execute(self, requests):
+        how = int(pb_utils.get_input_tensor_by_name(requests[0], "X").as_numpy()[0])
+        if how == 1:
+            raise pb_utils.TritonModelException("refused on purpose")
+        if how == 2:
+            raise ValueError("fails on purpose")
+        if how == 3:
+            return []
+        if how == 4:
+            return ["not a response" for _ in requests]
+        if how == 5:
+            return [pb_utils.InferenceResponse([]) for _ in requests]
+        tensor = pb_utils.Tensor("OUT_X", np.zeros(3, np.float32))
+        return [pb_utils.InferenceResponse([tensor]) for _ in requests]
+"""
+MISBEHAVES = Faulty("misbehaves", "", source=MISBEHAVES_SOURCE)
+MISBEHAVIOURS = {
+    1: "raises TritonModelException",
+    2: "raises ValueError",
+    3: "returns no responses",
+    4: "returns a str",
+    5: "returns no outputs",
+    6: "returns an output of other dims",
+}
+DECOUPLED_RAISES = Faulty(
+    "decoupled_raises",
+    DECOUPLED.config,
+    source="class TritonPythonModel:\n    def execute(self, requests):\n        raise ValueError('on purpose')\n",
+)
+TEXT_ECHO = Faulty(
+    "text_echo",
+    'max_batch_size: 0\ninput [ { name: "X" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
+    'output [ { name: "OUT_X" data_type: TYPE_STRING dims: [ 1 ] } ]\n',
+)
+VALID = (DECOUPLED, BLS, MISBEHAVES, DECOUPLED_RAISES, TEXT_ECHO)  # load at start
+
+
+def write_faulty(root: Path, models: tuple[Faulty, ...] = (*FAULTY, *VALID)) -> None:
     """Each model's folder under ``root``: its config and version 1's model.py."""
     for model in models:
         (root / model.name / "1").mkdir(parents=True)

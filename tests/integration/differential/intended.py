@@ -305,7 +305,14 @@ def _missing_outputs(_: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 def _model_exception(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     theirs = triton.message.startswith("Failed to process the request(s) for model ")
-    return theirs and triton.code == sonic.code and sonic.message.startswith("model '")
+    # A decoupled model's stream: Triton's words without the traceback that follows them.
+    untraced = triton.message.split("\n\nAt:\n", 1)[0] == sonic.message
+    return theirs and triton.code == sonic.code and (sonic.message.startswith("model '") or untraced)
+
+
+def _bytes_output_not_utf8(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    ours = "BYTES output is not UTF-8 text; request it with binary_data: true" in sonic.message
+    return triton.code == "200" and sonic.code == "400" and ours
 
 
 def _model_output_checked(_: Call, triton: Outcome, sonic: Outcome) -> bool:
@@ -619,6 +626,16 @@ INTENDED: tuple[Intended, ...] = (
         _json_not_utf8,
     ),
     Intended(
+        "bytes-output-not-utf8",
+        "A BYTES output that is not UTF-8 text, asked for in the JSON answer (`binary_data` false): "
+        "Triton writes the bytes into the JSON as they are (200, a body that is not valid JSON); sonic "
+        "refuses the request (400 `... BYTES output is not UTF-8 text; request it with binary_data: "
+        "true`).",
+        "JSON is UTF-8 (RFC 8259): a client's parser fails on the answer or, worse, replaces the bytes "
+        "and hands on other data; the binary part carries any bytes.",
+        _bytes_output_not_utf8,
+    ),
+    Intended(
         "chunked-with-content-length",
         "An HTTP/1.1 request with both `Transfer-Encoding: chunked` and `Content-Length` (Python "
         "`requests` sends both for a generator body given a length): Triton serves it (the chunked "
@@ -770,7 +787,8 @@ INTENDED: tuple[Intended, ...] = (
         "An exception raised in a Python model's `execute` (or by `pb_utils.Tensor` for what it cannot "
         "take: a Python list, a byte order other than the machine's): Triton answers `Failed to process "
         "the request(s) for model '<m>_0_0', message: <exception>` with the model's traceback; sonic "
-        "`model '<m>': ...` with the exception. Same status.",
+        "`model '<m>': ...` with the exception (in a decoupled model's stream, Triton's words without "
+        "the traceback). Same status.",
         "A traceback discloses the server's file paths to clients (docs/security.md); the exception "
         "itself says what failed.",
         _model_exception,

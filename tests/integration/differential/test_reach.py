@@ -19,7 +19,17 @@ import pytest
 import tritonclient.utils.shared_memory as shm
 from tests.integration.differential.calls import Call, GrpcCall, HttpCall
 from tests.integration.differential.compare import Both, Session
-from tests.integration.differential.faulty_models import BLS, DECOUPLED, FAULTY, write_faulty
+from tests.integration.differential.faulty_models import (
+    BLS,
+    DECOUPLED,
+    DECOUPLED_RAISES,
+    FAULTY,
+    MISBEHAVES,
+    MISBEHAVIOURS,
+    TEXT_ECHO,
+    VALID,
+    write_faulty,
+)
 from tests.integration.differential.repository import SPARE, write_repository
 from tests.integration.differential.servers import both_of, start_pair
 from tritonclient.grpc import service_pb2
@@ -29,8 +39,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.triton]
 ARGS = (
     "--model-control-mode=explicit",
     f"--load-model={SPARE.name}",
-    f"--load-model={DECOUPLED.name}",
-    f"--load-model={BLS.name}",
+    *(f"--load-model={m.name}" for m in VALID),
     "--exit-on-error=false",
     "--strict-readiness=false",
 )
@@ -45,7 +54,7 @@ def reach(tmp_path_factory: pytest.TempPathFactory, differential_session: Sessio
         pair = start_pair(
             stack,
             root,
-            [SPARE.name, DECOUPLED.name, BLS.name],
+            [SPARE.name, *(m.name for m in VALID)],
             triton_args=ARGS,
             sonic_args=ARGS,
             replaying=differential_session.replaying,
@@ -102,6 +111,37 @@ def test_load_config_override(reach: Both) -> None:
     ]
     for call in calls:
         reach.compare(call)
+
+
+def test_infer_after_failed_load(reach: Both) -> None:
+    """A model whose load failed, then asked for: it has no available versions; its statistics and those
+    of a model never seen."""
+    reach.compare(_load("initialize_fails")[0])
+    request = service_pb2.ModelInferRequest(model_name="initialize_fails")
+    request.inputs.add(name="X", datatype="FP32", shape=[1]).contents.fp32_contents.append(1.0)
+    reach.compare(GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1))
+    for name, version in (("initialize_fails", ""), ("absent", ""), (SPARE.name, "3")):
+        message = service_pb2.ModelStatisticsRequest(name=name, version=version)
+        reach.compare(GrpcCall("ModelStatistics", message.SerializeToString(), faults=1))
+
+
+@pytest.mark.parametrize("how", list(MISBEHAVIOURS), ids=list(MISBEHAVIOURS.values()))
+def test_model_misbehaves(reach: Both, how: int) -> None:
+    request = service_pb2.ModelInferRequest(model_name=MISBEHAVES.name)
+    request.inputs.add(name="X", datatype="FP32", shape=[1]).contents.fp32_contents.append(float(how))
+    reach.compare(GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1))
+
+
+def test_bytes_output_not_utf8(reach: Both) -> None:
+    """A BYTES output that is no UTF-8 text, asked for as JSON."""
+    body = {
+        "inputs": [{"name": "X", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": 5}}],
+        "outputs": [{"name": "OUT_X", "parameters": {"binary_data": False}}],
+    }
+    head = json.dumps(body).encode()
+    headers = {**JSON, "Inference-Header-Content-Length": str(len(head))}
+    path = f"/v2/models/{TEXT_ECHO.name}/infer"
+    reach.compare(HttpCall("POST", path, head + b"\1\0\0\0\xff", headers, faults=1))
 
 
 def test_bls_to_decoupled(reach: Both) -> None:
@@ -279,9 +319,9 @@ def test_http_headers(reach: Both) -> None:
     reach.compare(HttpCall("POST", path, body, {**JSON, "Inference-Header-Content-Length": "x"}, faults=1))
 
 
-def _stream(tensor: str = "X") -> GrpcCall:
-    """One ModelStreamInfer request to the decoupled model (whose execute returns its responses)."""
-    request = service_pb2.ModelInferRequest(model_name=DECOUPLED.name, id="s1")
+def _stream(tensor: str = "X", model: str = DECOUPLED.name) -> GrpcCall:
+    """One ModelStreamInfer request to a decoupled model (``decoupled``'s execute returns its responses)."""
+    request = service_pb2.ModelInferRequest(model_name=model, id="s1")
     request.inputs.add(name=tensor, datatype="FP32", shape=[1]).contents.fp32_contents.append(1.0)
     return GrpcCall("ModelStreamInfer", request.SerializeToString(deterministic=True), faults=1)
 
@@ -292,6 +332,7 @@ def _stream(tensor: str = "X") -> GrpcCall:
         # The model's execute returns its responses instead of None: the model's fault, in the stream.
         pytest.param(_stream(), id="execute returns responses"),
         pytest.param(_stream(tensor="BOGUS"), id="unexpected input"),
+        pytest.param(_stream(model=DECOUPLED_RAISES.name), id="execute raises"),
     ],
 )
 def test_decoupled_stream(reach: Both, call: GrpcCall) -> None:
