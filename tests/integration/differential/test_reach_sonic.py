@@ -336,6 +336,62 @@ def test_shared_memory_objects(own: Own) -> None:
             path.unlink()
 
 
+def test_shared_memory_keys_not_objects(own: Own) -> None:
+    """A key that names a symbolic link or a folder under /dev/shm."""
+    stem = f"sonic_differential_{os.getpid():08d}"
+    symlink, folder = Path("/dev/shm") / f"{stem}_symlink", Path("/dev/shm") / f"{stem}_folder"
+    symlink.symlink_to("/dev/null")
+    folder.mkdir()
+    where = "unable to open shared memory region '{}' (key '/{}')"
+    try:
+        own.both.expect(
+            _register("symlink", f"/{symlink.name}"),
+            "400",
+            where.format("symlink", symlink.name)
+            + ": it is a symbolic link; shared memory objects are opened without following links",
+        )
+        own.both.expect(
+            _register("folder", f"/{folder.name}"),
+            "400",
+            where.format("folder", folder.name) + ": it is a directory, not a shared memory object",
+        )
+    finally:
+        symlink.unlink()
+        folder.rmdir()
+
+
+def test_shared_memory_truncated(own: Own) -> None:
+    """A region whose object the client truncates after registering it: an input read from it."""
+    key = f"/sonic_differential_{os.getpid():08d}_cut"
+    handle = shm.create_shared_memory_region("cut", key, 16)
+    body = json.dumps({"key": key, "offset": 0, "byte_size": 16}).encode()
+    try:
+        registered = own.both.sonic(
+            HttpCall("POST", "/v2/systemsharedmemory/region/cut/register", body, JSON)
+        )
+        assert registered.code == "200"
+        os.truncate(Path("/dev/shm") / key.removeprefix("/"), 0)
+        reference = {"shared_memory_region": "cut", "shared_memory_byte_size": 2, "shared_memory_offset": 4}
+        infer = {"inputs": [{"name": "X", "datatype": "UINT8", "shape": [2], "parameters": reference}]}
+        own.both.expect(
+            HttpCall("POST", f"/v2/models/{SPARE.name}/infer", json.dumps(infer).encode(), JSON),
+            "400",
+            f"model 'spare' input 'X': shared memory region 'cut' (key '{key}'): 2 bytes at offset 4 need the "
+            "object to hold 6 bytes, it holds 0 now (truncated after it was registered)",
+        )
+    finally:
+        own.both.sonic(HttpCall("POST", "/v2/systemsharedmemory/region/cut/unregister"))
+        shm.destroy_shared_memory_region(handle)
+
+
+def test_path_component_dot_dot(own: Own) -> None:
+    own.both.expect(
+        HttpCall("GET", "/v2/models/%2e%2e/ready"),
+        "400",
+        "invalid path '/v2/models/%2e%2e/ready': names are one path component, without '.' or '..'",
+    )
+
+
 def test_repository_control_disabled(limited: Both) -> None:
     limited.expect(
         _load(SPARE.name),
