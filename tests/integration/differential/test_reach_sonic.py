@@ -5,7 +5,7 @@ sonic refuses, a shared-memory object sonic checks and Triton maps), so each cas
 status and message (``Both.expect``); its site counts as reached (pinned), not as checked against
 Triton. Two ``sonic serve`` processes, each started once for the module: ``own`` (explicit model
 control, two repositories, ``--refuse-model-links-outside``) and ``limited`` (one HTTP connection per
-client, ``--disable-repository-control``); and starts that must fail (``--gpus 1`` with a model that
+client, ``--disable-repository-control``, 512 open files: 128 shared-memory regions); and starts that must fail (``--gpus 1`` with a model that
 names GPU 3), whose exit code and stderr line are checked.
 """
 
@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import socket
 from collections.abc import Iterator
-from contextlib import ExitStack, closing
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,7 @@ LIMITED_ARGS = (
     "--http-max-connections-per-client=1",
     "--disable-repository-control",
 )
+LIMITED_DESCRIPTORS = 512  # the limited server's open files: at most 128 shared-memory regions
 TWICE = "twice"  # a model folder in both repositories of ``own``
 LINKED = "linked"  # a model folder linked in from outside the repositories
 
@@ -85,11 +87,25 @@ def own(tmp_path_factory: pytest.TempPathFactory, differential_session: Session)
         yield Own(_sonic(stack, [root, other], OWN_ARGS, differential_session), root, other, outside)
 
 
+@contextmanager
+def descriptor_limit(soft: int) -> Iterator[None]:
+    """This process's soft limit of open files lowered for the block: a server started in it inherits
+    the limit, and so holds at most half as many shared-memory regions (a descriptor each)."""
+    before, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (before, hard))
+
+
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory, differential_session: Session) -> Iterator[Both]:
     root = write_repository(tmp_path_factory.mktemp("sonic-limited") / "models", (SPARE,))
     with ExitStack() as stack:
-        yield _sonic(stack, [root], LIMITED_ARGS, differential_session)
+        with descriptor_limit(LIMITED_DESCRIPTORS):
+            both = _sonic(stack, [root], LIMITED_ARGS, differential_session)
+        yield both
 
 
 def _load(name: str, parameters: dict[str, tuple[str, object]] | None = None) -> GrpcCall:
@@ -398,6 +414,32 @@ def test_repository_control_disabled(limited: Both) -> None:
         "PERMISSION_DENIED",
         "model load is disabled on this server (started with --disable-repository-control)",
     )
+
+
+def test_most_regions(limited: Both) -> None:
+    """Regions past the most the server holds (a quarter of its descriptors: two each), all on one
+    object, over gRPC."""
+    key = f"/sonic_differential_{os.getpid():08d}_many"
+    handle = shm.create_shared_memory_region("many", key, 8)
+    most = LIMITED_DESCRIPTORS // 4
+    try:
+        for index in range(most + 1):
+            message = service_pb2.SystemSharedMemoryRegisterRequest(
+                name=f"r{index}", key=key, offset=0, byte_size=8
+            )
+            outcome = limited.sonic(GrpcCall("SystemSharedMemoryRegister", message.SerializeToString()))
+            if index < most:
+                assert outcome.code == "OK", outcome
+        limited.pinned(
+            outcome,
+            "RESOURCE_EXHAUSTED",
+            f"shared memory region 'r{most}': this server holds {most} regions, its most (each keeps file "
+            "descriptors open); unregister some first",
+        )
+    finally:
+        unregister = service_pb2.SystemSharedMemoryUnregisterRequest()
+        limited.sonic(GrpcCall("SystemSharedMemoryUnregister", unregister.SerializeToString()))
+        shm.destroy_shared_memory_region(handle)
 
 
 def test_connections_per_client(limited: Both) -> None:
