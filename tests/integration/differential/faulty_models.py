@@ -51,6 +51,14 @@ class Faulty:
         return f'name: "{self.config_name or self.name}"\nbackend: "python"\n{body}'
 
 
+def _reshaped(dims: str, shape: str) -> str:
+    return (
+        f'max_batch_size: 0\ninput [ {{ name: "X" data_type: TYPE_FP32 dims: [ {dims} ] '
+        f"reshape {{ shape: [ {shape} ] }} }} ]\n"
+        'output [ { name: "OUT_X" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+    )
+
+
 def _sequence(controls: str) -> str:
     return f"max_batch_size: 4\n{IO}sequence_batching {{ control_input [ {controls} ] }}\n"
 
@@ -94,6 +102,10 @@ FAULTY = (
         f'max_batch_size: 0\n{IO}output [ {{ name: "OUT_X" data_type: TYPE_FP32 dims: [ 1 ] }} ]\n',
     ),
     Faulty("no_version", ""),  # its folder holds no version folder
+    Faulty("reshape_trunks", _reshaped("-1", "2, -1")),
+    Faulty("reshape_variables", _reshaped("-1, -1", "-1")),
+    Faulty("reshape_zero", _reshaped("1", "0")),
+    Faulty("reshape_size", _reshaped("4", "3")),
 )
 DECOUPLED = Faulty("decoupled", f"max_batch_size: 0\n{IO}model_transaction_policy {{ decoupled: true }}\n")
 # A valid model whose execute sends a BLS request to the decoupled model without ``decoupled=True``.

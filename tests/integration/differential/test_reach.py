@@ -117,9 +117,10 @@ def test_infer_after_failed_load(reach: Both) -> None:
     """A model whose load failed, then asked for: it has no available versions; its statistics and those
     of a model never seen."""
     reach.compare(_load("initialize_fails")[0])
-    request = service_pb2.ModelInferRequest(model_name="initialize_fails")
-    request.inputs.add(name="X", datatype="FP32", shape=[1]).contents.fp32_contents.append(1.0)
-    reach.compare(GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1))
+    for version in ("", "1"):
+        request = service_pb2.ModelInferRequest(model_name="initialize_fails", model_version=version)
+        request.inputs.add(name="X", datatype="FP32", shape=[1]).contents.fp32_contents.append(1.0)
+        reach.compare(GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1))
     for name, version in (("initialize_fails", ""), ("absent", ""), (SPARE.name, "3")):
         message = service_pb2.ModelStatisticsRequest(name=name, version=version)
         reach.compare(GrpcCall("ModelStatistics", message.SerializeToString(), faults=1))
