@@ -106,6 +106,10 @@ FAULTY = (
     Faulty("reshape_variables", _reshaped("-1, -1", "-1")),
     Faulty("reshape_zero", _reshaped("1", "0")),
     Faulty("reshape_size", _reshaped("4", "3")),
+    Faulty(
+        "input_datatype_number",
+        f'max_batch_size: 0\n{IO}input [ {{ name: "Y" data_type: 99 dims: [ 1 ] }} ]\n',
+    ),
 )
 DECOUPLED = Faulty("decoupled", f"max_batch_size: 0\n{IO}model_transaction_policy {{ decoupled: true }}\n")
 # A valid model whose execute sends a BLS request to the decoupled model without ``decoupled=True``.

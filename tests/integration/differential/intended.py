@@ -370,7 +370,7 @@ def _poll_failure(_: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 REFUSED_CONFIG = re.compile(
     r"(input|output) '[^']*' is declared twice|dynamic_batching needs max_batch_size > 0|"
-    r"instance_group count must be >= 0"
+    r"instance_group count must be >= 0|datatype \d+ has no KServe v2 equivalent"
 )
 
 
@@ -836,10 +836,12 @@ INTENDED: tuple[Intended, ...] = (
         "config-refused-at-load",
         "A configuration Triton 2.51 loads and sonic refuses (INVALID_ARGUMENT/400, in the poll's words "
         "then what is wrong): an input or output declared twice, `dynamic_batching` for a model with "
-        "`max_batch_size` 0, an `instance_group` count below 0.",
+        "`max_batch_size` 0, an `instance_group` count below 0, a tensor `data_type` given as a number "
+        "that names no data type.",
         "Two declarations of one tensor may disagree on its type and dims, and which one a request is "
         "checked against is not said; a batcher on a model that cannot batch, or a negative number of "
-        "instances, is a configuration its author misread: serving it would hide the mistake.",
+        "instances, is a configuration its author misread: serving it would hide the mistake; a tensor "
+        "of no known type cannot be decoded or answered.",
         _config_refused,
     ),
     Intended(
