@@ -229,6 +229,16 @@ def test_sonic_only_load(own: Own, name: str) -> None:
     own.both.expect(_load(name), code, words)
 
 
+def test_load_absent(own: Own) -> None:
+    """Triton answers INTERNAL without a reason (row ``client-fault-not-internal``): sonic's words pinned."""
+    own.both.expect(
+        _load("absent"),
+        "NOT_FOUND",
+        f"failed to load 'absent': no model folder 'absent' in the model repositories "
+        f"{[str(own.root), str(own.other)]}",
+    )
+
+
 def test_load_file_override(own: Own) -> None:
     call = _load(SPARE.name, {"file:1/model.py": ("bytes_param", b"pass\n")})
     own.both.expect(
