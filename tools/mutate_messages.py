@@ -137,7 +137,7 @@ def run_suite(
         sys.executable,
         "-m",
         "pytest",
-        *(tests or [suite]),
+        *(tests or suite.split(",")),
         "-q",
         "-p",
         "no:randomly",
@@ -164,7 +164,9 @@ def main() -> int:
     parser.add_argument("--timeout-s", type=float, default=300.0, help="most seconds per suite run")
     parser.add_argument("--all", action="store_true", help="run the whole suite for every mutant")
     parser.add_argument(
-        "--suite", default=SUITE, help="the tests to record, replay and mutate against (default: the folder)"
+        "--suite",
+        default=SUITE,
+        help="the test files to record, replay and mutate against (comma-separated; default: the folder)",
     )
     args = parser.parse_args()
 
