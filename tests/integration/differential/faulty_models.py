@@ -172,7 +172,16 @@ TEXT_ECHO = Faulty(
     'max_batch_size: 0\ninput [ { name: "X" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
     'output [ { name: "OUT_X" data_type: TYPE_STRING dims: [ 1 ] } ]\n',
 )
-VALID = (DECOUPLED, BLS, MISBEHAVES, DECOUPLED_RAISES, TEXT_ECHO)  # load at start
+TYPED = Faulty(
+    "typed",
+    "max_batch_size: 0\n"
+    + "".join(
+        f'input [ {{ name: "{n}" data_type: TYPE_{t} dims: [ 1 ] }} ]\n'
+        f'output [ {{ name: "OUT_{n}" data_type: TYPE_{t} dims: [ 1 ] }} ]\n'
+        for n, t in (("B", "BOOL"), ("I", "INT32"), ("F", "FP32"))
+    ),
+)
+VALID = (DECOUPLED, BLS, MISBEHAVES, DECOUPLED_RAISES, TEXT_ECHO, TYPED)  # load at start
 
 
 def write_faulty(root: Path, models: tuple[Faulty, ...] = (*FAULTY, *VALID)) -> None:

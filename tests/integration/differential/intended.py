@@ -294,7 +294,8 @@ def _zero_batch(_: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 
 def _input_parameters(call: Call, triton: Outcome, sonic: Outcome) -> bool:
-    refused = re.search(r"input '[^']*': 'parameters' must be an object", sonic.message) is not None
+    refused = re.search(r"(input|output) '[^']*': 'parameters' must be an object", sonic.message)
+    refused = refused is not None
     return isinstance(call, HttpCall) and sonic.code == "400" and refused and triton.code in {"200", "400"}
 
 
@@ -768,10 +769,12 @@ INTENDED: tuple[Intended, ...] = (
     ),
     Intended(
         "input-parameters-type",
-        "An HTTP input whose `parameters` is not a JSON object (`[]`, a string, a number): Triton ignores "
-        "it (and so reads no `binary_data_size` there); sonic refuses it (400 `'parameters' must be an "
-        "object`).",
-        "An input's binary size the server cannot read makes it misread the binary part of the body.",
+        "An HTTP input or requested output whose `parameters` is not a JSON object (`[]`, a string, a "
+        "number): Triton ignores it (and so reads no `binary_data_size` or `binary_data` there); sonic "
+        "refuses it (400 `'parameters' must be an object`).",
+        "An input's binary size the server cannot read makes it misread the binary part of the body; an "
+        "output's choices (binary, shared memory, classification) dropped unread answer something else "
+        "than asked.",
         _input_parameters,
     ),
     Intended(

@@ -27,6 +27,7 @@ from tests.integration.differential.faulty_models import (
     MISBEHAVES,
     MISBEHAVIOURS,
     TEXT_ECHO,
+    TYPED,
     VALID,
     write_faulty,
 )
@@ -338,3 +339,88 @@ def _stream(tensor: str = "X", model: str = DECOUPLED.name) -> GrpcCall:
 )
 def test_decoupled_stream(reach: Both, call: GrpcCall) -> None:
     reach.compare(call)
+
+
+TYPED_INPUTS = (("B", "BOOL", True), ("I", "INT32", 1), ("F", "FP32", 1.0))
+
+
+def _typed_json(**changes: dict[str, object]) -> dict[str, object]:
+    """A valid JSON request to ``typed``, each named input's entry updated by ``changes``."""
+    inputs = []
+    for name, datatype, value in TYPED_INPUTS:
+        entry: dict[str, object] = {"name": name, "datatype": datatype, "shape": [1], "data": [value]}
+        entry.update(changes.get(name, {}))
+        inputs.append({k: v for k, v in entry.items() if v is not None})
+    return {"inputs": inputs}
+
+
+def _typed_http(body: dict[str, object], model: str = TYPED.name) -> HttpCall:
+    return HttpCall("POST", f"/v2/models/{model}/infer", json.dumps(body).encode(), JSON, faults=1)
+
+
+def _typed_grpc(raw: list[bytes], bad: tuple[str, str, object] | None = None) -> GrpcCall:
+    """A gRPC request to ``typed``; ``bad``: F in shared memory region ``r`` (4 bytes) with one parameter
+    (key, field, value) of the wrong type."""
+    request = service_pb2.ModelInferRequest(model_name=TYPED.name)
+    for name, datatype, _ in TYPED_INPUTS:
+        tensor = request.inputs.add(name=name, datatype=datatype, shape=[1])
+        if name == "F" and bad is not None:
+            tensor.parameters["shared_memory_region"].string_param = "r"
+            tensor.parameters["shared_memory_byte_size"].int64_param = 4
+            key, field, value = bad
+            tensor.parameters[key].Clear()
+            setattr(tensor.parameters[key], field, value)
+    request.raw_input_contents.extend(raw)
+    return GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1)
+
+
+RAW = [b"\1", b"\1\0\0\0", b"\0\0\x80\x3f"]
+SHM_PARAMETERS = {"shared_memory_region": "r", "shared_memory_byte_size": "x"}
+REQUEST_FAULTS: dict[str, Call] = {
+    "BOOL data not a boolean": _typed_http(_typed_json(B={"data": [1]})),
+    "INT32 data not an integer": _typed_http(_typed_json(I={"data": [1.5]})),
+    "FP32 data a string": _typed_http(_typed_json(F={"data": ["x"]})),
+    "FP32 data an object": _typed_http(_typed_json(F={"data": [{"a": 1}]})),
+    "INT32 data out of range": _typed_http(_typed_json(I={"data": [2**40]})),
+    "unknown datatype": _typed_http(_typed_json(I={"datatype": "INT33"})),
+    "repeated input": _typed_http(
+        {"inputs": [*_typed_json()["inputs"], {"name": "I", "datatype": "INT32", "shape": [1], "data": [2]}]}
+    ),  # type: ignore[misc]
+    "request parameter a list": _typed_http({**_typed_json(), "parameters": {"custom": [1]}}),
+    "output parameters a list": _typed_http(
+        {**_typed_json(), "outputs": [{"name": "OUT_I", "parameters": []}]}
+    ),
+    "input byte size not a number": _typed_http(_typed_json(F={"data": None, "parameters": SHM_PARAMETERS})),
+    "BYTES element a number": _typed_http(
+        {"inputs": [{"name": "X", "datatype": "BYTES", "shape": [1], "data": [3]}]}, TEXT_ECHO.name
+    ),
+    "BYTES elements more than the shape": _typed_http(
+        {"inputs": [{"name": "X", "datatype": "BYTES", "shape": [1], "data": ["a", "b"]}]}, TEXT_ECHO.name
+    ),
+    "BYTES data a string": _typed_http(
+        {"inputs": [{"name": "X", "datatype": "BYTES", "shape": [1], "data": "a"}]}, TEXT_ECHO.name
+    ),
+    "raw contents fewer than inputs": _typed_grpc(RAW[:1]),
+    "raw contents of the wrong size": _typed_grpc([RAW[0], b"\1\0\0", RAW[2]]),
+    "gRPC byte size a string": _typed_grpc(RAW[:2], ("shared_memory_byte_size", "string_param", "x")),
+    "gRPC offset a string": _typed_grpc(RAW[:2], ("shared_memory_offset", "string_param", "x")),
+    "gRPC region a number": _typed_grpc(RAW[:2], ("shared_memory_region", "int64_param", 3)),
+}
+
+
+@pytest.mark.parametrize("call", list(REQUEST_FAULTS.values()), ids=list(REQUEST_FAULTS))
+def test_request_fault(reach: Both, region: str, call: Call) -> None:
+    """One fault in a request to ``typed`` (or ``text_echo``): the refusals the generated cases may miss."""
+    reach.compare(call)
+
+
+def test_bytes_length_past_the_end(reach: Both) -> None:
+    request = service_pb2.ModelInferRequest(model_name=TEXT_ECHO.name)
+    request.inputs.add(name="X", datatype="BYTES", shape=[1])
+    request.raw_input_contents.append(b"\xff\0\0\0ab")
+    reach.compare(GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1))
+
+
+def test_shared_memory_negative_offset(reach: Both, region: str) -> None:
+    for call in _shm_input(-1, 2):
+        reach.compare(call)
