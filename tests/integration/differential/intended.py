@@ -294,8 +294,7 @@ def _zero_batch(_: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 
 def _input_parameters(call: Call, triton: Outcome, sonic: Outcome) -> bool:
-    refused = re.search(r"(input|output) '[^']*': 'parameters' must be an object", sonic.message)
-    refused = refused is not None
+    refused = re.search(r"(input|output) '[^']*': 'parameters' must be an object", sonic.message) is not None
     return isinstance(call, HttpCall) and sonic.code == "400" and refused and triton.code in {"200", "400"}
 
 

@@ -14,6 +14,7 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import ExitStack
+from typing import Any
 
 import pytest
 import tritonclient.utils.shared_memory as shm
@@ -344,7 +345,7 @@ def test_decoupled_stream(reach: Both, call: GrpcCall) -> None:
 TYPED_INPUTS = (("B", "BOOL", True), ("I", "INT32", 1), ("F", "FP32", 1.0))
 
 
-def _typed_json(**changes: dict[str, object]) -> dict[str, object]:
+def _typed_json(**changes: dict[str, object]) -> dict[str, list[dict[str, object]]]:
     """A valid JSON request to ``typed``, each named input's entry updated by ``changes``."""
     inputs = []
     for name, datatype, value in TYPED_INPUTS:
@@ -354,7 +355,7 @@ def _typed_json(**changes: dict[str, object]) -> dict[str, object]:
     return {"inputs": inputs}
 
 
-def _typed_http(body: dict[str, object], model: str = TYPED.name) -> HttpCall:
+def _typed_http(body: dict[str, Any], model: str = TYPED.name) -> HttpCall:
     return HttpCall("POST", f"/v2/models/{model}/infer", json.dumps(body).encode(), JSON, faults=1)
 
 
@@ -385,7 +386,7 @@ REQUEST_FAULTS: dict[str, Call] = {
     "unknown datatype": _typed_http(_typed_json(I={"datatype": "INT33"})),
     "repeated input": _typed_http(
         {"inputs": [*_typed_json()["inputs"], {"name": "I", "datatype": "INT32", "shape": [1], "data": [2]}]}
-    ),  # type: ignore[misc]
+    ),
     "request parameter a list": _typed_http({**_typed_json(), "parameters": {"custom": [1]}}),
     "output parameters a list": _typed_http(
         {**_typed_json(), "outputs": [{"name": "OUT_I", "parameters": []}]}
