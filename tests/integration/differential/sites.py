@@ -115,10 +115,12 @@ def message_node(call: ast.Call, scopes: Scopes) -> ast.expr | None:
 
 
 def _text_name(node: ast.expr, scopes: Scopes) -> ast.expr | None:
-    """The text a local name inside a message holds (``f"{failed}{exc}"``), where it is assigned once."""
+    """The text a function's local name inside a message holds (``f"{failed}{exc}"``), where it is
+    assigned once. Not a module's constant: a message that wraps another error's (``f"failed to load {name},
+    {POLL_FAILED}: {exc}"``) would then have more literal text than the one it wraps, and take its hits."""
     if not isinstance(node, ast.FormattedValue) or not isinstance(node.value, ast.Name):
         return None
-    for scope in scopes:
+    for scope in scopes[:-1]:
         assigned = scope.get(node.value.id, [])
         if assigned:
             value = assigned[0].value

@@ -402,6 +402,7 @@ REQUEST_FAULTS: dict[str, Call] = {
         {"inputs": [{"name": "X", "datatype": "BYTES", "shape": [1], "data": "a"}]}, TEXT_ECHO.name
     ),
     "raw contents fewer than inputs": _typed_grpc(RAW[:1]),
+    "raw contents more than inputs": _typed_grpc([*RAW, b"\0"]),
     "raw contents of the wrong size": _typed_grpc([RAW[0], b"\1\0\0", RAW[2]]),
     "gRPC byte size a string": _typed_grpc(RAW[:2], ("shared_memory_byte_size", "string_param", "x")),
     "gRPC offset a string": _typed_grpc(RAW[:2], ("shared_memory_offset", "string_param", "x")),
