@@ -116,8 +116,7 @@ def message_node(call: ast.Call, scopes: Scopes) -> ast.expr | None:
 
 def _text_name(node: ast.expr, scopes: Scopes) -> ast.expr | None:
     """The text a function's local name inside a message holds (``f"{failed}{exc}"``), where it is
-    assigned once. Not a module's constant: a message that wraps another error's (``f"failed to load {name},
-    {POLL_FAILED}: {exc}"``) would then have more literal text than the one it wraps, and take its hits."""
+    assigned once (not a module's constant)."""
     if not isinstance(node, ast.FormattedValue) or not isinstance(node.value, ast.Name):
         return None
     for scope in scopes[:-1]:
@@ -174,7 +173,12 @@ def find_sites(root: Path = SONIC_ROOT) -> list[Site]:
         tree = ast.parse((root / path).read_text(encoding="utf-8"))
         for call, scopes in error_calls(tree):
             assert isinstance(call.func, ast.Name)
-            template = template_of(message_node(call, scopes), scopes)
+            node = message_node(call, scopes)
+            template = template_of(node)
+            if Site(path, call.lineno, call.func.id, template).literal_chars < MIN_LITERAL_CHARS:
+                # Too little text of its own (``f"{failed}{exc}"``): read the local names it holds. Only
+                # then: a message that wraps another's would outrank the one it wraps.
+                template = template_of(node, scopes)
             sites.append(Site(path, call.lineno, call.func.id, template))
     return sites
 
