@@ -158,7 +158,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True, help="JSON result")
     parser.add_argument("--kinds", default="text,status", help="text, status or both (comma-separated)")
     parser.add_argument(
-        "--only", default="", help="only sites whose id contains one of these (comma-separated)"
+        "--only",
+        default="",
+        help="only these sites (comma-separated: a path, or a path:line for one site)",
     )
     parser.add_argument("--tape", type=Path, help="Triton's recorded answers (recorded first when absent)")
     parser.add_argument("--timeout-s", type=float, default=300.0, help="most seconds per suite run")
@@ -198,7 +200,9 @@ def main() -> int:
     reached = json.loads(baseline.with_suffix(".sites.json").read_text())["by_site"]
     tests_of = {s["id"]: s["tests"] for s in reached}
     results: list[dict[str, object]] = []
-    sites = [s for s in find_sites() if any(part in s.id for part in args.only.split(","))]
+    # A part with a line (``protocol/dtypes.py:63``) names one site; a path, every site in it.
+    parts = args.only.split(",")
+    sites = [s for s in find_sites() if any(p == s.id if ":" in p else p in s.id for p in parts)]
     for site in sites:
         original = (SONIC_ROOT / site.path).read_text(encoding="utf-8")
         for kind in args.kinds.split(","):
