@@ -18,7 +18,8 @@ report); a mutant runs those tests only, and a site that no test reaches is repo
 result (JSON: every mutant, the kill rate, the survivors) goes to ``--out``.
 
     PYTHONPATH=src .venv/bin/python tools/mutate_messages.py --out /tmp/mutants.json [--kinds text,status]
-        [--only server/models/version.py,protocol/dtypes.py] [--tape /tmp/tape.jsonl] [--examples-env ...]
+        [--only server/models/version.py,protocol/dtypes.py] [--tape /tmp/tape.jsonl]
+        [--suite tests/integration/differential/test_reach_sonic.py]
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ def run_suite(
     record: bool,
     timeout_s: float,
     tests: list[str] | None = None,
+    suite: str = SUITE,
 ) -> int:
     env = {
         **os.environ,
@@ -135,7 +137,7 @@ def run_suite(
         sys.executable,
         "-m",
         "pytest",
-        *(tests or [SUITE]),
+        *(tests or suite.split(",")),
         "-q",
         "-p",
         "no:randomly",
@@ -156,11 +158,18 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True, help="JSON result")
     parser.add_argument("--kinds", default="text,status", help="text, status or both (comma-separated)")
     parser.add_argument(
-        "--only", default="", help="only sites whose id contains one of these (comma-separated)"
+        "--only",
+        default="",
+        help="only these sites (comma-separated: a path, or a path:line for one site)",
     )
     parser.add_argument("--tape", type=Path, help="Triton's recorded answers (recorded first when absent)")
     parser.add_argument("--timeout-s", type=float, default=300.0, help="most seconds per suite run")
     parser.add_argument("--all", action="store_true", help="run the whole suite for every mutant")
+    parser.add_argument(
+        "--suite",
+        default=SUITE,
+        help="the test files to record, replay and mutate against (comma-separated; default: the folder)",
+    )
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="sonic-mutants-"))
@@ -172,19 +181,28 @@ def main() -> int:
     tape = args.tape or work / "triton.jsonl"
     if not tape.exists():
         sys.stdout.write(f"recording Triton's answers to {tape}\n")
-        rc = run_suite(str(SONIC_ROOT.parent), tape, work / "record", record=True, timeout_s=args.timeout_s)
+        rc = run_suite(
+            str(SONIC_ROOT.parent),
+            tape,
+            work / "record",
+            record=True,
+            timeout_s=args.timeout_s,
+            suite=args.suite,
+        )
         if rc != 0:
             sys.stderr.write(f"the suite fails unmutated (exit {rc}): fix that first\n")
             return 1
     baseline = work / "baseline"
-    rc = run_suite(str(copy.parent), tape, baseline, record=False, timeout_s=args.timeout_s)
+    rc = run_suite(str(copy.parent), tape, baseline, record=False, timeout_s=args.timeout_s, suite=args.suite)
     if rc != 0 or (baseline.exists() and baseline.read_text()):
         sys.stderr.write(f"the unmutated replay fails (exit {rc}): record the tape again\n")
         return 1
     reached = json.loads(baseline.with_suffix(".sites.json").read_text())["by_site"]
     tests_of = {s["id"]: s["tests"] for s in reached}
     results: list[dict[str, object]] = []
-    sites = [s for s in find_sites() if any(part in s.id for part in args.only.split(","))]
+    # A part with a line (``protocol/dtypes.py:63``) names one site; a path, every site in it.
+    parts = args.only.split(",")
+    sites = [s for s in find_sites() if any(p == s.id if ":" in p else p in s.id for p in parts)]
     for site in sites:
         original = (SONIC_ROOT / site.path).read_text(encoding="utf-8")
         for kind in args.kinds.split(","):
@@ -194,7 +212,7 @@ def main() -> int:
                     {"site": site.id, "kind": kind, "result": "not mutable", "template": site.template}
                 )
                 continue
-            tests = None if args.all else tests_of.get(site.id)
+            tests = None if args.all else tests_of.get(site.id, [])
             if tests == []:
                 results.append(
                     {"site": site.id, "kind": kind, "result": "not reached", "template": site.template}
@@ -204,7 +222,13 @@ def main() -> int:
             report = work / f"{site.id.replace('/', '_')}-{kind}.jsonl"
             started = time.monotonic()
             rc = run_suite(
-                str(copy.parent), tape, report, record=False, timeout_s=args.timeout_s, tests=tests
+                str(copy.parent),
+                tape,
+                report,
+                record=False,
+                timeout_s=args.timeout_s,
+                tests=tests,
+                suite=args.suite,
             )
             (copy / site.path).write_text(original, encoding="utf-8")
             differences = report.read_text().count("\n") if report.exists() else 0

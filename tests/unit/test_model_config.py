@@ -7,7 +7,7 @@ from tritonclient.grpc import model_config_pb2
 
 from sonic.models.simple import identity_model
 from sonic.protocol.errors import ModelConfigError
-from sonic.protocol.model_config import fill_defaults, parse_config_text, validate_config
+from sonic.protocol.model_config import VersionConfigError, fill_defaults, parse_config_text, validate_config
 from sonic.server.backends.onnxruntime import OnnxRuntimeBackend
 from sonic.server.models.repository import select_versions
 
@@ -73,13 +73,36 @@ def test_reshaped_outputs_come_back_in_their_configured_dims() -> None:
     assert y.client_shape((3,), batched=True) == (3, 1)  # the model's [] per sample is the client's [1]
     variable = validate_config(
         parse_config_text(
-            'name: "v"\noutput [ { name: "o" data_type: TYPE_FP32 dims: [ -1, 2 ] reshape: { shape: [ 2, -1 ] } } ]',
+            'name: "v"\noutput [ { name: "o" data_type: TYPE_FP32 dims: [ 2, -1 ] reshape: { shape: [ 1, 2, -1 ] } } ]',
             "v/config.pbtxt",
         )
     ).outputs["o"]
-    assert variable.client_shape((2, 5), batched=False) == (5, 2)
+    assert variable.client_shape((1, 2, 5), batched=False) == (2, 5)
     plain = validate_config(parse_config_text(GOOD, "m/config.pbtxt")).inputs["x"]
     assert plain.client_shape((3, 7, 4), batched=True) == (3, 7, 4)
+
+
+@pytest.mark.parametrize(
+    ("dims", "shape", "words"),
+    [
+        ("-1", "2, -1", "has different size for dims and reshape"),
+        ("4", "3", "has different size for dims and reshape"),
+        ("-1, -1", "-1", "has different number of variable-size dimensions for dims and reshape"),
+        ("1", "0", "reshape dimensions must be integer >= 1, or -1 to indicate a variable-size dimension"),
+    ],
+)
+def test_a_reshape_triton_refuses(dims: str, shape: str, words: str) -> None:
+    """Triton's ValidateIOShape: as many elements, and as many between each variable dim."""
+    text = f'name: "r"\ninput [ {{ name: "x" data_type: TYPE_FP32 dims: [ {dims} ] reshape: {{ shape: [ {shape} ] }} }} ]'
+    with pytest.raises(VersionConfigError) as info:
+        validate_config(parse_config_text(text, "r/config.pbtxt"))
+    assert str(info.value) == f"model input 'x' {words} for r"
+
+
+@pytest.mark.parametrize(("dims", "shape"), [("1", ""), ("2, 4, -1, 6", "8, -1, 1, 6"), ("-1", "-1, 1")])
+def test_a_reshape_triton_takes(dims: str, shape: str) -> None:
+    text = f'name: "r"\ninput [ {{ name: "x" data_type: TYPE_FP32 dims: [ {dims} ] reshape: {{ shape: [ {shape} ] }} }} ]'
+    assert validate_config(parse_config_text(text, "r/config.pbtxt")).inputs["x"].dims
 
 
 def test_no_input_or_output_is_a_valid_model() -> None:

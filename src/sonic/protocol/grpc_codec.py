@@ -121,14 +121,17 @@ def set_parameters(target: Any, parameters: Mapping[str, ParameterValue]) -> Non
             param.string_param = value
 
 
-def _parameter_int(parameters: Any, key: str, where: str) -> int:
+def _parameter_int(parameters: Any, key: str, where: str, tensor: str) -> int:
     if key not in parameters:
         return 0
     param = parameters[key]
     which = param.WhichOneof("parameter_choice")
     if which in {"int64_param", "uint64_param"}:
         return int(getattr(param, which))
-    raise InvalidArgumentError(f"{where}: parameter '{key}' must be an integer, got {which}")
+    raise InvalidArgumentError(  # Triton's words, then what came
+        f"{where}: invalid value type for '{key}' parameter for tensor {quote(tensor)}, expected "
+        f"int64_param. Got {which}"
+    )
 
 
 def _shm_ref(parameters: Any, where: str, tensor: str) -> ShmRef | None:
@@ -136,8 +139,12 @@ def _shm_ref(parameters: Any, where: str, tensor: str) -> ShmRef | None:
     if "shared_memory_region" not in parameters:
         return None
     param = parameters["shared_memory_region"]
-    if param.WhichOneof("parameter_choice") != "string_param":
-        raise InvalidArgumentError(f"{where}: parameter 'shared_memory_region' must be a string")
+    which = param.WhichOneof("parameter_choice")
+    if which != "string_param":  # Triton's words, then what came
+        raise InvalidArgumentError(
+            f"{where}: invalid value type for 'shared_memory_region' parameter for tensor {quote(tensor)}, "
+            f"expected string_param. Got {which}"
+        )
     if "shared_memory_byte_size" not in parameters:
         raise InvalidArgumentError(  # Triton's words
             f"{where}: 'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
@@ -145,8 +152,8 @@ def _shm_ref(parameters: Any, where: str, tensor: str) -> ShmRef | None:
         )
     return ShmRef(
         param.string_param,
-        _parameter_int(parameters, "shared_memory_byte_size", where),
-        _parameter_int(parameters, "shared_memory_offset", where),
+        _parameter_int(parameters, "shared_memory_byte_size", where, tensor),
+        _parameter_int(parameters, "shared_memory_offset", where, tensor),
     )
 
 
@@ -214,10 +221,17 @@ def decode_infer_request(data: bytes | bytearray | memoryview) -> InferRequest:
     # As in Triton, inputs in shared memory take no raw_input_contents entry.
     expected_raw = sum(ref is None for ref in shm)
     if raw and len(raw) != expected_raw:
-        raise InvalidArgumentError(
-            f"{model}: raw_input_contents has {len(raw)} entries for {expected_raw} inputs "
-            "not in shared memory; when raw contents are used every such input must have one"
+        counts = (
+            f"raw_input_contents has {len(raw)} entries for {expected_raw} inputs not in shared memory; "
+            "when raw contents are used every such input must have one"
         )
+        if len(raw) < expected_raw:  # Triton's words: the first input left without an entry
+            unfed = [t.name for t, ref in zip(head_inputs, shm, strict=True) if ref is None][len(raw)]
+            raise InvalidArgumentError(
+                f"{model}: unable to find data for input tensor {quote(unfed)} for {model} in request. "
+                f"({counts})"
+            )
+        raise InvalidArgumentError(f"{model}: {counts}")
     inputs = []
     raw_index = 0
     for tensor, ref, name in zip(head_inputs, shm, names, strict=True):

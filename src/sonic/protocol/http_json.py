@@ -239,7 +239,10 @@ def _decode_input(item: object, body: memoryview, offset: int, where: _Where) ->
                 f"of the request body ({len(body) - offset} bytes of binary data left)"
             )
         return InputTensor(name, datatype_name, shape, raw=body[offset : offset + size]), offset + size
-    datatype = dtypes.from_name(datatype_name)
+    try:
+        datatype = dtypes.from_name(datatype_name)
+    except InvalidArgumentError as exc:  # Triton's words, then which
+        raise InvalidArgumentError(f"{at}: invalid datatype for input {name}: {exc}") from None
     contents = _json_contents(item["data"], datatype, at)
     if datatype.name == "BYTES" and isinstance(contents, np.ndarray) and min(shape, default=0) >= 0:
         expected = dtypes.element_count(shape)
@@ -318,7 +321,7 @@ def _decode_outputs(raw_outputs: object, where: _Where, request: InferRequest) -
         outputs.append(name)
         parameters = _object(item.get("parameters"))
         if not isinstance(parameters, dict):
-            raise InvalidArgumentError(f"{where.output(name)}: bad 'parameters'")
+            raise InvalidArgumentError(f"{where.output(name)}: 'parameters' must be an object")
         if "classification" in parameters:
             count = _class_count(parameters, where.output(name))
             if count:  # as Triton: 0 asks for the tensor itself

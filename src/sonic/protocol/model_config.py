@@ -7,6 +7,7 @@ that ships with tritonclient, so every field Triton knows is accepted and kept (
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,9 +165,51 @@ def _tensor_spec(
             f"model {kind} '{tensor.name}' dimension must be integer >= 1, or -1 to indicate a "
             f"variable-size dimension for {model}"
         )
-    model_dims = tuple(int(d) for d in tensor.reshape.shape) if tensor.HasField("reshape") else dims
+    model_dims = dims
+    if tensor.HasField("reshape"):
+        model_dims = tuple(int(d) for d in tensor.reshape.shape)
+        _check_reshape(model, kind, tensor.name, dims, model_dims)
     optional = bool(getattr(tensor, "optional", False))
     return TensorSpec(tensor.name, datatype, dims, model_dims, optional)
+
+
+def _element_count(dims: tuple[int, ...]) -> int:
+    """Triton's GetElementCount: -1 with a variable dim, 0 for no dims."""
+    return -1 if -1 in dims else math.prod(dims) if dims else 0
+
+
+def _trunks(dims: tuple[int, ...]) -> list[int]:
+    """The element counts of the runs of fixed dims between (and around) the variable ones."""
+    counts, current = [], 1
+    for dim in dims:
+        if dim == -1:
+            counts.append(current)
+            current = 1
+        else:
+            current *= dim
+    return [*counts, current]
+
+
+def _check_reshape(model: str, kind: str, name: str, dims: tuple[int, ...], shape: tuple[int, ...]) -> None:
+    """Triton's ValidateIOShape of a ``reshape``: its dims valid, as many elements as ``dims`` (a ``[ ]``
+    reshape of ``[1]`` too), each run of fixed dims between variable ones as many."""
+    where = f"model {kind} '{name}'"
+    if any(d < 1 and d != -1 for d in shape):
+        raise VersionConfigError(
+            f"{where} reshape dimensions must be integer >= 1, or -1 to indicate a variable-size dimension "
+            f"for {model}"
+        )
+    size, reshaped = _element_count(dims), _element_count(shape)
+    if size != reshaped and (reshaped != 0 or size != 1):
+        raise VersionConfigError(f"{where} has different size for dims and reshape for {model}")
+    if size == -1:
+        trunks, reshaped_trunks = _trunks(dims), _trunks(shape)
+        if len(trunks) != len(reshaped_trunks):
+            raise VersionConfigError(
+                f"{where} has different number of variable-size dimensions for dims and reshape for {model}"
+            )
+        if trunks != reshaped_trunks:
+            raise VersionConfigError(f"{where} has different size for dims and reshape for {model}")
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,9 @@ def check_parameters(parameters: Mapping[str, object], where: str) -> None:
         expected = REQUEST_PARAMETERS.get(key)
         if expected is None:
             if not isinstance(value, ParameterValue):
-                raise InvalidArgumentError(
-                    f"{where}: request parameter '{key}' must be a boolean, number or string, got {value!r}"
+                raise InvalidArgumentError(  # Triton's words, then what came (a number is taken too)
+                    f"{where}: parameter '{key}' has invalid type. It should be either 'int', 'bool', or "
+                    f"'string'. Got {value!r}"
                 )
             continue
         # bool is an int to Python, never to the protocol.

@@ -144,8 +144,12 @@ class DataPlane:
                 versions = []
             versions = versions or ([] if version else self.models.ready_versions(model_name))
             if name and not versions:  # Triton's status and words for a model it does not serve
-                where = f"{quote(model_name)} version {quote(version)}" if version else quote(model_name)
-                raise InvalidArgumentError(f"requested model {where} is not available")
+                if version:  # then which version
+                    raise InvalidArgumentError(
+                        f"requested model version is not available for model {quote(model_name)} "
+                        f"(version {quote(version)})"
+                    )
+                raise InvalidArgumentError(f"requested model {quote(model_name)} is not available")
             for model in versions:
                 response.model_stats.append(model.stats.to_proto(model.name, model.version))
         return response

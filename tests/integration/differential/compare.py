@@ -79,6 +79,17 @@ class Both:
                 file.write(json.dumps({"test": self.session.test, **record}) + "\n")
         return triton
 
+    def expect(self, call: Call, code: str, message: str) -> None:
+        """A sonic-only case (a limit, a flag, a refusal Triton does not have): sonic must answer
+        ``code`` and exactly ``message``; its site counts as reached (pinned), not as checked."""
+        self.pinned(self.sonic(call), code, message)
+
+    def pinned(self, outcome: Outcome, code: str, message: str) -> None:
+        """``outcome`` (of a call sonic alone answered) must be ``code`` with exactly ``message``."""
+        self.session.hits.pin(self.session.test, outcome.message)
+        if (outcome.code, outcome.message) != (code, message):
+            pytest.fail(f"sonic answered {outcome.code} {outcome.message!r}, expected {code} {message!r}")
+
     def close(self) -> None:
         if self.triton is not None:
             self.triton.close()

@@ -76,5 +76,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     report = session.hits.report()
     terminalreporter.write_line(
         f"differential: {report['checked']} of {report['sites']} message sites checked against Triton's "
-        f"words, {report['reached']} reached; per site: {config.stash.get(SITES_PATH, '(not written)')}"
+        f"words, {report['pinned']} more pinned to sonic's own, {report['reached']} reached; per site: "
+        f"{config.stash.get(SITES_PATH, '(not written)')}"
     )

@@ -2,9 +2,10 @@
 
 Each :class:`Faulty` is one broken ``config.pbtxt`` or ``model.py`` beside a valid rest (a one-input
 Python echo model), so a load of it is a single fault: of the configuration's text or its name, of a
-tensor, of batching, of sequence-batcher controls, of instance groups, of the version policy, or of the
-Python model's code (import, class, ``auto_complete_config``, ``initialize``). ``DECOUPLED`` is a valid
-decoupled model (its requests through the unary calls are refused). Triton 2.51 and sonic load the same
+tensor, of batching, of sequence-batcher controls, of instance groups, of the version policy (or no version
+folder), or of the Python model's code (import, class, ``auto_complete_config``, ``initialize``).
+``DECOUPLED`` is a valid decoupled model (its requests through the unary calls are refused), ``BLS`` a
+valid model whose BLS request to it is refused (no ``decoupled=True``). Triton 2.51 and sonic load the same
 folders (tests/integration/differential/test_reach.py).
 """
 
@@ -50,6 +51,14 @@ class Faulty:
         return f'name: "{self.config_name or self.name}"\nbackend: "python"\n{body}'
 
 
+def _reshaped(dims: str, shape: str) -> str:
+    return (
+        f'max_batch_size: 0\ninput [ {{ name: "X" data_type: TYPE_FP32 dims: [ {dims} ] '
+        f"reshape {{ shape: [ {shape} ] }} }} ]\n"
+        'output [ { name: "OUT_X" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+    )
+
+
 def _sequence(controls: str) -> str:
     return f"max_batch_size: 4\n{IO}sequence_batching {{ control_input [ {controls} ] }}\n"
 
@@ -88,11 +97,94 @@ FAULTY = (
     ),
     Faulty("dynamic_unbatched", f"max_batch_size: 0\n{IO}dynamic_batching {{ }}\n"),
     Faulty("negative_count", f"max_batch_size: 0\n{IO}instance_group [ {{ kind: KIND_CPU count: -1 }} ]\n"),
+    Faulty(
+        "output_twice",
+        f'max_batch_size: 0\n{IO}output [ {{ name: "OUT_X" data_type: TYPE_FP32 dims: [ 1 ] }} ]\n',
+    ),
+    Faulty("no_version", ""),  # its folder holds no version folder
+    Faulty("reshape_trunks", _reshaped("-1", "2, -1")),
+    Faulty("reshape_variables", _reshaped("-1, -1", "-1")),
+    Faulty("reshape_zero", _reshaped("1", "0")),
+    Faulty("reshape_size", _reshaped("4", "3")),
+    Faulty(
+        "input_datatype_number",
+        f'max_batch_size: 0\n{IO}input [ {{ name: "Y" data_type: 99 dims: [ 1 ] }} ]\n',
+    ),
 )
 DECOUPLED = Faulty("decoupled", f"max_batch_size: 0\n{IO}model_transaction_policy {{ decoupled: true }}\n")
+# A valid model whose execute sends a BLS request to the decoupled model without ``decoupled=True``.
+BLS_TO_DECOUPLED = """import triton_python_backend_utils as pb_utils
 
 
-def write_faulty(root: Path, models: tuple[Faulty, ...] = (*FAULTY, DECOUPLED)) -> None:
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            inner = pb_utils.InferenceRequest(
+                model_name="decoupled",
+                requested_output_names=["OUT_X"],
+                inputs=[pb_utils.get_input_tensor_by_name(request, "X")],
+            ).exec()
+            if inner.has_error():
+                responses.append(pb_utils.InferenceResponse(error=inner.error()))
+            else:
+                responses.append(pb_utils.InferenceResponse(inner.output_tensors()))
+        return responses
+"""
+BLS = Faulty("bls_decoupled", "", source=BLS_TO_DECOUPLED)
+# A model whose execute fails in the way its first request's X asks for (MISBEHAVIOURS).
+MISBEHAVES_SOURCE = """import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        how = int(pb_utils.get_input_tensor_by_name(requests[0], "X").as_numpy()[0])
+        if how == 1:
+            raise pb_utils.TritonModelException("refused on purpose")
+        if how == 2:
+            raise ValueError("fails on purpose")
+        if how == 3:
+            return []
+        if how == 4:
+            return ["not a response" for _ in requests]
+        if how == 5:
+            return [pb_utils.InferenceResponse([]) for _ in requests]
+        tensor = pb_utils.Tensor("OUT_X", np.zeros(3, np.float32))
+        return [pb_utils.InferenceResponse([tensor]) for _ in requests]
+"""
+MISBEHAVES = Faulty("misbehaves", "", source=MISBEHAVES_SOURCE)
+MISBEHAVIOURS = {
+    1: "raises TritonModelException",
+    2: "raises ValueError",
+    3: "returns no responses",
+    4: "returns a str",
+    5: "returns no outputs",
+    6: "returns an output of other dims",
+}
+DECOUPLED_RAISES = Faulty(
+    "decoupled_raises",
+    DECOUPLED.config,
+    source="class TritonPythonModel:\n    def execute(self, requests):\n        raise ValueError('on purpose')\n",
+)
+TEXT_ECHO = Faulty(
+    "text_echo",
+    'max_batch_size: 0\ninput [ { name: "X" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
+    'output [ { name: "OUT_X" data_type: TYPE_STRING dims: [ 1 ] } ]\n',
+)
+TYPED = Faulty(
+    "typed",
+    "max_batch_size: 0\n"
+    + "".join(
+        f'input [ {{ name: "{n}" data_type: TYPE_{t} dims: [ 1 ] }} ]\n'
+        f'output [ {{ name: "OUT_{n}" data_type: TYPE_{t} dims: [ 1 ] }} ]\n'
+        for n, t in (("B", "BOOL"), ("I", "INT32"), ("F", "FP32"))
+    ),
+)
+VALID = (DECOUPLED, BLS, MISBEHAVES, DECOUPLED_RAISES, TEXT_ECHO, TYPED)  # load at start
+
+
+def write_faulty(root: Path, models: tuple[Faulty, ...] = (*FAULTY, *VALID)) -> None:
     """Each model's folder under ``root``: its config and version 1's model.py."""
     for model in models:
         (root / model.name / "1").mkdir(parents=True)
@@ -101,3 +193,6 @@ def write_faulty(root: Path, models: tuple[Faulty, ...] = (*FAULTY, DECOUPLED)) 
             text = text.replace('backend: "python"', 'platform: "no_such_platform"')
         (root / model.name / "config.pbtxt").write_text(text, encoding="utf-8")
         (root / model.name / "1" / "model.py").write_text(model.source, encoding="utf-8")
+        if model.name == "no_version":
+            (root / model.name / "1" / "model.py").rename(root / model.name / "model.py")
+            (root / model.name / "1").rmdir()

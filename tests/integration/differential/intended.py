@@ -298,7 +298,7 @@ def _zero_batch(_: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 
 def _input_parameters(call: Call, triton: Outcome, sonic: Outcome) -> bool:
-    refused = re.search(r"input '[^']*': 'parameters' must be an object", sonic.message) is not None
+    refused = re.search(r"(input|output) '[^']*': 'parameters' must be an object", sonic.message) is not None
     return isinstance(call, HttpCall) and sonic.code == "400" and refused and triton.code in {"200", "400"}
 
 
@@ -309,7 +309,14 @@ def _missing_outputs(_: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 def _model_exception(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     theirs = triton.message.startswith("Failed to process the request(s) for model ")
-    return theirs and triton.code == sonic.code and sonic.message.startswith("model '")
+    # A decoupled model's stream: Triton's words without the traceback that follows them.
+    untraced = triton.message.split("\n\nAt:\n", 1)[0] == sonic.message
+    return theirs and triton.code == sonic.code and (sonic.message.startswith("model '") or untraced)
+
+
+def _bytes_output_not_utf8(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    ours = "BYTES output is not UTF-8 text; request it with binary_data: true" in sonic.message
+    return triton.code == "200" and sonic.code == "400" and ours
 
 
 def _model_output_checked(_: Call, triton: Outcome, sonic: Outcome) -> bool:
@@ -367,7 +374,7 @@ def _poll_failure(_: Call, triton: Outcome, sonic: Outcome) -> bool:
 
 REFUSED_CONFIG = re.compile(
     r"(input|output) '[^']*' is declared twice|dynamic_batching needs max_batch_size > 0|"
-    r"instance_group count must be >= 0"
+    r"instance_group count must be >= 0|datatype \d+ has no KServe v2 equivalent"
 )
 
 
@@ -644,6 +651,16 @@ INTENDED: tuple[Intended, ...] = (
         _json_not_utf8,
     ),
     Intended(
+        "bytes-output-not-utf8",
+        "A BYTES output that is not UTF-8 text, asked for in the JSON answer (`binary_data` false): "
+        "Triton writes the bytes into the JSON as they are (200, a body that is not valid JSON); sonic "
+        "refuses the request (400 `... BYTES output is not UTF-8 text; request it with binary_data: "
+        "true`).",
+        "JSON is UTF-8 (RFC 8259): a client's parser fails on the answer or, worse, replaces the bytes "
+        "and hands on other data; the binary part carries any bytes.",
+        _bytes_output_not_utf8,
+    ),
+    Intended(
         "chunked-with-content-length",
         "An HTTP/1.1 request with both `Transfer-Encoding: chunked` and `Content-Length` (Python "
         "`requests` sends both for a generator body given a length): Triton serves it (the chunked "
@@ -776,10 +793,12 @@ INTENDED: tuple[Intended, ...] = (
     ),
     Intended(
         "input-parameters-type",
-        "An HTTP input whose `parameters` is not a JSON object (`[]`, a string, a number): Triton ignores "
-        "it (and so reads no `binary_data_size` there); sonic refuses it (400 `'parameters' must be an "
-        "object`).",
-        "An input's binary size the server cannot read makes it misread the binary part of the body.",
+        "An HTTP input or requested output whose `parameters` is not a JSON object (`[]`, a string, a "
+        "number): Triton ignores it (and so reads no `binary_data_size` or `binary_data` there); sonic "
+        "refuses it (400 `'parameters' must be an object`).",
+        "An input's binary size the server cannot read makes it misread the binary part of the body; an "
+        "output's choices (binary, shared memory, classification) dropped unread answer something else "
+        "than asked.",
         _input_parameters,
     ),
     Intended(
@@ -795,7 +814,8 @@ INTENDED: tuple[Intended, ...] = (
         "An exception raised in a Python model's `execute` (or by `pb_utils.Tensor` for what it cannot "
         "take: a Python list, a byte order other than the machine's): Triton answers `Failed to process "
         "the request(s) for model '<m>_0_0', message: <exception>` with the model's traceback; sonic "
-        "`model '<m>': ...` with the exception. Same status.",
+        "`model '<m>': ...` with the exception (in a decoupled model's stream, Triton's words without "
+        "the traceback). Same status.",
         "A traceback discloses the server's file paths to clients (docs/security.md); the exception "
         "itself says what failed.",
         _model_exception,
@@ -843,10 +863,12 @@ INTENDED: tuple[Intended, ...] = (
         "config-refused-at-load",
         "A configuration Triton 2.51 loads and sonic refuses (INVALID_ARGUMENT/400, in the poll's words "
         "then what is wrong): an input or output declared twice, `dynamic_batching` for a model with "
-        "`max_batch_size` 0, an `instance_group` count below 0.",
+        "`max_batch_size` 0, an `instance_group` count below 0, a tensor `data_type` given as a number "
+        "that names no data type.",
         "Two declarations of one tensor may disagree on its type and dims, and which one a request is "
         "checked against is not said; a batcher on a model that cannot batch, or a negative number of "
-        "instances, is a configuration its author misread: serving it would hide the mistake.",
+        "instances, is a configuration its author misread: serving it would hide the mistake; a tensor "
+        "of no known type cannot be decoded or answered.",
         _config_refused,
     ),
     Intended(

@@ -2,8 +2,10 @@
 
 :class:`SiteHits` counts, for every site of :mod:`sites`, the cases whose sonic answer was worded there,
 split by whether the message was *checked* (compared with Triton's: equal, or Triton's words found in
-sonic's by a row that checks them) or only its status was (two or more faults, or a row that accepts
-other words). A site no case checks is one whose wording could change unnoticed. The conftest writes the
+sonic's by a row that checks them), only its status was (two or more faults, or a row that accepts
+other words), or it was *pinned*: a sonic-only case (a limit, a flag or a refusal Triton does not have)
+asserted sonic's exact status and words. A site no case checks or pins is one whose wording could
+change unnoticed. The conftest writes the
 counts to ``SONIC_DIFFERENTIAL_SITES`` (JSON; default ``differential-sites.json`` under pytest's base
 temporary folder) and prints a summary at the end of the session.
 
@@ -48,6 +50,7 @@ class SiteHits:
     checked: Counter[str] = field(default_factory=Counter)
     unchecked: Counter[str] = field(default_factory=Counter)
     unplaced: Counter[str] = field(default_factory=Counter)  # sonic's messages no site's words match
+    pinned: Counter[str] = field(default_factory=Counter)  # sonic-only cases: exact status and words
     # site id: the tests whose cases may have reached it (every site whose words match a message: more
     # than reached it, so that a mutation run that runs only these tests misses none)
     tests: dict[str, set[str]] = field(default_factory=dict)
@@ -64,6 +67,16 @@ class SiteHits:
         for site in self.table.matching(sonic.message):
             self.tests.setdefault(site.id, set()).add(test)
 
+    def pin(self, test: str, message: str) -> None:
+        """A sonic-only case asserted ``message`` word for word (no Triton to compare with)."""
+        sites = self.table.sites_of(message)
+        if not sites:
+            self.unplaced[message[:160]] += 1
+        for site in sites:
+            self.pinned[site.id] += 1
+        for site in self.table.matching(message):
+            self.tests.setdefault(site.id, set()).add(test)
+
     def report(self) -> dict[str, Any]:
         sites = [
             {
@@ -71,6 +84,7 @@ class SiteHits:
                 "id": site.id,
                 "checked": self.checked[site.id],
                 "unchecked": self.unchecked[site.id],
+                "pinned": self.pinned[site.id],
                 "tests": sorted(self.tests.get(site.id, ())),
             }
             for site in self.table.sites
@@ -78,7 +92,8 @@ class SiteHits:
         return {
             "sites": len(sites),
             "checked": sum(1 for s in sites if s["checked"]),
-            "reached": sum(1 for s in sites if s["checked"] or s["unchecked"]),
+            "pinned": sum(1 for s in sites if s["pinned"] and not s["checked"]),
+            "reached": sum(1 for s in sites if s["checked"] or s["unchecked"] or s["pinned"]),
             "by_site": sites,
             "unplaced_messages": dict(self.unplaced.most_common()),
         }

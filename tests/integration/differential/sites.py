@@ -89,7 +89,7 @@ class Site:
         return re.compile(".*?".join(parts), re.DOTALL)
 
 
-Scopes = list[dict[str, list[ast.Assign]]]
+Scopes = list[dict[str, list[ast.Assign]]] | tuple[()]
 
 
 def _assignments(function: ast.AST) -> dict[str, list[ast.Assign]]:
@@ -114,15 +114,36 @@ def message_node(call: ast.Call, scopes: Scopes) -> ast.expr | None:
     return node
 
 
-def template_of(node: ast.expr | None) -> str:
+def _text_name(node: ast.expr, scopes: Scopes) -> ast.expr | None:
+    """The text a function's local name inside a message holds (``f"{failed}{exc}"``), where it is
+    assigned once (not a module's constant)."""
+    if not isinstance(node, ast.FormattedValue) or not isinstance(node.value, ast.Name):
+        return None
+    for scope in scopes[:-1]:
+        assigned = scope.get(node.value.id, [])
+        if assigned:
+            value = assigned[0].value
+            text = isinstance(value, ast.JoinedStr) or (
+                isinstance(value, ast.Constant) and isinstance(value.value, str)
+            )
+            return value if len(assigned) == 1 and text else None
+    return None
+
+
+def template_of(node: ast.expr | None, scopes: Scopes = ()) -> str:
     if node is None:
         return ""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value.replace("{", "(").replace("}", ")")
+        # Braces are the message's own (``{'key': str}``); only a literal ``{}`` would read as a value.
+        return node.value.replace(WILD, "()")
     if isinstance(node, ast.JoinedStr):
-        return "".join(template_of(v) if isinstance(v, ast.Constant) else WILD for v in node.values)
+        parts = []
+        for value in node.values:
+            text = value if isinstance(value, ast.Constant) else _text_name(value, scopes)
+            parts.append(WILD if text is None else template_of(text))
+        return "".join(parts)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return template_of(node.left) + template_of(node.right)
+        return template_of(node.left, scopes) + template_of(node.right, scopes)
     return WILD
 
 
@@ -152,7 +173,13 @@ def find_sites(root: Path = SONIC_ROOT) -> list[Site]:
         tree = ast.parse((root / path).read_text(encoding="utf-8"))
         for call, scopes in error_calls(tree):
             assert isinstance(call.func, ast.Name)
-            sites.append(Site(path, call.lineno, call.func.id, template_of(message_node(call, scopes))))
+            node = message_node(call, scopes)
+            template = template_of(node)
+            if Site(path, call.lineno, call.func.id, template).literal_chars < MIN_LITERAL_CHARS:
+                # Too little text of its own (``f"{failed}{exc}"``): read the local names it holds. Only
+                # then: a message that wraps another's would outrank the one it wraps.
+                template = template_of(node, scopes)
+            sites.append(Site(path, call.lineno, call.func.id, template))
     return sites
 
 

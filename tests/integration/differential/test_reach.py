@@ -14,12 +14,24 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import ExitStack
+from typing import Any
 
 import pytest
 import tritonclient.utils.shared_memory as shm
 from tests.integration.differential.calls import Call, GrpcCall, HttpCall
 from tests.integration.differential.compare import Both, Session
-from tests.integration.differential.faulty_models import DECOUPLED, FAULTY, write_faulty
+from tests.integration.differential.faulty_models import (
+    BLS,
+    DECOUPLED,
+    DECOUPLED_RAISES,
+    FAULTY,
+    MISBEHAVES,
+    MISBEHAVIOURS,
+    TEXT_ECHO,
+    TYPED,
+    VALID,
+    write_faulty,
+)
 from tests.integration.differential.repository import SPARE, write_repository
 from tests.integration.differential.servers import both_of, start_pair
 from tritonclient.grpc import service_pb2
@@ -29,7 +41,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.triton]
 ARGS = (
     "--model-control-mode=explicit",
     f"--load-model={SPARE.name}",
-    f"--load-model={DECOUPLED.name}",
+    *(f"--load-model={m.name}" for m in VALID),
     "--exit-on-error=false",
     "--strict-readiness=false",
 )
@@ -44,7 +56,7 @@ def reach(tmp_path_factory: pytest.TempPathFactory, differential_session: Sessio
         pair = start_pair(
             stack,
             root,
-            [SPARE.name, DECOUPLED.name],
+            [SPARE.name, *(m.name for m in VALID)],
             triton_args=ARGS,
             sonic_args=ARGS,
             replaying=differential_session.replaying,
@@ -70,6 +82,75 @@ def test_load_fault(reach: Both, name: str) -> None:
 
 def test_load_bad_name(reach: Both) -> None:
     reach.compare(_load("bad name")[0])
+
+
+def test_load_absent(reach: Both) -> None:
+    for call in _load("absent"):
+        reach.compare(call)
+
+
+def _override(config: tuple[str, object], what: str) -> GrpcCall:
+    message = service_pb2.RepositoryModelLoadRequest(model_name=SPARE.name)
+    setattr(message.parameters["config"], *config)
+    return GrpcCall(
+        "RepositoryModelLoad", message.SerializeToString(deterministic=True), what=f"load, {what}", faults=1
+    )
+
+
+def test_load_config_override(reach: Both) -> None:
+    """A load whose ``config`` parameter is no string, no configuration JSON, or names another model."""
+    calls: list[Call] = [
+        _override(("int64_param", 3), "config not a string"),
+        _override(("string_param", "{not json"), "config not JSON"),
+        _override(("string_param", json.dumps({"name": "other", "backend": "python"})), "config of another"),
+        HttpCall(
+            "POST",
+            f"/v2/repository/models/{SPARE.name}/load",
+            json.dumps({"parameters": {"config": {"backend": "python"}}}).encode(),
+            JSON,
+            faults=1,
+        ),
+    ]
+    for call in calls:
+        reach.compare(call)
+
+
+def test_infer_after_failed_load(reach: Both) -> None:
+    """A model whose load failed, then asked for: it has no available versions; its statistics and those
+    of a model never seen."""
+    reach.compare(_load("initialize_fails")[0])
+    for version in ("", "1"):
+        request = service_pb2.ModelInferRequest(model_name="initialize_fails", model_version=version)
+        request.inputs.add(name="X", datatype="FP32", shape=[1]).contents.fp32_contents.append(1.0)
+        reach.compare(GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1))
+    for name, version in (("initialize_fails", ""), ("absent", ""), (SPARE.name, "3")):
+        message = service_pb2.ModelStatisticsRequest(name=name, version=version)
+        reach.compare(GrpcCall("ModelStatistics", message.SerializeToString(), faults=1))
+
+
+@pytest.mark.parametrize("how", list(MISBEHAVIOURS), ids=list(MISBEHAVIOURS.values()))
+def test_model_misbehaves(reach: Both, how: int) -> None:
+    request = service_pb2.ModelInferRequest(model_name=MISBEHAVES.name)
+    request.inputs.add(name="X", datatype="FP32", shape=[1]).contents.fp32_contents.append(float(how))
+    reach.compare(GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1))
+
+
+def test_bytes_output_not_utf8(reach: Both) -> None:
+    """A BYTES output that is no UTF-8 text, asked for as JSON."""
+    body = {
+        "inputs": [{"name": "X", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": 5}}],
+        "outputs": [{"name": "OUT_X", "parameters": {"binary_data": False}}],
+    }
+    head = json.dumps(body).encode()
+    headers = {**JSON, "Inference-Header-Content-Length": str(len(head))}
+    path = f"/v2/models/{TEXT_ECHO.name}/infer"
+    reach.compare(HttpCall("POST", path, head + b"\1\0\0\0\xff", headers, faults=1))
+
+
+def test_bls_to_decoupled(reach: Both) -> None:
+    request = service_pb2.ModelInferRequest(model_name=BLS.name)
+    request.inputs.add(name="X", datatype="FP32", shape=[1]).contents.fp32_contents.append(1.0)
+    reach.compare(GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1))
 
 
 def test_decoupled_unary(reach: Both) -> None:
@@ -241,9 +322,9 @@ def test_http_headers(reach: Both) -> None:
     reach.compare(HttpCall("POST", path, body, {**JSON, "Inference-Header-Content-Length": "x"}, faults=1))
 
 
-def _stream(tensor: str = "X") -> GrpcCall:
-    """One ModelStreamInfer request to the decoupled model (whose execute returns its responses)."""
-    request = service_pb2.ModelInferRequest(model_name=DECOUPLED.name, id="s1")
+def _stream(tensor: str = "X", model: str = DECOUPLED.name) -> GrpcCall:
+    """One ModelStreamInfer request to a decoupled model (``decoupled``'s execute returns its responses)."""
+    request = service_pb2.ModelInferRequest(model_name=model, id="s1")
     request.inputs.add(name=tensor, datatype="FP32", shape=[1]).contents.fp32_contents.append(1.0)
     return GrpcCall("ModelStreamInfer", request.SerializeToString(deterministic=True), faults=1)
 
@@ -254,7 +335,94 @@ def _stream(tensor: str = "X") -> GrpcCall:
         # The model's execute returns its responses instead of None: the model's fault, in the stream.
         pytest.param(_stream(), id="execute returns responses"),
         pytest.param(_stream(tensor="BOGUS"), id="unexpected input"),
+        pytest.param(_stream(model=DECOUPLED_RAISES.name), id="execute raises"),
     ],
 )
 def test_decoupled_stream(reach: Both, call: GrpcCall) -> None:
     reach.compare(call)
+
+
+TYPED_INPUTS = (("B", "BOOL", True), ("I", "INT32", 1), ("F", "FP32", 1.0))
+
+
+def _typed_json(**changes: dict[str, object]) -> dict[str, list[dict[str, object]]]:
+    """A valid JSON request to ``typed``, each named input's entry updated by ``changes``."""
+    inputs = []
+    for name, datatype, value in TYPED_INPUTS:
+        entry: dict[str, object] = {"name": name, "datatype": datatype, "shape": [1], "data": [value]}
+        entry.update(changes.get(name, {}))
+        inputs.append({k: v for k, v in entry.items() if v is not None})
+    return {"inputs": inputs}
+
+
+def _typed_http(body: dict[str, Any], model: str = TYPED.name) -> HttpCall:
+    return HttpCall("POST", f"/v2/models/{model}/infer", json.dumps(body).encode(), JSON, faults=1)
+
+
+def _typed_grpc(raw: list[bytes], bad: tuple[str, str, object] | None = None) -> GrpcCall:
+    """A gRPC request to ``typed``; ``bad``: F in shared memory region ``r`` (4 bytes) with one parameter
+    (key, field, value) of the wrong type."""
+    request = service_pb2.ModelInferRequest(model_name=TYPED.name)
+    for name, datatype, _ in TYPED_INPUTS:
+        tensor = request.inputs.add(name=name, datatype=datatype, shape=[1])
+        if name == "F" and bad is not None:
+            tensor.parameters["shared_memory_region"].string_param = "r"
+            tensor.parameters["shared_memory_byte_size"].int64_param = 4
+            key, field, value = bad
+            tensor.parameters[key].Clear()
+            setattr(tensor.parameters[key], field, value)
+    request.raw_input_contents.extend(raw)
+    return GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1)
+
+
+RAW = [b"\1", b"\1\0\0\0", b"\0\0\x80\x3f"]
+SHM_PARAMETERS = {"shared_memory_region": "r", "shared_memory_byte_size": "x"}
+REQUEST_FAULTS: dict[str, Call] = {
+    "BOOL data not a boolean": _typed_http(_typed_json(B={"data": [1]})),
+    "INT32 data not an integer": _typed_http(_typed_json(I={"data": [1.5]})),
+    "FP32 data a string": _typed_http(_typed_json(F={"data": ["x"]})),
+    "FP32 data an object": _typed_http(_typed_json(F={"data": [{"a": 1}]})),
+    "INT32 data out of range": _typed_http(_typed_json(I={"data": [2**40]})),
+    "unknown datatype": _typed_http(_typed_json(I={"datatype": "INT33"})),
+    "repeated input": _typed_http(
+        {"inputs": [*_typed_json()["inputs"], {"name": "I", "datatype": "INT32", "shape": [1], "data": [2]}]}
+    ),
+    "request parameter a list": _typed_http({**_typed_json(), "parameters": {"custom": [1]}}),
+    "output parameters a list": _typed_http(
+        {**_typed_json(), "outputs": [{"name": "OUT_I", "parameters": []}]}
+    ),
+    "input byte size not a number": _typed_http(_typed_json(F={"data": None, "parameters": SHM_PARAMETERS})),
+    "BYTES element a number": _typed_http(
+        {"inputs": [{"name": "X", "datatype": "BYTES", "shape": [1], "data": [3]}]}, TEXT_ECHO.name
+    ),
+    "BYTES elements more than the shape": _typed_http(
+        {"inputs": [{"name": "X", "datatype": "BYTES", "shape": [1], "data": ["a", "b"]}]}, TEXT_ECHO.name
+    ),
+    "BYTES data a string": _typed_http(
+        {"inputs": [{"name": "X", "datatype": "BYTES", "shape": [1], "data": "a"}]}, TEXT_ECHO.name
+    ),
+    "raw contents fewer than inputs": _typed_grpc(RAW[:1]),
+    "raw contents more than inputs": _typed_grpc([*RAW, b"\0"]),
+    "raw contents of the wrong size": _typed_grpc([RAW[0], b"\1\0\0", RAW[2]]),
+    "gRPC byte size a string": _typed_grpc(RAW[:2], ("shared_memory_byte_size", "string_param", "x")),
+    "gRPC offset a string": _typed_grpc(RAW[:2], ("shared_memory_offset", "string_param", "x")),
+    "gRPC region a number": _typed_grpc(RAW[:2], ("shared_memory_region", "int64_param", 3)),
+}
+
+
+@pytest.mark.parametrize("call", list(REQUEST_FAULTS.values()), ids=list(REQUEST_FAULTS))
+def test_request_fault(reach: Both, region: str, call: Call) -> None:
+    """One fault in a request to ``typed`` (or ``text_echo``): the refusals the generated cases may miss."""
+    reach.compare(call)
+
+
+def test_bytes_length_past_the_end(reach: Both) -> None:
+    request = service_pb2.ModelInferRequest(model_name=TEXT_ECHO.name)
+    request.inputs.add(name="X", datatype="BYTES", shape=[1])
+    request.raw_input_contents.append(b"\xff\0\0\0ab")
+    reach.compare(GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1))
+
+
+def test_shared_memory_negative_offset(reach: Both, region: str) -> None:
+    for call in _shm_input(-1, 2):
+        reach.compare(call)

@@ -44,11 +44,12 @@ POLL_FAILED = "failed to poll from model repository"  # Triton's words for a loa
 
 def parse_override(name: str, text: object) -> model_config_pb2.ModelConfig:
     """RepositoryModelLoad's ``config`` parameter: the JSON of a whole ModelConfig."""
-    where = f"failed to load {quote(name)}, {POLL_FAILED}"
-    if not isinstance(text, str):
+    if not isinstance(text, str):  # Triton's words (its gRPC front end's), then what came
         raise InvalidArgumentError(
-            f"{where}: parameter 'config' must be a JSON string, got {type(text).__name__}"
+            f"invalid value type for load parameter 'config', expected string_param. Got "
+            f"{type(text).__name__} for the load of {quote(name)}: the configuration is a JSON string"
         )
+    where = f"failed to load {quote(name)}, {POLL_FAILED}"
     try:
         return parse_config_json(text, "invalid config override")
     except ModelConfigError as exc:

@@ -218,10 +218,11 @@ def _map(name: str, fd: int, offset: int, byte_size: int) -> mmap.mmap:
 
 
 def _region_limit() -> int:
-    """Regions one server holds at most: each keeps a descriptor, and half the process's are left
-    for connections and model files."""
+    """Regions one server holds at most: each keeps up to two descriptors (its object's, and the
+    duplicate ``mmap`` keeps of a mapped one), so regions take at most half the process's, the rest
+    left for connections and model files."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return max(soft // 2, 1) if soft != resource.RLIM_INFINITY else 1 << 20
+    return max(soft // 4, 1) if soft != resource.RLIM_INFINITY else 1 << 20
 
 
 class SharedMemoryRegistry:
@@ -278,7 +279,7 @@ class SharedMemoryRegistry:
         if len(self._regions) >= self._limit:
             raise ResourceExhaustedError(
                 f"shared memory region '{name}': this server holds {len(self._regions)} regions, its most "
-                "(each keeps a file descriptor open); unregister some first"
+                "(each keeps file descriptors open); unregister some first"
             )
         opened = open_object(name, key, allow_other_users=self._allow_other_users)
         # Triton's words (the bounds first, then its mmap's refusal of an empty mapping), then ours.
