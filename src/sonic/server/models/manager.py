@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from tritonclient.grpc import model_config_pb2
 
@@ -259,7 +260,9 @@ class ModelManager:
         version: int,
     ) -> ModelVersion:
         context = self._contexts(config, spec, backend_cls, files, version)
-        scheduler = backend_cls.create_scheduler(context(config.name, "cpu", 0))
+        scheduler = backend_cls.create_scheduler(
+            context(instance_name=config.name, device_kind="cpu", device_id=0)
+        )
         if scheduler is not None:  # the backend runs requests itself, with no instance
             return ModelVersion.create(config, spec, version, [], backend_cls, scheduler)
         merged = not issubclass(backend_cls, RequestBackend)
@@ -267,7 +270,11 @@ class ModelManager:
         instances: list[ModelInstance] = []
         try:
             for group, kind, device, name in _instance_slots(config):
-                instance = await _start_instance(backend_cls, context(name, kind, device), group.passive)
+                instance = await _start_instance(
+                    backend_cls,
+                    context(instance_name=name, device_kind=kind, device_id=device),
+                    group.passive,
+                )
                 instances.append(instance)
                 self._limit(instance, group, device if kind == "gpu" else CPU_DEVICE)
                 if samples:  # before the model reports ready, as Triton's model_warmup
@@ -296,30 +303,28 @@ class ModelManager:
         backend_cls: type[backends.Backend],
         files: ModelFiles,
         version: int,
-    ) -> Callable[[str, str, int], InstanceContext]:
-        """The one factory of a version's ``InstanceContext``s: each instance adds its name and device."""
+    ) -> functools.partial[InstanceContext]:
+        """The one factory of a version's ``InstanceContext``s: each instance adds its name and device
+        (``instance_name``, ``device_kind``, ``device_id``, by keyword)."""
         version_dir = files.folder / str(version)
         model_path = files.version_file(version, "default_model_filename", config.default_model_filename)
         options = self._config.backend_options.get(backend_cls.name, {})
         caller = ServerModelCaller(self.get, asyncio.get_running_loop(), self.cache)
 
-        def context(instance_name: str, device_kind: str, device_id: int) -> InstanceContext:
-            return InstanceContext(
-                config=config,
-                spec=spec,
-                version=version,
-                version_dir=version_dir,
-                model_path=model_path,
-                instance_name=instance_name,
-                device_kind=device_kind,
-                device_id=device_id,
-                options=options,
-                models=caller,
-                custom_metrics=self.custom_metrics,
-                allow_links_outside=files.allow_links_outside,
-            )
-
-        return context
+        # A partial, not a nested function: compiled (mypyc), a nested function would hold all of this
+        # method's locals in a reference cycle with it (sonic.compiled: no nested functions).
+        return functools.partial(
+            InstanceContext,
+            config=config,
+            spec=spec,
+            version=version,
+            version_dir=version_dir,
+            model_path=model_path,
+            options=options,
+            models=caller,
+            custom_metrics=self.custom_metrics,
+            allow_links_outside=files.allow_links_outside,
+        )
 
     def _limit(
         self, instance: ModelInstance, group: model_config_pb2.ModelInstanceGroup, device: int

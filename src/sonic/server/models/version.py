@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -144,14 +145,25 @@ class ModelVersion:
         rid = f"[request id: {clip(request.request_id)}] " if request.request_id else ""
         return f"{rid}model '{self.name}' version {self.version} input {quote(tensor)}"
 
+    def _unexpected_shape(
+        self, where: str, name: str, dims: tuple[int, ...], shape: tuple[int, ...]
+    ) -> InvalidArgumentError:
+        expected = [-1, *dims] if self.spec.batched else list(dims)
+        return InvalidArgumentError(
+            f"{where}: unexpected shape for input {quote(name)} for model '{self.name}'. "
+            f"Expected {_dims(expected)}, got {_dims(shape)}"
+        )
+
     def _decode_input(
         self, request: InferRequest, tensor: InputTensor, raw: bytes | memoryview | None
     ) -> npt.NDArray[Any]:
         """``raw``: the tensor's bytes, as received or read from shared memory (None: typed contents)."""
-
-        def where() -> str:  # built only for an error: this runs for every input of every request
-            return self._where(request, tensor.name)
-
+        # Built only for an error: this runs for every input of every request. A partial, not a nested
+        # function: compiled (mypyc), a nested function holds all of this function's locals, ``raw`` and
+        # the array over the request's buffer included, in a reference cycle that only the cyclic garbage
+        # collector frees, so every large request's memory outlived it (15.6 MB requests: 4x the CPU,
+        # most of it the kernel zeroing fresh pages; docs/benchmarks.md "compiling the data plane").
+        where = functools.partial(self._where, request, tensor.name)
         spec = self.spec.inputs.get(tensor.name)
         if spec is None:
             raise InvalidArgumentError(
@@ -164,16 +176,8 @@ class ModelVersion:
                 f"'{self.name}' expects '{spec.datatype.name}'"
             )
         shape = tensor.shape
-
-        def unexpected_shape() -> InvalidArgumentError:
-            expected = [-1, *spec.dims] if self.spec.batched else list(spec.dims)
-            return InvalidArgumentError(
-                f"{where()}: unexpected shape for input {quote(tensor.name)} for model '{self.name}'. "
-                f"Expected {_dims(expected)}, got {_dims(shape)}"
-            )
-
         if len(shape) != len(spec.dims) + self.spec.batched:
-            raise unexpected_shape()
+            raise self._unexpected_shape(where(), tensor.name, spec.dims, shape)
         if self.spec.batched:
             if shape[0] > self.spec.max_batch_size:  # Triton's words
                 raise InvalidArgumentError(
@@ -196,7 +200,7 @@ class ModelVersion:
                     f"for model '{self.name}', got {_dims(shape)}"
                 )
             if mismatch < len(sample):
-                raise unexpected_shape()
+                raise self._unexpected_shape(where(), tensor.name, spec.dims, shape)
             if min(sample) < 0:  # below -1, where the model's dim is variable
                 raise InvalidArgumentError(f"{where()}: shape {list(shape)} has a negative dimension")
         if raw is not None:
