@@ -135,13 +135,12 @@ def choose_batch(policy: BatchPolicy, queued: Iterable[Q], now_ns: int) -> tuple
     if full:
         return selected, None
     delay_ns = policy.max_queue_delay_us * 1000
-    deadline = min(item.enqueued_ns for item in selected) + delay_ns if delay_ns else None
-    waiting = deadline is not None and now_ns < deadline
-    if preferred_prefix and (waiting or deadline is None):
+    deadline = min(item.enqueued_ns for item in selected) + delay_ns
+    if delay_ns and now_ns >= deadline:
+        return selected, None  # the delay is over: whatever is pending runs, as in Triton
+    if preferred_prefix:
         # Triton's dynamic batcher: the queued requests that make a preferred size run now; the queue
         # delay is only for growing a batch that makes none (FACILE's 16000 rows, preferred 16000 of
         # 16000, 32000 and 64000, waited out the delay on every request here).
         return selected[:preferred_prefix], None
-    if waiting:
-        return [], deadline
-    return selected, None  # the delay is over: whatever is pending runs, as in Triton
+    return ([], deadline) if delay_ns else (selected, None)
