@@ -35,7 +35,7 @@ from benchmarks.harness.processes import cpu_seconds, steady_malloc, thread_cpu_
 from benchmarks.harness.ratios import paired_ratios, per_server
 from benchmarks.harness.report import machine, save
 from benchmarks.harness.rounds import visits
-from benchmarks.harness.servers import ServerSet, parse_named
+from benchmarks.harness.servers import ServerSet, parse_named, set_cpu_instances
 from sonic.launch import ServerProcess
 from sonic.models.build import build_model
 from sonic.models.zoo import registry
@@ -48,10 +48,7 @@ def facile_repository(instances: int) -> Path:
     repository = Path(tempfile.mkdtemp(prefix="sonic-facile-"))
     build_model(registry()["facile"], repository)
     if instances:
-        config = repository / "facile" / "config.pbtxt"
-        config.write_text(
-            config.read_text() + f"instance_group [ {{ kind: KIND_CPU count: {instances} }} ]\n"
-        )
+        set_cpu_instances(repository, "facile", instances)
     return repository
 
 

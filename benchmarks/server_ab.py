@@ -28,19 +28,16 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 import numpy.typing as npt
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
 
 from benchmarks.harness.load import infer_request_bytes, load_with_server_cpu
 from benchmarks.harness.processes import cpu_seconds, memcpy_floor_s, steady_malloc
 from benchmarks.harness.ratios import paired_ratios, per_server
 from benchmarks.harness.report import save
 from benchmarks.harness.rounds import visits
-from benchmarks.harness.servers import ServerSet, parse_named, start_trees
+from benchmarks.harness.servers import ServerSet, parse_named, set_cpu_instances, start_trees
 from sonic.launch import ServerHandle, ServerProcess
 from sonic.models.build import build_model
 from sonic.models.zoo.facile import FACILE, make_inputs
-from sonic.protocol.model_config import parse_config_text
 from sonic.testing.repository import write_test_repository
 
 LARGE_SHAPE = (1693, 48, 48, 1)
@@ -132,16 +129,6 @@ def http_load_with_server_cpu(
     return done / (time.perf_counter() - start), 1e6 * (cpu_seconds(pid) - before) / done
 
 
-def configure_instances(repository: Path, instances: int) -> None:
-    """Every tree runs the same instance count, whatever its defaults."""
-    for name in ("identity", "identity_large"):
-        path = repository / name / "config.pbtxt"
-        config = parse_config_text(path.read_text(), name)
-        config.ClearField("instance_group")
-        config.instance_group.add(count=instances, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
-        path.write_text(text_format.MessageToString(config))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -170,7 +157,8 @@ def main() -> None:
     trees = parse_named(args.tree, "--tree")
     repository = write_test_repository(Path(tempfile.mkdtemp(prefix="sonic-ab-")), "sonic")
     if args.instances:
-        configure_instances(repository, args.instances)
+        for name in ("identity", "identity_large"):
+            set_cpu_instances(repository, name, args.instances)
     large_array = np.random.default_rng(0).random(LARGE_SHAPE, dtype=np.float32)
     small_array = np.ones((1, 16), np.float32)
     workloads = tuple(

@@ -17,7 +17,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
 from sonic.launch import ServerHandle, ServerProcess
+from sonic.protocol.model_config import parse_config_text
 
 
 class ServerSet:
@@ -93,3 +97,13 @@ def start_trees(
         more = shlex.split((per_tree_args or {}).get(name, ""))
         env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
         servers.add(name, ServerProcess.start(list(repositories), env=env, extra_args=[*extra_args, *more]))
+
+
+def set_cpu_instances(repository: Path, model: str, instances: int) -> None:
+    """``model``'s config in ``repository`` with exactly ``instances`` CPU instances, whatever the server's or
+    the tree's default (every server or tree of a comparison runs the same count)."""
+    path = repository / model / "config.pbtxt"
+    config = parse_config_text(path.read_text(), model)
+    config.ClearField("instance_group")
+    config.instance_group.add(count=instances, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
+    path.write_text(text_format.MessageToString(config))
