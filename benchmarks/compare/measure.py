@@ -19,7 +19,7 @@ from tritonclient.utils import np_to_triton_dtype
 
 from benchmarks.compare.repositories import build_repositories
 from benchmarks.compare.servers import NAMES, start_server
-from benchmarks.compare.workloads import THREADS, WORKLOADS, Workload, make_inputs
+from benchmarks.compare.workloads import INTRA_OP_SPINNING, THREADS, WORKLOADS, Workload, make_inputs
 from benchmarks.harness.load import grpc_load, infer_request_bytes, tritonclient_once, tritonclient_run
 from benchmarks.harness.processes import cpu_seconds, memcpy_floor_s, tree_cpu_seconds
 from benchmarks.harness.rounds import visits
@@ -109,6 +109,7 @@ def sessions_for(workloads: Sequence[Workload], repository: Any) -> dict[str, or
     """The direct ceiling's onnxruntime sessions, set up as every server's."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = THREADS
+    options.add_session_config_entry("session.intra_op.allow_spinning", str(INTRA_OP_SPINNING))
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return {
         name: ort.InferenceSession(
@@ -180,6 +181,7 @@ def run(
             )
     return {
         "threads": THREADS,
+        "intra_op_spinning": INTRA_OP_SPINNING,
         "rounds": rounds,
         "window_s": window_s,
         "servers": ["direct", *servers_wanted],

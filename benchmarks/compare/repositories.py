@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compare.workloads import MODELS, THREADS, ZOO
+from benchmarks.compare.workloads import INTRA_OP_SPINNING, MODELS, THREADS, ZOO
 from benchmarks.harness.processes import site_paths
 from benchmarks.harness.report import RESULTS
 from sonic.models.build import build_model
@@ -51,7 +51,7 @@ def mlserver_settings(
     return {
         "name": name,
         "implementation": "compare_runtime.OnnxRuntimeModel",
-        "parameters": {"uri": str(onnx_path), "extra": {"threads": THREADS}},
+        "parameters": {"uri": str(onnx_path), "extra": {"threads": THREADS, "spinning": INTRA_OP_SPINNING}},
         "max_batch_size": max_batch_requests,
         "max_batch_time": delay_us / 1e6,
     }
@@ -66,7 +66,12 @@ def write_triton_model(triton_repo: Path, name: str, sonic_repo: Path) -> None:
     (triton_repo / name / "config.pbtxt").write_text(triton_config(config))
     shutil.copyfile(TEMPLATES / "triton_onnx_model.py", version / "model.py")
     onnx_path = sonic_repo / name / "1" / "model.onnx"
-    settings = {"onnx": str(onnx_path), "threads": THREADS, "paths": site_paths()}
+    settings = {
+        "onnx": str(onnx_path),
+        "threads": THREADS,
+        "spinning": INTRA_OP_SPINNING,
+        "paths": site_paths(),
+    }
     (version / "compare_settings.json").write_text(json.dumps(settings, indent=2))
 
 

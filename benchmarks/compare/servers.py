@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from benchmarks.compare.repositories import RAW
-from benchmarks.compare.workloads import MODELS, THREADS
+from benchmarks.compare.workloads import INTRA_OP_SPINNING, MODELS, THREADS
 from benchmarks.harness.processes import own_libpython_for_triton
 from benchmarks.harness.report import RESULTS
 from sonic.launch import ServerHandle, ServerProcess, free_port
@@ -60,7 +60,12 @@ def start_mlserver(repository: Path) -> TritonProcess:
 def start_server(name: str, repositories: dict[str, Path]) -> ServerHandle:
     """Start one server and wait until it and every model are ready."""
     if name in {"sonic", "sonic-grpcio"}:
-        extra = ["--backend-config", f"onnxruntime,intra_op_thread_count={THREADS}"]
+        extra = [
+            "--backend-config",
+            f"onnxruntime,intra_op_thread_count={THREADS}",
+            "--backend-config",
+            f"onnxruntime,intra_op_spinning={INTRA_OP_SPINNING}",
+        ]
         if name == "sonic-grpcio":
             extra += ["--grpc-server", "grpcio"]
         log = RAW / f"{name}.log"

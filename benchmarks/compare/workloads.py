@@ -11,6 +11,10 @@ import numpy.typing as npt
 from sonic.models.zoo import ReferenceModel
 
 THREADS = 2  # intra-op threads of every onnxruntime session
+# Whether those threads spin-wait for work ("session.intra_op.allow_spinning"), the same in every session.
+# Off: on 2 shared cores a spinning pool takes the cycles the server's front end and the load generator
+# need between batches (FACILE b16000: sonic's server CPU per request 0.53x with spinning off).
+INTRA_OP_SPINNING = 0
 ZOO = ("emtrk_michel", "facile", "deepcalo", "resnet_top")
 MODELS = (*ZOO, "identity", "identity_large")
 LARGE_SHAPE = (1693, 48, 48, 1)

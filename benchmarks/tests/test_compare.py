@@ -45,7 +45,7 @@ def test_mlserver_settings_use_the_config_delay_with_a_floor() -> None:
     )
     assert deepcalo["max_batch_time"] == pytest.approx(200e-6)
     assert deepcalo["max_batch_size"] == 32
-    assert deepcalo["parameters"] == {"uri": "/m.onnx", "extra": {"threads": 2}}
+    assert deepcalo["parameters"] == {"uri": "/m.onnx", "extra": {"threads": 2, "spinning": 0}}
     no_delay = repositories.mlserver_settings("identity", Path("/i.onnx"), "dynamic_batching { }", 32)
     assert no_delay["max_batch_time"] == pytest.approx(100e-6)
 

@@ -1,7 +1,8 @@
 """An onnxruntime session as an MLServer custom runtime (copied by benchmarks.compare).
 
 Runs in MLServer's own virtualenv, never imported by the benchmark. The ONNX file is the model setting's
-``parameters.uri``, the intra-op threads its ``parameters.extra.threads``.
+``parameters.uri``, the intra-op threads its ``parameters.extra.threads``
+(spin-waiting as ``parameters.extra.spinning``).
 """
 
 import onnxruntime as ort
@@ -14,6 +15,8 @@ class OnnxRuntimeModel(MLModel):
     async def load(self) -> bool:
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(self.settings.parameters.extra["threads"])
+        spinning = str(self.settings.parameters.extra["spinning"])
+        options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self._session = ort.InferenceSession(
             self.settings.parameters.uri, options, providers=["CPUExecutionProvider"]

@@ -22,6 +22,7 @@ class TritonPythonModel:
     def initialize(self, args):
         options = ort.SessionOptions()
         options.intra_op_num_threads = SETTINGS["threads"]
+        options.add_session_config_entry("session.intra_op.allow_spinning", str(SETTINGS["spinning"]))
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.session = ort.InferenceSession(SETTINGS["onnx"], options, providers=["CPUExecutionProvider"])
         config = json.loads(args["model_config"])
