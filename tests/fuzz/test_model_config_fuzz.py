@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from sonic.protocol.errors import SonicError
 from sonic.protocol.model_config import (
+    DEFAULT_MAX_BATCH_SIZE,
     backend_name,
     complete_from_signature,
     fill_defaults,
@@ -127,7 +128,7 @@ def _complete(config: Any, gpu_count: int) -> None:
     backend_name(config)
     select_versions("m", config.version_policy, [1, 2, 3])
     if not config.input and not config.output:
-        complete_from_signature(config, [("x", 11, [-1, 4])], [("y", 11, [-1, 2])])
+        complete_from_signature(config, [("x", 11, [-1, 4])], [("y", 11, [-1, 2])], DEFAULT_MAX_BATCH_SIZE)
     fill_defaults(config, default_filename="model.onnx", gpu_count=gpu_count)
     spec = validate_config(config)
     for tensor in (*spec.inputs.values(), *spec.outputs.values()):

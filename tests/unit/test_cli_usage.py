@@ -84,7 +84,7 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     return [
         (
             ["serve", "--model-repository", str(tmp), "--backend-config", "nonsense"],
-            "expected BACKEND,KEY=VALUE",
+            "--backend-config option format is '<backend name>,<setting>=<value>'. Got nonsense",
         ),
         (["cmstriton", "stop"], "attempt to stop unknown container"),
         (["models", "build", "--models", "facile", "--out", nowhere], "No such file or directory"),

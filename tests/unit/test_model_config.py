@@ -114,7 +114,7 @@ def test_no_input_or_output_is_a_valid_model() -> None:
 def test_auto_complete_from_onnx_signature(tmp_path: Path) -> None:
     identity_model(tmp_path / "model.onnx", dims=(3, 5))
     config = model_config_pb2.ModelConfig(name="auto")
-    OnnxRuntimeBackend.auto_complete_config(config, tmp_path / "model.onnx")
+    OnnxRuntimeBackend.complete_config(config, tmp_path / "model.onnx", {})
     fill_defaults(config, default_filename="model.onnx", gpu_count=0)
     assert config.max_batch_size == 4
     assert [list(i.dims) for i in config.input] == [[3, 5]]
@@ -124,12 +124,16 @@ def test_auto_complete_from_onnx_signature(tmp_path: Path) -> None:
     assert config.version_policy.latest.num_versions == 1
 
 
-def test_auto_complete_keeps_declared_max_batch_size_zero(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("default", "max_batch_size", "dims"), [("4", 4, [16]), ("0", 0, [-1, 16])])
+def test_auto_complete_of_a_config_with_inputs_only_sets_max_batch_size_as_triton(
+    tmp_path: Path, default: str, max_batch_size: int, dims: list[int]
+) -> None:
+    # Triton's onnxruntime backend completes max_batch_size unless inputs AND outputs are declared.
     identity_model(tmp_path / "model.onnx")
     config = parse_config_text('name: "m"\ninput [{name:"INPUT0" data_type: TYPE_FP32 dims:[-1, 16]}]', "c")
-    OnnxRuntimeBackend.auto_complete_config(config, tmp_path / "model.onnx")
-    assert config.max_batch_size == 0
-    assert [list(o.dims) for o in config.output] == [[-1, 16]]
+    OnnxRuntimeBackend.complete_config(config, tmp_path / "model.onnx", {"default-max-batch-size": default})
+    assert config.max_batch_size == max_batch_size
+    assert [list(o.dims) for o in config.output] == [dims]
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from sonic.cli.main import build_parser
 from sonic.cli.serve import config_from_args, log_settings_from_args
 from sonic.cli.triton_flags import TRITON_FLAGS, TritonSettings, apply_triton_flags
 from sonic.logs import LogSettings
-from sonic.server.config import RateLimitConfig, ServerConfig
+from sonic.server.config import BackendOptions, RateLimitConfig, ServerConfig
 from sonic.server.runtime.rate_limiter import ResourceCount
 
 pytestmark = pytest.mark.unit
@@ -56,7 +56,9 @@ def test_cmstriton_style_command_line_is_accepted(tmp_path: Path) -> None:
     assert config.exit_on_error
     assert config.auto_complete_config
     assert config.server_name == "site-a"
-    assert config.backend_options == {"onnxruntime": {"enable-global-threadpool": "1"}}
+    assert config.backend_options == BackendOptions(
+        {"default-max-batch-size": "8"}, {"onnxruntime": {"enable-global-threadpool": "1"}}
+    )
 
 
 def test_logging_flags_set_the_level(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from sonic.logs import LogControl, LogSettings, configure_logging
 from sonic.protocol.errors import SonicError
 from sonic.protocol.wire import MAX_MESSAGE_BYTES
 from sonic.server.config import (
+    BackendOptions,
     ModelControlMode,
     ServerConfig,
 )
@@ -38,21 +39,41 @@ from sonic.server.server import Server, ShutdownSignals
 log = logging.getLogger(__name__)
 
 
-def _backend_config(values: list[str]) -> dict[str, dict[str, str]]:
-    """``--backend-config onnxruntime,intra_op_thread_count=2`` entries, as Triton spells them."""
-    result: dict[str, dict[str, str]] = {}
+# Triton's words (TritonParser::ParseBackendConfigOption) for a --backend-config it cannot read.
+BACKEND_CONFIG_NO_BACKEND = (
+    "No backend specified. --backend-config option format is <backend name>,<setting>=<value> or "
+    "<setting>=<value>. Got {}"
+)
+BACKEND_CONFIG_FORMAT = "--backend-config option format is '<backend name>,<setting>=<value>'. Got {}"
+
+
+def parse_backend_config_option(value: str) -> tuple[str, str, str]:
+    """One ``--backend-config``: (backend, setting, value), the backend "" for Triton's global form.
+
+    Split as Triton splits it: the backend ends at the first comma, the setting at the first ``=``
+    after it, the value is the rest (so ``a=1,b=2`` is backend ``a=1``). ValueError in Triton's words.
+    """
+    comma = value.find(",")
+    equals = value.find("=", comma + 1)
+    if comma == 0:
+        raise ValueError(BACKEND_CONFIG_NO_BACKEND.format(value))
+    if equals < 0:
+        raise ValueError(BACKEND_CONFIG_FORMAT.format(value))
+    setting, item = value[comma + 1 : equals], value[equals + 1 :]
+    if not setting or not item:
+        raise ValueError(BACKEND_CONFIG_FORMAT.format(value))
+    return value[:comma] if comma > 0 else "", setting, item
+
+
+def parse_backend_config(values: list[str]) -> BackendOptions:
+    """Every ``--backend-config``, in order: the last of a repeated setting wins, as in Triton."""
+    global_settings: dict[str, str] = {}
+    per_backend: dict[str, dict[str, str]] = {}
     for value in values:
-        if "," not in value and "=" in value:  # Triton's global form, KEY=VALUE for every backend
-            log.warning(
-                "sonic serve: --backend-config=%s accepted, no effect here (no global settings)", value
-            )
-            continue
-        backend, _, setting = value.partition(",")
-        key, sep, item = setting.partition("=")
-        if not backend or not sep or not key:
-            raise argparse.ArgumentTypeError(f"--backend-config {value!r}: expected BACKEND,KEY=VALUE")
-        result.setdefault(backend, {})[key] = item
-    return result
+        backend, setting, item = parse_backend_config_option(value)
+        settings = per_backend.setdefault(backend, {}) if backend else global_settings
+        settings[setting] = item
+    return BackendOptions(global_settings, per_backend)
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -77,7 +98,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--backend-config",
         action="append",
         default=[],
-        help="BACKEND,KEY=VALUE (e.g. onnxruntime,enable_mem_arena=0)",
+        help="BACKEND,KEY=VALUE (e.g. onnxruntime,enable_mem_arena=0), or KEY=VALUE for every backend "
+        "(e.g. default-max-batch-size=8: auto-completed max_batch_size; a backend's own setting wins)",
     )
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all that are detected)")
     parser.add_argument(
@@ -157,7 +179,7 @@ def config_from_args(args: argparse.Namespace, triton: TritonSettings | None = N
         repository_poll_s=args.repository_poll_secs,
         exit_timeout_s=args.exit_timeout_secs,
         gpu_count=detect_gpu_count() if args.gpus is None else args.gpus,
-        backend_options=_backend_config(args.backend_config),
+        backend_options=parse_backend_config(args.backend_config),
         max_message_bytes=args.max_message_bytes,
         cache_size_bytes=args.cache_size_bytes,
         inline_execution_us=args.inline_execution_us,

@@ -8,7 +8,8 @@ that ships with tritonclient, so every field Triton knows is accepted and kept (
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -333,22 +334,53 @@ def _check_gpus(model: str, group: model_config_pb2.ModelInstanceGroup, gpu_coun
             )
 
 
-# Triton's default when auto-completing a model whose first dimension is dynamic
-# (``--backend-config=default-max-batch-size``).
+# Triton's core gives every backend ``default-max-batch-size`` 4 unless --backend-config sets it: the
+# max_batch_size its onnxruntime and TensorFlow backends complete for a model that can batch.
 DEFAULT_MAX_BATCH_SIZE = 4
+DEFAULT_MAX_BATCH_SIZE_SETTING = "default-max-batch-size"
+# std::stoi, which Triton's backends read settings with: leading whitespace, a sign, digits, the rest ignored.
+_STOI = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
+_INT_MAX = 2**31 - 1
+
+
+def default_max_batch_size(backend: str, options: Mapping[str, str]) -> int:
+    """``default-max-batch-size`` of a backend's ``--backend-config`` settings, read as Triton's
+    backends read it (``ParseIntValue``); InvalidArgumentError in its words, then which setting."""
+    value = options.get(DEFAULT_MAX_BATCH_SIZE_SETTING)
+    if value is None:
+        return DEFAULT_MAX_BATCH_SIZE
+    match = _STOI.match(value)
+    if match is None or not -_INT_MAX - 1 <= int(match.group(1)) <= _INT_MAX:
+        raise InvalidArgumentError(
+            f"failed to convert '{value}' to integral number (--backend-config "
+            f"{DEFAULT_MAX_BATCH_SIZE_SETTING} of backend '{backend}': expected a 32-bit integer)"
+        )
+    return int(match.group(1))
+
 
 Signature = list[tuple[str, int, list[int]]]  # (name, config data type enum, dims with -1 for dynamic)
 
 
 def complete_from_signature(
-    config: model_config_pb2.ModelConfig, inputs: Signature, outputs: Signature
+    config: model_config_pb2.ModelConfig,
+    inputs: Signature,
+    outputs: Signature,
+    default_max_batch_size: int,
 ) -> None:
-    """Fill missing inputs/outputs (and ``max_batch_size`` when every first dim is dynamic), as Triton."""
-    batched = all(dims and dims[0] == -1 for _, _, dims in inputs + outputs)
-    if config.max_batch_size == 0 and batched and not config.input and not config.output:
-        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
-        if not config.HasField("dynamic_batching"):
-            config.dynamic_batching.SetInParent()
+    """Fill missing inputs/outputs, and ``max_batch_size``, as Triton's onnxruntime backend
+    (``AutoCompleteMaxBatch``): a model whose every input and output has a dynamic first dimension
+    can batch, and one with no ``max_batch_size`` gets ``default_max_batch_size`` (0 or less: none);
+    a ``max_batch_size`` above 1 with no scheduler adds ``dynamic_batching``."""
+    if all(dims and dims[0] == -1 for _, _, dims in inputs + outputs):
+        if config.max_batch_size == 0:
+            config.max_batch_size = max(default_max_batch_size, 0)
+        if config.max_batch_size > 1 and not config.HasField("sequence_batching"):
+            config.dynamic_batching.SetInParent()  # no change where the config has one
+    elif config.max_batch_size != 0:
+        raise ModelConfigError(
+            f"autofill failed for model '{config.name}': model does not support batching while non-zero "
+            "max_batch_size is specified"
+        )
     strip = 1 if config.max_batch_size > 0 else 0
     if not config.input:
         for name, data_type, dims in inputs:

@@ -29,6 +29,20 @@ class ModelControlMode(enum.StrEnum):
     POLL = "poll"  # rescan the repositories every repository_poll_s
 
 
+@dataclass(frozen=True)
+class BackendOptions:
+    """``--backend-config`` settings: Triton's global ones (``KEY=VALUE``) and each backend's own
+    (``BACKEND,KEY=VALUE``), the last of a repeated setting kept."""
+
+    global_settings: Mapping[str, str] = field(default_factory=dict)
+    per_backend: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    def for_backend(self, name: str) -> dict[str, str]:
+        """What backend ``name`` is given, as Triton's core merges them: the global settings, then the
+        backend's own, which win."""
+        return {**self.global_settings, **self.per_backend.get(name, {})}
+
+
 # A compressed gRPC message inflates to at most this much (or the message limit, when lower).
 MAX_GRPC_DECOMPRESSED_BYTES = 256 << 20
 
@@ -188,7 +202,7 @@ class ServerConfig:
     repository_poll_s: float = 15.0
     exit_timeout_s: float = 30.0  # drain time for in-flight requests at shutdown
     gpu_count: int = 0
-    backend_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    backend_options: BackendOptions = field(default_factory=BackendOptions)
     # The largest gRPC message and HTTP body, Triton's: the same requests fit both servers.
     max_message_bytes: int = MAX_MESSAGE_BYTES
     server_name: str = "triton"  # Triton's --id default: clients check ServerMetadata.name

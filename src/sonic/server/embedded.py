@@ -17,15 +17,17 @@ from tritonclient.grpc import service_pb2
 
 from sonic.server.backends.base import ModelCall
 from sonic.server.calls.caller import ServerModelCaller
-from sonic.server.config import ServerConfig
+from sonic.server.config import BackendOptions, ServerConfig
 from sonic.server.models.manager import ModelManager
 
 
 class EmbeddedModels:
     def __init__(
-        self, repositories: Sequence[Path], *, backend_options: Mapping[str, Mapping[str, str]] | None = None
+        self, repositories: Sequence[Path], *, backend_options: BackendOptions | None = None
     ) -> None:
-        config = ServerConfig(model_repositories=tuple(repositories), backend_options=backend_options or {})
+        config = ServerConfig(
+            model_repositories=tuple(repositories), backend_options=backend_options or BackendOptions()
+        )
         self._manager = ModelManager(config)
         self._loading: dict[str, asyncio.Task[None]] = {}
 

@@ -188,11 +188,12 @@ class DirectInference(Inference):
     mode = InferenceMode.DIRECT
 
     def __init__(self, repositories: Sequence[Path], *, threads: int = 0) -> None:
-        from sonic.server.embedded import EmbeddedModels  # noqa: PLC0415  (server code only in direct mode)
+        from sonic.server.config import BackendOptions  # noqa: PLC0415  (server code only in direct mode)
+        from sonic.server.embedded import EmbeddedModels  # noqa: PLC0415
 
         super().__init__("sonic-direct")
-        options = {"onnxruntime": {"intra_op_thread_count": str(threads)}} if threads > 0 else {}
-        self._models = EmbeddedModels(repositories, backend_options=options)
+        per_backend = {"onnxruntime": {"intra_op_thread_count": str(threads)}} if threads > 0 else {}
+        self._models = EmbeddedModels(repositories, backend_options=BackendOptions(per_backend=per_backend))
 
     def load(self, *models: str) -> None:
         """Load models now (otherwise the first event pays for it)."""

@@ -44,7 +44,7 @@ def backend(config: model_config_pb2.ModelConfig, path: Path) -> PyTorchBackend:
 
 def test_exported_signature_and_dtype_check(exported: Path) -> None:
     config = model_config_pb2.ModelConfig(name="m")
-    PyTorchBackend.auto_complete_config(config, exported)
+    PyTorchBackend.complete_config(config, exported, {})
     assert config.max_batch_size == 4
     assert [(t.name, list(t.dims)) for t in config.input] == [("a", [3]), ("b", [3])]
     assert [(t.name, t.data_type) for t in config.output] == [
@@ -91,7 +91,7 @@ def test_exported_signature_and_dtype_check(exported: Path) -> None:
 )
 def test_exported_program_checked_at_load(exported: Path, change: Any, message: str) -> None:
     config = model_config_pb2.ModelConfig(name="m", default_model_filename="model.pt2")
-    PyTorchBackend.auto_complete_config(config, exported)
+    PyTorchBackend.complete_config(config, exported, {})
     change(config)
     with pytest.raises(ModelConfigError, match=re.escape(message)):
         backend(config, exported)
@@ -140,12 +140,12 @@ def test_config_order_when_names_say_nothing(exported: Path) -> None:
 def test_torchscript_needs_declared_io(tmp_path: Path) -> None:
     config = model_config_pb2.ModelConfig(name="m")
     with pytest.raises(ModelConfigError, match="TorchScript files carry no tensor signature"):
-        PyTorchBackend.auto_complete_config(config, tmp_path / "model.pt")
+        PyTorchBackend.complete_config(config, tmp_path / "model.pt", {})
 
 
 def test_bad_parameter_and_gpu_without_cuda(exported: Path) -> None:
     config = model_config_pb2.ModelConfig(name="m", default_model_filename="model.pt2")
-    PyTorchBackend.auto_complete_config(config, exported)
+    PyTorchBackend.complete_config(config, exported, {})
     config.parameters["INFERENCE_MODE"].string_value = "maybe"
     with pytest.raises(ModelConfigError, match="INFERENCE_MODE is 'maybe', expected true or false"):
         backend(config, exported)

@@ -112,7 +112,8 @@ class InstanceContext:
     instance_name: str
     device_kind: str  # "cpu" or "gpu"
     device_id: int
-    options: Mapping[str, str] = field(default_factory=dict)  # --backend-config NAME,KEY=VALUE entries
+    # --backend-config settings: the global ones (KEY=VALUE), then the backend's own (NAME,KEY=VALUE), which win
+    options: Mapping[str, str] = field(default_factory=dict)
     models: ModelCaller | None = None  # the server's other models; None where there is no server
     custom_metrics: CustomMetrics | None = None  # the server's registry of model-defined metrics
     allow_links_outside: bool = False  # --allow-model-links-outside: see sonic.server.models.paths
@@ -174,6 +175,18 @@ class Backend(ABC):
 
         The default does nothing: the config must then be complete.
         """
+
+    @classmethod
+    def complete_config(
+        cls, config: model_config_pb2.ModelConfig, model_path: Path, options: Mapping[str, str]
+    ) -> None:
+        """What the server runs to auto-complete a configuration: :meth:`auto_complete_config`.
+
+        ``options`` are the backend's ``--backend-config`` settings (the global ones, then its own); a
+        backend that completes from them (``default-max-batch-size``) overrides this method instead.
+        """
+        del options
+        cls.auto_complete_config(config, model_path)
 
     @classmethod
     def convert_input(cls, model: str, name: str, array: npt.NDArray[Any]) -> npt.NDArray[Any]:  # noqa: ARG003

@@ -1,6 +1,8 @@
 """ONNX Runtime backend (Triton's ``onnxruntime_onnx`` platform).
 
-Config ``parameters`` (or ``--backend-config onnxruntime,KEY=VALUE``):
+``--backend-config [onnxruntime,]default-max-batch-size=N`` (default 4): the ``max_batch_size`` auto-complete
+gives a model that can batch, as Triton's (0: none). Config ``parameters`` (or ``--backend-config
+onnxruntime,KEY=VALUE``):
 ``intra_op_thread_count``, ``inter_op_thread_count`` (0 = onnxruntime's default),
 ``enable_mem_arena`` (default ``1``), ``enable_mem_pattern`` (default ``0``: merged batches change
 shape all the time), ``execution_mode`` (Triton's ``0`` sequential / ``1`` parallel; the names
@@ -30,7 +32,7 @@ import onnxruntime as ort
 from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.errors import InternalError, InvalidArgumentError, ModelConfigError
-from sonic.protocol.model_config import complete_from_signature
+from sonic.protocol.model_config import complete_from_signature, default_max_batch_size
 from sonic.server.backends.base import Backend, InstanceContext
 from sonic.server.backends.signature import ModelSignature, TensorInfo, check_config
 
@@ -170,7 +172,10 @@ class OnnxRuntimeBackend(Backend):
     default_filename: ClassVar[str] = "model.onnx"
 
     @classmethod
-    def auto_complete_config(cls, config: model_config_pb2.ModelConfig, model_path: Path) -> None:
+    def complete_config(
+        cls, config: model_config_pb2.ModelConfig, model_path: Path, options: Mapping[str, str]
+    ) -> None:
+        batch_default = default_max_batch_size(cls.name, options)
         if config.input and config.output:
             return
         if not model_path.is_file():
@@ -178,9 +183,12 @@ class OnnxRuntimeBackend(Backend):
                 f"model '{config.name}': no config inputs/outputs and no model file {model_path} to read them from"
             )
         inputs, outputs = _signature(model_path)
-        complete_from_signature(config, inputs, outputs)
+        complete_from_signature(config, inputs, outputs, batch_default)
 
     def __init__(self, context: InstanceContext) -> None:
+        # Triton's onnxruntime backend reads default-max-batch-size when it starts, for every model:
+        # one it cannot read fails the load even where nothing is completed.
+        default_max_batch_size(self.name, context.options)
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(context.parameter("intra_op_thread_count") or 0)
         options.inter_op_num_threads = int(context.parameter("inter_op_thread_count") or 0)

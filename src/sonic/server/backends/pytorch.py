@@ -37,7 +37,7 @@ import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.errors import InternalError, ModelConfigError
-from sonic.protocol.model_config import complete_from_signature
+from sonic.protocol.model_config import complete_from_signature, default_max_batch_size
 from sonic.server.backends.base import Backend, InstanceContext
 from sonic.server.backends.signature import ModelSignature, TensorInfo, check_config, expected_input_count
 
@@ -116,7 +116,9 @@ class PyTorchBackend(Backend):
     default_filename: ClassVar[str] = "model.pt"
 
     @classmethod
-    def auto_complete_config(cls, config: model_config_pb2.ModelConfig, model_path: Path) -> None:
+    def complete_config(
+        cls, config: model_config_pb2.ModelConfig, model_path: Path, options: Mapping[str, str]
+    ) -> None:
         if config.input and config.output:
             return
         if model_path.suffix != ".pt2":
@@ -130,7 +132,7 @@ class PyTorchBackend(Backend):
             )
         torch = _import_torch()
         inputs, outputs = _program_signature(torch, _load_program(torch, model_path), model_path)
-        complete_from_signature(config, inputs, outputs)
+        complete_from_signature(config, inputs, outputs, default_max_batch_size(cls.name, options))
 
     def __init__(self, context: InstanceContext) -> None:
         torch = _import_torch()

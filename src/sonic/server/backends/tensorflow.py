@@ -35,6 +35,7 @@ from tensorflow.core.protobuf import config_pb2
 from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.errors import InternalError, InvalidArgumentError, ModelConfigError
+from sonic.protocol.model_config import default_max_batch_size
 from sonic.server.backends.base import Backend, InstanceContext
 from sonic.server.backends.signature import ModelSignature, TensorInfo, check_config
 
@@ -113,6 +114,9 @@ class TensorFlowBackend(Backend):
     default_filename: ClassVar[str] = "model.graphdef"
 
     def __init__(self, context: InstanceContext) -> None:
+        # Triton's TensorFlow backend reads default-max-batch-size when it starts, for every model: one it
+        # cannot read fails the load (sonic completes no TensorFlow configuration, so it is read only here).
+        default_max_batch_size(self.name, context.options)
         self._model = context.config.name
         self._config = context.config
         session_config = tf.compat.v1.ConfigProto(

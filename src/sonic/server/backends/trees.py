@@ -37,7 +37,7 @@ import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2
 
 from sonic.protocol.errors import InternalError, InvalidArgumentError, ModelConfigError
-from sonic.protocol.model_config import complete_from_signature
+from sonic.protocol.model_config import complete_from_signature, default_max_batch_size
 from sonic.server.backends.base import Backend, InstanceContext
 from sonic.server.backends.signature import ModelSignature, TensorInfo, check_config
 
@@ -269,7 +269,9 @@ class TreesBackend(Backend):
         return _choose_file(config, version_dir)[0]
 
     @classmethod
-    def auto_complete_config(cls, config: model_config_pb2.ModelConfig, model_path: Path) -> None:
+    def complete_config(
+        cls, config: model_config_pb2.ModelConfig, model_path: Path, options: Mapping[str, str]
+    ) -> None:
         # model_path: the file model_filename chose, through the server's path choke point.
         filename, model_type = _choose_file(config, model_path.parent)
         config.default_model_filename = filename
@@ -287,6 +289,7 @@ class TreesBackend(Backend):
             config,
             [("input__0", model_config_pb2.TYPE_FP32, [-1, model.num_features])],
             [("output__0", model_config_pb2.TYPE_FP32, [-1, mode.width(model.num_classes)])],
+            default_max_batch_size(cls.name, options),
         )
 
     def __init__(self, context: InstanceContext) -> None:

@@ -35,6 +35,7 @@ from sonic.protocol.model_config import (
 )
 from sonic.server import backends
 from sonic.server.classification.top_k import Labels, read_labels
+from sonic.server.config import BackendOptions
 from sonic.server.models.paths import ConfigOrigin, ModelFiles, check_config_paths
 from sonic.server.models.repository import ModelLocation, available_versions, select_versions
 from sonic.server.runtime.sequences import check_controls
@@ -110,14 +111,16 @@ def prepare_config(
     *,
     auto_complete: bool = True,
     allow_links_outside: bool = True,
+    backend_options: BackendOptions | None = None,
 ) -> PreparedConfig:
     """Read (or take the override), check paths, auto-complete and validate (blocking: runs in a thread).
 
     A configuration refused before any version is looked at is answered as Triton refuses it while it
     polls the repository: ``failed to load '<name>', failed to poll from model repository``, then what
-    is wrong."""
+    is wrong. ``backend_options``: ``--backend-config``, which auto-completion reads (none: Triton's defaults)."""
+    options = backend_options or BackendOptions()
     with _poll_failures(location.name):
-        return _prepared(location, override, gpu_count, auto_complete, allow_links_outside)
+        return _prepared(location, override, gpu_count, auto_complete, allow_links_outside, options)
 
 
 @contextlib.contextmanager
@@ -136,6 +139,7 @@ def _prepared(
     gpu_count: int,
     auto_complete: bool,
     allow_links_outside: bool,
+    backend_options: BackendOptions,
 ) -> PreparedConfig:
     config_path = location.path / CONFIG_FILENAME
     if override is not None:
@@ -185,7 +189,7 @@ def _prepared(
         filename = backend_cls.model_filename(config, location.path / str(latest))
         model_path = files.version_file(latest, "default_model_filename", filename)
         try:
-            backend_cls.auto_complete_config(config, model_path)
+            backend_cls.complete_config(config, model_path, backend_options.for_backend(backend_cls.name))
         except SonicError as exc:
             raise VersionsFailedError(location.name, selected, exc) from exc
     try:

@@ -180,6 +180,7 @@ class ModelManager:
                 self._config.gpu_count,
                 auto_complete=self._config.auto_complete_config,
                 allow_links_outside=self._config.security.allow_model_links_outside,
+                backend_options=self._config.backend_options,
             )
         except VersionsFailedError as failure:
             for version, reason in failure.reasons.items():  # as Triton: each UNAVAILABLE, with the reason
@@ -308,7 +309,7 @@ class ModelManager:
         (``instance_name``, ``device_kind``, ``device_id``, by keyword)."""
         version_dir = files.folder / str(version)
         model_path = files.version_file(version, "default_model_filename", config.default_model_filename)
-        options = self._config.backend_options.get(backend_cls.name, {})
+        options = self._config.backend_options.for_backend(backend_cls.name)
         caller = ServerModelCaller(self.get, asyncio.get_running_loop(), self.cache)
 
         # A partial, not a nested function: compiled (mypyc), a nested function would hold all of this
