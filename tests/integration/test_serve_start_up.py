@@ -29,7 +29,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from tests.integration.triton_helpers import backend_directory_or_skip, triton_environment
+from tests.integration.triton_helpers import (
+    backend_directory_or_skip,
+    run_triton_to_exit,
+    triton_environment,
+)
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from sonic.launch import ServerProcess
@@ -79,21 +83,6 @@ def _serve(*argv: str, timeout_s: float = START_TIMEOUT_S) -> subprocess.Complet
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
 
 
-def _triton(repositories: list[Path], tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    """Real Triton, run to its exit (the cases where it exits at start)."""
-    ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
-    backends = backend_directory_or_skip(tmp_path / "triton")
-    command = tritonserver_command(repositories, ports, backend_directory=backends, extra_args=argv)
-    return subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=START_TIMEOUT_S,
-        check=False,
-        env=triton_environment(),
-    )
-
-
 def _last_line(stderr: str) -> str:
     return stderr.strip().splitlines()[-1]
 
@@ -126,7 +115,7 @@ def test_a_load_model_that_names_no_model_stops_start_up(repository: Path) -> No
 @pytest.mark.triton
 @pytest.mark.parametrize("flags", [[], EXPLICIT_NO_SUCH_MODEL], ids=["broken", "no-such-model"])
 def test_triton_stops_start_up_alike(repository: Path, tmp_path: Path, flags: list[str]) -> None:
-    result = _triton([repository], tmp_path, *flags)
+    result = run_triton_to_exit([repository], tmp_path, *flags)
     assert result.returncode == 1
     assert _last_line(result.stderr) == FAILED_TO_LOAD
 
@@ -161,7 +150,7 @@ def test_triton_refuses_a_repository_that_cannot_be_read_alike(repository: Path,
     for roots, line in _missing_cases(repository, tmp_path):
         if len(roots) > 1:
             continue  # Triton fails the same way; without --exit-on-error=false it would load first
-        result = _triton(roots, tmp_path)
+        result = run_triton_to_exit(roots, tmp_path)
         assert result.returncode == 1
         assert _last_line(result.stderr) == line
 

@@ -9,6 +9,7 @@ when gRPC says the server and every named model are; it is stopped by PID when t
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -78,6 +79,23 @@ def start_triton(
         command, grpc_address, models, READY_TIMEOUT_S, triton_environment(), workdir / "triton.log"
     )
     return Triton(process, grpc_address, f"127.0.0.1:{ports['http']}")
+
+
+def run_triton_to_exit(
+    repositories: Sequence[Path], workdir: Path, *argv: str
+) -> subprocess.CompletedProcess[str]:
+    """Real Triton, run to its exit (the cases where it exits at start): its status, stdout and stderr."""
+    ports = {"grpc": free_port(), "http": free_port(), "metrics": free_port()}
+    backends = backend_directory_or_skip(workdir / "triton")
+    command = tritonserver_command(repositories, ports, backend_directory=backends, extra_args=argv)
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=READY_TIMEOUT_S,
+        check=False,
+        env=triton_environment(),
+    )
 
 
 @contextmanager

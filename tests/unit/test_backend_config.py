@@ -4,14 +4,26 @@ backend's ``AutoCompleteMaxBatch``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from sonic.cli.serve import parse_backend_config, parse_backend_config_option
+from sonic.models.simple import IDENTITY_CONFIG, identity_model
 from sonic.protocol.errors import InvalidArgumentError, ModelConfigError
-from sonic.protocol.model_config import Signature, complete_from_signature, default_max_batch_size
+from sonic.protocol.model_config import (
+    Signature,
+    complete_from_signature,
+    default_max_batch_size,
+    fill_defaults,
+    parse_config_text,
+    validate_config,
+)
+from sonic.server.backends.base import InstanceContext
+from sonic.server.backends.onnxruntime import OnnxRuntimeBackend
 from sonic.server.config import BackendOptions
 
 pytestmark = pytest.mark.unit
@@ -160,3 +172,15 @@ def test_a_model_that_cannot_batch_keeps_zero_and_refuses_a_max_batch_size() -> 
         "autofill failed for model 'm': model does not support batching while non-zero max_batch_size is "
         "specified"
     )
+
+
+def test_onnxruntime_refuses_a_default_it_cannot_read_where_nothing_is_completed(tmp_path: Path) -> None:
+    # As Triton's onnxruntime backend, which reads the setting when it starts: auto-complete off or not.
+    path = tmp_path / "1" / "model.onnx"
+    identity_model(path)
+    config = parse_config_text(IDENTITY_CONFIG, "config.pbtxt")
+    fill_defaults(config, default_filename="model.onnx", gpu_count=0)
+    options = {"default-max-batch-size": "eight"}
+    context = InstanceContext(config, validate_config(config), 1, path.parent, path, "m_0", "cpu", 0, options)
+    with pytest.raises(InvalidArgumentError, match="failed to convert 'eight' to integral number"):
+        OnnxRuntimeBackend(context)
