@@ -899,6 +899,16 @@ INTENDED: tuple[Intended, ...] = (
         "A header that does not say where the JSON ends would have the body's JSON read as tensor bytes.",
         _header_length,
     ),
+    Intended(
+        "command-line-refusal",
+        "A command line `sonic serve` refuses (a `--backend-config` Triton cannot read either: nothing before "
+        "its comma, no `=`, an empty setting or value): Triton prints its usage text, `Bad option: "
+        '"--backend-config".` and its message, and exits with status 1; sonic prints `sonic serve: ` and '
+        "Triton's message, and exits with status 2, as for every flag it refuses or does not know.",
+        "Status 2 is the usage error of sonic's command line (argparse's), the same for all its refusals; the "
+        "one line is Triton's, and `sonic serve --help` gives the usage.",
+        _not_a_request,
+    ),
 )
 
 
