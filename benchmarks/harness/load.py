@@ -107,10 +107,17 @@ class CpuLoad:
 
 
 def load_with_cpu(
-    address: str, payload: bytes, pid: int, *, concurrency: int, window_s: float, transport: str = "grpcio"
+    address: str,
+    payload: bytes,
+    pid: int,
+    *,
+    concurrency: int,
+    window_s: float,
+    transport: str = "grpcio",
+    warmup_s: float = 1.0,
 ) -> CpuLoad:
-    """One :func:`grpc_load` window (batch 1, after 1 s of warm-up load) and the CPU µs per request of
-    the server and of this process over the window alone (the warm-up runs first, outside the count)."""
+    """One :func:`grpc_load` window (batch 1, after ``warmup_s`` of warm-up load) and the CPU µs per request
+    of the server and of this process over the window alone (the warm-up runs first, outside the count)."""
 
     def window(seconds: float) -> LoadResult:
         return asyncio.run(
@@ -125,7 +132,7 @@ def load_with_cpu(
             )
         )
 
-    window(1.0)
+    window(warmup_s)
     server_before, client_before = cpu_seconds(pid), time.process_time()
     result = window(window_s)
     requests = max(result.requests, 1)
@@ -137,10 +144,10 @@ def load_with_cpu(
 
 
 def load_with_server_cpu(
-    address: str, payload: bytes, pid: int, *, concurrency: int, window_s: float
+    address: str, payload: bytes, pid: int, *, concurrency: int, window_s: float, warmup_s: float = 1.0
 ) -> tuple[LoadResult, float]:
     """:func:`load_with_cpu` without the load generator's share."""
-    load = load_with_cpu(address, payload, pid, concurrency=concurrency, window_s=window_s)
+    load = load_with_cpu(address, payload, pid, concurrency=concurrency, window_s=window_s, warmup_s=warmup_s)
     return load.result, load.server_cpu_us_per_request
 
 

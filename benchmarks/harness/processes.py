@@ -3,8 +3,6 @@ the environment Triton's Python-backend stub needs)."""
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import site
 import statistics
@@ -16,8 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-M_TRIM_THRESHOLD = -1  # glibc mallopt parameters (malloc.h)
-M_MMAP_THRESHOLD = -3
+from sonic.server.malloc import MallocSetting, fix_mmap_threshold
 
 
 def steady_malloc(threshold_bytes: int = 64 << 20) -> bool:
@@ -27,17 +24,10 @@ def steady_malloc(threshold_bytes: int = 64 << 20) -> bool:
     fresh mmap (page faults and kernel zeroing of every page: ~2x the time per request here) until its
     dynamic threshold happens to rise past the size, so the same run measured ~400 or ~900 MB/s depending
     on what the process had freed before. Fixing the thresholds takes the chance out, for every server
-    alike. Returns False where it cannot be set (not glibc).
+    alike (``sonic serve`` fixes its own the same way: ``sonic.server.malloc``). Returns False where it
+    cannot be set (not glibc).
     """
-    libc_name = ctypes.util.find_library("c")
-    if libc_name is None:
-        return False
-    libc = ctypes.CDLL(libc_name)
-    if not hasattr(libc, "mallopt"):
-        return False
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold_bytes)) and bool(
-        libc.mallopt(M_TRIM_THRESHOLD, 2 * threshold_bytes)
-    )
+    return fix_mmap_threshold(threshold_bytes) is MallocSetting.FIXED
 
 
 def cpu_seconds(pid: int) -> float:

@@ -107,3 +107,12 @@ def set_cpu_instances(repository: Path, model: str, instances: int) -> None:
     config.ClearField("instance_group")
     config.instance_group.add(count=instances, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
     path.write_text(text_format.MessageToString(config))
+
+
+def set_max_batch_size(repository: Path, model: str, rows: int) -> None:
+    """``model``'s config in ``repository`` with ``max_batch_size`` at least ``rows`` (a larger tensor
+    than its own configuration takes)."""
+    path = repository / model / "config.pbtxt"
+    config = parse_config_text(path.read_text(), model)
+    config.max_batch_size = max(config.max_batch_size, rows)
+    path.write_text(text_format.MessageToString(config))

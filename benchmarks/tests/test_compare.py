@@ -6,12 +6,16 @@ Here, next to the benchmarks, because it tests their harness, which is not part 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import onnxruntime as ort
 import pytest
 from benchmarks.compare import repositories
 from benchmarks.compare import summary as compare_summary
+from benchmarks.compare.measure import measure
+from benchmarks.compare.workloads import Workload
 from benchmarks.harness.report import replace_between
 
 from sonic.models.zoo import registry
@@ -132,3 +136,26 @@ def test_cpu_table_pairs_server_cpu_per_request_and_weighs_transfers_against_the
     assert "| 60 | 100 | 1,000 | 0.60 [0.60-0.60] | ≤ 0.7x triton: met |" in identity
     large = next(line for line in lines if line.startswith("| 15.6 MB"))
     assert "2.5x the memcpy floor (2.0 ms) vs ≤ 2.0x: missed" in large  # 5 ms per request against 2 ms
+
+
+class _BusySession:
+    """Stands for an onnxruntime session in the direct ceiling: each run spends ``cpu_s`` of this thread."""
+
+    def __init__(self, cpu_s: float) -> None:
+        self.cpu_s = cpu_s
+
+    def run(self, names: object, feeds: object) -> None:  # noqa: ARG002  (InferenceSession.run's signature)
+        end = time.thread_time() + self.cpu_s
+        while time.thread_time() < end:
+            pass
+
+
+def test_server_cpu_is_the_measured_windows_alone() -> None:
+    """The warm-up window (1 s here) stays out of the CPU count: only the measured window's requests are
+    counted, so its CPU alone is divided by them (the warm-up's inflated every figure by 1.33x)."""
+    workload = Workload("busy", "busy", "busy", 1, 1, "rate", ("direct",))
+    session = cast("ort.InferenceSession", _BusySession(0.002))
+    result = measure(workload, "direct", {}, {}, {"busy": session}, 0.2, None)
+    assert result["requests"] >= 10
+    cpu_per_request = result["server_cpu_s"] / result["requests"]
+    assert 0.0015 < cpu_per_request < 0.004  # ~2 ms; with the 1 s warm-up counted, ~12 ms

@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from benchmarks.harness.servers import ServerSet
+from benchmarks.harness.servers import ServerSet, set_max_batch_size
 
 from sonic.launch import ServerHandle
+from sonic.protocol.model_config import parse_config_text
+from sonic.testing.repository import write_test_repository
 
 pytestmark = pytest.mark.integration
 
@@ -42,3 +44,17 @@ def test_server_set_stops_every_process_even_when_the_block_fails(tmp_path: Path
         with pytest.raises(ValueError, match="already in the set"):
             again.add("first", third)
     assert third.process.poll() is not None  # refused, and stopped rather than left running
+
+
+def test_max_batch_size_is_raised_to_fit_never_lowered(tmp_path: Path) -> None:
+    write_test_repository(tmp_path, "sonic")
+    set_max_batch_size(tmp_path, "identity_large", 4400)
+    assert (
+        parse_config_text((tmp_path / "identity_large" / "config.pbtxt").read_text(), "x").max_batch_size
+        == 4400
+    )
+    set_max_batch_size(tmp_path, "identity_large", 100)
+    assert (
+        parse_config_text((tmp_path / "identity_large" / "config.pbtxt").read_text(), "x").max_batch_size
+        == 4400
+    )

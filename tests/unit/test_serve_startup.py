@@ -28,8 +28,12 @@ pytestmark = pytest.mark.unit
             ["--rate-limit", "bogus", "--model-repository", "{root}"],
             "sonic serve: --rate-limit=bogus: expected execution_count or off",
         ),
+        (
+            ["--malloc-mmap-threshold-mb", "-1", "--model-repository", "{root}"],
+            "sonic serve: --malloc-mmap-threshold-mb must be 0 or more, got -1",
+        ),
     ],
-    ids=["log file", "triton flag", "configuration", "rate limit"],
+    ids=["log file", "triton flag", "configuration", "rate limit", "malloc threshold"],
 )
 def test_a_start_up_error_is_one_line_and_status_2(
     argv: list[str], line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

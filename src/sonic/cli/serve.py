@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from sonic.cli.serve_budget import add_budget_arguments, budget_config_from_args
+from sonic.cli.serve_budget import add_budget_arguments, apply_malloc_threshold, budget_config_from_args
 from sonic.cli.serve_grpc import add_grpc_arguments, grpc_config_from_args
 from sonic.cli.serve_http import (
     add_http_arguments,
@@ -288,6 +288,7 @@ def _startup(
         log_control = LogControl.install(log_settings_from_args(args, triton))
     with _refused(ValueError, OSError, argparse.ArgumentTypeError):
         config = config_from_args(args, triton)
+        apply_malloc_threshold(args)  # this process is the server's alone, as serve's freeze_heap
     with _refused(ImportError):
         loop_factory = _loop_factory(args.loop)
     return config, loop_factory, log_control

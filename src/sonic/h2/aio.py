@@ -217,9 +217,11 @@ class BufferedReads(asyncio.BufferedProtocol):
 
     Inside a DATA payload the sink has room for, the socket is read straight into the application's
     memory (:meth:`Connection.receive_target`), so a large message's bytes land once, where they stay;
-    everything else is read into one reused buffer, parsed before the next read. After such a payload
-    the next read takes a frame header alone, so the next DATA payload of the message lands in place
-    too rather than in the buffer (one read more per DATA frame, frames of up to 1 MiB).
+    everything else is read into one reused buffer, parsed before the next read. A payload's rest is read
+    with the next frame's header behind it when the message's memory goes on past the payload (the core
+    takes the header back out, and the next payload overwrites it there), so the message's next DATA
+    payload lands in place too, one read per DATA frame of up to 1 MiB; after a payload that ends the
+    message's memory, the next read takes a frame header alone.
 
     ``receive_buffer`` (:func:`receive_buffer`) may be shared by every connection of a loop, as uvloop
     shares its own: a read is parsed, and what the core keeps of it copied, before the loop makes another."""

@@ -118,6 +118,9 @@ class Connection(Generic[T]):
         # A DATA payload just ended in a sink's memory: the next read should be a frame header alone, so
         # that a DATA payload after it lands in place too instead of in the adapter's buffer.
         self.header_next = False
+        # What receive_target last handed out: a read there may run past the payload's rest into the
+        # next frame's header (received_in_place takes those bytes back out).
+        self._in_place: memoryview | None = None
 
     def start(self, now: float, peer: str = "unknown") -> None:
         """Our side's opening (preface, SETTINGS), and the timers from ``now`` (the adapter's clock);
@@ -178,8 +181,9 @@ class Connection(Generic[T]):
     def receive_target(self) -> memoryview | None:
         """Where the next bytes from the peer may be read to, when not the adapter's own buffer: inside a
         DATA payload whose stream's sink (:meth:`set_sink`) has memory for it, that memory (at most the payload's
-        rest, when that is at least :data:`IN_PLACE_MIN_BYTES`). The adapter then reports what it read there
-        with :meth:`received_in_place`."""
+        rest, when that is at least :data:`IN_PLACE_MIN_BYTES`, and the next frame's header when the sink's
+        memory goes on past the payload). The adapter then reports what it read there with
+        :meth:`received_in_place`."""
         stream, sink = self._data_stream, self._sink
         if (
             stream is None
@@ -193,24 +197,39 @@ class Connection(Generic[T]):
         room = sink.stream_sink(stream)
         if room is None or not len(room):
             return None
-        return room[: self._data_left] if len(room) > self._data_left else room
+        # The message goes on past this payload: the read may take the next frame's header too, into
+        # room the next payload overwrites (one read per DATA frame, not a header read between).
+        wanted = (
+            self._data_left + FRAME_HEADER_BYTES
+            if len(room) >= self._data_left + FRAME_HEADER_BYTES
+            else self._data_left
+        )
+        self._in_place = room[:wanted] if len(room) > wanted else room
+        return self._in_place
 
     def received_in_place(self, size: int) -> None:
-        """``size`` bytes of the DATA payload in progress were read into what :meth:`receive_target` gave."""
-        stream, sink = self._data_stream, self._sink
-        if stream is None or sink is None or size > self._data_left:
+        """``size`` bytes were read into what :meth:`receive_target` gave: the DATA payload in progress,
+        then, past its end, the start of the next frame (parsed as any received bytes)."""
+        stream, sink, target = self._data_stream, self._sink, self._in_place
+        self._in_place = None
+        if stream is None or sink is None or target is None or size > len(target):
             msg = f"{size} bytes received in place outside a DATA payload ({self._data_left} bytes left)"
             raise RuntimeError(msg)
         self.timers.active = True
-        self._data_left -= size
+        placed = min(size, self._data_left)
+        following = bytes(target[placed:size])  # a frame header's bytes, before the sink sees the payload
+        self._data_left -= placed
         try:
-            sink.stream_data_placed(stream, size)
+            sink.stream_data_placed(stream, placed)
             if not self._data_left:
                 self._data_stream = None
                 self.header_next = True
                 self.after_data(stream, self._data_end)
         except ProtocolError as exc:
             self.connection_error(exc)
+            return
+        if following:
+            self.receive_data(following)
 
     def data_to_send(self) -> list[bytes | memoryview]:
         """Everything queued since the last call; the next batch of DATA is queued behind it."""
@@ -219,6 +238,7 @@ class Connection(Generic[T]):
     def transport_lost(self) -> None:
         """The transport is gone: every open stream is reset for its application."""
         self.state = next_state(self.state, ConnectionEvent.TRANSPORT_LOST)
+        self._in_place = None
         streams = list(self.streams.values())
         self.streams.clear()
         self.output.forget_all_blocked()

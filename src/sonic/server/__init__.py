@@ -3,7 +3,8 @@
 - running: :mod:`.config` (what to run, frozen), :mod:`.server` (start-up, ready line, drain), :mod:`.tls`,
   :mod:`.devices` (accelerators, found once), :mod:`.embedded` (the models in-process, no sockets);
 - requests in: :mod:`.frontends` (gRPC, HTTP/REST, metrics), :mod:`.guard` (tokens, rate, admission),
-  :mod:`.budget` (buffered request bytes), :mod:`.dataplane` (every KServe v2 operation once),
+  :mod:`.budget` (buffered request bytes), :mod:`.malloc` (the process's mmap threshold for large buffers),
+  :mod:`.dataplane` (every KServe v2 operation once),
   :mod:`.header_forward` (headers that become request parameters);
 - :mod:`.models`: the repository, what a model loads with, the manager of versions and their instances;
 - execution: :mod:`.work` (the work item and the scheduler interface) and :mod:`.responses` (a decoupled
