@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--window-s", type=float, default=4.0)
     parser.add_argument("--loads", nargs="+", default=["h2", "grpcio"])
-    parser.add_argument("--servers", nargs="+", default=["sonic", "triton"])
+    parser.add_argument("--servers", nargs="*", default=["sonic", "triton"])
     parser.add_argument("--tree", action="append", default=[], help="NAME=SRC: server sonic-NAME runs SRC")
     parser.add_argument("--server-args", action="append", default=[], help='SERVER="ARGS"')
     parser.add_argument("--tag", default="")
