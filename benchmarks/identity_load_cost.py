@@ -29,6 +29,7 @@ from benchmarks.compare.workloads import THREADS
 from benchmarks.harness.load import grpc_load, infer_request_bytes
 from benchmarks.harness.processes import own_libpython_for_triton, thread_cpu_seconds, tree_cpu_seconds
 from benchmarks.harness.report import save
+from benchmarks.harness.rounds import ordered
 from benchmarks.harness.servers import ServerSet, parse_named
 from sonic.launch import ServerHandle, ServerProcess
 from sonic.launch.triton import TritonProcess
@@ -93,7 +94,7 @@ def start(
     )
 
 
-def window(address: str, pid: int, payload: bytes, load: str, window_s: float) -> dict[str, float]:
+def window(address: str, pid: int, payload: bytes, load: str, window_s: float) -> dict[str, Any]:
     asyncio.run(
         grpc_load(address, payload, concurrency=32, batch=1, duration_s=1.0, warmup_s=0.0, transport=load)
     )
@@ -111,7 +112,7 @@ def window(address: str, pid: int, payload: bytes, load: str, window_s: float) -
     wall = time.perf_counter() - wall
     main_cores = (thread_cpu_seconds(pid).get(pid, 0.0) - main_before) / wall
     n = max(result.requests, 1)
-    row: dict[str, float] = {
+    row: dict[str, Any] = {
         "requests_per_s": result.requests_per_s,
         "p50_ms": result.p50_ms,
         "server_cpu_us": round(1e6 * (tree_cpu_seconds(pid) - server_cpu) / n, 1),
@@ -147,7 +148,7 @@ def main() -> None:
         for name in servers:
             running.add(name, start(name, repositories, trees, args))
         for r in range(options.rounds):
-            order = servers if r % 2 == 0 else servers[::-1]
+            order = ordered(servers, r, "alternate")
             for load in options.loads:
                 for name in order:
                     row = window(
