@@ -66,7 +66,11 @@ def counters(pid: int, tree: bool = True) -> dict[str, float]:
             if key in IO_FIELDS:
                 total[key] += int(value)
         for status in Path(f"/proc/{each}/task").glob("*/status"):
-            for line in status.read_text().splitlines():
+            try:
+                text = status.read_text()
+            except (FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
+                continue
+            for line in text.splitlines():
                 if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
                     total["switches"] += int(line.split()[1])
     return total
