@@ -77,6 +77,7 @@ COMPILED_MODULES = (
     "sonic.server.work",
     "sonic.server.frontends.gate",
     "sonic.server.frontends.grpc_h2",
+    "sonic.server.frontends.grpc_infer",
     "sonic.server.frontends.request_windows",
     "sonic.server.metrics.stats",
     "sonic.server.models.manager",

@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 from sonic.launch import ServerProcess
 from sonic.server.config import ModelControlMode, ServerConfig
 from sonic.server.models.manager import ModelManager
-from sonic.server.server import freeze_start_up
+from sonic.server.server import SERVING_GEN0_THRESHOLD, freeze_start_up
 
 pytestmark = pytest.mark.integration
 
@@ -58,11 +58,13 @@ async def test_models_loaded_after_the_freeze_are_collected_when_unloaded(tmp_pa
     repository = _repository(tmp_path / "models")
     config = ServerConfig(model_repositories=(repository,), model_control_mode=ModelControlMode.EXPLICIT)
     manager = ModelManager(config)
+    thresholds = gc.get_threshold()
     try:
         await manager.load("at_start")
         freeze_start_up()
         frozen = gc.get_freeze_count()
         assert frozen > 0
+        assert gc.get_threshold() == (SERVING_GEN0_THRESHOLD, *thresholds[1:])
         gone: list[weakref.ref[ModuleType]] = []
         for _ in range(20):
             await manager.load("later")
@@ -76,6 +78,7 @@ async def test_models_loaded_after_the_freeze_are_collected_when_unloaded(tmp_pa
     finally:
         await manager.close()
         gc.unfreeze()  # the test process's heap back as it was
+        gc.set_threshold(*thresholds)
 
 
 FREEZE_PROBE = """import gc

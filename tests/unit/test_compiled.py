@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import importlib
 import importlib.machinery
 import importlib.util
@@ -306,3 +307,36 @@ def test_no_compiled_function_defines_a_nested_function() -> None:
                     if node is not function and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
                 )
     assert nested == []
+
+
+# Built once or more for every request: their __init__ is written out in the class (docs/benchmarks.md,
+# "issue 37: identity rate").
+PER_REQUEST_CLASSES = (
+    ("sonic.protocol.types", "InputTensor"),
+    ("sonic.protocol.types", "InferRequest"),
+    ("sonic.protocol.types", "OutputTensor"),
+    ("sonic.protocol.types", "InferResponse"),
+    ("sonic.server.work", "WorkItem"),
+    ("sonic.server.metrics.stats", "RequestTiming"),
+    ("sonic.server.dataplane", "Arrival"),
+)
+
+
+@pytest.mark.parametrize(("module", "name"), PER_REQUEST_CLASSES)
+def test_per_request_dataclasses_write_their_init(module: str, name: str) -> None:
+    """A dataclass's generated ``__init__`` is Python that ``dataclasses`` execs at import: compiled, the
+    class stays native but its construction runs that interpreted function (0.3-1.4 µs per object against
+    ~0.1, ~5 µs of a small request's ~75). Written in the class, mypyc compiles it; and every field is
+    still a parameter of it, so ``dataclasses.replace`` keeps working."""
+    cls = getattr(importlib.import_module(module), name)
+    init = cls.__init__
+    assert getattr(getattr(init, "__code__", None), "co_filename", "compiled") != "<string>"
+    tree = ast.parse(compiled.source_path(PACKAGE, module).read_text())
+    (written,) = (
+        node
+        for c in tree.body
+        if isinstance(c, ast.ClassDef) and c.name == name
+        for node in c.body
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__"
+    )
+    assert [a.arg for a in written.args.args[1:]] == [f.name for f in dataclasses.fields(cls) if f.init]

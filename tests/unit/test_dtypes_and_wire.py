@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+from typing import Any
+
 import ml_dtypes
 import numpy as np
+import numpy.typing as npt
 import pytest
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import serialize_byte_tensor
@@ -22,6 +25,24 @@ def test_round_trip_every_fixed_size_datatype(datatype: dtypes.Datatype) -> None
     decoded = dtypes.array_from_bytes(encoded, datatype, (3, 5), "t")
     np.testing.assert_array_equal(decoded, array)
     assert dtypes.from_numpy(array.dtype) is datatype
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(15, dtype=np.float32).reshape(3, 5).T,  # not C-contiguous: copied
+        np.ones((0, 16), np.float32),  # a zero in the shape: no buffer cast
+        np.arange(6, dtype=">i4").reshape(2, 3),  # big-endian: its bytes as they are
+        np.array(3.5, np.float64),  # 0-d
+        np.array([1.5, -2.0], dtype=ml_dtypes.bfloat16),  # no buffer format
+        np.array([[True, False]]),
+    ],
+    ids=["transposed", "empty", "big-endian", "scalar", "bf16", "bool"],
+)
+def test_output_bytes_are_the_arrays_in_c_order(array: npt.NDArray[Any]) -> None:
+    datatype = dtypes.from_numpy(array.dtype.newbyteorder("=")) if array.dtype.byteorder == ">" else None
+    datatype = datatype or dtypes.from_numpy(array.dtype)
+    assert bytes(dtypes.array_to_bytes(array, datatype)) == np.ascontiguousarray(array).tobytes()
 
 
 def test_bf16_keeps_two_bytes() -> None:

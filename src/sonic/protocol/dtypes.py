@@ -180,6 +180,10 @@ def array_to_bytes(array: npt.NDArray[Any], datatype: Datatype) -> bytes | memor
     """Bytes of an output array; a view of C-contiguous data, a copy only when it must."""
     if datatype.name == "BYTES":
         return serialize_bytes_tensor(array)
+    try:  # the buffer protocol's bytes of a C-contiguous array: ~0.2 µs, a fifth of the way below
+        return memoryview(array).cast("B")  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # not C-contiguous, a zero in its shape, or no buffer format (bfloat16)
+        pass
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)
     # A uint8 view gives a plain byte buffer for every dtype (bool and bfloat16 included).

@@ -55,17 +55,31 @@ EXTENSIONS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Arrival:
     """What a front end knows of an inference request beyond its wire form: when it arrived
     (``perf_counter_ns``, the start of its latency), its W3C trace headers (read only when tracing) and,
-    when Triton's trace extension samples it, its trace record."""
+    when Triton's trace extension samples it, its trace record. Never changed once made (a trace is added
+    to a copy, ``dataclasses.replace``); not frozen, as a frozen class's __init__ sets every field through
+    ``object.__setattr__`` (1.4 µs per request), and written out, as sonic.protocol.types.InputTensor says."""
 
     received_ns: int
     trace_headers: dict[str, str] | None = None
     trace: RequestTrace | None = None
     # Headers the front end's --*-header-forward-pattern matched: added to the request's parameters.
     forwarded: Forwarded = ()
+
+    def __init__(
+        self,
+        received_ns: int,
+        trace_headers: dict[str, str] | None = None,
+        trace: RequestTrace | None = None,
+        forwarded: Forwarded = (),
+    ) -> None:
+        self.received_ns = received_ns
+        self.trace_headers = trace_headers
+        self.trace = trace
+        self.forwarded = forwarded
 
 
 class DataPlane:

@@ -228,6 +228,12 @@ class Server:
 
 
 SignalHandler = Callable[[int, FrameType | None], Any] | int | None  # what signal.getsignal returns
+# Generation 0's collection threshold while serving (CPython's default: 700). The requests in flight hold
+# ~25 objects each that the collector tracks: at 32 in flight they already pass 700, so a collection
+# walked them all every ~30 small requests and freed nothing (~2,000 collections per 70,000 requests,
+# ~1.4 us per request: docs/benchmarks.md, "issue 37: identity rate"). Requests make no cyclic garbage of
+# note, so collections that rare cost nothing in memory.
+SERVING_GEN0_THRESHOLD = 10_000
 
 
 def freeze_start_up() -> None:
@@ -239,9 +245,11 @@ def freeze_start_up() -> None:
     collectable, or each load/unload cycle would keep its cycles for good (a model loaded at start and
     unloaded later keeps its cyclic objects: at most what start-up loaded, once). Blocking, but before
     the server turns ready: the front ends listen, and refuse inferences meanwhile (the objects of a
-    connection open at that moment, a probe's, are frozen with the rest: a few, once)."""
+    connection open at that moment, a probe's, are frozen with the rest: a few, once). Then generation 0
+    is collected at :data:`SERVING_GEN0_THRESHOLD` objects rather than 700."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(SERVING_GEN0_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def exit_now(code: int) -> None:

@@ -52,6 +52,42 @@ class WorkItem:
     timer: asyncio.TimerHandle | None = None  # the queue timeout, when there is one
     trace: RequestTrace | None = None  # Triton's trace of it, when sampled (an ensemble traces its steps)
 
+    def __init__(  # written out: compiled (sonic.protocol.types.InputTensor says why)
+        self,
+        inputs: dict[str, npt.NDArray[Any]],
+        batch_size: int,
+        shape_key: tuple[object, ...],
+        future: asyncio.Future[tuple[ItemOutputs, RequestTiming]],
+        priority: int = 0,
+        timeout_us: int = 0,
+        request_id: str = "",
+        output_names: tuple[str, ...] | None = None,
+        output_buffers: dict[str, npt.NDArray[Any]] | None = None,
+        parameters: Mapping[str, object] | None = None,
+        responses: ResponseChannel | None = None,
+        enqueued_ns: int = 0,
+        level: int = 0,
+        state: ItemState = ItemState.QUEUED,
+        timer: asyncio.TimerHandle | None = None,
+        trace: RequestTrace | None = None,
+    ) -> None:
+        self.inputs = inputs
+        self.batch_size = batch_size
+        self.shape_key = shape_key
+        self.future = future
+        self.priority = priority
+        self.timeout_us = timeout_us
+        self.request_id = request_id
+        self.output_names = output_names
+        self.output_buffers = output_buffers
+        self.parameters = {} if parameters is None else parameters
+        self.responses = responses
+        self.enqueued_ns = enqueued_ns
+        self.level = level
+        self.state = state
+        self.timer = timer
+        self.trace = trace
+
 
 class RequestScheduler(Protocol):
     """What a model version needs from its scheduler (the batcher's and the ensemble's)."""

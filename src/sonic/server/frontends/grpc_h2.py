@@ -52,6 +52,7 @@ from sonic.server.frontends.grpc_h2_call import (
     CallError,
     header_text,
 )
+from sonic.server.frontends.grpc_infer import model_infer
 from sonic.server.frontends.grpc_methods import HEALTH_CHECK_PATH, GrpcMethods, UnaryMethod
 from sonic.server.frontends.request_windows import RequestWindows
 from sonic.server.tls import grpc_ssl_context
@@ -271,7 +272,7 @@ class GrpcConnection:
             if call.compressed:  # most calls are not: no coroutine for them on the hot path
                 message = await self._inflated(call, message)
             if call.method == "ModelInfer":
-                parts = await self._methods.infer(message, call.trace, call.forwarded)
+                parts = await model_infer(self._methods.dataplane, message, call.trace, call.forwarded)
             elif call.method == "HealthCheck":
                 parts = [self._methods.health_check(message)]
             else:

@@ -29,6 +29,7 @@ from sonic.server.classification.top_k import classify_off_loop
 from sonic.server.dataplane import Arrival, DataPlane
 from sonic.server.decoupled import DecoupledCall, StreamAnswer
 from sonic.server.frontends.gate import as_sonic_error
+from sonic.server.frontends.grpc_infer import model_infer
 from sonic.server.frontends.traced import grpc_traced
 from sonic.server.header_forward import Forwarded, forward
 from sonic.server.log_settings import changes_from_grpc, settings_to_grpc
@@ -159,13 +160,9 @@ class GrpcMethods:
         trace_headers: dict[str, str] | None = None,
         forwarded: Forwarded = (),
     ) -> list[bytes | memoryview]:
-        """``ModelInfer``: a serialized request in, the serialized response's pieces out (``forwarded``:
-        the call's headers that become request parameters)."""
-        arrival = Arrival(time.perf_counter_ns(), trace_headers, forwarded=forwarded)
-        request = decode_infer_request(data)
-        if self.dataplane.traces.active:  # Triton's trace extension: this one check while it is off
-            return await grpc_traced(self.dataplane, request, arrival, encode_infer_response)
-        return encode_infer_response(await self.dataplane.infer(request, arrival))
+        """``ModelInfer``: :func:`sonic.server.frontends.grpc_infer.model_infer` (the native front end calls
+        that directly)."""
+        return await model_infer(self.dataplane, data, trace_headers, forwarded)
 
     async def stream_responses(
         self,

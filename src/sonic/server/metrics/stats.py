@@ -65,6 +65,22 @@ class RequestTiming:
     execution: int = 0  # which execution of the model version it joined (0: not known)
     execution_batch_size: int = 0  # that execution's batch size (its requests' sizes summed)
 
+    def __init__(  # written out: compiled (sonic.protocol.types.InputTensor says why)
+        self,
+        queue_ns: int,
+        compute_input_ns: int,
+        compute_infer_ns: int,
+        compute_output_ns: int,
+        execution: int = 0,
+        execution_batch_size: int = 0,
+    ) -> None:
+        self.queue_ns = queue_ns
+        self.compute_input_ns = compute_input_ns
+        self.compute_infer_ns = compute_infer_ns
+        self.compute_output_ns = compute_output_ns
+        self.execution = execution
+        self.execution_batch_size = execution_batch_size
+
 
 @dataclass(slots=True)
 class ModelStats:
