@@ -63,13 +63,21 @@ class Both:
             tape.write(self.session.test, call, outcome)
         return outcome
 
-    def compare(self, call: Call) -> Outcome:
-        """Send ``call`` to both; fail on a difference no intended row explains. Returns Triton's outcome."""
+    def compare(self, call: Call, sonic_says: tuple[str, str] | None = None) -> Outcome:
+        """Send ``call`` to both; fail on a difference no intended row explains. Returns Triton's outcome.
+
+        ``sonic_says``: sonic's exact status and words for this single-fault call, asserted beside the
+        comparison where a row lets sonic answer other words or status than Triton's (or Triton's words
+        with sonic's after them): what a row cannot hold to Triton's is then held to sonic's own."""
         triton, sonic = self._triton(call), self.sonic(call)
         if self.session.tape is not None:
             triton, sonic = steady(triton), steady(sonic)
         row = None if triton == sonic else explain(call, triton, sonic)
         self.session.hits.record(self.session.test, triton, sonic, row)
+        if sonic_says is not None:
+            code, words = sonic_says
+            # Names that change from run to run (a shared-memory key's PID) as a replay sees them.
+            self.pinned(steady(sonic), code, steady(Outcome(code, words)).message)
         if triton != sonic and row is None:
             report = os.environ.get(REPORT_ENV)
             record = {"call": call.what or repr(call), "triton": repr(triton), "sonic": repr(sonic)}
