@@ -581,7 +581,10 @@ REQUEST_SAYS: dict[str, tuple[str, str]] = {
     ),
     "BYTES data a string": (
         "400",
-        "model 'text_echo' input 'X': BYTES contents must be a list of strings, got str",
+        (
+            "model 'text_echo' input 'X': Unable to parse 'data': attempt to access JSON non-array as array (the "
+            "BYTES input's 'data' is \"a\")"
+        ),
     ),
     "raw contents more than inputs": (
         "INVALID_ARGUMENT",
@@ -681,6 +684,18 @@ REACH_FAULTS: dict[str, list[tuple[Call, Says]]] = {
             (
                 "400",
                 f"model 'typed' input 'I': value {2**70} is out of range for INT32 (-2147483648..2147483647)",
+            ),
+        )
+    ],
+    "JSON data a number": [
+        (
+            _typed_http(_typed_json(I={"data": 5})),
+            (
+                "400",
+                (
+                    "model 'typed' input 'I': Unable to parse 'data': attempt to access JSON non-array as array "
+                    "(the INT32 input's 'data' is 5)"
+                ),
             ),
         )
     ],

@@ -25,7 +25,7 @@ import pytest
 import tritonclient.utils.shared_memory as shm
 from tests.integration.differential.calls import Caller, Endpoint, GrpcCall, HttpCall, Outcome
 from tests.integration.differential.compare import Both, Session
-from tests.integration.differential.faulty_models import DECOUPLED, IO, Faulty, write_faulty
+from tests.integration.differential.faulty_models import DECOUPLED, IO, MATRIX, Faulty, write_faulty
 from tests.integration.differential.repository import SPARE, write_repository
 from tests.integration.differential.sonic_only_models import write_sonic_only
 from tritonclient.grpc import service_pb2
@@ -40,6 +40,7 @@ OWN_ARGS = (
     "--model-control-mode=explicit",
     f"--load-model={SPARE.name}",
     f"--load-model={DECOUPLED.name}",
+    f"--load-model={MATRIX.name}",
     "--exit-on-error=false",
     "--strict-readiness=false",
     "--refuse-model-links-outside",
@@ -74,7 +75,7 @@ def _sonic(stack: ExitStack, roots: list[Path], args: tuple[str, ...], session: 
 def own(tmp_path_factory: pytest.TempPathFactory, differential_session: Session) -> Iterator[Own]:
     base = tmp_path_factory.mktemp("sonic-only")
     root = write_repository(base / "models", (SPARE,))
-    write_faulty(root, (DECOUPLED,))
+    write_faulty(root, (DECOUPLED, MATRIX))
     write_sonic_only(root)
     twice = Faulty(TWICE, "")
     other = base / "other"
@@ -408,6 +409,20 @@ def test_shared_memory_truncated(own: Own) -> None:
     finally:
         own.both.sonic(HttpCall("POST", "/v2/systemsharedmemory/region/cut/unregister"))
         shm.destroy_shared_memory_region(handle)
+
+
+def test_shape_past_numpy(own: Own) -> None:
+    """A shape with a 0 whose dimensions multiply past what numpy can index (no elements, so the byte
+    size and element count agree): sonic refuses it; Triton 2.51 hands it to the Python backend, whose
+    stub process dies (INTERNAL ``Stub process 'matrix_0' is not healthy.``, and so for every later
+    request to the model), an answer no comparison can hold sonic to."""
+    body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": [0, 2**62], "data": []}]}
+    own.both.expect(
+        HttpCall("POST", f"/v2/models/{MATRIX.name}/infer", json.dumps(body).encode(), JSON),
+        "400",
+        f"model 'matrix' input 'X': shape [0, {2**62}] cannot be used: array is too big; `arr.size * "
+        "arr.dtype.itemsize` is larger than the maximum possible size.",
+    )
 
 
 def test_path_component_dot_dot(own: Own) -> None:
