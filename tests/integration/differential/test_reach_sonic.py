@@ -27,7 +27,12 @@ from tests.integration.differential.calls import Caller, Endpoint, GrpcCall, Htt
 from tests.integration.differential.compare import Both, Session
 from tests.integration.differential.faulty_models import DECOUPLED, IO, MATRIX, Faulty, write_faulty
 from tests.integration.differential.repository import SPARE, write_repository
-from tests.integration.differential.sonic_only_models import write_sonic_only
+from tests.integration.differential.sonic_only_models import (
+    ONNX_DECOUPLED,
+    ONNX_SCALAR,
+    write_onnx,
+    write_sonic_only,
+)
 from tritonclient.grpc import service_pb2
 
 from sonic.launch import ServerProcess
@@ -41,6 +46,7 @@ OWN_ARGS = (
     f"--load-model={SPARE.name}",
     f"--load-model={DECOUPLED.name}",
     f"--load-model={MATRIX.name}",
+    f"--load-model={ONNX_SCALAR}",
     "--exit-on-error=false",
     "--strict-readiness=false",
     "--refuse-model-links-outside",
@@ -77,6 +83,7 @@ def own(tmp_path_factory: pytest.TempPathFactory, differential_session: Session)
     root = write_repository(base / "models", (SPARE,))
     write_faulty(root, (DECOUPLED, MATRIX))
     write_sonic_only(root)
+    write_onnx(root)
     twice = Faulty(TWICE, "")
     other = base / "other"
     write_faulty(root, (twice,))
@@ -126,6 +133,14 @@ def _version_failed(name: str, reason: str) -> str:
 
 # What each load of sonic_only_models answers ({root}: the repository, {other}, {outside}).
 LOADS: dict[str, tuple[str, str]] = {
+    ONNX_DECOUPLED: (
+        "INVALID_ARGUMENT",
+        _version_failed(
+            ONNX_DECOUPLED,
+            "Invalid argument: model 'onnx_decoupled': the onnxruntime backend cannot serve decoupled models "
+            "(model_transaction_policy {{ decoupled: true }}); only the python backend can",
+        ),
+    ),
     "secondary_devices": (
         "INVALID_ARGUMENT",
         _failed(
@@ -422,6 +437,18 @@ def test_shape_past_numpy(own: Own) -> None:
         "400",
         f"model 'matrix' input 'X': shape [0, {2**62}] cannot be used: array is too big; `arr.size * "
         "arr.dtype.itemsize` is larger than the maximum possible size.",
+    )
+
+
+def test_onnx_output_without_batch(own: Own) -> None:
+    """A batched ONNX model whose output has no batch dimension (a sum over every axis): its rows cannot
+    go back to the requests (Triton's ONNX Runtime backend, absent here, refuses it in its own words)."""
+    request = service_pb2.ModelInferRequest(model_name=ONNX_SCALAR)
+    request.inputs.add(name="X", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(1.0)
+    own.both.expect(
+        GrpcCall("ModelInfer", request.SerializeToString(deterministic=True)),
+        "INTERNAL",
+        "model 'onnx_scalar' output 'OUT_X' has shape [], expected batch dimension 1 first",
     )
 
 
