@@ -74,10 +74,6 @@ class Both:
             triton, sonic = steady(triton), steady(sonic)
         row = None if triton == sonic else explain(call, triton, sonic)
         self.session.hits.record(self.session.test, triton, sonic, row)
-        if sonic_says is not None:
-            code, words = sonic_says
-            # Names that change from run to run (a shared-memory key's PID) as a replay sees them.
-            self.pinned(steady(sonic), code, steady(Outcome(code, words)).message)
         if triton != sonic and row is None:
             report = os.environ.get(REPORT_ENV)
             record = {"call": call.what or repr(call), "triton": repr(triton), "sonic": repr(sonic)}
@@ -85,6 +81,10 @@ class Both:
                 pytest.fail("sonic differs from Triton:\n" + json.dumps(record, indent=1))
             with Path(report).open("a") as file:
                 file.write(json.dumps({"test": self.session.test, **record}) + "\n")
+        if sonic_says is not None:
+            code, words = sonic_says
+            # Names that change from run to run (a shared-memory key's PID) as a replay sees them.
+            self.pinned(steady(sonic), code, steady(Outcome(code, words)).message)
         return triton
 
     def expect(self, call: Call, code: str, message: str) -> None:

@@ -910,8 +910,15 @@ INTENDED: tuple[Intended, ...] = (
     ),
     Intended(
         "json-body-not-object",
-        "An HTTP repository index, load or unload whose body is JSON but no object (`[1]`, `3`): Triton reads no fields from it and answers as for an empty body (200); sonic refuses it (400 `request JSON must be an object`).",
-        "A body that is not the object the protocol defines is a client that meant something else (a list of models, a misplaced field): answering it as an empty request acts on a request nobody sent.",
+        (
+            "An HTTP repository index, load or unload whose body is JSON but no object (`[1]`, `3`): Triton "
+            "reads no fields from it and answers as for an empty body (200); sonic refuses it (400 `request "
+            "JSON must be an object`)."
+        ),
+        (
+            "A body that is not the object the protocol defines is a client that meant something else (a list "
+            "of models, a misplaced field): answering it as an empty request acts on a request nobody sent."
+        ),
         _body_not_object,
     ),
 )

@@ -96,8 +96,11 @@ ONNX_SCALAR = "onnx_scalar"  # loaded at the start of test_reach_sonic's ``own``
 
 def _onnx(root: Path, name: str, node: str, config: str) -> None:
     """An ONNX model ``name``: X (FP32) through ``node`` to OUT_X (its shape left to the runtime)."""
+    made = helper.make_node(node, ["X"], ["OUT_X"])
+    if node == "ReduceSum":  # every axis, none kept: a scalar
+        made.attribute.append(helper.make_attribute("keepdims", 0))
     graph = helper.make_graph(
-        [helper.make_node(node, ["X"], ["OUT_X"], **({"keepdims": 0} if node == "ReduceSum" else {}))],
+        [made],
         name,
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, None)],
         [helper.make_tensor_value_info("OUT_X", TensorProto.FLOAT, None)],

@@ -641,6 +641,128 @@ def _spare_typed(values: list[int], *, twice: bool = False) -> GrpcCall:
     return GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1)
 
 
+def _typed_body(body: bytes, headers: dict[str, str] | None = None) -> HttpCall:
+    return HttpCall("POST", f"/v2/models/{TYPED.name}/infer", body, headers or JSON, faults=1)
+
+
+def _text_raw(raw: bytes) -> GrpcCall:
+    request = service_pb2.ModelInferRequest(model_name=TEXT_ECHO.name)
+    request.inputs.add(name="X", datatype="BYTES", shape=[1])
+    request.raw_input_contents.append(raw)
+    return GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1)
+
+
+def _matrix_json(shape: list[int], data: list[object]) -> HttpCall:
+    body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": shape, "data": data}]}
+    return HttpCall("POST", f"/v2/models/{MATRIX.name}/infer", json.dumps(body).encode(), JSON, faults=1)
+
+
+def _matrix_grpc(shape: list[int]) -> GrpcCall:
+    request = service_pb2.ModelInferRequest(model_name=MATRIX.name)
+    request.inputs.add(name="X", datatype="FP32", shape=shape).contents.fp32_contents.append(1.0)
+    return GrpcCall("ModelInfer", request.SerializeToString(deterministic=True), faults=1)
+
+
+# The single faults of test_differential's generated cases, one fixed request each, so that sonic's own
+# words can be asserted where a row lets them differ from Triton's (the generated requests vary).
+SINGLE_FAULTS: dict[str, Call] = {
+    "BYTES element without its length": _text_raw(b"\1\0"),
+    "BYTES bytes left over": _text_raw(b"\1\0\0\0ab"),
+    "negative dimension, typed": _matrix_grpc([-2, 1]),
+    "negative dimension, JSON": _matrix_json([-2, 1], []),
+    "JSON data longer than the shape": _matrix_json([1, 1], [1.0, 2.0]),
+    "JSON data ragged": _matrix_json([2, 2], [[1.0], [1.0, 2.0]]),
+    "request JSON unparsable": _typed_body(b"{"),
+    "header length past the body": _typed_body(b"{}", {**JSON, "Inference-Header-Content-Length": "99"}),
+    "inference JSON not an object": _typed_body(b"[1]"),
+    "no inputs": _typed_body(b"{}"),
+    "input without name": _typed_http({"inputs": [{"datatype": "INT32", "shape": [1], "data": [1]}]}),
+    "shape not a list": _typed_http(_typed_json(I={"shape": "x"})),
+    "no datatype": _typed_http(_typed_json(I={"datatype": None})),
+    "shared memory region a number": _typed_http(
+        _typed_json(F={"data": None, "parameters": {"shared_memory_region": 3, "shared_memory_byte_size": 4}})
+    ),
+    "outputs not a list": _typed_http({**_typed_json(), "outputs": {"name": "OUT_I"}}),
+    "output without name": _typed_http({**_typed_json(), "outputs": [{}]}),
+    "request parameter of the wrong type": _typed_http({**_typed_json(), "parameters": {"priority": "x"}}),
+    "protobuf varint cut short": GrpcCall("ModelInfer", b"\x08", faults=1),
+    "protobuf wire type 7": GrpcCall("ModelInfer", b"\x0f", faults=1),
+    "protobuf field past the end": GrpcCall("ModelInfer", b"\x0a\x05ab", faults=1),
+    "method not allowed": HttpCall("DELETE", "/v2/health/live"),
+    "region name empty": GrpcCall(
+        "SystemSharedMemoryRegister",
+        service_pb2.SystemSharedMemoryRegisterRequest(
+            name="", key="/k", offset=0, byte_size=8
+        ).SerializeToString(),
+        faults=1,
+    ),
+}
+
+
+SINGLE_SAYS: dict[str, tuple[str, str]] = {
+    "BYTES element without its length": (
+        "INVALID_ARGUMENT",
+        (
+            "model 'text_echo' version 1 input 'X': malformed BYTES data: element 0 of 1 has no 4-byte length "
+            "prefix (buffer is 2 bytes)"
+        ),
+    ),
+    "BYTES bytes left over": (
+        "INVALID_ARGUMENT",
+        "model 'text_echo' version 1 input 'X': malformed BYTES data: 1 bytes left over after 1 elements",
+    ),
+    "negative dimension, typed": (
+        "INVALID_ARGUMENT",
+        "model 'matrix' version 1 input 'X': shape [-2, 1] has a negative dimension",
+    ),
+    "negative dimension, JSON": ("400", "model 'matrix' input 'X': shape [-2, 1] has a negative dimension"),
+    "JSON data longer than the shape": (
+        "400",
+        "model 'matrix' input 'X': expected 1 FP32 elements for shape [1, 1], got 2",
+    ),
+    "JSON data ragged": (
+        "400",
+        (
+            "model 'matrix' input 'X': 'data' is not a regular nested list: setting an array element with a "
+            "sequence. The requested array has an inhomogeneous shape after 1 dimensions. The detected shape "
+            "was (2,) + inhomogeneous part."
+        ),
+    ),
+    "request JSON unparsable": (
+        "400",
+        (
+            "inference request JSON cannot be parsed: Expecting property name enclosed in double quotes: line 1 "
+            "column 2 (char 1)"
+        ),
+    ),
+    "header length past the body": (
+        "400",
+        "Inference-Header-Content-Length is 99 but the request body has 2 bytes",
+    ),
+    "inference JSON not an object": ("400", "inference request JSON must be an object"),
+    "no inputs": ("400", "model 'typed': the request has no 'inputs' list"),
+    "input without name": ("400", "model 'typed': every input needs a 'name'"),
+    "shape not a list": ("400", "model 'typed' input 'I': 'shape' must be a list of integers, got 'x'"),
+    "no datatype": ("400", "model 'typed' input 'I': 'datatype' is missing"),
+    "shared memory region a number": (
+        "400",
+        "model 'typed' input 'F': parameter 'shared_memory_region' must be a string",
+    ),
+    "outputs not a list": ("400", "model 'typed': 'outputs' must be a list"),
+    "output without name": ("400", "model 'typed': every requested output needs a 'name'"),
+    "request parameter of the wrong type": (
+        "400",
+        "model 'typed': request parameter 'priority' must be an integer, got 'x'",
+    ),
+    "protobuf varint cut short": ("INVALID_ARGUMENT", "malformed protobuf message: truncated varint"),
+    "protobuf wire type 7": ("INVALID_ARGUMENT", "malformed protobuf message: wire type 7 at byte 0"),
+    "protobuf field past the end": (
+        "INVALID_ARGUMENT",
+        "malformed protobuf message: field runs past the end of the message",
+    ),
+    "method not allowed": ("405", "method not allowed: DELETE /v2/health/live (use GET)"),
+    "region name empty": ("INVALID_ARGUMENT", "shared memory region name must not be empty"),
+}
 TYPED_JSON: list[dict[str, object]] = [
     {"name": "B", "datatype": "BOOL", "shape": [1], "data": [True]},
     {"name": "I", "datatype": "INT32", "shape": [1], "data": [1]},
@@ -699,6 +821,7 @@ REACH_FAULTS: dict[str, list[tuple[Call, Says]]] = {
             ),
         )
     ],
+    **{what: [(call, SINGLE_SAYS[what])] for what, call in SINGLE_FAULTS.items()},
     "binary data of the wrong size": [(_binary(TYPED.name, [*TYPED_JSON, SHORT_F], b"abc"), None)],
     "shared memory input of the wrong size": [(call, None) for call in _shm_input(0, 3)],
     "shared memory byte size negative": list(
