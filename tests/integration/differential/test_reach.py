@@ -778,7 +778,12 @@ NEGATIVE_SIZE = (
     "offset 0 is negative)"
 )
 REACH_FAULTS: dict[str, list[tuple[Call, Says]]] = {
-    "no such endpoint": [(HttpCall("GET", "/v3/models"), ("404", "no such endpoint: GET /v3/models"))],
+    "no such endpoint": [
+        (
+            HttpCall("GET", "/v3/models"),
+            ("404", "no such endpoint: GET /v3/models (every endpoint is under /v2)"),
+        )
+    ],
     "no such v2 endpoint": [
         (HttpCall("GET", "/v2/nothing/here"), ("404", "no such endpoint: GET /v2/nothing/here"))
     ],

@@ -199,7 +199,9 @@ class HttpFrontend(Frontend):
         self, method: str, parts: list[str], request: web.BaseRequest, received_ns: int, hold: BudgetHold
     ) -> tuple[CallKind, Callable[[], Awaitable[web.StreamResponse]]]:
         if not parts or parts[0] != "v2":
-            raise NotFoundError(f"no such endpoint: {request.method} {request.path}")
+            raise NotFoundError(
+                f"no such endpoint: {request.method} {request.path} (every endpoint is under /v2)"
+            )
         parts = parts[1:]
         if any(part in {".", ".."} or "/" in part for part in parts):
             raise InvalidArgumentError(
