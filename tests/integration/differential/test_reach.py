@@ -5,7 +5,14 @@ One pair of servers (explicit model control) on a repository of :mod:`faulty_mod
 one call (or the same call over gRPC and HTTP) with one fault, as the single faults of
 ``test_differential`` do, so the message is compared, not only the status: the load of a model whose
 configuration or code is broken in one way, an inference through the unary calls to a decoupled model,
-CUDA shared-memory calls to a server that has none, a system shared-memory key that cannot be opened.
+CUDA shared-memory calls to a server that has none, a system shared-memory key that cannot be opened;
+``test_reach_fault``: one fixed request per refusal the generated cases reach only by chance or not at
+all (raw requests, typed contents, byte sizes, JSON fields of the wrong type, malformed protobuf).
+
+Where an intended row lets sonic answer other words or another status than Triton's (Triton's 500 for a
+client's fault, its Python backend's own words, a configuration it takes), the call also names sonic's
+exact status and words (``Both.compare(call, sonic_says)``): what the row cannot hold to Triton's is
+held to sonic's own, so a changed message fails here too.
 """
 
 from __future__ import annotations
