@@ -89,8 +89,18 @@ def _load(name: str) -> list[Call]:
     ]
 
 
-# Configurations Triton loads (row config-refused-at-load): sonic's reason after the poll's words.
+# Sonic's reason after the poll's words: configurations Triton loads (row config-refused-at-load), and
+# refusals whose Triton words row poll-failure-status holds, not what sonic says after them.
 REFUSED_AT_LOAD = {
+    "negative_batch": "max_batch_size must be >= 0, got -1",
+    "unknown_platform": (
+        "unknown platform 'no_such_platform', expected one of ensemble, onnxruntime_onnx, pytorch_libtorch, "
+        "tensorflow_graphdef, tensorflow_savedmodel"
+    ),
+    "preferred_too_big": "preferred_batch_size 8 must be in 1..max_batch_size (4)",
+    "corrid_no_datatype": "CORRID control input 'CORRID' needs a data_type",
+    "control_one_value": "control input 'START' needs two values (false, true), got [1]",
+    "control_no_values": "control input 'START' needs int32_false_true, fp32_false_true or bool_false_true",
     "input_twice": "input 'X' is declared twice",
     "output_twice": "output 'OUT_X' is declared twice",
     "dynamic_unbatched": "dynamic_batching needs max_batch_size > 0 (the model has max_batch_size 0)",
@@ -127,13 +137,34 @@ def _override(config: tuple[str, object], what: str) -> GrpcCall:
 
 def test_load_config_override(reach: Both) -> None:
     """A load whose ``config`` parameter is no string, no configuration JSON, or names another model."""
-    calls: list[Call] = [
-        _override(("int64_param", 3), "config not a string"),
-        _override(("string_param", "{not json"), "config not JSON"),
-        _override(("string_param", json.dumps({"name": "other", "backend": "python"})), "config of another"),
+    failed = "failed to load 'spare', failed to poll from model repository: invalid config override: "
+    calls: list[tuple[Call, Says]] = [
+        (_override(("int64_param", 3), "config not a string"), None),
+        (
+            _override(("string_param", "{not json"), "config not JSON"),
+            (
+                "INVALID_ARGUMENT",
+                (
+                    f"{failed}cannot parse model configuration JSON: Failed to load JSON: Expecting property name "
+                    "enclosed in double quotes: line 1 column 2 (char 1)."
+                ),
+            ),
+        ),
+        (
+            _override(
+                ("string_param", json.dumps({"name": "other", "backend": "python"})), "config of another"
+            ),
+            (
+                "INVALID_ARGUMENT",
+                (
+                    "failed to load 'spare', failed to poll from model repository: unexpected directory name "
+                    "'spare' for model 'other', directory name must equal model name"
+                ),
+            ),
+        ),
     ]
-    for call in calls:
-        reach.compare(call)
+    for call, says in calls:
+        reach.compare(call, says)
     body = json.dumps({"parameters": {"config": {"backend": "python"}}}).encode()
     words = (
         "invalid value type for load parameter 'config', expected string_param. Got dict for the load of "
