@@ -48,8 +48,17 @@ def test_bytes_json_data_that_is_a_number_is_refused_not_allocated() -> None:
     for element in (2147483648, None, 1.5, {"a": 1}):
         with pytest.raises(InvalidArgumentError, match=r"non-string as string \(BYTES element 0 is"):
             http_json.decode_infer_request(_json_request("BYTES", [element]), None, "m", "")
-    with pytest.raises(InvalidArgumentError, match="must be a list of strings"):
+    with pytest.raises(InvalidArgumentError, match="attempt to access JSON non-array as array"):
         http_json.decode_infer_request(_json_request("BYTES", "abc", [3]), None, "m", "")
+
+
+@pytest.mark.parametrize(("datatype", "data"), [("INT32", 5), ("INT32", True), ("BOOL", 3), ("FP32", "x")])
+def test_json_data_that_is_no_array_is_refused(datatype: str, data: object) -> None:
+    """``"data": 5`` for an INT32 [1] was taken as [5]; Triton 2.51 refuses it (a 500 in its words)."""
+    with pytest.raises(
+        InvalidArgumentError, match="Unable to parse 'data': attempt to access JSON non-array as array"
+    ):
+        http_json.decode_infer_request(_json_request(datatype, data, [1]), None, "m", "")
 
 
 @pytest.mark.parametrize(

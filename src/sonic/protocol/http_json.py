@@ -256,18 +256,22 @@ def _decode_input(item: object, body: memoryview, offset: int, where: _Where) ->
 def _json_contents(data: Any, datatype: dtypes.Datatype, at: str) -> Any:
     """An input's JSON ``data``, nested lists flattened by numpy (typed and checked later); each element
     must be of the JSON type the datatype takes."""
+    if not isinstance(data, list):  # Triton's words: a number or a string is no array of them
+        raise InvalidArgumentError(
+            f"{at}: Unable to parse 'data': attempt to access JSON non-array as array (the {datatype.name} "
+            f"input's 'data' is {clip(json.dumps(data))})"
+        )
     try:
         if datatype.name == "BYTES":
-            return np.asarray(data, dtype=np.object_).reshape(-1) if isinstance(data, list) else data
-        if isinstance(data, list) and data and isinstance(data[0], list):
+            return np.asarray(data, dtype=np.object_).reshape(-1)
+        if data and isinstance(data[0], list):
             array = np.asarray(data)  # refuses ragged lists
             # The elements as objects too: numpy made null NaN, and true 1 beside numbers.
             _check_json_elements(np.asarray(data, dtype=np.object_).reshape(-1).tolist(), datatype, at)
             return array
     except (ValueError, TypeError, OverflowError) as exc:
         raise InvalidArgumentError(f"{at}: 'data' is not a regular nested list: {exc}") from None
-    if isinstance(data, list):
-        _check_json_elements(data, datatype, at)
+    _check_json_elements(data, datatype, at)
     return data
 
 

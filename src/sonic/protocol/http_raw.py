@@ -25,7 +25,6 @@ from sonic.protocol.http_json import OutputChoice
 from sonic.protocol.model_config import ModelSpec
 from sonic.protocol.types import InferRequest, InputTensor
 
-RAW_INPUT = "raw_input"  # the name Triton gives the request's input in its errors
 ALL_BINARY = OutputChoice(binary_default=True, binary={})
 
 
@@ -76,10 +75,12 @@ def decode_raw_request(
         raw = InputTensor(tensor.name, datatype.name, shape, array=items.reshape(shape))
     else:
         expected = dtypes.element_count(shape) * datatype.numpy.itemsize
-        if len(body) != expected:  # Triton's words
+        # Triton's words; 'raw_input' is the name Triton gives the request's input (written out, so that
+        # the words name this site and not the model's check of an input's byte size, which says the same)
+        if len(body) != expected:
             raise InvalidArgumentError(
-                f"{where} input {quote(RAW_INPUT)}: input byte size mismatch for input {quote(RAW_INPUT)} for "
-                f"model {quote(spec.name)}. Expected {expected}, got {len(body)}"
+                f"{where} input 'raw_input': input byte size mismatch for input 'raw_input' for model "
+                f"{quote(spec.name)}. Expected {expected}, got {len(body)}"
             )
         raw = InputTensor(tensor.name, datatype.name, shape, raw=memoryview(body))
     return InferRequest(model_name=model_name, model_version=model_version, inputs=[raw]), ALL_BINARY

@@ -63,8 +63,12 @@ class Both:
             tape.write(self.session.test, call, outcome)
         return outcome
 
-    def compare(self, call: Call) -> Outcome:
-        """Send ``call`` to both; fail on a difference no intended row explains. Returns Triton's outcome."""
+    def compare(self, call: Call, sonic_says: tuple[str, str] | None = None) -> Outcome:
+        """Send ``call`` to both; fail on a difference no intended row explains. Returns Triton's outcome.
+
+        ``sonic_says``: sonic's exact status and words for this single-fault call, asserted beside the
+        comparison where a row lets sonic answer other words or status than Triton's (or Triton's words
+        with sonic's after them): what a row cannot hold to Triton's is then held to sonic's own."""
         triton, sonic = self._triton(call), self.sonic(call)
         if self.session.tape is not None:
             triton, sonic = steady(triton), steady(sonic)
@@ -77,6 +81,10 @@ class Both:
                 pytest.fail("sonic differs from Triton:\n" + json.dumps(record, indent=1))
             with Path(report).open("a") as file:
                 file.write(json.dumps({"test": self.session.test, **record}) + "\n")
+        if sonic_says is not None:
+            code, words = sonic_says
+            # Names that change from run to run (a shared-memory key's PID) as a replay sees them.
+            self.pinned(steady(sonic), code, steady(Outcome(code, words)).message)
         return triton
 
     def expect(self, call: Call, code: str, message: str) -> None:

@@ -167,10 +167,10 @@ DECOUPLED_RAISES = Faulty(
     DECOUPLED.config,
     source="class TritonPythonModel:\n    def execute(self, requests):\n        raise ValueError('on purpose')\n",
 )
-TEXT_ECHO = Faulty(
+TEXT_ECHO = Faulty(  # dims [ -1 ]: a raw binary request to it is refused (a BYTES input must be [1])
     "text_echo",
-    'max_batch_size: 0\ninput [ { name: "X" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
-    'output [ { name: "OUT_X" data_type: TYPE_STRING dims: [ 1 ] } ]\n',
+    'max_batch_size: 0\ninput [ { name: "X" data_type: TYPE_STRING dims: [ -1 ] } ]\n'
+    'output [ { name: "OUT_X" data_type: TYPE_STRING dims: [ -1 ] } ]\n',
 )
 TYPED = Faulty(
     "typed",
@@ -181,7 +181,42 @@ TYPED = Faulty(
         for n, t in (("B", "BOOL"), ("I", "INT32"), ("F", "FP32"))
     ),
 )
-VALID = (DECOUPLED, BLS, MISBEHAVES, DECOUPLED_RAISES, TEXT_ECHO, TYPED)  # load at start
+# A model of one input with two variable dims (Triton cannot deduce a raw binary request's shape) and a
+# BYTES output its execute fills as the first element of X asks: 7, numbers; 8, a BLS request whose
+# input is complex64 (no KServe v2 datatype); else X and OUT_S left out.
+MATRIX_SOURCE = """import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            how = int(x.reshape(-1)[0]) if x.size else 0
+            tensors = [pb_utils.Tensor("OUT_X", x)]
+            if how == 7:
+                tensors.append(pb_utils.Tensor("OUT_S", np.zeros(1, np.float32)))
+            elif how == 8:
+                inner = pb_utils.InferenceRequest(
+                    model_name="spare",
+                    requested_output_names=["OUT_X"],
+                    inputs=[pb_utils.Tensor("X", np.zeros(2, np.complex64))],
+                ).exec()
+                if inner.has_error():
+                    responses.append(pb_utils.InferenceResponse(error=inner.error()))
+                    continue
+            responses.append(pb_utils.InferenceResponse(tensors))
+        return responses
+"""
+MATRIX = Faulty(
+    "matrix",
+    'max_batch_size: 0\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ -1, -1 ] } ]\n'
+    'output [ { name: "OUT_X" data_type: TYPE_FP32 dims: [ -1, -1 ] } ]\n'
+    'output [ { name: "OUT_S" data_type: TYPE_STRING dims: [ -1 ] } ]\n',
+    source=MATRIX_SOURCE,
+)
+VALID = (DECOUPLED, BLS, MISBEHAVES, DECOUPLED_RAISES, TEXT_ECHO, TYPED, MATRIX)  # load at start
 
 
 def write_faulty(root: Path, models: tuple[Faulty, ...] = (*FAULTY, *VALID)) -> None:

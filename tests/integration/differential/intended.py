@@ -259,6 +259,11 @@ def _not_a_request(_: Call, __: Outcome, ___: Outcome) -> bool:
     return False
 
 
+def _tritons_stub_dies(_: Call, __: Outcome, ___: Outcome) -> bool:
+    """Triton's answer holds nothing to compare (its Python stub dies): test_reach_sonic.py keeps sonic's."""
+    return False
+
+
 def _same_code(triton: Outcome, sonic: Outcome, theirs: str, ours: str) -> bool:
     return (
         triton.code == sonic.code and re.search(theirs, triton.message) is not None and ours in sonic.message
@@ -424,9 +429,17 @@ def _without_reasons(answer: Any) -> Any:
     return [{k: v for k, v in e.items() if k != "reason"} if isinstance(e, dict) else e for e in entries]
 
 
-def _json_integer_range(call: Call, triton: Outcome, sonic: Outcome) -> bool:
-    refused = sonic.code == "400" and re.search(r"value -?\d+ is out of range for [A-Z0-9]+", sonic.message)
-    return isinstance(call, HttpCall) and triton.code == "200" and refused is not None
+def _json_integer_range(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    refused = sonic.code in {"400", "INVALID_ARGUMENT"} and re.search(
+        r"value -?\d+ is out of range for [A-Z0-9]+", sonic.message
+    )
+    return triton.code in {"200", "OK"} and refused is not None
+
+
+def _body_not_object(call: Call, triton: Outcome, sonic: Outcome) -> bool:
+    action = isinstance(call, HttpCall) and call.path.startswith("/v2/repository/")
+    refused = (sonic.code, sonic.message) == ("400", "request JSON must be an object")
+    return action and triton.code == "200" and refused
 
 
 INTENDED: tuple[Intended, ...] = (
@@ -853,9 +866,10 @@ INTENDED: tuple[Intended, ...] = (
     ),
     Intended(
         "json-integer-range",
-        "A JSON number out of an integer input's range (300 for UINT8, -1 for UINT16): Triton takes it "
-        "modulo the type's range (300 becomes 44) and runs the request; sonic refuses it (400 `value 300 "
-        "is out of range for UINT8 (0..255)`).",
+        "A JSON number out of an integer input's range (300 for UINT8, -1 for UINT16), or a gRPC typed "
+        "content out of it (`uint_contents` 300 for UINT8): Triton takes it modulo the type's range (300 "
+        "becomes 44) and runs the request; sonic refuses it (400 or INVALID_ARGUMENT `value 300 is out of "
+        "range for UINT8 (0..255)`).",
         "The model would see another number than the client sent: a silent wrong answer.",
         _json_integer_range,
     ),
@@ -908,6 +922,29 @@ INTENDED: tuple[Intended, ...] = (
         "Status 2 is the usage error of sonic's command line (argparse's), the same for all its refusals; the "
         "one line is Triton's, and `sonic serve --help` gives the usage.",
         _not_a_request,
+    ),
+    Intended(
+        "json-body-not-object",
+        (
+            "An HTTP repository index, load or unload whose body is JSON but no object (`[1]`, `3`): Triton "
+            "reads no fields from it and answers as for an empty body (200); sonic refuses it (400 `request "
+            "JSON must be an object`)."
+        ),
+        (
+            "A body that is not the object the protocol defines is a client that meant something else (a list "
+            "of models, a misplaced field): answering it as an empty request acts on a request nobody sent."
+        ),
+        _body_not_object,
+    ),
+    Intended(
+        "shape-past-index-range",
+        "An input whose shape holds a 0 and dimensions whose product is past what numpy can index "
+        "(`[0, 2**62]`: no elements, so byte size and element count agree): Triton 2.51 hands it to the "
+        "Python backend, whose stub process dies (INTERNAL `Stub process '<model>_0' is not healthy.`, for "
+        "every later request to the model too); sonic refuses the request (400/INVALID_ARGUMENT `shape ... "
+        "cannot be used`, numpy's reason after it).",
+        "A request must not take a model down for every other client.",
+        _tritons_stub_dies,
     ),
 )
 

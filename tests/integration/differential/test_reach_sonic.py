@@ -25,9 +25,14 @@ import pytest
 import tritonclient.utils.shared_memory as shm
 from tests.integration.differential.calls import Caller, Endpoint, GrpcCall, HttpCall, Outcome
 from tests.integration.differential.compare import Both, Session
-from tests.integration.differential.faulty_models import DECOUPLED, IO, Faulty, write_faulty
+from tests.integration.differential.faulty_models import DECOUPLED, IO, MATRIX, Faulty, write_faulty
 from tests.integration.differential.repository import SPARE, write_repository
-from tests.integration.differential.sonic_only_models import write_sonic_only
+from tests.integration.differential.sonic_only_models import (
+    ONNX_DECOUPLED,
+    ONNX_SCALAR,
+    write_onnx,
+    write_sonic_only,
+)
 from tritonclient.grpc import service_pb2
 
 from sonic.launch import ServerProcess
@@ -40,6 +45,8 @@ OWN_ARGS = (
     "--model-control-mode=explicit",
     f"--load-model={SPARE.name}",
     f"--load-model={DECOUPLED.name}",
+    f"--load-model={MATRIX.name}",
+    f"--load-model={ONNX_SCALAR}",
     "--exit-on-error=false",
     "--strict-readiness=false",
     "--refuse-model-links-outside",
@@ -74,8 +81,9 @@ def _sonic(stack: ExitStack, roots: list[Path], args: tuple[str, ...], session: 
 def own(tmp_path_factory: pytest.TempPathFactory, differential_session: Session) -> Iterator[Own]:
     base = tmp_path_factory.mktemp("sonic-only")
     root = write_repository(base / "models", (SPARE,))
-    write_faulty(root, (DECOUPLED,))
+    write_faulty(root, (DECOUPLED, MATRIX))
     write_sonic_only(root)
+    write_onnx(root)
     twice = Faulty(TWICE, "")
     other = base / "other"
     write_faulty(root, (twice,))
@@ -125,6 +133,14 @@ def _version_failed(name: str, reason: str) -> str:
 
 # What each load of sonic_only_models answers ({root}: the repository, {other}, {outside}).
 LOADS: dict[str, tuple[str, str]] = {
+    ONNX_DECOUPLED: (
+        "INVALID_ARGUMENT",
+        _version_failed(
+            ONNX_DECOUPLED,
+            "Invalid argument: model 'onnx_decoupled': the onnxruntime backend cannot serve decoupled models "
+            "(model_transaction_policy {{ decoupled: true }}); only the python backend can",
+        ),
+    ),
     "secondary_devices": (
         "INVALID_ARGUMENT",
         _failed(
@@ -408,6 +424,32 @@ def test_shared_memory_truncated(own: Own) -> None:
     finally:
         own.both.sonic(HttpCall("POST", "/v2/systemsharedmemory/region/cut/unregister"))
         shm.destroy_shared_memory_region(handle)
+
+
+def test_shape_past_numpy(own: Own) -> None:
+    """A shape with a 0 whose dimensions multiply past what numpy can index (no elements, so the byte
+    size and element count agree): sonic refuses it; Triton 2.51 hands it to the Python backend, whose
+    stub process dies (INTERNAL ``Stub process 'matrix_0' is not healthy.``, and so for every later
+    request to the model), an answer no comparison can hold sonic to."""
+    body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": [0, 2**62], "data": []}]}
+    own.both.expect(
+        HttpCall("POST", f"/v2/models/{MATRIX.name}/infer", json.dumps(body).encode(), JSON),
+        "400",
+        f"model 'matrix' input 'X': shape [0, {2**62}] cannot be used: array is too big; `arr.size * "
+        "arr.dtype.itemsize` is larger than the maximum possible size.",
+    )
+
+
+def test_onnx_output_without_batch(own: Own) -> None:
+    """A batched ONNX model whose output has no batch dimension (a sum over every axis): its rows cannot
+    go back to the requests (Triton's ONNX Runtime backend, absent here, refuses it in its own words)."""
+    request = service_pb2.ModelInferRequest(model_name=ONNX_SCALAR)
+    request.inputs.add(name="X", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(1.0)
+    own.both.expect(
+        GrpcCall("ModelInfer", request.SerializeToString(deterministic=True)),
+        "INTERNAL",
+        "model 'onnx_scalar' output 'OUT_X' has shape [], expected batch dimension 1 first",
+    )
 
 
 def test_path_component_dot_dot(own: Own) -> None:

@@ -199,7 +199,9 @@ class HttpFrontend(Frontend):
         self, method: str, parts: list[str], request: web.BaseRequest, received_ns: int, hold: BudgetHold
     ) -> tuple[CallKind, Callable[[], Awaitable[web.StreamResponse]]]:
         if not parts or parts[0] != "v2":
-            raise NotFoundError(f"no such endpoint: {request.method} {request.path}")
+            raise NotFoundError(
+                f"no such endpoint: {request.method} {request.path} (every endpoint is under /v2)"
+            )
         parts = parts[1:]
         if any(part in {".", ".."} or "/" in part for part in parts):
             raise InvalidArgumentError(
@@ -328,7 +330,12 @@ class HttpFrontend(Frontend):
         return _json_response([http_json.message_to_json(regions[key]) for key in sorted(regions)])
 
     async def _shm_register(self, call: _Call) -> web.StreamResponse:
-        payload = await self._json_body(call.request, call.hold)
+        payload = await self._json_value(call.request, call.hold)
+        if not isinstance(payload, dict):  # Triton's words (it finds no key in what is no object)
+            raise InvalidArgumentError(
+                f"Shared memory register request has no 'key' field (region '{call.name}': the request "
+                f"JSON is {type(payload).__name__}, not an object)"
+            )
         key, offset, size = payload.get("key"), payload.get("offset", 0), payload.get("byte_size")
         # bool is an int to Python, never to the protocol ("offset": true is no offset).
         if not isinstance(key, str) or not _is_int(offset) or not _is_int(size):

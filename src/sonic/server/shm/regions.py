@@ -105,9 +105,10 @@ class Region:
     def check(self, offset: int, byte_size: int, where: str) -> None:
         """``byte_size`` bytes at ``offset`` must lie inside the region as registered. Triton's words: the
         offset must be inside the region (even for no bytes), then the bytes must end inside it."""
-        if byte_size < 0:
+        if byte_size < 0:  # Triton's words (its offset + byte size check), then which was negative
             raise InvalidArgumentError(
-                f"{where}: shared memory offset {offset} and byte size {byte_size} must not be negative"
+                f"{where}: Invalid offset + byte size for shared memory region: '{self.name}' (byte size "
+                f"{byte_size} at offset {offset} is negative)"
             )
         if not 0 <= offset < self.byte_size:
             raise InvalidArgumentError(
