@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,10 +30,13 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 512 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
-CHECKSUM_AGENT = """
-model_repository_agents {
-  agents [ { name: "checksum" parameters { key: "MD5:1/model.onnx" value: "0123456789abcdef0123456789abcdef" } } ]
-}
+
+def checksum_agent(md5: str) -> str:
+    """The section CMS's repositories carry: the checksum agent verifies ``1/model.onnx`` at each load."""
+    return f"""
+model_repository_agents {{
+  agents [ {{ name: "checksum" parameters {{ key: "MD5:1/model.onnx" value: "{md5}" }} }} ]
+}}
 """
 
 
@@ -86,7 +90,13 @@ def build_test_repository(root: Path) -> Path:
         SLOW_BATCHING + "dynamic_batching { default_queue_policy { default_timeout_microseconds: 2000 } }\n",
         slow_model,
     )
-    _model(root, "checksum", 'backend: "onnxruntime"\nmax_batch_size: 4\n' + CHECKSUM_AGENT, identity_model)
+    _model(root, "checksum", None, identity_model)
+    md5 = hashlib.md5(
+        (root / "checksum" / "1" / "model.onnx").read_bytes(), usedforsecurity=False
+    ).hexdigest()
+    (root / "checksum" / "config.pbtxt").write_text(
+        'backend: "onnxruntime"\nmax_batch_size: 4\n' + checksum_agent(md5)
+    )
     _model(
         root,
         "chunked",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import queue
 from pathlib import Path
 from typing import Any
@@ -62,11 +63,16 @@ def test_model_metadata_and_config(client: grpcclient.InferenceServerClient) -> 
     assert config.default_model_filename == "model.onnx"
 
 
-def test_config_keeps_checksum_agents(client: grpcclient.InferenceServerClient) -> None:
-    """SonicTriton compares these checksums with its local copy, so they must come back unchanged."""
+def test_config_keeps_checksum_agents(
+    client: grpcclient.InferenceServerClient, test_repository: Path
+) -> None:
+    """SonicTriton compares these checksums with its local copy, so they must come back unchanged (the
+    server verified them at load: the model is ready)."""
     agents = client.get_model_config("checksum").config.model_repository_agents.agents
     assert agents[0].name == "checksum"
-    assert dict(agents[0].parameters) == {"MD5:1/model.onnx": "0123456789abcdef0123456789abcdef"}
+    md5 = hashlib.md5((test_repository / "checksum" / "1" / "model.onnx").read_bytes(), usedforsecurity=False)
+    assert dict(agents[0].parameters) == {"MD5:1/model.onnx": md5.hexdigest()}
+    assert client.is_model_ready("checksum")
 
 
 def test_config_auto_completed_from_onnx(client: grpcclient.InferenceServerClient) -> None:

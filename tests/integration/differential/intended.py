@@ -377,6 +377,15 @@ def _poll_failure(_: Call, triton: Outcome, sonic: Outcome) -> bool:
     return theirs and ours
 
 
+def _checksum_agent(_: Call, triton: Outcome, sonic: Outcome) -> bool:
+    """Triton here has no checksum agent; sonic's verifies (loads, or refuses a mismatch in its words)."""
+    theirs = POLL_FAILED.match(triton.message) is not None and triton.code in {"INTERNAL", "500"}
+    verified = sonic.code in {"OK", "200"} or (
+        sonic.code in {"INVALID_ARGUMENT", "400"} and "Mismatched MD5 hash for file " in sonic.message
+    )
+    return theirs and verified
+
+
 REFUSED_CONFIG = re.compile(
     r"(input|output) '[^']*' is declared twice|dynamic_batching needs max_batch_size > 0|"
     r"instance_group count must be >= 0|datatype \d+ has no KServe v2 equivalent"
@@ -945,6 +954,20 @@ INTENDED: tuple[Intended, ...] = (
         "cannot be used`, numpy's reason after it).",
         "A request must not take a model down for every other client.",
         _tritons_stub_dies,
+    ),
+    Intended(
+        "checksum-agent-built-in",
+        "A model whose configuration asks for the `checksum` repository agent (`model_repository_agents`): "
+        "the Triton 2.51 the comparisons run (nvidia-pytriton's `tritonserver`, no `repoagents` folder) "
+        "cannot find `libtritonrepoagent_checksum.so` and refuses the load (INTERNAL/500 `failed to load "
+        "'<m>', failed to poll from model repository`); sonic runs the agent built in, with its rules and "
+        "words: the model loads when each `MD5:<file>` matches, and a mismatch is refused "
+        "(INVALID_ARGUMENT/400, the poll's words, then `Mismatched MD5 hash for file <file>, expect: <value>, "
+        "got: <md5>`). Any other agent is refused as Triton refuses it.",
+        "Triton's containers ship the checksum agent and CMS's model repositories carry these sections: sonic "
+        "answers as a container's Triton does, and a model whose files are not those its author hashed does "
+        "not serve.",
+        _checksum_agent,
     ),
 )
 

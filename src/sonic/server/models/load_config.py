@@ -7,7 +7,8 @@ model loads with the inputs and outputs its ``auto_complete_config`` gives, or n
 does not parse, or names another model, is answered in Triton's words ("failed to load '<name>',
 failed to poll from model repository"), followed by what is wrong.
 
-Every file the configuration names is checked by :mod:`sonic.server.models.paths` before any backend code
+The repository agents the configuration asks for (:mod:`sonic.server.models.repo_agents`: checksums) run
+first, at every load. Every file the configuration names is checked by :mod:`sonic.server.models.paths` before any backend code
 runs (auto-completion of a Python model imports its file), and again after completion. The names an
 override gives are the caller's: they must resolve inside the model's folder, links included, whether
 or not the server follows the links its repository holds.
@@ -37,6 +38,7 @@ from sonic.server import backends
 from sonic.server.classification.top_k import Labels, read_labels
 from sonic.server.config import BackendOptions
 from sonic.server.models.paths import ConfigOrigin, ModelFiles, check_config_paths
+from sonic.server.models.repo_agents import run_repo_agents
 from sonic.server.models.repository import ModelLocation, available_versions, select_versions
 from sonic.server.runtime.sequences import check_controls
 
@@ -160,6 +162,9 @@ def _prepared(
         )
     config.name = location.name
     files = ModelFiles(location.name, location.path, allow_links_outside)
+    # As Triton: the agents run on the configuration as read (or sent), before anything else reads a file.
+    caller = ModelFiles(location.name, location.path, origin=ConfigOrigin.LOAD_OVERRIDE)
+    run_repo_agents(config, caller if override is not None else files)
     versions = available_versions(location.path)
     if not versions:
         raise ModelConfigError(  # Triton's words, then where sonic looked
@@ -181,7 +186,6 @@ def _prepared(
     backend_cls = backends.backend_class(name)
     selected = select_versions(location.name, config.version_policy, versions)
     if override is not None:  # the caller's names: never through a link out, whatever the server's rule
-        caller = ModelFiles(location.name, location.path, origin=ConfigOrigin.LOAD_OVERRIDE)
         check_config_paths(config, caller, selected)
     check_config_paths(config, files, selected)  # before any backend code reads or imports a file
     if auto_complete:
