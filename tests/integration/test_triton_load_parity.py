@@ -8,6 +8,7 @@ the status of an override that does not parse: Triton answers INTERNAL / 500, so
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -46,9 +47,26 @@ BAD_VERSION = (
 NEGATIVE_VERSION = "invalid model version specified '-1' , version should be an integral value > 0"
 
 
+POLL_FAILED = "failed to poll from model repository"
+CHECKED_KEY = "MD5:1/model.py"
+NOOP_MD5 = hashlib.md5(NOOP.encode(), usedforsecurity=False).hexdigest()
+WRONG_MD5 = "0" * 32
+
+
+def _agents(name: str, key: str, value: str) -> str:
+    return f'model_repository_agents {{ agents [ {{ name: "{name}" parameters {{ key: "{key}" value: "{value}" }} }} ] }}\n'
+
+
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return python_model_repository(tmp_path_factory.mktemp("load_parity"), "plain", CONFIG, NOOP)
+    repository = python_model_repository(tmp_path_factory.mktemp("load_parity"), "plain", CONFIG, NOOP)
+    for name, agent, value in [("checked", "checksum", WRONG_MD5), ("encrypted", "encrypt", "x")]:
+        (repository / name / "1").mkdir(parents=True)
+        (repository / name / "1" / "model.py").write_text(NOOP, encoding="utf-8")
+        (repository / name / "config.pbtxt").write_text(
+            CONFIG + _agents(agent, CHECKED_KEY, value), encoding="utf-8"
+        )
+    return repository
 
 
 @pytest.fixture(scope="module", params=SERVERS)
@@ -70,12 +88,7 @@ def _config(server: Endpoint) -> dict[str, Any]:
 
 
 def _load(server: Endpoint, protocol: str, config: str | None = None) -> None:
-    if protocol == "grpc":
-        with grpcclient.InferenceServerClient(server.grpc) as client:
-            client.load_model("plain", config=config)
-    else:
-        with httpclient.InferenceServerClient(server.http) as client:
-            client.load_model("plain", config=config)
+    _load_model(server, protocol, "plain", config)
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
@@ -154,3 +167,74 @@ def test_http_version_segment_must_be_digits(server: Endpoint, suffix: str, vers
         assert response.status_code == 404
         good = client._get(f"v2/models/plain/versions/00001{suffix}", None, None)
         assert good.status_code == 200
+
+
+POLL_STATUS = {  # the documented difference (poll-failure-status): Triton calls a load it refuses internal
+    ("triton", "grpc"): "StatusCode.INTERNAL",
+    ("triton", "http"): "500",
+    ("sonic", "grpc"): "StatusCode.INVALID_ARGUMENT",
+    ("sonic", "http"): "400",
+}
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+@pytest.mark.parametrize("where", ["config.pbtxt", "override"])
+def test_an_agent_that_cannot_be_found_fails_the_load(server: Endpoint, protocol: str, where: str) -> None:
+    """Triton answers only its poll words (the agent's name and the folder searched are in its log); sonic
+    says what is wrong after them, in the words Triton logs."""
+    name, override = "encrypted", None
+    if where == "override":
+        name = "plain"
+        override = json.dumps({**ORIGINAL, "model_repository_agents": {"agents": [{"name": "encrypt"}]}})
+    with pytest.raises(InferenceServerException) as info:
+        _load_model(server, protocol, name, override)
+    expected = f"failed to load '{name}', {POLL_FAILED}"
+    if server.kind == "sonic":
+        expected += (
+            ": unable to find 'libtritonrepoagent_encrypt.so' for repo agent 'encrypt', searched: "
+            "/opt/tritonserver/repoagents (sonic runs only the built-in 'checksum' repository agent)"
+        )
+    assert (info.value.status(), info.value.message()) == (POLL_STATUS[server.kind, protocol], expected)
+    assert [i["name"] for i in _config(server)["input"]] == ["A"]  # "plain" still serves config.pbtxt's
+
+
+def test_checksums_are_verified_at_every_load(server: Endpoint, repository: Path) -> None:
+    """sonic runs the checksum agent as Triton's containers do: a mismatch refuses the load in the agent's
+    words (gRPC, HTTP, and the index's reason), the right MD5 loads. The Triton here has no agent to run
+    (no repoagents folder): it refuses both (docs/triton-differences.md, checksum-agent-built-in)."""
+    mismatch = f"Mismatched MD5 hash for file 1/model.py, expect: {WRONG_MD5}, got: {NOOP_MD5}"
+    poll_failed = f"failed to load 'checked', {POLL_FAILED}"
+    for protocol in ("grpc", "http"):
+        with pytest.raises(InferenceServerException) as info:
+            _load_model(server, protocol, "checked")
+        sonic = (POLL_STATUS["sonic", protocol], f"{poll_failed}: {mismatch}")
+        triton = (POLL_STATUS["triton", protocol], poll_failed)
+        assert (info.value.status(), info.value.message()) == (sonic if server.kind == "sonic" else triton)
+    with grpcclient.InferenceServerClient(server.grpc) as client:
+        (entry,) = [m for m in client.get_model_repository_index().models if m.name == "checked"]
+        assert not client.is_model_ready("checked")
+    if server.kind == "sonic":
+        assert (entry.state, entry.reason) == ("UNAVAILABLE", f"{poll_failed}: {mismatch}")
+    config = repository / "checked" / "config.pbtxt"
+    config.write_text(CONFIG + _agents("checksum", CHECKED_KEY, NOOP_MD5), encoding="utf-8")
+    try:
+        if server.kind == "sonic":
+            _load_model(server, "http", "checked")
+            with grpcclient.InferenceServerClient(server.grpc) as client:
+                assert client.is_model_ready("checked")
+                client.unload_model("checked")
+        else:
+            with pytest.raises(InferenceServerException) as info:
+                _load_model(server, "grpc", "checked")
+            assert info.value.message() == poll_failed
+    finally:
+        config.write_text(CONFIG + _agents("checksum", CHECKED_KEY, WRONG_MD5), encoding="utf-8")
+
+
+def _load_model(server: Endpoint, protocol: str, name: str, config: str | None = None) -> None:
+    if protocol == "grpc":
+        with grpcclient.InferenceServerClient(server.grpc) as client:
+            client.load_model(name, config=config)
+    else:
+        with httpclient.InferenceServerClient(server.http) as client:
+            client.load_model(name, config=config)

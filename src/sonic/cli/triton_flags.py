@@ -77,7 +77,10 @@ TRITON_FLAGS: dict[str, TritonFlag] = {
     "--log-file": TritonFlag(IMPLEMENTED, "str", "logs appended to this file instead of stderr"),
     "--backend-directory": TritonFlag(NOTICED, "str", "backends are Python modules"),
     "--repoagent-directory": TritonFlag(
-        NOTICED, "str", "no repository agents (checksums are kept in configs)"
+        NOTICED,
+        "str",
+        "the checksum agent is built in (it runs at every load); any other agent fails the load, as Triton "
+        "fails one it cannot find (searched: /opt/tritonserver/repoagents, Triton's default)",
     ),
     "--cache-directory": TritonFlag(NOTICED, "str", "the cache is built in"),
     "--pinned-memory-pool-byte-size": TritonFlag(NOTICED, "int", "no pinned-memory pool"),
