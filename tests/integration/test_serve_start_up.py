@@ -145,6 +145,17 @@ def test_a_repository_that_cannot_be_read_stops_start_up(repository: Path, tmp_p
         assert "loading models" not in result.stderr
 
 
+@pytest.mark.parametrize("url", ["s3://bucket/models", "gs://bucket/models", "as://account/c/models"])
+def test_a_cloud_repository_is_refused_saying_why(url: str) -> None:
+    result = _serve("--model-repository", url)
+    assert result.returncode == 1
+    assert f"error: creating server: Internal - failed to stat file {url.replace('//', '/')}" in (
+        result.stderr.splitlines()
+    )
+    assert "cloud storage (s3://, gs://, as://) is not supported" in result.stderr
+    assert "loading models" not in result.stderr
+
+
 @pytest.mark.triton
 def test_triton_refuses_a_repository_that_cannot_be_read_alike(repository: Path, tmp_path: Path) -> None:
     for roots, line in _missing_cases(repository, tmp_path):

@@ -62,11 +62,21 @@ class StartFailure(InternalError):
         return f"error: creating server: {self.triton_status} - {self.triton_message}"
 
 
+# Triton's cloud repositories (S3, Google Cloud Storage, Azure), as a --model-repository Path spells them.
+CLOUD_STORAGE = re.compile(r"(s3|gs|as):/")
+
+
 def check_repository_roots(roots: tuple[Path, ...]) -> None:
     """Each ``--model-repository`` must be a folder the server can list, as Triton checks at start
     (a typo would otherwise serve nothing from it, silently). Paths as given, as Triton prints them."""
     for root in roots:
         where = f"--model-repository {root}"
+        if CLOUD_STORAGE.match(str(root)):  # Path has made "s3://b" "s3:/b": a missing folder would hide why
+            raise StartFailure(
+                f"failed to stat file {root}",
+                f"{where}: cloud storage (s3://, gs://, as://) is not supported: sonic serves model "
+                "repositories in local folders (copy or mount it)",
+            )
         try:
             info = root.stat()
         except OSError as exc:
