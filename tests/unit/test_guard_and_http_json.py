@@ -227,3 +227,16 @@ def test_message_to_json_keeps_numbers_and_zeros() -> None:
     stats.inference_stats.success.count = 0
     assert message_to_json(stats)["inference_stats"]["success"] == {"count": 0, "ns": 0}
     assert message_to_json(stats)["execution_count"] == 0
+
+
+def test_statistics_json_always_has_response_stats_in_tritons_shape() -> None:
+    # Triton 2.51's statistics JSON writes "response_stats": {} for every model whose backend reports no
+    # per-response statistics (all of sonic's); a filled map is keyed by the response index.
+    response = service_pb2.ModelStatisticsResponse()
+    stats = response.model_stats.add(name="m", version="1")
+    assert message_to_json(response)["model_stats"][0]["response_stats"] == {}
+    stats.response_stats["0"].success.count = 2
+    stats.response_stats["0"].success.ns = 7
+    assert message_to_json(stats)["response_stats"] == {"0": {"success": {"count": 2, "ns": 7}}}
+    # the maps of other messages' JSON stay left out when empty, as before
+    assert "parameters" not in message_to_json(service_pb2.ModelInferResponse(model_name="m"))

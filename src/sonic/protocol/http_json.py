@@ -28,6 +28,10 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 # --- protobuf messages as Triton's HTTP JSON ------------------------------------------------------------
 
 
+# Messages whose empty maps Triton's HTTP JSON writes as {} (see message_to_json).
+_EMPTY_MAPS_KEPT = frozenset({"inference.ModelConfig", "inference.ModelStatistics"})
+
+
 def _scalar(field: Any, value: Any, empty_maps: bool = False) -> Any:
     if field.type == FieldDescriptor.TYPE_MESSAGE:
         return message_to_json(value, empty_maps=empty_maps)
@@ -39,16 +43,18 @@ def _scalar(field: Any, value: Any, empty_maps: bool = False) -> Any:
     return value
 
 
-def message_to_json(message: Message, *, empty_maps: bool | None = None) -> dict[str, Any]:
+def message_to_json(message: Message, *, empty_maps: bool = False) -> dict[str, Any]:
     """A protobuf message as Triton's HTTP server writes it.
 
     Unlike ``json_format``, 64-bit integers stay numbers (``"dims": [16]``, counts in statistics)
     and zero-valued scalars are kept, so clients can read every statistic without defaults.
-    ``empty_maps`` (default: for a model config) keeps empty map fields as ``{}``, as Triton's config
-    JSON has them (``"parameters": {}``); its hand-written statistics JSON leaves them out.
+    Empty map fields are kept as ``{}`` where Triton's JSON has them: in a model config and everything
+    in it (``"parameters": {}``; ``empty_maps`` passes that down), and a model's statistics'
+    ``"response_stats": {}``, which Triton's hand-written statistics JSON always writes (empty for every
+    backend sonic runs: Triton's Python, ONNX Runtime, PyTorch and TensorFlow backends never report
+    per-response statistics); other messages leave them out.
     """
-    if empty_maps is None:
-        empty_maps = message.DESCRIPTOR.full_name == "inference.ModelConfig"
+    empty_maps = empty_maps or message.DESCRIPTOR.full_name in _EMPTY_MAPS_KEPT
     out: dict[str, Any] = {}
     field: Any  # protobuf's pure-Python and upb descriptors have different stubs
     for field in message.DESCRIPTOR.fields:

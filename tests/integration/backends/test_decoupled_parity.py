@@ -201,6 +201,31 @@ def test_config_shows_the_transaction_policy(server: Endpoint) -> None:
         assert json.loads(answer.read())["model_transaction_policy"] == {"decoupled": True}
 
 
+def test_response_statistics_stay_empty_as_on_triton(server: Endpoint) -> None:
+    # Triton's L0_response_statistics: per-response statistics (``response_stats``, keyed by the response's
+    # index) are reported only by backends that call TRITONBACKEND_ModelInstanceReportResponseStatistics,
+    # which Triton 2.51's Python backend never does: after N responses, an empty final response, an error
+    # response, a non-decoupled model's answer and a BLS call, Triton's map is empty over both protocols,
+    # and its HTTP JSON still writes the key.
+    stream(server, [infer_request("square_int32", "n", {"IN": np.array([3], np.int32)})])
+    stream(server, [infer_request("decoupled_probe", f"p{mode}", probe(mode)) for mode in (1, 2, 7)])
+    client = grpcclient.InferenceServerClient(server.grpc)
+    for mode in (4, 0):  # this model answering itself, then calling square_int32 by BLS
+        inputs = [grpcclient.InferInput("N", [1], "INT32"), grpcclient.InferInput("MODE", [1], "INT32")]
+        inputs[0].set_data_from_numpy(np.array([2], np.int32))
+        inputs[1].set_data_from_numpy(np.array([mode], np.int32))
+        assert client.infer("bls_decoupled", inputs).as_numpy("OUT") is not None
+    for model in ("square_int32", "decoupled_probe", "bls_decoupled"):
+        grpc_stats = client.get_inference_statistics(model, as_json=False).model_stats
+        assert grpc_stats[0].inference_stats.success.count > 0
+        assert len(grpc_stats[0].response_stats) == 0
+        with urllib.request.urlopen(f"http://{server.http}/v2/models/{model}/stats", timeout=60) as answer:
+            http_stats = json.load(answer)["model_stats"]
+        assert http_stats[0]["inference_stats"]["success"]["count"] > 0
+        assert http_stats[0]["response_stats"] == {}
+    client.close()
+
+
 def test_tritonclient_streams_nvidias_repeat_example(server: Endpoint) -> None:
     """What NVIDIA's repeat_client.py does: tritonclient's stream, the empty final response asked for."""
     results: queue.Queue[tuple[Any, Any]] = queue.Queue()
