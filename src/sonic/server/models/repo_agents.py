@@ -30,17 +30,13 @@ DEFAULT_REPOAGENT_DIRECTORY = "/opt/tritonserver/repoagents"
 READ_CHUNK_BYTES = 1 << 20  # model files can be GBs: hashed in pieces, never read whole
 
 
-def run_repo_agents(
-    config: model_config_pb2.ModelConfig,
-    files: ModelFiles,
-    repoagent_directory: str = DEFAULT_REPOAGENT_DIRECTORY,
-) -> None:
+def run_repo_agents(config: model_config_pb2.ModelConfig, files: ModelFiles) -> None:
     """Run each agent of ``config``, in order, on the model's files; the first refusal fails the load."""
     for agent in config.model_repository_agents.agents:
         if agent.name != CHECKSUM_AGENT:  # Triton's words (the library is found by the exact name)
             raise ModelConfigError(
                 f"unable to find 'libtritonrepoagent_{agent.name}.so' for repo agent '{agent.name}', "
-                f"searched: {repoagent_directory} (sonic runs only the built-in "
+                f"searched: {DEFAULT_REPOAGENT_DIRECTORY} (sonic runs only the built-in "
                 f"'{CHECKSUM_AGENT}' repository agent)"
             )
         verify_checksums(agent.parameters, files)
