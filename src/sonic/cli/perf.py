@@ -13,6 +13,7 @@ from sonic.perf.inputs import parse_shape
 from sonic.perf.perf_analyzer_csv import write_perf_analyzer_csv
 from sonic.perf.ranges import parse_range
 from sonic.perf.report import row, summary_line, write_csv, write_json
+from sonic.perf.shm import DEFAULT_OUTPUT_BYTES, SharedMemoryConfig, SharedMemoryKind
 from sonic.perf.stats import Window
 from sonic.perf.transport import PerfError, transport_name
 
@@ -71,6 +72,22 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="open loop spacing",
     )
     add_measurement_arguments(parser)
+    parser.add_argument(
+        "--shared-memory",
+        choices=[kind.value for kind in SharedMemoryKind],
+        default=SharedMemoryKind.NONE.value,
+        help="where input and output tensors travel, as perf_analyzer's flag: in the requests (none, default) "
+        "or in system shared memory regions this process creates and registers (system; the server must be "
+        "on this host); cuda is refused (sonic perf has no CUDA)",
+    )
+    parser.add_argument(
+        "--output-shared-memory-size",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help=f"with --shared-memory system: bytes per sample of each output whose size the model does not fix "
+        f"(variable dims or BYTES), as perf_analyzer (default {DEFAULT_OUTPUT_BYTES})",
+    )
     parser.add_argument("-f", "--csv", type=Path, help="write one row per level here")
     parser.add_argument(
         "--csv-format",
@@ -126,6 +143,17 @@ def progress(level: LoadLevel, index: int, window: Window, stable: bool) -> None
     )
 
 
+def shared_memory_from_args(args: argparse.Namespace) -> SharedMemoryConfig:
+    kind = SharedMemoryKind(args.shared_memory)
+    if args.output_shared_memory_size is not None and kind is SharedMemoryKind.NONE:
+        msg = (
+            "--output-shared-memory-size applies with --shared-memory system (tensors travel in the requests)"
+        )
+        raise PerfError(msg)
+    size = DEFAULT_OUTPUT_BYTES if args.output_shared_memory_size is None else args.output_shared_memory_size
+    return SharedMemoryConfig(kind, size)
+
+
 def config_from_args(args: argparse.Namespace) -> PerfConfig:
     return PerfConfig(
         url=args.url,
@@ -137,12 +165,13 @@ def config_from_args(args: argparse.Namespace) -> PerfConfig:
         shapes=tuple(parse_shape(s) for s in args.shape),
         measurement=measurement_from_args(args),
         transport=transport_name(args.transport),
+        shared_memory=shared_memory_from_args(args),
     )
 
 
 def write_outputs(report: PerfReport, args: argparse.Namespace) -> None:
     """Write the files asked for, and say where each went."""
-    rows = [row(r) for r in report.results]
+    rows = [row(r, report.config.shared_memory.kind) for r in report.results]
     if args.csv and args.csv_format == "perf_analyzer":
         write_perf_analyzer_csv(report, args.csv, verbose=args.verbose_csv)
     elif args.csv:
@@ -161,6 +190,13 @@ def write_outputs(report: PerfReport, args: argparse.Namespace) -> None:
         print(f"sonic perf: wrote PNG to {args.plot}", file=sys.stderr)
 
 
+def memory_note(config: PerfConfig) -> str:
+    memory = config.shared_memory
+    if not memory.used:
+        return ""
+    return f", tensors in system shared memory (--output-shared-memory-size {memory.output_bytes})"
+
+
 def failure_status(failed: int, args: argparse.Namespace) -> int:
     """1 when requests failed (figures of a server answering errors are not the model's), unless allowed."""
     if not failed:
@@ -172,10 +208,14 @@ def failure_status(failed: int, args: argparse.Namespace) -> int:
     return 1
 
 
-def csv_options_error(args: argparse.Namespace) -> str | None:
-    """The CSV options that would otherwise be accepted and ignored."""
+def options_error(args: argparse.Namespace) -> str | None:
+    """The options that would otherwise be accepted and ignored (CSV, shared memory)."""
     if args.replay is not None and (args.csv is not None or args.csv_format != "sonic" or args.verbose_csv):
         return "--replay reports with --json; -f/--csv, --csv-format and --verbose-csv are for load levels"
+    if args.replay is not None and (
+        args.shared_memory != "none" or args.output_shared_memory_size is not None
+    ):
+        return "--replay sends the recorded requests as they were; --shared-memory is for load levels"
     if args.csv_format != "sonic" and args.csv is None:
         return f"--csv-format {args.csv_format} needs -f/--csv FILE"
     if args.verbose_csv and args.csv_format != "perf_analyzer":
@@ -186,7 +226,7 @@ def csv_options_error(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    problem = csv_options_error(args)
+    problem = options_error(args)
     if problem is not None:
         print(f"sonic perf: {problem}", file=sys.stderr)
         return 2
@@ -198,13 +238,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         print(
-            f"sonic perf: model '{config.model}' at {config.url}, batch {config.batch_size}", file=sys.stderr
+            f"sonic perf: model '{config.model}' at {config.url}, batch {config.batch_size}{memory_note(config)}",
+            file=sys.stderr,
         )
         report = asyncio.run(run_perf(config, on_window=None if args.quiet else progress))
         for note in report.notes:
             print(f"sonic perf: note: {note}", file=sys.stderr)
         for result in report.results:
-            print(summary_line(result))
+            print(summary_line(result, config.shared_memory.kind))
         write_outputs(report, args)
     except PerfError as exc:
         print(f"sonic perf: {exc}", file=sys.stderr)

@@ -8,6 +8,7 @@ from typing import Any
 
 from sonic.perf.analyze import AnalysisReport, Ranked
 from sonic.perf.report import row
+from sonic.perf.shm import SharedMemoryKind
 
 
 def _candidate_json(entry: Ranked, place: int | None) -> dict[str, Any]:
@@ -24,7 +25,9 @@ def _candidate_json(entry: Ranked, place: int | None) -> dict[str, Any]:
         "error": result.error,
         "measured_s": round(result.measured_s, 2),
         "runs": result.runs,
-        "levels": [row(r) for r in result.results],
+        "levels": [
+            row(r, SharedMemoryKind.NONE) for r in result.results
+        ],  # analyze sends tensors in requests
         "config_pbtxt": result.config_text,
     }
 

@@ -17,6 +17,9 @@ then parsed, and that parse time is reported as client deserialize time. Request
 before the load starts, and the per-request serialize cost measured then is reported. gRPC does
 not expose when a request finished sending, so client send+receive time (``client_wire_us``) is
 the mean latency less the server's own time per request.
+
+With system shared memory (:mod:`sonic.perf.shm`) the inputs are written into regions once, before the
+load, and the requests name them; the serialize time reported then is that of the one write and the encoding.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2
 
 from sonic.perf.inputs import (
+    Arrays,
     ModelInfo,
     check_batch_size,
     inputs_from_file,
@@ -38,6 +42,7 @@ from sonic.perf.inputs import (
     resolve_shapes,
     synthetic_inputs,
 )
+from sonic.perf.shm import SharedMemoryConfig, SystemSharedMemory
 from sonic.perf.stats import (
     LatencySummary,
     ServerBreakdown,
@@ -316,6 +321,9 @@ class PerfConfig:
     measurement: MeasurementConfig = MeasurementConfig()
     seed: int = 0
     transport: str = "h2"  # "h2" (sonic.client's HTTP/2, lighter) or "grpcio" (grpc.aio)
+    shared_memory: SharedMemoryConfig = field(
+        default_factory=SharedMemoryConfig
+    )  # in requests, or system shm
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:
@@ -331,12 +339,12 @@ class PerfReport:
     notes: tuple[str, ...] = ()
 
 
-def build_payloads(transport: Transport, config: PerfConfig, info: ModelInfo) -> tuple[list[bytes], float]:
-    """Encoded requests and the serialize time per request, nanoseconds."""
+def build_inputs(config: PerfConfig, info: ModelInfo) -> list[Arrays]:
+    """The input tensors of the distinct requests ``config`` asks for."""
     check_batch_size(info, config.batch_size)
     shapes = resolve_shapes(info, dict(config.shapes))
     if config.input_data in {"random", "zero"}:
-        requests = synthetic_inputs(
+        return synthetic_inputs(
             info,
             shapes,
             config.batch_size,
@@ -344,10 +352,14 @@ def build_payloads(transport: Transport, config: PerfConfig, info: ModelInfo) ->
             count=config.distinct_requests,
             seed=config.seed,
         )
-    else:
-        requests = inputs_from_file(
-            Path(config.input_data), info, shapes, config.batch_size, count=config.distinct_requests
-        )
+    return inputs_from_file(
+        Path(config.input_data), info, shapes, config.batch_size, count=config.distinct_requests
+    )
+
+
+def build_payloads(transport: Transport, config: PerfConfig, info: ModelInfo) -> tuple[list[bytes], float]:
+    """Encoded requests and the serialize time per request, nanoseconds."""
+    requests = build_inputs(config, info)
     started = time.perf_counter_ns()
     payloads = [transport.encode(arrays, info.datatypes) for arrays in requests]
     return payloads, (time.perf_counter_ns() - started) / len(payloads)
@@ -360,15 +372,36 @@ async def run_perf(
     transport = transport or Transport(config.url, config.model, config.version, kind=config.transport)
     async with transport:
         info = model_info(await transport.model_metadata(), await transport.model_config())
-        payloads, serialize_ns = build_payloads(transport, config, info)
-        generator = LoadGenerator(
-            transport,
-            payloads,
-            batch_size=config.batch_size,
-            measurement=config.measurement,
-            serialize_ns_per_request=serialize_ns,
-            on_window=on_window,
-            seed=config.seed,
-        )
-        results = [await generator.run(level) for level in config.levels]
+        if not config.shared_memory.used:
+            payloads, serialize_ns = build_payloads(transport, config, info)
+            return await _measure_levels(config, info, transport, payloads, serialize_ns, on_window)
+        async with SystemSharedMemory(transport) as memory:  # unregistered and unlinked however it ends
+            payloads, serialize_ns = await memory.encode(
+                info,
+                config.version,
+                build_inputs(config, info),
+                batch_size=config.batch_size,
+                output_bytes=config.shared_memory.output_bytes,
+            )
+            return await _measure_levels(config, info, transport, payloads, serialize_ns, on_window)
+
+
+async def _measure_levels(
+    config: PerfConfig,
+    info: ModelInfo,
+    transport: Transport,
+    payloads: Sequence[bytes],
+    serialize_ns: float,
+    on_window: WindowCallback | None,
+) -> PerfReport:
+    generator = LoadGenerator(
+        transport,
+        payloads,
+        batch_size=config.batch_size,
+        measurement=config.measurement,
+        serialize_ns_per_request=serialize_ns,
+        on_window=on_window,
+        seed=config.seed,
+    )
+    results = [await generator.run(level) for level in config.levels]
     return PerfReport(config, info, tuple(results), tuple(generator.notes))

@@ -41,6 +41,8 @@ class ModelInfo:
     max_batch_size: int
     inputs: tuple[InputSpec, ...]
     response_cache: bool = False  # config.pbtxt's response_cache { enable: true }
+    # The outputs, with the same fields (dims without the batch dimension): where shared memory puts them.
+    outputs: tuple[InputSpec, ...] = ()
 
     @property
     def datatypes(self) -> dict[str, str]:
@@ -51,12 +53,20 @@ def model_info(
     metadata: service_pb2.ModelMetadataResponse, config: service_pb2.ModelConfigResponse
 ) -> ModelInfo:
     max_batch_size = int(config.config.max_batch_size)
-    inputs = []
-    for tensor in metadata.inputs:
-        shape = tuple(int(d) for d in tensor.shape)
-        inputs.append(InputSpec(tensor.name, tensor.datatype, shape[1:] if max_batch_size > 0 else shape))
+
+    def specs(tensors: Any) -> tuple[InputSpec, ...]:
+        found = []
+        for tensor in tensors:
+            shape = tuple(int(d) for d in tensor.shape)
+            found.append(InputSpec(tensor.name, tensor.datatype, shape[1:] if max_batch_size > 0 else shape))
+        return tuple(found)
+
     return ModelInfo(
-        metadata.name, max_batch_size, tuple(inputs), response_cache=bool(config.config.response_cache.enable)
+        metadata.name,
+        max_batch_size,
+        specs(metadata.inputs),
+        response_cache=bool(config.config.response_cache.enable),
+        outputs=specs(metadata.outputs),
     )
 
 

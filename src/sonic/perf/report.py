@@ -16,14 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from sonic.perf.engine import LevelResult, PerfReport
+from sonic.perf.shm import SharedMemoryKind
 
-SCHEMA_VERSION = 2  # 2: failed requests counted over every window (errors_all_windows, errors)
+# 2: failed requests counted over every window (errors_all_windows, errors); 3: shared_memory (column and
+# the run's settings)
+SCHEMA_VERSION = 3
 
 COLUMNS = (
     "concurrency",
     "request_rate_per_s",
     "distribution",
     "batch_size",
+    "shared_memory",
     "stable",
     "windows",
     "duration_s",
@@ -62,13 +66,16 @@ def _round(value: float) -> float:
     return round(value, 3)
 
 
-def row(result: LevelResult) -> Row:
+def row(result: LevelResult, shared_memory: SharedMemoryKind) -> Row:
+    """One level's figures; ``shared_memory`` says where the run's tensors travelled (``none``: in the
+    requests and responses)."""
     level, latency, server = result.level, result.latency, result.server
     values: Row = {
         "concurrency": level.concurrency,
         "request_rate_per_s": level.request_rate_per_s,
         "distribution": level.distribution if level.request_rate_per_s else "",
         "batch_size": result.batch_size,
+        "shared_memory": shared_memory.value,
         "stable": result.stable,
         "windows": result.windows,
         "duration_s": _round(result.duration_s),
@@ -123,6 +130,12 @@ def to_json(report: PerfReport) -> dict[str, Any]:
         ],
         "batch_size": config.batch_size,
         "input_data": config.input_data,
+        "shared_memory": {
+            "kind": config.shared_memory.kind.value,
+            "output_shared_memory_size": config.shared_memory.output_bytes
+            if config.shared_memory.used
+            else None,
+        },
         "measurement": {
             "window_s": config.measurement.window_s,
             "stability_percentage": config.measurement.stability_percentage,
@@ -137,7 +150,7 @@ def to_json(report: PerfReport) -> dict[str, Any]:
         "notes": list(report.notes),
         "errors": sum(r.errors_all_windows for r in report.results),
         "columns": list(COLUMNS),
-        "results": [row(r) for r in report.results],
+        "results": [row(r, config.shared_memory.kind) for r in report.results],
     }
 
 
@@ -155,9 +168,10 @@ def write_csv(rows: Sequence[Row], path: Path) -> None:
             writer.writerow({k: "" if v is None else v for k, v in values.items()})
 
 
-def summary_line(result: LevelResult) -> str:
+def summary_line(result: LevelResult, shared_memory: SharedMemoryKind) -> str:
+    memory = f" ({shared_memory.value} shared memory)" if shared_memory is not SharedMemoryKind.NONE else ""
     text = (
-        f"{result.level.label}: {result.inferences_per_s:,.1f} infer/s, {result.requests_per_s:,.1f} req/s, "
+        f"{result.level.label}{memory}: {result.inferences_per_s:,.1f} infer/s, {result.requests_per_s:,.1f} req/s, "
         f"latency mean {result.latency.mean_us:,.0f} us p50 {result.latency.p50_us:,.0f} "
         f"p90 {result.latency.p90_us:,.0f} p95 {result.latency.p95_us:,.0f} p99 {result.latency.p99_us:,.0f} us"
     )

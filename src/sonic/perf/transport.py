@@ -100,6 +100,24 @@ class Transport:
         )
         return result
 
+    async def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Register a system shared-memory region with the server (``sonic perf --shared-memory system``)."""
+        try:
+            await self._client.shm_register(name, key, offset, byte_size)
+        except ClientError as exc:
+            raise PerfError(
+                f"registering system shared memory region '{name}' ({byte_size} bytes) at {self.address} "
+                f"failed: {exc}"
+            ) from None
+
+    async def shm_unregister(self, name: str) -> None:
+        try:
+            await self._client.shm_unregister(name)
+        except ClientError as exc:
+            raise PerfError(
+                f"unregistering system shared memory region '{name}' at {self.address} failed: {exc}"
+            ) from None
+
     async def __aenter__(self) -> Self:
         return self
 
