@@ -42,7 +42,8 @@ def test_perf_writes_csv_json_and_plot(
     assert all(int(r["batch_size"]) == 4 and int(r["requests"]) > 0 for r in rows)
 
     document = json.loads((out / "r.json").read_text())
-    assert document["schema_version"] == 2
+    assert document["schema_version"] == 3
+    assert document["shared_memory"] == {"kind": "none", "output_shared_memory_size": None}
     assert document["errors"] == 0
     assert document["tool"] == "sonic perf"
     assert document["model"] == "identity"
@@ -57,6 +58,7 @@ def test_perf_writes_csv_json_and_plot(
         assert result["latency_p95_us"] <= result["latency_p99_us"] <= result["latency_max_us"]
         assert result["server_inferences"] == 4 * result["server_requests"]
         assert isinstance(result["stable"], bool)
+        assert result["shared_memory"] == "none"  # tensors in the requests, the default
     assert (out / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for kind, name in (("CSV (sonic columns)", "r.csv"), ("JSON", "r.json"), ("PNG", "r.png")):
         assert f"sonic perf: wrote {kind} to {out / name}" in captured.err
