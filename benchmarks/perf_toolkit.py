@@ -49,7 +49,7 @@ def perf_sweep(
     )
     report = asyncio.run(run_perf(config))
     for result in report.results:
-        print(f"{model} b{batch} {summary_line(result)}", flush=True)
+        print(f"{model} b{batch} {summary_line(result, config.shared_memory.kind)}", flush=True)
     return to_json(report)
 
 
