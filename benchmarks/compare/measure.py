@@ -20,7 +20,13 @@ from tritonclient.utils import np_to_triton_dtype
 from benchmarks.compare.repositories import build_repositories
 from benchmarks.compare.servers import NAMES, start_server
 from benchmarks.compare.workloads import INTRA_OP_SPINNING, THREADS, WORKLOADS, Workload, make_inputs
-from benchmarks.harness.load import grpc_load, infer_request_bytes, tritonclient_once, tritonclient_run
+from benchmarks.harness.load import (
+    SharedMemoryLoad,
+    grpc_load,
+    infer_request_bytes,
+    tritonclient_once,
+    tritonclient_run,
+)
 from benchmarks.harness.processes import cpu_seconds, memcpy_floor_s, tree_cpu_seconds
 from benchmarks.harness.rounds import visits
 from benchmarks.harness.servers import ServerSet
@@ -80,8 +86,14 @@ def _window(
         return asyncio.run(
             tritonclient_run(addresses[server], workload.model, feeds, workload.concurrency, window_s, 0.0)
         )
-    datatypes = {name: np_to_triton_dtype(array.dtype) for name, array in feeds.items()}
-    payload = infer_request_bytes(workload.model, feeds, datatypes)
+    payload: bytes | SharedMemoryLoad
+    if workload.load == "shm":
+        # Regions of this process, created and registered with this server for this window alone, then
+        # unregistered and unlinked (sonic and Triton are separate processes: each maps its own).
+        payload = SharedMemoryLoad(workload.model, feeds)
+    else:
+        datatypes = {name: np_to_triton_dtype(array.dtype) for name, array in feeds.items()}
+        payload = infer_request_bytes(workload.model, feeds, datatypes)
     try:
         result = asyncio.run(
             grpc_load(

@@ -31,7 +31,8 @@ class Workload:
     concurrency: int
     kind: str  # "compute", "rate" or "transfer": which targets apply
     servers: tuple[str, ...]
-    # "lean" (pre-serialized, grpc.aio), "native" (pre-serialized, sonic's HTTP/2), "tritonclient"
+    # "lean" (pre-serialized, grpc.aio), "native" (pre-serialized, sonic's HTTP/2), "tritonclient", "shm" (lean,
+    # with inputs and outputs in system shared memory: sonic perf --shared-memory system)
     load: str = "lean"
     slow: bool = False  # long executions: longer warm-up and window
 
@@ -48,6 +49,9 @@ WORKLOADS = (
     # The same with sonic perf's lighter load generator (sonic.client's HTTP/2): no targets, shows what the load costs.
     Workload("identity_b1_native", "identity b1 c32, native load", "identity", 1, 32, "rate", SERVERS[1:], "native"),
     Workload("large_15mb_native", "15.6 MB tensors c1, native load", "identity_large", LARGE_SHAPE[0], 1, "transfer", (*SERVED, "sonic-grpcio"), "native", slow=True),
+    # Tensors in system shared memory, no socket copies (issue 37); MLServer has no shared memory.
+    Workload("facile_b16000_shm", "FACILE b16000 c2, system shm", "facile", 16000, 2, "compute", ("direct", "sonic", "triton"), "shm"),
+    Workload("large_15mb_shm", "15.6 MB tensors c1, system shm", "identity_large", LARGE_SHAPE[0], 1, "transfer", ("sonic", "triton"), "shm", slow=True),
 )  # fmt: skip
 
 

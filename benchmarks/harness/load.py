@@ -16,7 +16,9 @@ from tritonclient.grpc import InferInput
 from tritonclient.utils import np_to_triton_dtype
 
 from benchmarks.harness.processes import cpu_seconds
-from sonic.perf.engine import LoadGenerator, LoadLevel, MeasurementConfig
+from sonic.perf.engine import LevelEnd, LevelResult, LoadGenerator, LoadLevel, MeasurementConfig
+from sonic.perf.inputs import model_info
+from sonic.perf.shm import DEFAULT_OUTPUT_BYTES, SystemSharedMemory
 from sonic.perf.transport import Transport
 from sonic.protocol.grpc_codec import encode_infer_request
 
@@ -61,9 +63,20 @@ class LoadResult:
     mean_ms: float
 
 
+@dataclass(frozen=True)
+class SharedMemoryLoad:
+    """Requests whose tensors travel in system shared memory, as ``sonic perf --shared-memory system``
+    sends them (:mod:`sonic.perf.shm`): ``inputs`` written once into a region, each output into a slot of
+    perf_analyzer's size (``output_bytes`` per sample where the model does not fix it)."""
+
+    model: str
+    inputs: dict[str, npt.NDArray[Any]]
+    output_bytes: int = DEFAULT_OUTPUT_BYTES
+
+
 async def grpc_load(
     address: str,
-    payload: bytes | Sequence[bytes],
+    payload: bytes | Sequence[bytes] | SharedMemoryLoad,
     *,
     concurrency: int,
     batch: int,
@@ -74,13 +87,32 @@ async def grpc_load(
     """Closed loop with ``concurrency`` callers: one window of ``duration_s`` after ``warmup_s`` of load.
 
     The engine of ``sonic perf`` (src/sonic/perf/engine.py) with a single window, so the benchmark
-    scripts and the CLI measure the same way.
+    scripts and the CLI measure the same way. ``payload`` is the serialized request(s), or a
+    :class:`SharedMemoryLoad`: regions created and registered with this server for this call, unregistered
+    and unlinked when it returns (or fails).
     """
     measurement = MeasurementConfig(window_s=duration_s, stable_windows=1, max_windows=1, warmup_s=warmup_s)
+    level = LoadLevel(concurrency=concurrency)
+    if isinstance(payload, SharedMemoryLoad):
+        async with Transport(address, model=payload.model, kind=transport) as channel:
+            info = model_info(await channel.model_metadata(), await channel.model_config())
+            async with SystemSharedMemory(channel) as memory:
+                payloads, _ = await memory.encode(
+                    info, "", [payload.inputs], batch_size=batch, output_bytes=payload.output_bytes
+                )
+                generator = LoadGenerator(
+                    channel, payloads, batch_size=batch, measurement=measurement, level_end=LevelEnd.FINISH
+                )
+                result = await generator.run(level)
+        return _load_result(result, concurrency, duration_s)
     async with Transport(address, model="", kind=transport) as channel:
         payloads = [payload] if isinstance(payload, bytes) else list(payload)  # several: sent in random order
         generator = LoadGenerator(channel, payloads, batch_size=batch, measurement=measurement)
-        result = await generator.run(LoadLevel(concurrency=concurrency))
+        result = await generator.run(level)
+    return _load_result(result, concurrency, duration_s)
+
+
+def _load_result(result: LevelResult, concurrency: int, duration_s: float) -> LoadResult:
     if not result.requests:
         raise RuntimeError(f"no request completed in the {duration_s} s window; make it longer")
     latency = result.latency

@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+import numpy as np
 import onnxruntime as ort
 import pytest
 from benchmarks.compare import repositories
 from benchmarks.compare import summary as compare_summary
-from benchmarks.compare.measure import measure
-from benchmarks.compare.workloads import Workload
+from benchmarks.compare.measure import measure, memcpy_floor_ms
+from benchmarks.compare.workloads import WORKLOADS, Workload
 from benchmarks.harness.report import replace_between
 
 from sonic.models.zoo import registry
@@ -159,3 +160,15 @@ def test_server_cpu_is_the_measured_windows_alone() -> None:
     assert result["requests"] >= 10
     cpu_per_request = result["server_cpu_s"] / result["requests"]
     assert 0.0015 < cpu_per_request < 0.004  # ~2 ms; with the 1 s warm-up counted, ~12 ms
+
+
+def test_shared_memory_rows_carry_issue_37_targets_and_the_memcpy_floor() -> None:
+    """The system-shm rows: the same targets as their TCP twins, the floor line for the transfer, and
+    only servers that have shared memory (MLServer has none)."""
+    shm = {w.key: w for w in WORKLOADS if w.load == "shm"}
+    assert set(shm) == {"facile_b16000_shm", "large_15mb_shm"}
+    assert all("mlserver" not in w.servers and "sonic-grpcio" not in w.servers for w in shm.values())
+    assert compare_summary.TARGETS["facile_b16000_shm"] == compare_summary.TARGETS["facile_b16000"]
+    assert compare_summary.TARGETS["large_15mb_shm"] == compare_summary.TARGETS["large_15mb"]
+    floors = memcpy_floor_ms({"large_15mb_shm": {"INPUT0": np.ones(1 << 20, np.float32)}})
+    assert set(floors) == {"large_15mb_shm"}

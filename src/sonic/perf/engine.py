@@ -28,6 +28,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 import numpy as np
@@ -139,6 +140,15 @@ class _Recorder:
     last_error: str = ""
 
 
+class LevelEnd(StrEnum):
+    """What becomes of the requests in flight when a level's last window closes."""
+
+    CANCEL = "cancel"  # cancelled at once (the default)
+    # Answered first: with shared memory, a server that goes on running a cancelled request (Triton)
+    # holds its regions until it ends, and refuses to unregister them meanwhile.
+    FINISH = "finish"
+
+
 class LoadGenerator:
     """Sends pre-encoded requests through a transport and measures one level at a time."""
 
@@ -152,6 +162,7 @@ class LoadGenerator:
         serialize_ns_per_request: float = 0.0,
         on_window: WindowCallback | None = None,
         seed: int = 0,
+        level_end: LevelEnd = LevelEnd.CANCEL,
     ) -> None:
         if not payloads:
             msg = "no request to send"
@@ -164,6 +175,8 @@ class LoadGenerator:
         self._on_window = on_window
         self._rng = np.random.default_rng(seed)
         self._recorder = _Recorder()
+        self._level_end = level_end
+        self._stopping = False  # LevelEnd.FINISH: closed-loop callers send nothing more once set
         self.notes: list[str] = []  # what the report should say about missing figures
 
     async def _send(self, payload: bytes) -> None:
@@ -182,7 +195,7 @@ class LoadGenerator:
 
     async def _closed_loop(self, first: int, stride: int, think_time_s: float) -> None:
         index = first
-        while True:
+        while not self._stopping:
             await self._send(self._payloads[index % len(self._payloads)])
             index += stride
             if think_time_s > 0:
@@ -227,22 +240,38 @@ class LoadGenerator:
 
     async def run(self, level: LoadLevel) -> LevelResult:
         tasks: set[asyncio.Task[None]] = set()
+        self._stopping = False
+        cancelled = False
         async with asyncio.TaskGroup() as group:
+            scheduler = None
             if level.concurrency:
                 for worker in range(level.concurrency):
                     tasks.add(
                         group.create_task(self._closed_loop(worker, level.concurrency, level.think_time_s))
                     )
             else:
-                tasks.add(group.create_task(self._open_loop(level, group, tasks)))
+                scheduler = group.create_task(self._open_loop(level, group, tasks))
+                tasks.add(scheduler)
             failure: PerfError | None = None
             try:
                 result = await self._measure(level)
             except PerfError as exc:
                 failure = exc  # raised below, not wrapped in the task group's ExceptionGroup
+            except asyncio.CancelledError:
+                if self._level_end is LevelEnd.CANCEL:
+                    raise
+                cancelled = True  # raised again once the requests in flight are answered (as perf_analyzer)
             finally:
-                for task in list(tasks):
-                    task.cancel()
+                self._stopping = True
+                if self._level_end is LevelEnd.CANCEL:
+                    for task in list(tasks):
+                        task.cancel()
+                elif scheduler is not None:
+                    scheduler.cancel()  # it sends nothing itself; the requests it started are awaited
+            # LevelEnd.FINISH: the task group waits here for the requests in flight (a second
+            # cancellation cancels them too)
+        if cancelled:
+            raise asyncio.CancelledError
         if failure is not None:
             raise failure
         return result
@@ -394,6 +423,8 @@ async def _measure_levels(
     serialize_ns: float,
     on_window: WindowCallback | None,
 ) -> PerfReport:
+    # With shared memory, no region may be unregistered while the server still runs a request naming it.
+    level_end = LevelEnd.FINISH if config.shared_memory.used else LevelEnd.CANCEL
     generator = LoadGenerator(
         transport,
         payloads,
@@ -402,6 +433,7 @@ async def _measure_levels(
         serialize_ns_per_request=serialize_ns,
         on_window=on_window,
         seed=config.seed,
+        level_end=level_end,
     )
     results = [await generator.run(level) for level in config.levels]
     return PerfReport(config, info, tuple(results), tuple(generator.notes))

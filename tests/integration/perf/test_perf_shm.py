@@ -3,6 +3,7 @@ regions, answers carry no tensor bytes, the server counts every request, and no 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Iterator
@@ -20,9 +21,8 @@ from sonic.perf.engine import LoadLevel, PerfConfig, run_perf
 from sonic.perf.inputs import model_info
 from sonic.perf.shm import SharedMemoryConfig, SharedMemoryKind, SystemSharedMemory
 from sonic.perf.transport import Transport
-from sonic.testing.repository import MODELS, write_test_repository
 
-from ..triton_helpers import running_triton
+from ..triton_helpers import python_model_repository, running_triton
 from .conftest import QUICK
 
 pytestmark = pytest.mark.integration
@@ -141,24 +141,87 @@ def test_an_output_larger_than_its_slot_fails_and_leaves_nothing(
     assert "should be at least 4000 bytes to hold the results" in err
 
 
+async def test_a_cancelled_run_gives_every_region_back(
+    perf_server: ServerProcess, no_leftovers: None
+) -> None:
+    """Ctrl-C in the middle of a window: the requests in flight are answered, then every region goes."""
+    window = asyncio.Event()
+    config = PerfConfig(
+        url=perf_server.grpc_address,
+        model="slow",
+        levels=(LoadLevel(concurrency=2),),
+        batch_size=8,
+        measurement=QUICK,
+        shared_memory=SharedMemoryConfig(SharedMemoryKind.SYSTEM),
+    )
+    task = asyncio.create_task(run_perf(config, on_window=lambda *_: window.set()))
+    await window.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+# A Python-backend model of ~0.2 s per request: at the end of a level, or when cancelled, requests are in
+# flight, and Triton holds their regions until it has run them (it refuses to unregister them meanwhile).
+SLOW_CONFIG = """
+name: "slow_identity"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"""
+SLOW_MODEL = """
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(0.2)
+        return [
+            pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]
+            )
+            for r in requests
+        ]
+"""
+
+
+def _slow_config(address: str) -> PerfConfig:
+    return PerfConfig(
+        url=address,
+        model="slow_identity",
+        levels=(LoadLevel(concurrency=2),),
+        batch_size=4,
+        measurement=QUICK,
+        shared_memory=SharedMemoryConfig(SharedMemoryKind.SYSTEM),
+    )
+
+
 @pytest.mark.triton
-async def test_triton_runs_the_same_load(tmp_path: Path) -> None:
-    identity = next(m for m in MODELS if m.name == "identity")
-    repository = write_test_repository(tmp_path / "models", "triton", (identity,))
+async def test_triton_runs_the_same_load_and_gives_every_region_back(tmp_path: Path) -> None:
+    repository = python_model_repository(tmp_path, "slow_identity", SLOW_CONFIG, SLOW_MODEL)
     before = _own_objects()
-    with running_triton([repository], ["identity"]) as triton:
-        config = PerfConfig(
-            url=triton.grpc_address,
-            model="identity",
-            levels=(LoadLevel(concurrency=2),),
-            batch_size=4,
-            measurement=QUICK,
-            shared_memory=SharedMemoryConfig(SharedMemoryKind.SYSTEM),
-        )
-        (result,) = (await run_perf(config)).results
+    with running_triton([repository], ["slow_identity"]) as triton:
+        (result,) = (await run_perf(_slow_config(triton.grpc_address))).results
         assert result.requests > 0
         assert result.errors_all_windows == 0
         assert result.server is not None
         assert result.server.inferences == 4 * result.server.requests
+        # the requests in flight at the level's end were answered before their regions were unregistered
         assert _server_regions(triton.grpc_address) == []
-    assert _own_objects() <= before
+        assert _own_objects() <= before
+
+        # cancelled (Ctrl-C) in the middle of a window: the same
+        window = asyncio.Event()
+        task = asyncio.create_task(
+            run_perf(_slow_config(triton.grpc_address), on_window=lambda *_: window.set())
+        )
+        await window.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert _server_regions(triton.grpc_address) == []
+        assert _own_objects() <= before
