@@ -25,7 +25,10 @@ Every onnxruntime session has 2 intra-op threads and all graph optimisations. Lo
 generator of ``sonic perf`` (``--transport grpcio``: pre-serialized ModelInferRequest over grpc.aio) for
 every workload; for identity batch 1 also the official ``tritonclient.grpc.aio`` (one InferInput built per
 call); for identity batch 1 and the 15.6 MB tensors also ``sonic perf``'s native HTTP/2 load generator (its
-default, a lighter client: no targets, it shows how much the load generator decides). Server, load generator and
+default, a lighter client: no targets, it shows how much the load generator decides); for FACILE b16000 and
+the 15.6 MB tensors also the lean generator with every tensor in system shared memory (``sonic perf
+--shared-memory system``'s code: regions registered with each server per window, given back after; sonic,
+Triton and direct only, MLServer has no shared memory). Server, load generator and
 direct runs share the machine's 2 cores (no pinning). Each round visits every (workload, server) pair,
 the server order rotating between rounds; ratios are taken within a round, medians over rounds.
 

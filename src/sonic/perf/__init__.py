@@ -6,7 +6,9 @@
 - :mod:`sonic.perf.ranges`: the ``START:END:STEP`` ranges of the command-line options.
 - :mod:`sonic.perf.stats`: percentiles, the stability rule, the server breakdown.
 - :mod:`sonic.perf.inputs`: input tensors from the server's model metadata and config, or a file.
-- :mod:`sonic.perf.transport`: how requests travel (gRPC today; the seam for shared memory).
+- :mod:`sonic.perf.transport`: how requests travel (gRPC, over either of the client's transports).
+- :mod:`sonic.perf.shm`: ``--shared-memory system``: inputs written once into POSIX shared-memory regions,
+  outputs into perf_analyzer-sized slots, every region registered before the load and given back after.
 - :mod:`sonic.perf.report` and :mod:`sonic.perf.plot`: CSV, JSON and PNG output.
 - :mod:`sonic.perf.perf_analyzer_csv`: perf_analyzer 2.51's ``-f`` CSV (``--csv-format perf_analyzer``).
 - :mod:`sonic.perf.analyze` and :mod:`sonic.perf.analyze_report`: start our server per candidate
