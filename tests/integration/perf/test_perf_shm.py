@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from sonic.perf.shm import SharedMemoryConfig, SharedMemoryKind, SystemSharedMem
 from sonic.perf.transport import Transport
 
 from ..triton_helpers import python_model_repository, running_triton
-from .conftest import QUICK
+from .conftest import QUICK, PerfAnalyzer
 
 pytestmark = pytest.mark.integration
 
@@ -225,3 +226,34 @@ async def test_triton_runs_the_same_load_and_gives_every_region_back(tmp_path: P
             await task
         assert _server_regions(triton.grpc_address) == []
         assert _own_objects() <= before
+
+
+@pytest.mark.parametrize(("size", "fits"), [(4000, True), (3999, False)])
+def test_output_slots_are_sized_as_perf_analyzer_sizes_them(
+    perf_server: ServerProcess,
+    perf_analyzer: PerfAnalyzer,
+    size: int,
+    fits: bool,
+    no_leftovers: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Variable dims: --output-shared-memory-size bytes per sample, times the batch. 1000 floats a sample,
+    batch 2: 8000 bytes of output fit slots of 4000 per sample and not of 3999, for both load generators."""
+    shape = ["--shape", "INPUT0:1000", "-b", "2", "--shared-memory", "system"]
+    shape += ["--output-shared-memory-size", str(size)]
+    command = [
+        str(perf_analyzer.binary),
+        *("-m", "variable_dims", "-i", "grpc", "-u", perf_server.grpc_address, "--concurrency-range", "1"),
+        *("--measurement-mode", "count_windows", "--measurement-request-count", "10"),
+        *("--stability-percentage", "1000", *shape),
+    ]
+    theirs = subprocess.run(
+        command, env=perf_analyzer.env, capture_output=True, text=True, timeout=240, check=False
+    )
+    ours = main(["perf", "-m", "variable_dims", "-u", perf_server.grpc_address, *shape, *QUICK_ARGS])
+    err = capsys.readouterr().err
+    assert (theirs.returncode == 0) is fits, (theirs.stdout + theirs.stderr)[-3000:]
+    assert (ours == 0) is fits, err
+    if not fits:
+        assert "should be at least 8000 bytes to hold the results" in theirs.stdout + theirs.stderr
+        assert "should be at least 8000 bytes to hold the results" in err
