@@ -142,6 +142,21 @@ def test_an_output_larger_than_its_slot_fails_and_leaves_nothing(
     assert "should be at least 4000 bytes to hold the results" in err
 
 
+async def test_open_loop_with_system_shared_memory(perf_server: ServerProcess, no_leftovers: None) -> None:
+    """A request rate: the requests the schedule started are answered before the regions go."""
+    config = PerfConfig(
+        url=perf_server.grpc_address,
+        model="slow",
+        levels=(LoadLevel(request_rate_per_s=40, distribution="poisson"),),
+        batch_size=2,
+        measurement=QUICK,
+        shared_memory=SharedMemoryConfig(SharedMemoryKind.SYSTEM),
+    )
+    (result,) = (await run_perf(config)).results
+    assert result.requests > 0
+    assert result.errors_all_windows == 0
+
+
 async def test_a_cancelled_run_gives_every_region_back(
     perf_server: ServerProcess, no_leftovers: None
 ) -> None:
