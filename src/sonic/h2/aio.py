@@ -36,7 +36,7 @@ RECEIVE_BUFFER_BYTES = 256 << 10
 # peer's next 32 then arrive together: the two ends take turns (lockstep) instead of overlapping. Writing
 # every few answers lets the peer work on those while we encode the rest: identity b1 with 32 in flight,
 # 1.2-1.4x the requests/s for ~10 % more server CPU per request (docs/benchmarks.md, issue 37).
-MESSAGES_PER_WRITE = 16
+MESSAGES_PER_WRITE = 8
 
 
 def _no_deadlines(now: float) -> float:  # noqa: ARG001  (the signature of a deadlines_due callback)
