@@ -1,5 +1,6 @@
 """Writes per response on the native gRPC front end (issue 37 item 4): a unary call's HEADERS, DATA and
-trailers leave in one socket write, and the responses finished in one loop turn share it.
+trailers leave in one socket write, and the responses finished in one loop turn share it, up to
+``MESSAGES_PER_WRITE`` of them (more leave in several writes, so the peer need not wait for the last).
 
 The connection runs on a real event loop with its real adapter (``h2.aio``); only the socket is played,
 by :class:`~sonic.testing.h2.RecordingTransport`, which keeps what each ``writelines`` call wrote.
@@ -16,6 +17,7 @@ import pytest
 from tests.fuzz.served import Plane, identity_plane
 
 from sonic.grpc.call import grpc_message_prefix
+from sonic.h2.aio import MESSAGES_PER_WRITE
 from sonic.h2.frames import PREFACE, Flag, FrameType, frame, settings_frame
 from sonic.protocol.grpc_codec import encode_infer_request
 from sonic.protocol.wire import MAX_MESSAGE_BYTES
@@ -88,3 +90,23 @@ def test_each_response_leaves_in_one_write_and_answers_share_writes(plane: Plane
     assert all(len(indices) == 1 for indices in writes_of.values()), writes_of
     # Fewer writes than responses: answers finished in one turn leave together (the settings' included).
     assert len(transport.writes) < CALLS + 1, [len(w) for w in transport.writes]
+
+
+def test_many_answers_of_one_turn_leave_in_parts(plane: Plane) -> None:
+    """Answers finished in one loop turn leave every MESSAGES_PER_WRITE, not all at the turn's end: a peer
+    with many calls in flight works on the first ones while the rest are encoded, rather than both ends
+    taking turns (identity b1 c32: docs/benchmarks.md, issue 37: lockstep)."""
+    calls = 2 * MESSAGES_PER_WRITE + 3
+    transport = plane.runner.run(served(plane, unary_calls(calls)))
+    ended_per_write = [
+        sum(
+            1
+            for frame_type, flags, stream_id, _ in parse_frames(written)
+            if stream_id and frame_type == FrameType.HEADERS and flags & Flag.END_STREAM
+        )
+        for written in transport.writes
+    ]
+    answered = [count for count in ended_per_write if count]
+    assert sum(answered) == calls, ended_per_write
+    assert max(answered) <= MESSAGES_PER_WRITE, ended_per_write
+    assert len(answered) >= 3, ended_per_write

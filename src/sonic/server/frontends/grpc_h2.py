@@ -300,6 +300,7 @@ class GrpcConnection:
         # Nothing is sent on a stream that ended meanwhile (reset by the client, failed): the core drops it.
         self.core.send_headers(stream, RESPONSE_HEADERS)
         self.core.respond(stream, [grpc_message_prefix(size), *parts], TRAILERS_OK)
+        self.protocol.message_queued()
 
     async def _run_stream_message(
         self, stream: CallStream, call: Call, compressed: bool, message: bytes | memoryview
