@@ -87,7 +87,7 @@ def _window(
             tritonclient_run(addresses[server], workload.model, feeds, workload.concurrency, window_s, 0.0)
         )
     payload: bytes | SharedMemoryLoad
-    if workload.load == "shm":
+    if workload.load.startswith("shm"):
         # Regions of this process, created and registered with this server for this window alone, then
         # unregistered and unlinked (sonic and Triton are separate processes: each maps its own).
         payload = SharedMemoryLoad(workload.model, feeds)
@@ -103,7 +103,7 @@ def _window(
                 batch=workload.batch,
                 duration_s=window_s,
                 warmup_s=0.0,
-                transport="h2" if workload.load == "native" else "grpcio",
+                transport="h2" if workload.load in {"native", "shm-native"} else "grpcio",
             )
         )
     except RuntimeError as exc:  # no request completed within the window: the server is that slow

@@ -26,6 +26,7 @@ TARGETS: dict[str, list[tuple[str, float, float | None]]] = {
     "large_15mb": [("triton", 2.0, None)],
     # issue 37's targets again, tensors in system shared memory: no socket copies
     "facile_b16000_shm": [("direct", 0.7, None)],
+    "facile_b16000_shm_native": [("direct", 0.7, None)],
     "large_15mb_shm": [("triton", 2.0, None)],
 }
 # Server CPU per request, lower is better: (reference, maximum ratio ours/reference) on small requests.

@@ -32,7 +32,8 @@ class Workload:
     kind: str  # "compute", "rate" or "transfer": which targets apply
     servers: tuple[str, ...]
     # "lean" (pre-serialized, grpc.aio), "native" (pre-serialized, sonic's HTTP/2), "tritonclient", "shm" (lean,
-    # with inputs and outputs in system shared memory: sonic perf --shared-memory system)
+    # with inputs and outputs in system shared memory: sonic perf --shared-memory system), "shm-native" (the
+    # same on sonic's HTTP/2, sonic perf's default transport)
     load: str = "lean"
     slow: bool = False  # long executions: longer warm-up and window
 
@@ -51,6 +52,8 @@ WORKLOADS = (
     Workload("large_15mb_native", "15.6 MB tensors c1, native load", "identity_large", LARGE_SHAPE[0], 1, "transfer", (*SERVED, "sonic-grpcio"), "native", slow=True),
     # Tensors in system shared memory, no socket copies (issue 37); MLServer has no shared memory.
     Workload("facile_b16000_shm", "FACILE b16000 c2, system shm", "facile", 16000, 2, "compute", ("direct", "sonic", "triton"), "shm"),
+    # The same with sonic perf's own default transport: grpc.aio's threads take cycles from onnxruntime's.
+    Workload("facile_b16000_shm_native", "FACILE b16000 c2, system shm, native load", "facile", 16000, 2, "compute", ("direct", "sonic", "triton"), "shm-native"),
     Workload("large_15mb_shm", "15.6 MB tensors c1, system shm", "identity_large", LARGE_SHAPE[0], 1, "transfer", ("sonic", "triton"), "shm", slow=True),
 )  # fmt: skip
 

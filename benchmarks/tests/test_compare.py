@@ -165,10 +165,11 @@ def test_server_cpu_is_the_measured_windows_alone() -> None:
 def test_shared_memory_rows_carry_issue_37_targets_and_the_memcpy_floor() -> None:
     """The system-shm rows: the same targets as their TCP twins, the floor line for the transfer, and
     only servers that have shared memory (MLServer has none)."""
-    shm = {w.key: w for w in WORKLOADS if w.load == "shm"}
-    assert set(shm) == {"facile_b16000_shm", "large_15mb_shm"}
+    shm = {w.key: w for w in WORKLOADS if w.load.startswith("shm")}
+    assert set(shm) == {"facile_b16000_shm", "facile_b16000_shm_native", "large_15mb_shm"}
     assert all("mlserver" not in w.servers and "sonic-grpcio" not in w.servers for w in shm.values())
     assert compare_summary.TARGETS["facile_b16000_shm"] == compare_summary.TARGETS["facile_b16000"]
+    assert compare_summary.TARGETS["facile_b16000_shm_native"] == compare_summary.TARGETS["facile_b16000"]
     assert compare_summary.TARGETS["large_15mb_shm"] == compare_summary.TARGETS["large_15mb"]
     floors = memcpy_floor_ms({"large_15mb_shm": {"INPUT0": np.ones(1 << 20, np.float32)}})
     assert set(floors) == {"large_15mb_shm"}
