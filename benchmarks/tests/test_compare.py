@@ -15,8 +15,9 @@ import onnxruntime as ort
 import pytest
 from benchmarks.compare import repositories
 from benchmarks.compare import summary as compare_summary
-from benchmarks.compare.measure import measure, memcpy_floor_ms
+from benchmarks.compare.measure import measure, memcpy_floor_ms, requests_per_s
 from benchmarks.compare.workloads import WORKLOADS, Workload
+from benchmarks.harness.load import LoadResult
 from benchmarks.harness.report import replace_between
 
 from sonic.models.zoo import registry
@@ -173,3 +174,13 @@ def test_shared_memory_rows_carry_issue_37_targets_and_the_memcpy_floor() -> Non
     assert compare_summary.TARGETS["large_15mb_shm"] == compare_summary.TARGETS["large_15mb"]
     floors = memcpy_floor_ms({"large_15mb_shm": {"INPUT0": np.ones(1 << 20, np.float32)}})
     assert set(floors) == {"large_15mb_shm"}
+
+
+def test_slow_compute_rates_come_from_latency_not_whole_request_counts() -> None:
+    """EmTrkMichelId completes 18 or 19 requests per window, a step of ~5 %: its rate is concurrency over
+    mean latency (Little's law); transfers and fast workloads keep the count."""
+    result = LoadResult(2, 18, 6.0, 3.0, 5079.0, 600.0, 700.0, 800.0, mean_ms=631.0)
+    workloads = {w.key: w for w in WORKLOADS}
+    assert requests_per_s(workloads["emtrk_b1693"], result) == pytest.approx(2 / 0.631)
+    assert requests_per_s(workloads["large_15mb"], result) == 3.0
+    assert requests_per_s(workloads["facile_b16000"], result) == 3.0

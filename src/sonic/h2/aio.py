@@ -3,7 +3,9 @@
 :class:`H2Protocol` *holds* a core (server or client role alike) and owns what the core must not: the
 transport, the event loop and its clock. Received bytes go to :meth:`~Connection.receive_data`; queued
 output leaves in one ``writelines`` per loop iteration (scheduled when the core's output says it has
-some); the core's deadline is one timer handle, and the calls' deadlines (gRPC's ``grpc-timeout``) share
+some), or sooner, every ``MESSAGES_PER_WRITE`` whole messages the application queued in one turn
+(:meth:`H2Protocol.message_queued`: a peer with many calls in flight is not kept waiting for the turn's
+last answer); the core's deadline is one timer handle, and the calls' deadlines (gRPC's ``grpc-timeout``) share
 one more, armed at the earliest; the transport's high-water mark holds our output in the core (DATA in
 its streams, the rest in the queue), where a peer that does not read runs into
 ``max_queued_control_frames`` instead of growing our memory. When the core ends the connection and its
