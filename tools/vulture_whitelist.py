@@ -15,6 +15,7 @@ triton_and_sonic  # tests/integration/client/test_resilience.py
 plugin_on_path  # tests/unit/backends/test_registry.py
 pytest_terminal_summary  # tests/integration/differential/conftest.py
 _current_test  # tests/integration/differential/conftest.py (autouse: the test a comparison belongs to)
+no_leftovers  # tests/integration/perf/test_perf_shm.py
 
 # --- protocols whose signatures are fixed by Python ------------------------------------------------------
 exc_type  # __exit__ / __aexit__ arguments
