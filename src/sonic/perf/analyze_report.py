@@ -25,9 +25,8 @@ def _candidate_json(entry: Ranked, place: int | None) -> dict[str, Any]:
         "error": result.error,
         "measured_s": round(result.measured_s, 2),
         "runs": result.runs,
-        "levels": [
-            row(r, SharedMemoryKind.NONE) for r in result.results
-        ],  # analyze sends tensors in requests
+        # sonic analyze sends its tensors in the requests
+        "levels": [row(r, SharedMemoryKind.NONE) for r in result.results],
         "config_pbtxt": result.config_text,
     }
 

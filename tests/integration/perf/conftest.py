@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import tritonclient.grpc as grpcclient
 
 from sonic.launch import ServerProcess
 from sonic.models.simple import IDENTITY_CONFIG, identity_model
@@ -89,3 +90,13 @@ def perf_analyzer() -> PerfAnalyzer:
         p for p in (str(PERF_ANALYZER_DIR / "lib"), str(cudart), env.get("LD_LIBRARY_PATH")) if p
     )
     return PerfAnalyzer(binary, env)
+
+
+def success_count(address: str, model: str) -> int:
+    """The successful inferences the server at ``address`` counted for ``model`` (its statistics)."""
+    client = grpcclient.InferenceServerClient(address)
+    try:
+        stats = client.get_inference_statistics(model, as_json=True)
+    finally:
+        client.close()
+    return sum(int(s["inference_stats"]["success"].get("count", 0)) for s in stats["model_stats"])

@@ -9,24 +9,14 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-import tritonclient.grpc as grpcclient
 
 from sonic.launch import ServerProcess
 from sonic.perf.engine import LoadLevel, PerfConfig, run_perf
 from sonic.perf.transport import PerfError
 
-from .conftest import QUICK
+from .conftest import QUICK, success_count
 
 pytestmark = pytest.mark.integration
-
-
-def _success_count(address: str, model: str) -> int:
-    client = grpcclient.InferenceServerClient(address)
-    try:
-        stats = client.get_inference_statistics(model, as_json=True)
-    finally:
-        client.close()
-    return sum(int(s["inference_stats"]["success"].get("count", 0)) for s in stats["model_stats"])
 
 
 def _direct_execution_s(model_path: Path, batch: int) -> float:
@@ -51,7 +41,7 @@ async def test_latency_is_at_least_the_model_execution_and_counts_match_statisti
 ) -> None:
     batch = 8
     direct_s = _direct_execution_s(perf_repository / "slow" / "1" / "model.onnx", batch)
-    before = _success_count(perf_server.grpc_address, "slow")
+    before = success_count(perf_server.grpc_address, "slow")
     config = PerfConfig(
         url=perf_server.grpc_address,
         model="slow",
@@ -61,7 +51,7 @@ async def test_latency_is_at_least_the_model_execution_and_counts_match_statisti
         transport=transport,
     )
     report = await run_perf(config)
-    after = _success_count(perf_server.grpc_address, "slow")
+    after = success_count(perf_server.grpc_address, "slow")
     direct_s = min(direct_s, _direct_execution_s(perf_repository / "slow" / "1" / "model.onnx", batch))
     assert [r.level.concurrency for r in report.results] == [1, 2]
     for result in report.results:

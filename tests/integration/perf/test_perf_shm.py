@@ -24,7 +24,7 @@ from sonic.perf.shm import SharedMemoryConfig, SharedMemoryKind, SystemSharedMem
 from sonic.perf.transport import Transport
 
 from ..triton_helpers import python_model_repository, running_triton
-from .conftest import QUICK, PerfAnalyzer
+from .conftest import QUICK, PerfAnalyzer, success_count
 
 pytestmark = pytest.mark.integration
 
@@ -47,15 +47,6 @@ def _server_regions(address: str) -> list[str]:
     return [region["name"] for region in status.get("regions", {}).values()]
 
 
-def _success_count(address: str, model: str) -> int:
-    client = grpcclient.InferenceServerClient(address)
-    try:
-        stats = client.get_inference_statistics(model, as_json=True)
-    finally:
-        client.close()
-    return sum(int(s["inference_stats"]["success"].get("count", 0)) for s in stats["model_stats"])
-
-
 @pytest.fixture
 def no_leftovers(perf_server: ServerProcess) -> Iterator[None]:
     """The test leaves no object of its own in /dev/shm and no region registered with the server."""
@@ -75,7 +66,7 @@ def test_perf_with_system_shared_memory(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    before = _success_count(perf_server.grpc_address, "identity")
+    before = success_count(perf_server.grpc_address, "identity")
     out = tmp_path / "r.json"
     code = main(
         [
@@ -99,7 +90,7 @@ def test_perf_with_system_shared_memory(
         measured += result["requests"]
     assert "system" in (tmp_path / "r.csv").read_text().splitlines()[1].split(",")
     # the server ran every request the generator counted (and those of the warm-up and the boundaries)
-    assert _success_count(perf_server.grpc_address, "identity") - before >= measured
+    assert success_count(perf_server.grpc_address, "identity") - before >= measured
 
 
 async def test_requests_and_answers_carry_no_tensor_bytes(
