@@ -31,6 +31,7 @@ from benchmarks.harness.load import (
 from benchmarks.harness.processes import cpu_seconds, memcpy_floor_s, tree_cpu_seconds
 from benchmarks.harness.rounds import visits
 from benchmarks.harness.servers import ServerSet
+from sonic.cli.event_loop import loop_factory
 from sonic.models.zoo import registry
 
 
@@ -95,18 +96,22 @@ def _window(
     else:
         datatypes = {name: np_to_triton_dtype(array.dtype) for name, array in feeds.items()}
         payload = infer_request_bytes(workload.model, feeds, datatypes)
+    native = workload.load in {"native", "shm-native"}
+    # sonic perf's own transport on the loop sonic perf runs (uvloop); grpc.aio on the standard one, as
+    # tritonclient's users run it.
     try:
-        result = asyncio.run(
-            grpc_load(
-                addresses[server],
-                payload,
-                concurrency=workload.concurrency,
-                batch=workload.batch,
-                duration_s=window_s,
-                warmup_s=0.0,
-                transport="h2" if workload.load in {"native", "shm-native"} else "grpcio",
+        with asyncio.Runner(loop_factory=loop_factory("uvloop" if native else "asyncio")) as runner:
+            result = runner.run(
+                grpc_load(
+                    addresses[server],
+                    payload,
+                    concurrency=workload.concurrency,
+                    batch=workload.batch,
+                    duration_s=window_s,
+                    warmup_s=0.0,
+                    transport="h2" if native else "grpcio",
+                )
             )
-        )
     except RuntimeError as exc:  # no request completed within the window: the server is that slow
         print(f"    {server} {workload.key}: {exc}", flush=True)
         return {"requests_per_s": 0.0, "inferences_per_s": 0.0, "requests": 0}

@@ -28,6 +28,15 @@ TARGETS: dict[str, list[tuple[str, float, float | None]]] = {
     "facile_b16000_shm": [("direct", 0.7, None)],
     "facile_b16000_shm_native": [("direct", 0.7, None)],
     "large_15mb_shm": [("triton", 2.0, None)],
+    # ... and with the other load generators (issue 37 item 5)
+    "large_15mb_native": [("triton", 2.0, None)],
+    "large_15mb_tc": [("triton", 2.0, None)],
+    "facile_b16000_native": [("direct", 0.7, None)],
+    "facile_b16000_tc": [("direct", 0.7, None)],
+    "facile_b100_native": [("triton", 0.7, None)],
+    "facile_b100_tc": [("triton", 0.7, None)],
+    "deepcalo_b10_native": [("triton", 1.0, None)],
+    "deepcalo_b10_tc": [("triton", 1.0, None)],
 }
 # Server CPU per request, lower is better: (reference, maximum ratio ours/reference) on small requests.
 CPU_TARGETS: dict[str, tuple[str, float]] = {

@@ -55,6 +55,15 @@ WORKLOADS = (
     # The same with sonic perf's own default transport: grpc.aio's threads take cycles from onnxruntime's.
     Workload("facile_b16000_shm_native", "FACILE b16000 c2, system shm, native load", "facile", 16000, 2, "compute", ("direct", "sonic", "triton"), "shm-native"),
     Workload("large_15mb_shm", "15.6 MB tensors c1, system shm", "identity_large", LARGE_SHAPE[0], 1, "transfer", ("sonic", "triton"), "shm", slow=True),
+    # Issue 37 item 5: every workload it names with both load generators and tritonclient (sonic and Triton;
+    # the lean rows above have MLServer too).
+    Workload("facile_b100_native", "FACILE b100 c32, native load", "facile", 100, 32, "rate", ("sonic", "triton"), "native"),
+    Workload("facile_b100_tc", "FACILE b100 c32, tritonclient", "facile", 100, 32, "rate", ("sonic", "triton"), "tritonclient"),
+    Workload("deepcalo_b10_native", "DeepCalo b10 c32, native load", "deepcalo", 10, 32, "rate", ("sonic", "triton"), "native"),
+    Workload("deepcalo_b10_tc", "DeepCalo b10 c32, tritonclient", "deepcalo", 10, 32, "rate", ("sonic", "triton"), "tritonclient"),
+    Workload("facile_b16000_native", "FACILE b16000 c2, native load", "facile", 16000, 2, "compute", ("direct", "sonic", "triton"), "native"),
+    Workload("facile_b16000_tc", "FACILE b16000 c2, tritonclient", "facile", 16000, 2, "compute", ("direct", "sonic", "triton"), "tritonclient"),
+    Workload("large_15mb_tc", "15.6 MB tensors c1, tritonclient", "identity_large", LARGE_SHAPE[0], 1, "transfer", ("sonic", "triton"), "tritonclient", slow=True),
 )  # fmt: skip
 
 

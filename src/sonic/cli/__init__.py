@@ -9,5 +9,6 @@
 - :mod:`.analyze` (``sonic analyze``) and :mod:`.analyze_traffic` (``sonic analyze --traffic``);
 - :mod:`.validate` (``sonic validate``: recorded traffic replayed to two setups, outputs compared);
 - :mod:`.scale` (``sonic scale``), :mod:`.demo` (``sonic demo``), :mod:`.deploy` (``sonic deploy``),
-  :mod:`.models` (``sonic models``), :mod:`.cmstriton` (``sonic cmstriton``, CMSSW's ``cmsTriton``).
+  :mod:`.models` (``sonic models``), :mod:`.cmstriton` (``sonic cmstriton``, CMSSW's ``cmsTriton``);
+- :mod:`.event_loop`: ``--loop`` (uvloop when installed) for ``sonic serve`` and ``sonic perf``.
 """

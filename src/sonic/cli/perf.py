@@ -7,6 +7,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from sonic.cli.event_loop import add_loop_argument, loop_factory
 from sonic.cli.perf_replay import add_replay_arguments, run_replay
 from sonic.perf.engine import LoadLevel, MeasurementConfig, PerfConfig, PerfReport, run_perf
 from sonic.perf.inputs import parse_shape
@@ -62,6 +63,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default="h2",
         help="load generator's gRPC stack: sonic.client's HTTP/2 (h2, less CPU; 'native' is its old name) or grpc.aio",
     )
+    add_loop_argument(parser)
     load = parser.add_mutually_exclusive_group()
     load.add_argument("--concurrency", help="closed loop: START:END:STEP, e.g. 1:64:x2 (default 1)")
     load.add_argument("--request-rate", help="open loop, requests/s: START:END:STEP, e.g. 100:400:100")
@@ -241,7 +243,8 @@ def run(args: argparse.Namespace) -> int:
             f"sonic perf: model '{config.model}' at {config.url}, batch {config.batch_size}{memory_note(config)}",
             file=sys.stderr,
         )
-        report = asyncio.run(run_perf(config, on_window=None if args.quiet else progress))
+        with asyncio.Runner(loop_factory=loop_factory(args.loop)) as runner:
+            report = runner.run(run_perf(config, on_window=None if args.quiet else progress))
         for note in report.notes:
             print(f"sonic perf: note: {note}", file=sys.stderr)
         for result in report.results:

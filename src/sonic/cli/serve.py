@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from sonic.cli import event_loop
+from sonic.cli.event_loop import add_loop_argument
 from sonic.cli.serve_budget import add_budget_arguments, apply_malloc_threshold, budget_config_from_args
 from sonic.cli.serve_grpc import add_grpc_arguments, grpc_config_from_args
 from sonic.cli.serve_http import (
@@ -102,12 +104,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "(e.g. default-max-batch-size=8: auto-completed max_batch_size; a backend's own setting wins)",
     )
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all that are detected)")
-    parser.add_argument(
-        "--loop",
-        choices=["auto", "asyncio", "uvloop"],
-        default="auto",
-        help="event loop: uvloop when installed (auto), or the standard one",
-    )
+    add_loop_argument(parser)
     _add_request_arguments(parser)
     add_grpc_arguments(parser)
     add_http_arguments(parser)
@@ -223,21 +220,6 @@ async def serve(config: ServerConfig, log_control: LogControl | None = None) -> 
             await server.shutdown()
 
 
-def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's faster loop when installed; gRPC and our handlers run the same on both."""
-    if choice == "asyncio":
-        return None
-    try:
-        import uvloop  # noqa: PLC0415  (optional speed-up)
-    except ImportError:
-        if choice == "uvloop":
-            message = "--loop uvloop needs uvloop: pip install uvloop"
-            raise ImportError(message) from None
-        return None
-    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    return factory
-
-
 def log_settings_from_args(args: argparse.Namespace, triton: TritonSettings) -> LogSettings:
     """``sonic --log-level/--log-format``, ``serve --log-format`` and Triton's ``--log-*`` flags, as one
     set of settings (the flags win: they are the more specific)."""
@@ -290,7 +272,7 @@ def _startup(
         config = config_from_args(args, triton)
         apply_malloc_threshold(args)  # this process is the server's alone, as serve's freeze_heap
     with _refused(ImportError):
-        loop_factory = _loop_factory(args.loop)
+        loop_factory = event_loop.loop_factory(args.loop)
     return config, loop_factory, log_control
 
 

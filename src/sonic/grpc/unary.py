@@ -90,6 +90,17 @@ class UnaryAnswer:
             self.compressed, self.message = messages[0]
         return None
 
+    def data_placed(self, size: int) -> Failure | None:
+        """``size`` bytes of DATA were read straight into :attr:`reader`'s room (a transport reading in
+        place: :class:`sonic.h2.aio.BufferedReads`); a failure decides the call, as in :meth:`data_received`."""
+        placed = self.reader.placed(size)
+        if placed is None:
+            return None
+        if self.message is not None:
+            return Failure(GrpcCode.INTERNAL, "more than one response message in a unary call")
+        self.compressed, self.message = placed
+        return None
+
     def _outcome(self, trailers: Headers) -> Message | Failure:
         status, message = trailers_status(trailers)
         if status is not GrpcCode.OK:

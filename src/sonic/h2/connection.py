@@ -191,7 +191,7 @@ class Connection(Generic[T]):
             or self._data_left < IN_PLACE_MIN_BYTES
             or self._buffer
             or self.state.ended
-            or stream.local_closed  # ended by us meanwhile: the rest of its DATA is dropped, not placed
+            or stream.state is CLOSED  # reset by us meanwhile: the rest of its DATA is dropped, not placed
         ):
             return None
         room = sink.stream_sink(stream)

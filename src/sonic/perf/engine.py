@@ -13,7 +13,8 @@ when the last ``stable_windows`` windows agree within ``stability_percentage`` (
 mean latency), or after ``max_windows``; its figures come from those last windows.
 
 Latency is measured around the call (send until the whole response is received); the response is
-then parsed, and that parse time is reported as client deserialize time. Requests are serialized
+then parsed as :mod:`sonic.client` parses one (its head decoded, its tensors views of the received message,
+not copied), and that parse time is reported as client deserialize time. Requests are serialized
 before the load starts, and the per-request serialize cost measured then is reported. gRPC does
 not expose when a request finished sending, so client send+receive time (``client_wire_us``) is
 the mean latency less the server's own time per request.
@@ -53,6 +54,7 @@ from sonic.perf.stats import (
     summarize_latencies,
 )
 from sonic.perf.transport import TRANSPORTS, PerfError, RequestFailed, Transport
+from sonic.protocol.grpc_codec import split_response
 
 LATE_NS = 1_000_000  # open loop: a request sent this far behind its slot counts as delayed
 
@@ -188,7 +190,7 @@ class LoadGenerator:
             self._recorder.last_error = str(exc)
             return
         done = time.perf_counter_ns()
-        service_pb2.ModelInferResponse.FromString(response)
+        split_response(response)
         recorder = self._recorder  # the window in which the request completed
         recorder.latencies_ns.append(done - sent)
         recorder.deserialize_ns += time.perf_counter_ns() - done

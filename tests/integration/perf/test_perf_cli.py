@@ -137,13 +137,14 @@ def test_perf_counts_errors_and_fails_unless_allowed(
     assert "(--allow-errors: exit status 0)" in capsys.readouterr().err
 
 
-def test_perf_input_data_file(perf_server: ServerProcess, tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", ["auto", "asyncio"])  # uvloop (installed here), and the standard loop
+def test_perf_input_data_file(perf_server: ServerProcess, tmp_path: Path, loop: str) -> None:
     data = tmp_path / "data.json"
     data.write_text(json.dumps({"data": [{"INPUT0": list(range(16))}, {"INPUT0": [1.5] * 16}]}))
     out = tmp_path / "r.json"
     code = main(
         ["perf", "-m", "identity", "-u", perf_server.grpc_address, "-b", "3", "--input-data", str(data),
-         *QUICK_ARGS, "--json", str(out), "-q"]
+         *QUICK_ARGS, "--json", str(out), "-q", "--loop", loop]
     )  # fmt: skip
     assert code == 0
     assert json.loads(out.read_text())["results"][0]["requests"] > 0

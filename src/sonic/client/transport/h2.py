@@ -139,7 +139,7 @@ class H2Transport(GrpcCalls):
             try:
                 async with asyncio.timeout(self._control_timeout_s):
                     await loop.create_connection(
-                        lambda: connection.protocol,
+                        lambda: connection.reads,
                         self._host,
                         self._port,
                         ssl=context,
