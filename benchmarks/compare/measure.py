@@ -34,6 +34,10 @@ from benchmarks.harness.servers import ServerSet
 from sonic.cli.event_loop import loop_factory
 from sonic.models.zoo import registry
 
+# A call's deadline: the slowest answers here take ~2 s (EmTrkMichelId on MLServer); a server that stops
+# answering (MLServer did, once, on DeepCalo at 32 in flight) then costs a minute per window, not ten.
+CALL_TIMEOUT_S = 60.0
+
 
 def direct_run(
     session: ort.InferenceSession,
@@ -86,7 +90,9 @@ def _window(
         return direct_run(sessions[workload.model], feeds, workload.batch, window_s, 0.0)
     if workload.load == "tritonclient":
         return asyncio.run(
-            tritonclient_run(addresses[server], workload.model, feeds, workload.concurrency, window_s, 0.0)
+            tritonclient_run(
+                addresses[server], workload.model, feeds, workload.concurrency, window_s, 0.0, CALL_TIMEOUT_S
+            )
         )
     payload: bytes | SharedMemoryLoad
     if workload.load.startswith("shm"):
@@ -110,6 +116,7 @@ def _window(
                     duration_s=window_s,
                     warmup_s=0.0,
                     transport="h2" if native else "grpcio",
+                    timeout_s=CALL_TIMEOUT_S,
                 )
             )
     except RuntimeError as exc:  # no request completed within the window: the server is that slow

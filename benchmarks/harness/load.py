@@ -83,18 +83,20 @@ async def grpc_load(
     duration_s: float,
     warmup_s: float,
     transport: str = "grpcio",
+    timeout_s: float = 600.0,
 ) -> LoadResult:
     """Closed loop with ``concurrency`` callers: one window of ``duration_s`` after ``warmup_s`` of load.
 
     The engine of ``sonic perf`` (src/sonic/perf/engine.py) with a single window, so the benchmark
     scripts and the CLI measure the same way. ``payload`` is the serialized request(s), or a
     :class:`SharedMemoryLoad`: regions created and registered with this server for this call, unregistered
-    and unlinked when it returns (or fails).
+    and unlinked when it returns (or fails). ``timeout_s``: each call's deadline (a wedged server costs a
+    window that long, not more).
     """
     measurement = MeasurementConfig(window_s=duration_s, stable_windows=1, max_windows=1, warmup_s=warmup_s)
     level = LoadLevel(concurrency=concurrency)
     if isinstance(payload, SharedMemoryLoad):
-        async with Transport(address, model=payload.model, kind=transport) as channel:
+        async with Transport(address, model=payload.model, kind=transport, timeout_s=timeout_s) as channel:
             info = model_info(await channel.model_metadata(), await channel.model_config())
             async with SystemSharedMemory(channel) as memory:
                 payloads, _ = await memory.encode(
@@ -105,7 +107,7 @@ async def grpc_load(
                 )
                 result = await generator.run(level)
         return _load_result(result, concurrency, duration_s)
-    async with Transport(address, model="", kind=transport) as channel:
+    async with Transport(address, model="", kind=transport, timeout_s=timeout_s) as channel:
         payloads = [payload] if isinstance(payload, bytes) else list(payload)  # several: sent in random order
         generator = LoadGenerator(channel, payloads, batch_size=batch, measurement=measurement)
         result = await generator.run(level)
@@ -200,8 +202,10 @@ async def tritonclient_run(
     concurrency: int,
     window_s: float,
     warmup_s: float,
+    timeout_s: float = 600.0,
 ) -> dict[str, float]:
-    """``concurrency`` coroutines of tritonclient.grpc.aio, each building its InferInputs per call."""
+    """``concurrency`` coroutines of tritonclient.grpc.aio, each building its InferInputs per call (each
+    call's deadline ``timeout_s``)."""
     client = triton_aio.InferenceServerClient(address)
     latencies: list[float] = []
     measuring = False
@@ -209,7 +213,7 @@ async def tritonclient_run(
     async def call() -> None:
         tensors = tritonclient_inputs(feeds)
         begin = time.perf_counter()
-        await client.infer(model, tensors)
+        await client.infer(model, tensors, client_timeout=timeout_s)
         if measuring:
             latencies.append(time.perf_counter() - begin)
 

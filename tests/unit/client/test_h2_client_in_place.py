@@ -102,7 +102,7 @@ async def test_a_second_message_in_a_unary_answer_still_fails_the_call() -> None
         await stream.app.future
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(
     frame_bytes=st.integers(2 * IN_PLACE_MIN_BYTES, MAX_FRAME_BYTES),
     read_caps=st.lists(st.integers(1, 2 * RECEIVE_BUFFER_BYTES), min_size=1, max_size=8),
@@ -112,7 +112,7 @@ async def test_any_cut_of_frames_and_reads_gives_the_same_answer(
 ) -> None:
     """However the server frames the answer and TCP cuts it into reads, the in-place reads and the copied
     ones together deliver every byte once, in order."""
-    message = np.random.default_rng(frame_bytes).bytes(3 << 20)
+    message = np.random.default_rng(frame_bytes).bytes(3 << 19)
     connection, stream = open_call()
     read(connection, answer_bytes(message, frame_bytes), read_caps)
     assert bytes(await stream.app.future) == message

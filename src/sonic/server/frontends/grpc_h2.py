@@ -136,7 +136,7 @@ class GrpcConnection:
     def stream_sink(self, stream: CallStream) -> memoryview | None:
         """The rest of the request message in progress (None between messages, or for a refused call):
         the socket is read into it, where the decoded tensors will be views. None once we ended the stream
-        (answered early): the rest of its DATA goes the copied way, to be dropped."""
+        (answered early): the rest of its DATA takes the copied way, ``stream_data``."""
         call = stream.app
         return None if call is None or self.core.ended(stream) else call.reader.room()
 
