@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.compare.workloads import LARGE_SHAPE
 from benchmarks.harness.processes import cpu_seconds
 from benchmarks.harness.ratios import paired_ratios, per_server
 from benchmarks.harness.report import machine, save
@@ -32,7 +33,6 @@ from benchmarks.harness.rounds import visits
 from sonic.launch import ServerProcess
 from sonic.testing.repository import MODELS, write_test_repository
 
-LARGE_SHAPE = (1693, 48, 48, 1)
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -46,7 +46,7 @@ def window(address: str, window_s: float, loop: str) -> dict[str, float]:
     payload = infer_request_bytes("identity_large", {"INPUT0": array}, {"INPUT0": "FP32"})
     factory = None
     if loop == "uvloop":
-        import uvloop  # noqa: PLC0415
+        import uvloop  # noqa: PLC0415  (not sonic.cli.event_loop: the trees measured may predate it)
 
         factory = uvloop.new_event_loop
 

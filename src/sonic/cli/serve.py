@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sonic.cli import event_loop
-from sonic.cli.event_loop import add_loop_argument
 from sonic.cli.serve_budget import add_budget_arguments, apply_malloc_threshold, budget_config_from_args
 from sonic.cli.serve_grpc import add_grpc_arguments, grpc_config_from_args
 from sonic.cli.serve_http import (
@@ -104,7 +103,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "(e.g. default-max-batch-size=8: auto-completed max_batch_size; a backend's own setting wins)",
     )
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all that are detected)")
-    add_loop_argument(parser)
+    event_loop.add_loop_argument(parser)
     _add_request_arguments(parser)
     add_grpc_arguments(parser)
     add_http_arguments(parser)
